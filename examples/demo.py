@@ -1,0 +1,85 @@
+"""mongosched demo: jobs scheduled, retried, completed, deduplicated and cancelled.
+
+Runs on the embedded stand-in, or on a real MongoDB when MONGOSCHED_URI is set
+(e.g. MONGOSCHED_URI=mongodb://localhost/demo make demo).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from datetime import timedelta
+
+from mongosched import App, Every, Retry, current_job
+
+logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)-26s %(message)s")
+log = logging.getLogger("demo")
+
+app = App(os.environ.get("MONGOSCHED_URI", "mongomock://demo/demo"), poll_interval=0.2, lease_duration=6)
+
+
+@app.task(name="emails.send", queue="emails", retry=Retry(max_attempts=4, backoff="exponential", delay=0.3))
+def send_email(user_id: int, template: str = "welcome") -> str:
+    ctx = current_job()
+    assert ctx is not None
+    if user_id % 2 and ctx.attempt < 3:  # odd users: the first two attempts hit a hiccup
+        raise ConnectionError(f"SMTP hiccup for user {user_id} (attempt {ctx.attempt})")
+    return f"sent {template} to user {user_id}"
+
+
+@app.task(name="reports.build", priority=1, timeout=10)
+def build_report(name: str) -> dict[str, object]:
+    ctx = current_job()
+    assert ctx is not None
+    for step in range(1, 5):
+        time.sleep(0.1)
+        ctx.set_progress(step / 4, f"section {step}/4")
+    return {"report": name, "pages": 12}
+
+
+@app.task(name="feeds.poll")
+def poll_feed(feed: str) -> None:
+    log.info("polled %s", feed)
+
+
+@app.task(name="slow.export")
+def slow_export() -> None:
+    ctx = current_job()
+    while ctx is not None and not ctx.is_cancelled():
+        time.sleep(0.05)
+
+
+def main() -> None:
+    app.on("job:retry", lambda e: log.info("retry  %s: %s", e.job.task, e.error))
+    app.on("job:success", lambda e: log.info("done   %s -> %r", e.job.task, e.job.result))
+
+    emails = [send_email.schedule(uid, template="welcome") for uid in range(1, 7)]
+    report = build_report.schedule("Q3")
+    later = send_email.schedule(99, delay=1.0)
+    first = send_email.schedule(7, dedupe_key="email:7")
+    again = send_email.schedule(7, dedupe_key="email:7")
+    log.info("dedupe: second schedule returned the same job: %s", first.id == again.id)
+    export = slow_export.schedule()
+    poller = poll_feed.schedule("news", repeat=Every(seconds=0.5))
+
+    runner = app.runner(workers=4).start()
+    time.sleep(1.0)
+    log.info("cancel running export: %s", app.cancel(export.id))
+    for job in [*emails, report, later, first, export]:
+        job.wait(timeout=30)
+    app.cancel(poller.id)
+    runner.stop(graceful=True, timeout=10)
+
+    log.info("%-14s %-10s %-8s %s", "task", "status", "attempts", "result / error")
+    for job in [*emails, report, later, first, export]:
+        outcome = job.result if job.error is None or job.status == "completed" else job.error
+        log.info("%-14s %-10s %-8s %s", job.task, job.status, job.attempts, outcome)
+    totals = app.stats()["totals"]
+    log.info("totals: %s", ", ".join(f"{k}={v}" for k, v in totals.items() if v))
+    assert all(j.status == "completed" for j in [*emails, report, later]), "demo jobs must complete"
+    assert export.status == "cancelled"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""mongosched: a MongoDB-backed job scheduler for Python.
+
+Register functions with ``@app.task``, schedule them with ``task.schedule(...)``, and run
+them with ``app.runner(...).start()`` or the ``mongosched worker`` command.
+"""
+
+from __future__ import annotations
+
+from .app import EVENTS, App, Cancellation, Event
+from .errors import Fail
+from .job import ErrorInfo, Job, JobContext, JobStatus, current_job
+from .retry import Retry
+from .runner import Runner
+from .schedule import Cron, Every
+from .task import JobSpec, Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "EVENTS",
+    "App",
+    "Cancellation",
+    "Cron",
+    "ErrorInfo",
+    "Event",
+    "Every",
+    "Fail",
+    "Job",
+    "JobContext",
+    "JobSpec",
+    "JobStatus",
+    "Retry",
+    "Runner",
+    "Task",
+    "__version__",
+    "current_job",
+]

@@ -1,0 +1,240 @@
+"""The embedded stand-in behind ``App("mongomock://")``.
+
+An in-process, in-memory imitation of a MongoDB server built on `mongomock`_ (install
+the ``mongosched[testing]`` extra). It is for tests and demos, never for production.
+
+mongomock on its own is not safe to share between threads: two threads racing
+``find_one_and_update`` can both "claim" the same document. A real server applies each
+single-document operation atomically, and mongosched's guarantees rest on that. So every
+collection operation here runs under one lock per embedded server, and cursors are read
+to the end under that lock, which makes each operation atomic as a server's would be.
+
+Servers are named: ``mongomock://`` and ``mongomock://name/dbname`` share one in-memory
+server per name in the process, as two clients of the same real server share its data.
+
+.. _mongomock: https://github.com/mongomock/mongomock
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = [
+    "EmbeddedClient",
+    "embedded_client",
+    "is_embedded",
+    "parse_embedded_uri",
+    "reset_embedded",
+]
+
+SCHEME = "mongomock"
+DEFAULT_DATABASE = "mongosched"
+
+# Methods whose result is a cursor: they are materialised under the lock.
+_CURSOR_METHODS = frozenset({"find", "aggregate", "list_indexes", "find_raw_batches"})
+
+
+def _import_mongomock() -> Any:
+    try:
+        import mongomock
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "App('mongomock://') needs mongomock: pip install 'mongosched[testing]'"
+        ) from exc
+    return mongomock
+
+
+class _Cursor:
+    """A cursor whose query runs atomically, on first iteration.
+
+    ``sort``, ``skip`` and ``limit`` are recorded and applied when the results are
+    read, all under the server lock.
+    """
+
+    def __init__(self, lock: threading.RLock, make: Callable[[], Any]) -> None:
+        self._lock = lock
+        self._make = make
+        self._chain: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self._docs: list[Any] | None = None
+
+    def _record(self, name: str, *args: Any, **kwargs: Any) -> _Cursor:
+        if self._docs is not None:
+            raise RuntimeError("cursor already read")
+        self._chain.append((name, args, kwargs))
+        return self
+
+    def sort(self, *args: Any, **kwargs: Any) -> _Cursor:
+        return self._record("sort", *args, **kwargs)
+
+    def skip(self, *args: Any, **kwargs: Any) -> _Cursor:
+        return self._record("skip", *args, **kwargs)
+
+    def limit(self, *args: Any, **kwargs: Any) -> _Cursor:
+        return self._record("limit", *args, **kwargs)
+
+    def batch_size(self, *args: Any, **kwargs: Any) -> _Cursor:
+        return self
+
+    def hint(self, *args: Any, **kwargs: Any) -> _Cursor:
+        return self
+
+    def _read(self) -> list[Any]:
+        if self._docs is None:
+            with self._lock:
+                cursor = self._make()
+                for name, args, kwargs in self._chain:
+                    cursor = getattr(cursor, name)(*args, **kwargs)
+                self._docs = list(cursor)
+        return self._docs
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._read())
+
+    def to_list(self, length: int | None = None) -> list[Any]:
+        docs = self._read()
+        return list(docs if length is None else docs[:length])
+
+    def close(self) -> None:
+        self._docs = []
+
+    def __enter__(self) -> _Cursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Locked:
+    """Wraps a mongomock object so that each method call holds the server lock."""
+
+    def __init__(self, target: Any, lock: threading.RLock) -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_lock", lock)
+
+    def _wrap(self, value: Any) -> Any:
+        mongomock = _import_mongomock()
+        if isinstance(value, (mongomock.Collection, mongomock.Database)):
+            return type(self)(value, self._lock)
+        return value
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        mongomock = _import_mongomock()
+        if not callable(value) or isinstance(value, (mongomock.Collection, mongomock.Database)):
+            return self._wrap(value)
+        lock = self._lock
+        if name == "create_index":
+            return self._create_index
+        if name in _CURSOR_METHODS:
+
+            def cursor_method(*args: Any, **kwargs: Any) -> _Cursor:
+                return _Cursor(lock, lambda: value(*args, **kwargs))
+
+            return cursor_method
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return self._wrap(value(*args, **kwargs))
+
+        return method
+
+    def _create_index(self, keys: Any, **options: Any) -> str:
+        """As a server does: an index that exists already is left alone. (mongomock
+        re-checks uniqueness of existing documents ignoring ``partialFilterExpression``,
+        so re-creating a partial unique index would fail on it.)"""
+        if isinstance(keys, str):
+            keys = [(keys, 1)]
+        name = options.get("name") or "_".join(f"{k}_{d}" for k, d in keys)
+        with self._lock:
+            if name in self._target.index_information():
+                return str(name)
+            return str(self._target.create_index(keys, **options))
+
+    def __getitem__(self, name: str) -> Any:
+        with self._lock:
+            return self._wrap(self._target[name])
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Locked):
+            return bool(self._target == other._target)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._target)
+
+    def __repr__(self) -> str:
+        return f"Embedded({self._target!r})"
+
+
+class EmbeddedClient:
+    """A client of one named embedded server. Databases and collections it hands out
+    apply each operation atomically."""
+
+    def __init__(self, server: str = "default") -> None:
+        mongomock = _import_mongomock()
+        self.server = server
+        self.lock, client = _server(server, mongomock)
+        self._client = client
+
+    def get_database(self, name: str = DEFAULT_DATABASE, **options: Any) -> Any:
+        return _Locked(self._client.get_database(name, **options), self.lock)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.get_database(name)
+
+    def drop_database(self, name: str) -> None:
+        with self.lock:
+            self._client.drop_database(name)
+
+    def list_database_names(self) -> list[str]:
+        with self.lock:
+            return list(self._client.list_database_names())
+
+    def close(self) -> None:
+        """Nothing to release: the data lives as long as the process."""
+
+    def __repr__(self) -> str:
+        return f"EmbeddedClient(server={self.server!r})"
+
+
+_servers: dict[str, tuple[threading.RLock, Any]] = {}
+_servers_lock = threading.Lock()
+
+
+def _server(name: str, mongomock: Any) -> tuple[threading.RLock, Any]:
+    with _servers_lock:
+        if name not in _servers:
+            _servers[name] = (threading.RLock(), mongomock.MongoClient(tz_aware=True))
+        return _servers[name]
+
+
+def reset_embedded(server: str | None = None) -> None:
+    """Forget the data of one embedded server (or of all of them)."""
+    with _servers_lock:
+        if server is None:
+            _servers.clear()
+        else:
+            _servers.pop(server, None)
+
+
+def parse_embedded_uri(uri: str) -> tuple[str, str] | None:
+    """``(server, database)`` for a ``mongomock://`` URI, else ``None``."""
+    parts = urlsplit(uri)
+    if parts.scheme != SCHEME:
+        return None
+    server = parts.hostname or "default"
+    database = parts.path.lstrip("/") or DEFAULT_DATABASE
+    return server, database
+
+
+def embedded_client(server: str = "default") -> EmbeddedClient:
+    """A client of the named embedded server (created on first use)."""
+    return EmbeddedClient(server)
+
+
+def is_embedded(database: Any) -> bool:
+    """Whether ``database`` is a database of the embedded stand-in."""
+    return isinstance(database, _Locked)

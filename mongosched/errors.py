@@ -1,0 +1,94 @@
+"""Exceptions raised by mongosched.
+
+Everything a caller may want to catch derives from :class:`MongoschedError`. Two
+exceptions are *raised into* task code by the runner and derive from
+:class:`BaseException` instead, so that a task's own ``except Exception:`` does not
+swallow them: :class:`JobTimeout` and :class:`WorkerShutdown`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "Fail",
+    "InvalidSchedule",
+    "JobNotFound",
+    "JobStateError",
+    "JobTimeout",
+    "LeaseLost",
+    "MongoschedError",
+    "SerializationError",
+    "TaskNotRegistered",
+    "WaitTimeout",
+    "WorkerShutdown",
+]
+
+
+class MongoschedError(Exception):
+    """Base class of every error mongosched raises to its caller."""
+
+
+class ConfigurationError(MongoschedError, ValueError):
+    """An option has a value mongosched cannot use.
+
+    The message names the task (when there is one) and the option.
+    """
+
+
+class InvalidSchedule(ConfigurationError):
+    """A cron expression, timezone, interval or misfire setting is not valid."""
+
+
+class TaskNotRegistered(MongoschedError, LookupError):
+    """No task of that name is registered with the app."""
+
+
+class SerializationError(MongoschedError, TypeError):
+    """A payload or a result cannot be stored as BSON.
+
+    mongosched never pickles: arguments, keyword arguments and return values must be
+    BSON-encodable (``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``,
+    ``datetime``, ``ObjectId``, ``Decimal128``, lists and dicts with string keys).
+    """
+
+
+class JobNotFound(MongoschedError, LookupError):
+    """No job has that id."""
+
+
+class JobStateError(MongoschedError):
+    """The job is not in a state that allows the operation (for example, updating a
+    job that is already running)."""
+
+
+class LeaseLost(MongoschedError):
+    """This worker no longer holds the job's lease: another worker may have taken it
+    over, and writes on its behalf are refused (fencing)."""
+
+
+class WaitTimeout(MongoschedError, TimeoutError):
+    """:meth:`mongosched.Job.wait` gave up before the job reached a final status."""
+
+
+class Fail(MongoschedError):
+    """Raise from a task to fail the job at once, without retrying.
+
+    ``raise Fail("customer deleted")`` ends the job ``failed`` with that message,
+    whatever attempts its retry policy has left.
+    """
+
+
+class JobTimeout(BaseException):
+    """Raised inside a task's thread when it has run longer than its ``timeout``.
+
+    Derives from :class:`BaseException` so a broad ``except Exception`` in the task
+    does not swallow it. A thread blocked inside C code (a socket read, ``time.sleep``)
+    sees it only when that call returns.
+    """
+
+
+class WorkerShutdown(BaseException):
+    """Raised inside a task's thread when its runner is stopped non-gracefully.
+
+    The job goes back to ``pending`` so another worker runs it again.
+    """

@@ -1,0 +1,135 @@
+"""Retry policy: how many attempts a job gets and how long it waits between them.
+
+Pure: no I/O and no clock. The runner asks the policy two questions when an attempt
+fails: *should it run again?* (:meth:`Retry.should_retry`) and *after how long?*
+(:meth:`Retry.delay_for`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+from .errors import ConfigurationError, Fail
+
+__all__ = ["BACKOFFS", "DEFAULT_RETRY", "Retry", "to_seconds"]
+
+Backoff = Literal["fixed", "linear", "exponential"]
+BACKOFFS: tuple[str, ...] = ("fixed", "linear", "exponential")
+
+
+def to_seconds(value: Any, *, what: str, allow_none: bool = False) -> float | None:
+    """Seconds as a float from a number or a :class:`~datetime.timedelta`.
+
+    ``what`` names the option in the error ("task 'x': delay").
+    """
+    if value is None and allow_none:
+        return None
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise ConfigurationError(
+        f"{what} must be a number of seconds or a timedelta, not {type(value).__name__}"
+    )
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How a task retries.
+
+    :param max_attempts: attempts in all, the first included (``1`` = never retry).
+        An attempt cut short because its worker died (its lease expired) counts too.
+    :param backoff: ``"fixed"`` (``delay`` every time), ``"linear"`` (``delay × n``) or
+        ``"exponential"`` (``delay × 2ⁿ⁻¹``), where *n* is the attempt that failed.
+    :param delay: base delay, seconds or a timedelta.
+    :param max_delay: cap on any single delay (``None``: no cap).
+    :param jitter: "full jitter": wait a uniformly random time between zero and the
+        computed delay, so that jobs that failed together do not retry together.
+    :param retry_on: exception types that are retried; any other exception fails the
+        job at once, and so does :class:`mongosched.errors.Fail`.
+    """
+
+    max_attempts: int = 1
+    backoff: Backoff = "exponential"
+    delay: float | timedelta = 1.0
+    max_delay: float | timedelta | None = 300.0
+    jitter: bool = False
+    retry_on: tuple[type[BaseException], ...] = field(default=(Exception,))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool):
+            raise ConfigurationError("retry: max_attempts must be an int")
+        if self.max_attempts < 1:
+            raise ConfigurationError(f"retry: max_attempts must be >= 1, not {self.max_attempts}")
+        if self.backoff not in BACKOFFS:
+            raise ConfigurationError(
+                f"retry: backoff must be one of {', '.join(BACKOFFS)}, not {self.backoff!r}"
+            )
+        delay = to_seconds(self.delay, what="retry: delay")
+        assert delay is not None
+        if delay < 0:
+            raise ConfigurationError(f"retry: delay must be >= 0, not {delay}")
+        cap = to_seconds(self.max_delay, what="retry: max_delay", allow_none=True)
+        if cap is not None and cap < 0:
+            raise ConfigurationError(f"retry: max_delay must be >= 0, not {cap}")
+        retry_on = self.retry_on
+        if isinstance(retry_on, type):
+            retry_on = (retry_on,)
+        retry_on = tuple(retry_on) if isinstance(retry_on, Iterable) else retry_on
+        if not all(isinstance(t, type) and issubclass(t, BaseException) for t in retry_on):
+            raise ConfigurationError("retry: retry_on must be exception classes")
+        object.__setattr__(self, "delay", delay)
+        object.__setattr__(self, "max_delay", cap)
+        object.__setattr__(self, "retry_on", retry_on)
+
+    @classmethod
+    def coerce(cls, value: Retry | int | None, *, task: str = "?") -> Retry:
+        """The policy for a ``retry=`` option: a :class:`Retry`, an int (that many
+        attempts, no delay) or ``None`` (the default policy)."""
+        if value is None:
+            return DEFAULT_RETRY
+        if isinstance(value, Retry):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            try:
+                return cls(max_attempts=value, delay=0.0)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"task {task!r}: {exc}") from None
+        raise ConfigurationError(
+            f"task {task!r}: retry must be a Retry, an int or None, not {type(value).__name__}"
+        )
+
+    def should_retry(self, exc: BaseException, attempt: int) -> bool:
+        """Whether attempt number ``attempt`` (1-based), which raised ``exc``, is
+        followed by another."""
+        if attempt >= self.max_attempts or isinstance(exc, Fail):
+            return False
+        return isinstance(exc, self.retry_on)
+
+    def delay_for(self, attempt: int, rng: random.Random | None = None) -> timedelta:
+        """How long to wait after attempt number ``attempt`` (1-based) failed."""
+        base = float(self.delay)  # normalised to float in __post_init__
+        if self.backoff == "fixed":
+            seconds = base
+        elif self.backoff == "linear":
+            seconds = base * attempt
+        else:
+            # Cap the exponent: 2**1000 would overflow a float long before any cap applies.
+            seconds = base * 2.0 ** min(attempt - 1, 64)
+        if self.max_delay is not None:
+            seconds = min(seconds, float(self.max_delay))
+        if self.jitter:
+            seconds = (rng or random).uniform(0.0, seconds)
+        return timedelta(seconds=seconds)
+
+    def to_document(self) -> dict[str, Any]:
+        """What a job document keeps of the policy (the rest lives in code)."""
+        return {"max_attempts": self.max_attempts}
+
+
+DEFAULT_RETRY = Retry(max_attempts=3, backoff="exponential", delay=1.0, max_delay=300.0, jitter=True)
+"""Three attempts in all, exponential backoff from 1 s capped at 5 minutes, full jitter."""

@@ -1,0 +1,138 @@
+"""Bad input fails at the call, naming the task and the field; good input is stored."""
+
+from __future__ import annotations
+
+import decimal
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from mongosched import App, JobStatus
+from mongosched.errors import ConfigurationError, SerializationError, TaskNotRegistered
+
+
+def test_bare_decorator_names_the_task_after_module_and_function(app: App) -> None:
+    @app.task
+    def ping() -> str:
+        return "pong"
+
+    assert ping.name == f"{__name__}.test_bare_decorator_names_the_task_after_module_and_function.<locals>.ping"
+    assert app.get_task(ping.name) is ping
+    assert ping() == "pong"  # a plain call runs inline
+    assert app.count_jobs() == 0  # and makes no job
+
+
+def test_schedule_stores_a_pending_job_with_defaults_and_overrides(app: App) -> None:
+    @app.task(name="emails.send", queue="emails", priority=3)
+    def send(user_id: int, template: str = "welcome") -> None: ...
+
+    before = app.now()
+    job = send.schedule(123, template="reset")
+    assert (job.task, job.args, job.kwargs) == ("emails.send", [123], {"template": "reset"})
+    assert (job.queue, job.priority, job.status, job.attempts) == ("emails", 3, JobStatus.PENDING, 0)
+    assert before <= job.run_at <= app.now()
+    later = send.schedule(1, delay=60, priority=1)
+    assert later.priority == 1
+    assert timedelta(seconds=59) < later.run_at - job.run_at < timedelta(seconds=61)
+    when = datetime(2030, 5, 1, 12, tzinfo=timezone(timedelta(hours=2)))
+    assert send.schedule(1, run_at=when).run_at == when
+    bulk = send.configure(queue="bulk", delay=timedelta(seconds=5)).schedule(7, template="x")
+    assert bulk.queue == "bulk" and bulk.kwargs == {"template": "x"}
+    stored = app.get_job(job.id)
+    assert stored is not None and stored.kwargs == {"template": "reset"}
+    assert app.get_job(str(job.id)) == stored  # hex string ids work too
+
+
+def test_unknown_task_name_is_refused(app: App) -> None:
+    @app.task(name="known")
+    def known() -> None: ...
+
+    with pytest.raises(TaskNotRegistered, match="'nope'.*registered: known"):
+        app.schedule("nope")
+    assert app.schedule("known").task == "known"
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"priority": 0}, "task 'emails.send': priority must be an int from 1"),
+        ({"priority": 11}, "priority"),
+        ({"priority": "1"}, "priority"),
+        ({"delay": -1}, "task 'emails.send': delay must be >= 0"),
+        ({"delay": "soon"}, "delay must be a number of seconds"),
+        ({"run_at": datetime(2030, 1, 1)}, "run_at must be timezone-aware"),
+        ({"run_at": "2030-01-01"}, "run_at must be a datetime"),
+        ({"run_at": datetime(2030, 1, 1, tzinfo=timezone.utc), "delay": 5}, "either delay or run_at"),
+        ({"queue": ""}, "queue must be a non-empty str"),
+        ({"dedupe_key": 5}, "dedupe_key"),
+        ({"dedupe_key": "k", "dedupe_scope": "forever"}, "dedupe_scope"),
+    ],
+)
+def test_bad_options_are_refused_naming_task_and_field(app: App, options: dict, message: str) -> None:
+    @app.task(name="emails.send")
+    def send(user_id: int) -> None: ...
+
+    with pytest.raises(ConfigurationError, match=message):
+        send.schedule(1, **options)
+    assert app.count_jobs() == 0  # nothing half-written
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, message",
+    [
+        ((object(),), {}, "argument 0 is not BSON-encodable"),
+        ((1, {1, 2}), {}, "argument 1 is not BSON-encodable"),
+        ((), {"amount": decimal.Decimal("1.5")}, "keyword argument 'amount'"),
+        ((2**70,), {}, "argument 0"),
+    ],
+)
+def test_payload_that_is_not_bson_is_refused(app: App, args: tuple, kwargs: dict, message: str) -> None:
+    @app.task(name="pay")
+    def pay(*args: object, **kwargs: object) -> None: ...
+
+    with pytest.raises(SerializationError, match=f"task 'pay': {message}"):
+        pay.schedule(*args, **kwargs)
+    assert app.count_jobs() == 0
+
+
+def test_parameter_named_like_an_option_is_refused_at_decoration(app: App) -> None:
+    with pytest.raises(ConfigurationError, match=r"task 'mail'.*'delay'.*configure\(\)"):
+
+        @app.task(name="mail")
+        def mail(to: str, delay: int) -> None: ...
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"priority": 0}, "task 'x': priority"),
+        ({"queue": 3}, "task 'x': queue"),
+        ({"retry": "many"}, "task 'x': retry"),
+        ({"timeout": 0}, "task 'x': timeout must be > 0"),
+        ({"concurrency": 0}, "task 'x': concurrency"),
+        ({"cron": "* * * * *", "every": 5}, "task 'x': give either cron or every"),
+        ({"timezone": "UTC"}, "task 'x': timezone applies only with cron"),
+    ],
+)
+def test_bad_task_options_are_refused_at_decoration(app: App, options: dict, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        app.task(name="x", **options)(lambda: None)
+
+
+def test_same_name_twice_is_refused(app: App) -> None:
+    app.task(name="dup")(lambda: 1)
+    with pytest.raises(ConfigurationError, match="'dup' is already registered"):
+        app.task(name="dup")(lambda: 2)
+
+
+def test_app_options_are_checked() -> None:
+    with pytest.raises(ConfigurationError, match="exactly one of uri or database"):
+        App()
+    with pytest.raises(ConfigurationError, match="names no database"):
+        App("mongodb://localhost:27017")
+    with pytest.raises(ConfigurationError, match="invalid MongoDB URI"):
+        App("http://example")
+    with pytest.raises(ConfigurationError, match="lease_duration must be > 0"):
+        App("mongomock://", lease_duration=0)
+    with pytest.raises(ConfigurationError, match="clock must return a timezone-aware"):
+        App("mongomock://", clock=lambda: datetime(2026, 1, 1)).now()

@@ -1,0 +1,75 @@
+"""Retry policy: pure, no database."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from mongosched import Fail, Retry
+from mongosched.errors import ConfigurationError
+from mongosched.retry import DEFAULT_RETRY
+
+
+def seconds(policy: Retry, attempts: range) -> list[float]:
+    return [policy.delay_for(n).total_seconds() for n in attempts]
+
+
+def test_fixed_linear_exponential_backoff() -> None:
+    assert seconds(Retry(max_attempts=5, backoff="fixed", delay=2), range(1, 5)) == [2, 2, 2, 2]
+    assert seconds(Retry(max_attempts=5, backoff="linear", delay=2), range(1, 5)) == [2, 4, 6, 8]
+    assert seconds(Retry(max_attempts=5, backoff="exponential", delay=2), range(1, 5)) == [2, 4, 8, 16]
+
+
+def test_cap_applies_and_huge_attempts_do_not_overflow() -> None:
+    policy = Retry(max_attempts=2000, backoff="exponential", delay=1, max_delay=timedelta(minutes=5))
+    assert seconds(policy, range(8, 11)) == [128, 256, 300]
+    assert policy.delay_for(1500).total_seconds() == 300
+
+
+def test_full_jitter_stays_within_zero_and_the_computed_delay() -> None:
+    policy = Retry(max_attempts=10, backoff="exponential", delay=1, max_delay=60, jitter=True)
+    rng = random.Random(7)
+    values = [policy.delay_for(6, rng).total_seconds() for _ in range(500)]
+    assert all(0 <= v <= 32 for v in values)
+    assert max(values) > 25 and min(values) < 5  # spread over the range, not a constant
+
+
+def test_retry_on_filters_exceptions_and_fail_never_retries() -> None:
+    policy = Retry(max_attempts=3, retry_on=(IOError,))
+    assert policy.should_retry(IOError("x"), 1)
+    assert not policy.should_retry(ValueError("x"), 1)
+    assert not policy.should_retry(IOError("x"), 3)  # attempts spent
+    assert not Retry(max_attempts=3).should_retry(Fail("stop"), 1)
+
+
+def test_coerce_int_means_attempts_without_delay() -> None:
+    policy = Retry.coerce(3, task="t")
+    assert policy.max_attempts == 3 and policy.delay_for(1) == timedelta(0)
+    assert Retry.coerce(None) is DEFAULT_RETRY
+    assert DEFAULT_RETRY.max_attempts == 3 and DEFAULT_RETRY.jitter
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"max_attempts": True}, "max_attempts"),
+        ({"backoff": "fibonacci"}, "backoff"),
+        ({"delay": -1}, "delay"),
+        ({"delay": "1s"}, "delay"),
+        ({"max_delay": -5}, "max_delay"),
+        ({"retry_on": ("IOError",)}, "retry_on"),
+    ],
+)
+def test_bad_policy_is_refused_naming_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(ConfigurationError, match=field):
+        Retry(**kwargs)
+
+
+def test_coerce_names_the_task() -> None:
+    with pytest.raises(ConfigurationError, match="task 'emails.send'.*retry"):
+        Retry.coerce("3", task="emails.send")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="task 'emails.send'.*max_attempts"):
+        Retry.coerce(0, task="emails.send")

@@ -1,0 +1,332 @@
+"""The running system: claims, leases, fencing, retries, order, shutdown, recovery."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from mongosched import App, Event, Fail, JobStatus, Retry, current_job
+from mongosched.testing import FakeClock, drain
+from tests.support.tasks import Recorder
+from tests.support.waiting import wait_for
+
+
+def test_a_job_runs_and_its_result_is_stored(app: App) -> None:
+    @app.task(name="add")
+    def add(a: int, b: int) -> dict[str, int]:
+        ctx = current_job()
+        assert ctx is not None and ctx.task == "add" and ctx.attempt == 1
+        return {"sum": a + b}
+
+    runner = app.runner(workers=2).start()
+    job = add.schedule(2, 3).wait(timeout=10)
+    assert job.status is JobStatus.COMPLETED
+    assert job.result == {"sum": 5}
+    assert job.attempts == 1 and job.lease is None and job.error is None
+    assert job.started_at is not None and job.finished_at >= job.started_at
+    assert job.expire_at is not None  # retention applies to finished jobs
+    assert runner.stop(timeout=5)
+
+
+def test_racing_runners_never_claim_a_job_twice(make_app: Callable[..., App]) -> None:
+    """3 apps x 3 runners x 1 worker + ... : 12 worker threads over 300 jobs."""
+    recorder = Recorder()
+    apps = [make_app() for _ in range(3)]
+    for app in apps:
+        app.task(name="work", retry=1)(lambda n: recorder.enter(n) or recorder.leave())
+    jobs = apps[0].schedule_bulk(apps[0].tasks["work"].job(n) for n in range(300))
+    runners = [app.runner(workers=2) for app in apps for _ in range(2)]
+    for runner in runners:
+        runner.start()
+    wait_for(lambda: apps[0].count_jobs(status="completed") == 300, timeout=60, message="300 done")
+    for runner in runners:
+        assert runner.stop(timeout=10)
+    counts = recorder.counts()
+    assert sorted(counts) == list(range(300))
+    assert set(counts.values()) == {1}, [n for n, c in counts.items() if c > 1]
+    assert {j.refresh().attempts for j in jobs} == {1}
+    assert sum(r.claimed for r in runners) == 300
+    assert sum(1 for r in runners if r.claimed) >= 2  # the work really was shared
+
+
+def test_priority_first_then_fifo_by_due_time(app: App, clock: FakeClock) -> None:
+    app._clock = clock
+    order: list[str] = []
+
+    @app.task(name="t")
+    def t(label: str) -> None:
+        order.append(label)
+
+    t.schedule("p5-second", delay=2)
+    t.schedule("p5-first", delay=1)
+    t.schedule("p1", priority=1, delay=3)
+    t.schedule("p10", priority=10)
+    t.schedule("p5-future", delay=60)
+    clock.advance(seconds=5)
+    assert drain(app) == 4
+    assert order == ["p1", "p5-first", "p5-second", "p10"]  # the future one waits
+    clock.advance(seconds=60)
+    assert drain(app) == 1 and order[-1] == "p5-future"
+
+
+def test_retries_follow_the_policy_on_the_injected_clock(app: App, clock: FakeClock) -> None:
+    app._clock = clock
+    seen: list[int] = []
+
+    @app.task(name="flaky", retry=Retry(max_attempts=4, backoff="exponential", delay=10, retry_on=(IOError,)))
+    def flaky() -> str:
+        ctx = current_job()
+        assert ctx is not None
+        seen.append(ctx.attempt)
+        if ctx.attempt < 3:
+            raise IOError(f"boom {ctx.attempt}")
+        return "ok"
+
+    job = flaky.schedule()
+    start = clock()
+    assert drain(app) == 1
+    job.refresh()
+    assert job.status is JobStatus.PENDING and job.attempts == 1
+    assert job.run_at == start + timedelta(seconds=10)
+    assert job.error is not None and job.error.type == "OSError" and "boom 1" in job.error.message
+    assert "Traceback" in (job.error.traceback or "")
+    clock.advance(seconds=9)
+    assert drain(app) == 0  # not due yet
+    clock.advance(seconds=1)
+    assert drain(app) == 1
+    assert job.refresh().run_at == clock() + timedelta(seconds=20)  # 10 * 2
+    clock.advance(seconds=20)
+    assert drain(app) == 1
+    job.refresh()
+    assert (job.status, job.result, job.attempts, seen) == (JobStatus.COMPLETED, "ok", 3, [1, 2, 3])
+
+
+def test_attempts_spent_ends_failed_with_the_last_error(app: App) -> None:
+    @app.task(name="bad", retry=2)
+    def bad() -> None:
+        raise RuntimeError("always")
+
+    job = bad.schedule()
+    assert drain(app) == 2  # retry=2: two attempts, no delay
+    job.refresh()
+    assert job.status is JobStatus.FAILED and job.attempts == 2
+    assert job.error is not None and (job.error.type, job.error.message) == ("RuntimeError", "always")
+
+
+def test_fail_and_unlisted_exceptions_do_not_retry(app: App) -> None:
+    @app.task(name="give_up", retry=5)
+    def give_up() -> None:
+        raise Fail("customer deleted")
+
+    @app.task(name="typo", retry=Retry(max_attempts=5, retry_on=(IOError,)))
+    def typo() -> None:
+        raise KeyError("x")
+
+    a, b = give_up.schedule(), typo.schedule()
+    assert drain(app) == 2
+    assert (a.refresh().status, a.attempts, a.error.message) == (JobStatus.FAILED, 1, "customer deleted")
+    assert (b.refresh().status, b.attempts, b.error.type) == (JobStatus.FAILED, 1, "KeyError")
+
+
+def test_a_result_that_is_not_bson_fails_the_job_clearly(app: App) -> None:
+    @app.task(name="weird", retry=3)
+    def weird() -> object:
+        return object()
+
+    job = weird.schedule()
+    drain(app)
+    job.refresh()
+    assert job.status is JobStatus.FAILED and job.attempts == 1
+    assert "task 'weird': return value is not BSON-encodable" in job.error.message
+
+
+def test_lost_lease_is_taken_over_and_the_late_completion_is_rejected(
+    make_app: Callable[..., App], clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second = make_app(clock=clock, lease_duration=30), make_app(clock=clock, lease_duration=30)
+    release, started = threading.Event(), threading.Event()
+    lost: list[Event] = []
+    first.on("job:lease_lost", lost.append)
+
+    @first.task(name="work", retry=3)
+    def slow() -> str:
+        started.set()
+        release.wait(20)
+        return "first"
+
+    second.task(name="work", retry=3)(lambda: "second")
+
+    # The first runner never heartbeats within the test (interval 1000 s): as if hung.
+    a = first.runner(workers=1, heartbeat_interval=1000, reap_interval=0.05).start()
+    job = slow.schedule()
+    assert started.wait(10)
+    clock.advance(seconds=31)  # its lease (30 s) has run out
+    b = second.runner(workers=1, reap_interval=0.05).start()
+    wait_for(lambda: job.refresh().status is JobStatus.COMPLETED, message="takeover")
+    assert job.result == "second" and job.attempts == 2
+    assert job.error is None
+    release.set()
+    with caplog.at_level(logging.WARNING, logger="mongosched"):
+        assert a.stop(timeout=10)
+    assert job.refresh().result == "second"  # the late write changed nothing
+    assert [e.job.id for e in lost] == [job.id]
+    assert any("lease lost" in r.getMessage() for r in caplog.records)
+    b.stop(timeout=5)
+
+
+def test_crashed_worker_job_runs_again_then_fails_when_attempts_are_spent(
+    app: App, clock: FakeClock
+) -> None:
+    app._clock = clock
+    ran: list[int] = []
+
+    @app.task(name="victim", retry=2)
+    def victim() -> None:
+        ran.append(1)
+
+    job = victim.schedule()
+    runner = app.runner(workers=1)
+
+    def crash() -> None:
+        """A worker claims the job and dies: no heartbeat, no outcome."""
+        claimed = app._store.claim(owner="dead", tasks=["victim"], queues=None, now=app.now(), lease_duration=5)
+        assert claimed is not None and claimed["_id"] == job.id
+
+    crash()
+    assert runner.reap() == 0  # lease still valid
+    clock.advance(seconds=6)
+    assert runner.reap() == 1
+    job.refresh()
+    assert job.status is JobStatus.PENDING and job.attempts == 1
+    assert job.error.type == "LeaseExpired" and "worker dead" in job.error.message
+    crash()  # attempt 2 dies too: attempts are spent
+    clock.advance(seconds=6)
+    assert runner.reap() == 1
+    job.refresh()
+    assert job.status is JobStatus.FAILED and job.attempts == 2 and ran == []
+    assert "attempt 2 of 2" in job.error.message
+
+
+def test_reaper_loses_to_a_heartbeat_that_lands_first(app: App, clock: FakeClock) -> None:
+    app._clock = clock
+    app.task(name="t")(lambda: None)
+    job = app.schedule("t")
+    claimed = app._store.claim(owner="w", tasks=["t"], queues=None, now=app.now(), lease_duration=5)
+    token = claimed["lease"]["token"]
+    clock.advance(seconds=6)
+    expired = app._store.expired(app.now())
+    assert [d["_id"] for d in expired] == [job.id]
+    assert app._store.renew(job.id, token, app.now(), 5) is not None  # heartbeat wins the race
+    assert not app._store.reap(job.id, token, app.now(), {"$set": {"status": "pending"}})
+    assert job.refresh().status is JobStatus.RUNNING
+
+
+def test_graceful_stop_finishes_in_flight_jobs(app: App) -> None:
+    release = threading.Event()
+    started = Recorder()
+
+    @app.task(name="slow")
+    def slow(n: int) -> int:
+        started.enter(n)
+        release.wait(10)
+        return n
+
+    jobs = [slow.schedule(n) for n in range(3)]
+    runner = app.runner(workers=3).start()
+    wait_for(lambda: len(started.calls) == 3, message="3 started")
+    stopper = threading.Thread(target=lambda: results.append(runner.stop(graceful=True, timeout=10)))
+    results: list[bool] = []
+    stopper.start()
+    wait_for(lambda: not runner.is_running, message="dispatcher stopped")
+    extra = slow.schedule(99)  # scheduled after stop: must not be claimed
+    release.set()
+    stopper.join(10)
+    assert results == [True]
+    assert [j.refresh().status for j in jobs] == [JobStatus.COMPLETED] * 3
+    assert app.count_jobs(status="running") == 0  # no live lease left behind
+    assert extra.refresh().status is JobStatus.PENDING
+    assert not runner.is_running
+
+
+def test_non_graceful_stop_interrupts_and_requeues(app: App) -> None:
+    started = threading.Event()
+
+    @app.task(name="loop")
+    def loop() -> None:
+        started.set()
+        while True:  # pure-Python loop: the interrupt stops it
+            pass
+
+    job = loop.schedule()
+    runner = app.runner(workers=1).start()
+    assert started.wait(10)
+    assert runner.stop(graceful=False, timeout=10)
+    job.refresh()
+    assert job.status is JobStatus.PENDING and job.attempts == 0  # handed back, uncounted
+
+
+def test_unknown_task_jobs_are_left_pending_and_reported(
+    make_app: Callable[..., App], caplog: pytest.LogCaptureFixture
+) -> None:
+    web, worker = make_app(), make_app()
+    web.task(name="only.in.web")(lambda: None)
+    worker.task(name="known")(lambda: None)
+    job = web.schedule("only.in.web")
+    runner = worker.runner(workers=1)
+    with caplog.at_level(logging.WARNING, logger="mongosched"):
+        runner.start()
+        wait_for(lambda: any("only.in.web (1)" in r.getMessage() for r in caplog.records))
+    runner.stop(timeout=5)
+    assert job.refresh().status is JobStatus.PENDING
+    assert worker.stats()["unknown_tasks"] == {"only.in.web": 1}
+
+
+def test_listener_errors_never_break_scheduling_or_running(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    events: list[str] = []
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("listener bug")
+
+    for name in ("job:created", "job:start", "job:success"):
+        app.on(name, broken)
+        app.on(name, lambda e: events.append(e.name))
+    app.task(name="t")(lambda: 1)
+    with caplog.at_level(logging.ERROR, logger="mongosched"):
+        job = app.schedule("t")
+        drain(app)
+    assert job.refresh().status is JobStatus.COMPLETED
+    assert events == ["job:created", "job:start", "job:success"]
+    assert sum("listener bug" in (r.exc_text or "") or "raised" in r.getMessage() for r in caplog.records) == 3
+
+
+def test_database_outage_is_survived(app: App, caplog: pytest.LogCaptureFixture) -> None:
+    """The dispatcher logs, backs off and resumes when the store raises network errors."""
+    from pymongo.errors import AutoReconnect
+
+    app.task(name="t")(lambda: "ok")
+    store = app._store
+    real_claim = store.claim
+    failures = {"left": 3}
+
+    def flaky_claim(**kwargs: Any) -> Any:
+        if failures["left"]:
+            failures["left"] -= 1
+            raise AutoReconnect("connection refused")
+        return real_claim(**kwargs)
+
+    store.claim = flaky_claim  # type: ignore[method-assign]
+    job = app.schedule("t")
+    runner = app.runner(workers=1, poll_interval=0.01)
+    with caplog.at_level(logging.WARNING, logger="mongosched"):
+        runner.start()
+        assert job.wait(timeout=10).status is JobStatus.COMPLETED
+    runner.stop()
+    assert failures["left"] == 0
+    assert any("database error" in r.getMessage() for r in caplog.records)
