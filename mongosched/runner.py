@@ -567,6 +567,10 @@ class Runner:
                 "$set": {"status": "pending", "lease": None, "run_at": now, "updated_at": now},
                 "$inc": {"attempts": -1},
             }
+        if ctx.cancel_reason == "timeout" or isinstance(error, JobTimeout):
+            # Timed out, whatever the function did after the interrupt (even returning).
+            error = JobTimeout(f"task {task.name!r} exceeded its timeout of {task.timeout} s")
+            return self._failed(lease, error, now, retry=ctx.attempt < task.retry.max_attempts)
         if error is None:
             try:
                 bson.encode({"result": result})
@@ -579,12 +583,7 @@ class Runner:
             if doc.get("repeat"):
                 return "job:success", self._next_slot(lease, now, "completed", result=result)
             return "job:success", app._final_update("completed", now, result=result, error=None)
-        if ctx.cancel_reason == "timeout" or isinstance(error, JobTimeout):
-            error = JobTimeout(f"task {task.name!r} exceeded its timeout of {task.timeout} s")
-            retry = ctx.attempt < task.retry.max_attempts
-        else:
-            retry = task.retry.should_retry(error, ctx.attempt)
-        return self._failed(lease, error, now, retry=retry)
+        return self._failed(lease, error, now, retry=task.retry.should_retry(error, ctx.attempt))
 
     def _failed(
         self, lease: _Lease, error: BaseException, now: datetime, *, retry: bool

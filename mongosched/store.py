@@ -50,7 +50,8 @@ INDEXES: list[tuple[list[tuple[str, int]], dict[str, Any]]] = [
     ([("status", 1), ("priority", 1), ("run_at", 1)], {"name": "claim_any_queue"}),
     # Reaper: running jobs whose lease ran out.
     ([("status", 1), ("lease.until", 1)], {"name": "reap"}),
-    # Queries: by task (and status), newest first; by status, newest first.
+    # Queries: by task, by task and status, by status; each newest first.
+    ([("task", 1), ("updated_at", -1)], {"name": "task_updated"}),
     ([("task", 1), ("status", 1), ("updated_at", -1)], {"name": "task_status"}),
     ([("status", 1), ("updated_at", -1)], {"name": "status_updated"}),
     # Dedupe: a key is held only while its job is in the key's scope (fields unset after).
