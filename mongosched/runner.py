@@ -120,12 +120,16 @@ class _Lease:
         with self._lock:
             if self.lost:
                 return False
+            store = self.app._store
             now = self.app.now()
-            duration = self.runner.lease_duration
+            until = _ms(now + timedelta(seconds=self.runner.lease_duration))
             try:
-                doc = self.app._store.renew(self.job_id, self.token, now, duration)
-                if doc is not None and self.has_slot:
-                    self.app._store.renew_slot(self.task.name, self.token, now, duration)
+                # The slot first, to the same instant: the job's lease never outlives
+                # its slot, so the concurrency limit holds even when a renewal fails.
+                if self.has_slot and not store.renew_slot(self.task.name, self.token, until):
+                    doc = None
+                else:
+                    doc = store.renew(self.job_id, self.token, now, until)
             except PyMongoError as exc:
                 if self.app.now() < self.until:
                     log.warning("heartbeat for job %s failed (%s); will retry", self.job_id, exc)
@@ -135,7 +139,7 @@ class _Lease:
             if doc is None:
                 self._lose("heartbeat found the lease gone")
                 return False
-            self.until = now + timedelta(seconds=duration)
+            self.until = until
             if doc.get("cancel_requested"):
                 self.ctx._cancel("cancelled")
             return True
@@ -411,8 +415,25 @@ class Runner:
         return [name for name in self.app.tasks if self._saturated.get(name, 0.0) <= now]
 
     def _claim_one(self) -> bool:
-        """Claim and start one job. True if one was claimed (even if it was given back
-        for want of a concurrency slot, so the dispatcher re-polls at once)."""
+        """Claim and start one job. True if a job was claimed (even one given back for
+        want of a concurrency slot), so the dispatcher re-polls at once."""
+        lease, claimed = self._claim()
+        if lease is None:
+            if claimed:
+                self._free.release()
+            return claimed
+        with self._leases_lock:
+            self._leases[lease.job_id] = lease
+        self.claimed += 1
+        lease.start()
+        assert self._pool is not None
+        self._pool.submit(self._run, lease)
+        return True
+
+    def _claim(self) -> tuple[_Lease | None, bool]:
+        """One claim: ``(lease, True)``; ``(None, True)`` when the job was given back
+        because the task's concurrency slots are all held; ``(None, False)`` when
+        nothing is due."""
         app = self.app
         now = app.now()
         doc = app._store.claim(
@@ -423,7 +444,7 @@ class Runner:
             lease_duration=self.lease_duration,
         )
         if doc is None:
-            return False
+            return None, False
         task = app.tasks[doc["task"]]
         lease = _Lease(self, doc, task)
         if task.concurrency is not None:
@@ -438,16 +459,9 @@ class Runner:
             ):
                 app._store.unclaim(lease.job_id, lease.token, app.now())
                 self._saturated[task.name] = time.monotonic() + self.poll_interval
-                self._free.release()
-                return True
+                return None, True
             lease.has_slot = True
-        with self._leases_lock:
-            self._leases[lease.job_id] = lease
-        self.claimed += 1
-        lease.start()
-        assert self._pool is not None
-        self._pool.submit(self._run, lease)
-        return True
+        return lease, True
 
     # Running one job ---------------------------------------------------------------------------------
     def _run(self, lease: _Lease) -> None:
@@ -533,7 +547,6 @@ class Runner:
         app, task, ctx = self.app, lease.task, lease.ctx
         lease.stop()  # no heartbeat may race the outcome write
         now = app.now()
-        job = Job(app, lease.doc)
         if lease.lost:
             log.warning(
                 "job %s (%s): finished after its lease was lost; outcome discarded (%s)",
@@ -548,8 +561,7 @@ class Runner:
                 lease._lose("outcome write was fenced off")
             log.warning("job %s (%s): outcome rejected: lease lost", lease.job_id, task.name)
             return None
-        fresh = app._store.get(lease.job_id) if app._listeners.get(event) else None
-        app.emit(event, job=Job(app, fresh) if fresh else job, error=error, runner=self)
+        app.emit(event, job=Job(app, applied(lease.doc, update)), error=error, runner=self)
         if event == "job:cancel":
             log.info("job %s (%s) cancelled while running", lease.job_id, task.name)
         return event
@@ -661,6 +673,18 @@ class Runner:
 
     def __repr__(self) -> str:
         return f"<Runner {self.name} workers={self.workers} running={self.is_running}>"
+
+
+def applied(doc: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """The document as ``update`` (top-level ``$set``/``$unset``/``$inc``) leaves it:
+    lets events carry the job's new state without reading it back."""
+    new = dict(doc)
+    new.update(update.get("$set", {}))
+    for key in update.get("$unset", {}):
+        new.pop(key, None)
+    for key, step in update.get("$inc", {}).items():
+        new[key] = new.get(key, 0) + step
+    return new
 
 
 def next_slot_update(

@@ -295,15 +295,11 @@ class Store:
         )
 
     def renew(
-        self, job_id: Any, token: str, now: datetime, lease_duration: float
+        self, job_id: Any, token: str, now: datetime, until: datetime
     ) -> dict[str, Any] | None:
-        """Extend a lease. Returns ``{"cancel_requested": ...}`` or None if the lease is lost."""
-        update = {
-            "$set": {
-                "lease.until": _ms(now + timedelta(seconds=lease_duration)),
-                "lease.heartbeat_at": now,
-            }
-        }
+        """Extend a lease to ``until``. Returns ``{"cancel_requested": ...}``, or None if
+        the lease is lost."""
+        update = {"$set": {"lease.until": _ms(until), "lease.heartbeat_at": now}}
         return self._retrying(
             "heartbeat",
             lambda _: self.jobs.find_one_and_update(
@@ -355,8 +351,10 @@ class Store:
 
     def reap(self, job_id: Any, token: str, now: datetime, update: dict[str, Any]) -> bool:
         """Apply ``update`` to a job whose lease ``token`` expired, re-checking in the same
-        write that it is still expired (a heartbeat that lands first wins)."""
-        update = {**update, "$set": {**update.get("$set", {}), "last_token": token}}
+        write that it is still expired (a heartbeat that lands first wins).
+
+        It does not touch ``last_token``: that field proves a *holder's* own write
+        landed, and the reaper writes on behalf of no holder."""
         result = self._retrying(
             "reap",
             lambda _: self.jobs.update_one(
@@ -486,12 +484,12 @@ class Store:
 
         return self._retrying("take slot", attempt)
 
-    def renew_slot(self, task: str, token: str, now: datetime, lease_duration: float) -> bool:
+    def renew_slot(self, task: str, token: str, until: datetime) -> bool:
+        """Extend a held slot to ``until``; False if the slot is no longer held by ``token``."""
         result = self._retrying(
             "renew slot",
             lambda _: self.slots.update_one(
-                {"task": task, "token": token},
-                {"$set": {"until": _ms(now + timedelta(seconds=lease_duration))}},
+                {"task": task, "token": token}, {"$set": {"until": _ms(until)}}
             ),
         )
         return bool(result.matched_count)

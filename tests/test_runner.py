@@ -221,7 +221,7 @@ def test_reaper_loses_to_a_heartbeat_that_lands_first(app: App, clock: FakeClock
     clock.advance(seconds=6)
     expired = app._store.expired(app.now())
     assert [d["_id"] for d in expired] == [job.id]
-    assert app._store.renew(job.id, token, app.now(), 5) is not None  # heartbeat wins the race
+    assert app._store.renew(job.id, token, app.now(), app.now() + timedelta(seconds=5)) is not None  # heartbeat wins the race
     assert not app._store.reap(job.id, token, app.now(), {"$set": {"status": "pending"}})
     assert job.refresh().status is JobStatus.RUNNING
 
