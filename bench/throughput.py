@@ -95,7 +95,11 @@ def main() -> None:
 
     def phase_counts() -> int:
         with lock:
-            total = sum(v for k, v in counts.items() if k not in ("hello", "isMaster", "ismaster", "endSessions"))
+            total = sum(
+                v
+                for k, v in counts.items()
+                if k not in ("hello", "isMaster", "ismaster", "endSessions")
+            )
             counts.clear()
         return total
 
@@ -133,11 +137,17 @@ def main() -> None:
 
     print(f"backend: {backend}")
     print(f"jobs: {options.jobs}, runners: {options.runners} x {options.workers} workers")
-    print(f"schedule_bulk: {options.jobs / schedule_seconds:,.0f} jobs/s, {schedule_trips} round trip(s) in all")
+    print(
+        f"schedule_bulk: {options.jobs / schedule_seconds:,.0f} jobs/s, {schedule_trips} round trip(s) in all"
+    )
     print(f"run: {options.jobs / elapsed:,.0f} jobs/s ({elapsed:.2f} s)")
-    print(f"round trips per job while running: {run_trips / options.jobs:.2f} "
-          "(claim + finish, plus idle polls, reaper and completion checks)")
-    print(f"due-to-start delay: p50 {statistics.median(delays):.1f} ms, p99 {percentile(delays, 0.99):.1f} ms")
+    print(
+        f"round trips per job while running: {run_trips / options.jobs:.2f} "
+        "(claim + finish, plus idle polls, reaper and completion checks)"
+    )
+    print(
+        f"due-to-start delay: p50 {statistics.median(delays):.1f} ms, p99 {percentile(delays, 0.99):.1f} ms"
+    )
 
 
 if __name__ == "__main__":

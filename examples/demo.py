@@ -9,17 +9,22 @@ from __future__ import annotations
 import logging
 import os
 import time
-from datetime import timedelta
 
 from mongosched import App, Every, Retry, current_job
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)-26s %(message)s")
 log = logging.getLogger("demo")
 
-app = App(os.environ.get("MONGOSCHED_URI", "mongomock://demo/demo"), poll_interval=0.2, lease_duration=6)
+app = App(
+    os.environ.get("MONGOSCHED_URI", "mongomock://demo/demo"), poll_interval=0.2, lease_duration=6
+)
 
 
-@app.task(name="emails.send", queue="emails", retry=Retry(max_attempts=4, backoff="exponential", delay=0.3))
+@app.task(
+    name="emails.send",
+    queue="emails",
+    retry=Retry(max_attempts=4, backoff="exponential", delay=0.3),
+)
 def send_email(user_id: int, template: str = "welcome") -> str:
     ctx = current_job()
     assert ctx is not None

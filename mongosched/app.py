@@ -261,7 +261,9 @@ class App:
         max_catchup: int = 100,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
-    def task(self, fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    def task(  # type: ignore[misc]  # mypy cannot match **options to the keyword overload
+        self, fn: Callable[..., Any] | None = None, /, **options: Any
+    ) -> Any:
         """Register a function as a task, bare (``@app.task``) or with options.
 
         :param name: registry name (default ``module.qualname``); jobs store it.
@@ -287,7 +289,9 @@ class App:
             task: Task[Any, Any] = Task(self, function, **options)
             existing = self.tasks.get(task.name)
             if existing is not None and existing.fn is not function:
-                same_code = getattr(existing.fn, "__code__", None) is getattr(function, "__code__", 0)
+                same_code = getattr(existing.fn, "__code__", None) is getattr(
+                    function, "__code__", 0
+                )
                 if not same_code:
                     raise ConfigurationError(
                         f"task {task.name!r} is already registered (by {existing.fn!r}); "
@@ -344,7 +348,8 @@ class App:
         if self.eager:
             from .testing import run_eagerly
 
-            return [run_eagerly(self, spec.task, doc) for spec, doc in zip(specs, docs)]
+            pairs = zip(specs, docs, strict=True)
+            return [run_eagerly(self, spec.task, doc) for spec, doc in pairs]
         jobs = []
         for stored, created in self._store.insert_many(docs):
             job = Job(self, stored)
@@ -358,7 +363,7 @@ class App:
         for runner in list(self._runners):
             runner.wake()
 
-    # Queries ---------------------------------------------------------------------------------------
+    # Queries -------------------------------------------------------------------------------------
     def get_job(self, job_id: Any) -> Job | None:
         """The job with that id (an ObjectId or its hex string), or None."""
         doc = self._store.get(_job_id(job_id))
@@ -409,9 +414,7 @@ class App:
         return self._store.count(self._job_query(task=task, status=status, queue=queue))
 
     @staticmethod
-    def _job_query(
-        *, task: str | None, status: Any, queue: str | None
-    ) -> dict[str, Any]:
+    def _job_query(*, task: str | None, status: Any, queue: str | None) -> dict[str, Any]:
         query: dict[str, Any] = {}
         if task is not None:
             query["task"] = task
@@ -422,7 +425,7 @@ class App:
             query["queue"] = queue
         return query
 
-    # Control ------------------------------------------------------------------------------------------
+    # Control -------------------------------------------------------------------------------------
     def cancel(self, job_id: Any) -> Cancellation:
         """Cancel a job: a pending one at once; a running one at its next heartbeat
         (it ends ``cancelled`` when its function returns). A finished job is left as
@@ -618,7 +621,7 @@ class App:
             )
         return rows
 
-    # Outcome documents (shared by the runner, the reaper and cancel) --------------------------------
+    # Outcome documents (shared by the runner, the reaper and cancel) -----------------------------
     def _expire_at(self, status: str, now: datetime) -> datetime | None:
         keep = self.keep_completed if status == "completed" else self.keep_failed
         return None if keep is None else _ms(now + keep)
@@ -626,7 +629,13 @@ class App:
     def _final_update(self, status: str, now: datetime, **fields: Any) -> dict[str, Any]:
         """Update that ends a job in a final status and frees its dedupe key."""
         update: dict[str, Any] = {
-            "$set": {"status": status, "lease": None, "finished_at": now, "updated_at": now, **fields},
+            "$set": {
+                "status": status,
+                "lease": None,
+                "finished_at": now,
+                "updated_at": now,
+                **fields,
+            },
             "$unset": {"dedupe_active": "", "dedupe_pending": ""},
         }
         expire_at = self._expire_at(status, now)
@@ -634,7 +643,7 @@ class App:
             update["$set"]["expire_at"] = expire_at
         return update
 
-    # Events -----------------------------------------------------------------------------------------------
+    # Events --------------------------------------------------------------------------------------
     def on(self, event: str, listener: Callable[[Event], Any] | None = None) -> Any:
         """Call ``listener(event)`` on each ``event`` (see :data:`EVENTS`); also usable as
         a decorator, ``@app.on("job:fail")``. Listeners run synchronously in the thread
@@ -662,19 +671,27 @@ class App:
             except Exception:
                 log.exception("listener %r for %s raised; ignored", listener, name)
 
-    # Runners -----------------------------------------------------------------------------------------------
-    def runner(self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any) -> Runner:
+    # Runners -------------------------------------------------------------------------------------
+    def runner(
+        self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any
+    ) -> Runner:
         """A :class:`~mongosched.runner.Runner` for this app (not started)."""
         from .runner import Runner
 
-        return Runner(self, workers=workers, queues=queues if queues is not None else self.queues, **options)
+        return Runner(
+            self, workers=workers, queues=queues if queues is not None else self.queues, **options
+        )
 
-    def run_worker(self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any) -> None:
+    def run_worker(
+        self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any
+    ) -> None:
         """Run a worker in this thread until SIGINT or SIGTERM (then stop gracefully;
         a second signal stops at once)."""
         self.runner(workers=workers, queues=queues, **options).run_forever()
 
-    def start_runner(self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any) -> Runner:
+    def start_runner(
+        self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any
+    ) -> Runner:
         """Start one runner in background daemon threads of this process, once (again
         in a forked child); for running inside a web server process."""
         with self._lock:

@@ -229,8 +229,7 @@ class Job:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise WaitTimeout(
-                        f"job {self.id} ({self.task}) still {self.status.value} "
-                        f"after {timeout} s"
+                        f"job {self.id} ({self.task}) still {self.status.value} after {timeout} s"
                     )
                 pause = min(pause, remaining)
             time.sleep(pause)
@@ -309,7 +308,9 @@ class JobContext:
         if value is not None and not (
             isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
         ):
-            raise ValueError(f"task {self.task!r}: progress value must be within 0..1, not {value!r}")
+            raise ValueError(
+                f"task {self.task!r}: progress value must be within 0..1, not {value!r}"
+            )
         if message is not None and not isinstance(message, str):
             raise ValueError(f"task {self.task!r}: progress message must be a str")
         if self._lease is None:

@@ -11,7 +11,7 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .errors import ConfigurationError, Fail
 
@@ -112,7 +112,7 @@ class Retry:
 
     def delay_for(self, attempt: int, rng: random.Random | None = None) -> timedelta:
         """How long to wait after attempt number ``attempt`` (1-based) failed."""
-        base = float(self.delay)  # normalised to float in __post_init__
+        base = cast(float, self.delay)  # normalised to float in __post_init__
         if self.backoff == "fixed":
             seconds = base
         elif self.backoff == "linear":
@@ -121,7 +121,7 @@ class Retry:
             # Cap the exponent: 2**1000 would overflow a float long before any cap applies.
             seconds = base * 2.0 ** min(attempt - 1, 64)
         if self.max_delay is not None:
-            seconds = min(seconds, float(self.max_delay))
+            seconds = min(seconds, cast(float, self.max_delay))
         if self.jitter:
             seconds = (rng or random).uniform(0.0, seconds)
         return timedelta(seconds=seconds)
@@ -131,5 +131,7 @@ class Retry:
         return {"max_attempts": self.max_attempts}
 
 
-DEFAULT_RETRY = Retry(max_attempts=3, backoff="exponential", delay=1.0, max_delay=300.0, jitter=True)
+DEFAULT_RETRY = Retry(
+    max_attempts=3, backoff="exponential", delay=1.0, max_delay=300.0, jitter=True
+)
 """Three attempts in all, exponential backoff from 1 s capped at 5 minutes, full jitter."""

@@ -317,7 +317,9 @@ class Runner:
         if done:
             log.info("runner %s stopped", self.name)
         else:
-            log.warning("runner %s stopped claiming; %d job(s) still running", self.name, self.in_flight)
+            log.warning(
+                "runner %s stopped claiming; %d job(s) still running", self.name, self.in_flight
+            )
         self.app.emit("runner:stop", runner=self)
         return done
 
@@ -371,7 +373,9 @@ class Runner:
             except PyMongoError as exc:
                 self._free.release()
                 backoff = min(max(backoff * 2, self.poll_interval), 30.0)
-                log.warning("runner %s: database error (%s); retrying in %.1f s", self.name, exc, backoff)
+                log.warning(
+                    "runner %s: database error (%s); retrying in %.1f s", self.name, exc, backoff
+                )
                 self._stopping.wait(backoff)
                 continue
             except Exception:
@@ -463,12 +467,14 @@ class Runner:
             lease.has_slot = True
         return lease, True
 
-    # Running one job ---------------------------------------------------------------------------------
+    # Running one job -----------------------------------------------------------------------------
     def _run(self, lease: _Lease) -> None:
         try:
             self._execute(lease)
         except Exception:
-            log.exception("job %s (%s): internal error while finishing", lease.job_id, lease.task.name)
+            log.exception(
+                "job %s (%s): internal error while finishing", lease.job_id, lease.task.name
+            )
         finally:
             lease.stop()
             if lease.has_slot:
@@ -544,7 +550,7 @@ class Runner:
 
     def _finish(self, lease: _Lease, result: Any, error: BaseException | None) -> str | None:
         """Write the outcome of one attempt, fenced on the lease token."""
-        app, task, ctx = self.app, lease.task, lease.ctx
+        app, task = self.app, lease.task
         lease.stop()  # no heartbeat may race the outcome write
         now = app.now()
         if lease.lost:
@@ -574,7 +580,9 @@ class Runner:
         if ctx.cancel_reason == "cancelled":
             return "job:cancel", app._final_update("cancelled", now)
         if ctx.cancel_reason == "shutdown" or isinstance(error, WorkerShutdown):
-            log.info("job %s (%s) interrupted by shutdown; back to pending", lease.job_id, task.name)
+            log.info(
+                "job %s (%s) interrupted by shutdown; back to pending", lease.job_id, task.name
+            )
             return "job:retry", {
                 "$set": {"status": "pending", "lease": None, "run_at": now, "updated_at": now},
                 "$inc": {"attempts": -1},
@@ -606,8 +614,13 @@ class Runner:
             delay = task.retry.delay_for(ctx.attempt)
             log.info(
                 "job %s (%s) attempt %d/%d failed (%s: %s); retrying in %.1f s",
-                lease.job_id, task.name, ctx.attempt, ctx.max_attempts,
-                type(error).__name__, error, delay.total_seconds(),
+                lease.job_id,
+                task.name,
+                ctx.attempt,
+                ctx.max_attempts,
+                type(error).__name__,
+                error,
+                delay.total_seconds(),
             )
             return "job:retry", {
                 "$set": {
@@ -620,7 +633,12 @@ class Runner:
             }
         log.warning(
             "job %s (%s) failed on attempt %d/%d: %s: %s",
-            lease.job_id, task.name, ctx.attempt, ctx.max_attempts, type(error).__name__, error,
+            lease.job_id,
+            task.name,
+            ctx.attempt,
+            ctx.max_attempts,
+            type(error).__name__,
+            error,
         )
         if lease.doc.get("repeat"):
             return "job:fail", self._next_slot(lease, now, "failed", error=err)
@@ -635,7 +653,7 @@ class Runner:
         nxt = rule_from_document(lease.doc["repeat"]).next_after(slot)
         return next_slot_update(nxt, now, slot, status, result=result, error=error)
 
-    # Reaper ---------------------------------------------------------------------------------------------
+    # Reaper --------------------------------------------------------------------------------------
     def reap(self) -> int:
         """Give back jobs whose lease expired (their worker stopped heartbeating): to
         pending while attempts remain, else failed (repeating jobs: the next slot).
@@ -655,7 +673,15 @@ class Runner:
                 "traceback": None,
             }
             if attempts < max_attempts:
-                update = {"$set": {"status": "pending", "lease": None, "run_at": now, "error": err, "updated_at": now}}
+                update = {
+                    "$set": {
+                        "status": "pending",
+                        "lease": None,
+                        "run_at": now,
+                        "error": err,
+                        "updated_at": now,
+                    }
+                }
                 event = "job:retry"
             elif doc.get("repeat"):
                 slot = doc.get("scheduled_for") or now
@@ -665,7 +691,7 @@ class Runner:
             else:
                 update = app._final_update("failed", now, error=err)
                 event = "job:fail"
-            if app._store.reap(doc["_id"], lease.get("token"), now, update):
+            if app._store.reap(doc["_id"], lease["token"], now, update):
                 reaped += 1
                 log.warning("job %s (%s): %s", doc["_id"], doc["task"], err["message"])
                 app.emit(event, job=Job(app, doc), runner=self)

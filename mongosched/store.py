@@ -22,7 +22,8 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from bson.codec_options import CodecOptions
-from pymongo import ASCENDING, DESCENDING, ReturnDocument, WriteConcern
+from pymongo import ASCENDING, ReturnDocument, WriteConcern
+from pymongo.collection import Collection
 from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError
 
 __all__ = ["Store", "TRANSIENT_ERRORS", "new_token"]
@@ -112,8 +113,10 @@ class Store:
         options: dict[str, Any] = {"codec_options": CodecOptions(tz_aware=True)}
         if write_concern is not None:
             options["write_concern"] = WriteConcern(w=write_concern)
-        self.jobs = database.get_collection(collection, **options)
-        self.slots = database.get_collection(f"{collection}_slots", **options)
+        self.jobs: Collection[dict[str, Any]] = database.get_collection(collection, **options)
+        self.slots: Collection[dict[str, Any]] = database.get_collection(
+            f"{collection}_slots", **options
+        )
         self.retries = retries
         self.retry_pause = retry_pause
 
@@ -134,10 +137,13 @@ class Store:
 
     def ensure_indexes(self) -> None:
         """Create every index (idempotent: existing ones are left as they are)."""
-        for keys, options in INDEXES:
-            self._retrying("create index", lambda _, k=keys, o=options: self.jobs.create_index(k, **o))
-        for keys, options in SLOT_INDEXES:
-            self._retrying("create index", lambda _, k=keys, o=options: self.slots.create_index(k, **o))
+        for collection, indexes in ((self.jobs, INDEXES), (self.slots, SLOT_INDEXES)):
+            for keys, options in indexes:
+
+                def create(_: int, c: Any = collection, k: Any = keys, o: Any = options) -> str:
+                    return str(c.create_index(k, **o))
+
+                self._retrying("create index", create)
 
     def index_keys(self) -> list[list[str]]:
         """The key fields of each index on the job collection, in order."""
@@ -157,7 +163,9 @@ class Store:
                 if existing is not None:
                     return existing, existing["_id"] == doc["_id"]
                 # The job holding the key finished in between: the key is free again.
-        raise RuntimeError(f"could not insert job for task {doc['task']!r}: dedupe key keeps changing")
+        raise RuntimeError(
+            f"could not insert job for task {doc['task']!r}: dedupe key keeps changing"
+        )
 
     def insert_many(self, docs: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], bool]]:
         """Insert jobs in one round trip (unordered); each is resolved as :meth:`insert`."""
@@ -177,7 +185,9 @@ class Store:
                 results.append((doc, True))
                 continue
             existing = self._resolve_duplicate(doc)
-            results.append(self.insert(doc) if existing is None else (existing, existing["_id"] == doc["_id"]))
+            results.append(
+                self.insert(doc) if existing is None else (existing, existing["_id"] == doc["_id"])
+            )
         return results
 
     def _resolve_duplicate(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -220,9 +230,11 @@ class Store:
         pipeline = [{"$group": {"_id": {"task": "$task", "status": "$status"}, "n": {"$sum": 1}}}]
         return self._retrying("stats", lambda _: list(self.jobs.aggregate(pipeline)))
 
-    def unknown_due_tasks(self, known: Iterable[str], now: datetime, limit: int = 20) -> list[dict[str, Any]]:
+    def unknown_due_tasks(
+        self, known: Iterable[str], now: datetime, limit: int = 20
+    ) -> list[dict[str, Any]]:
         """Due pending jobs whose task is not in ``known``: ``[{_id: task, n: count}]``."""
-        pipeline = [
+        pipeline: list[dict[str, Any]] = [
             {"$match": {"status": PENDING, "run_at": {"$lte": now}, "task": {"$nin": list(known)}}},
             {"$group": {"_id": "$task", "n": {"$sum": 1}}},
             {"$sort": {"n": -1}},
@@ -324,7 +336,9 @@ class Store:
             if result.matched_count:
                 return True
             if n > 0:  # a repeated write: did the first one land before its reply was lost?
-                return self.jobs.find_one({"_id": job_id, "last_token": token}, {"_id": 1}) is not None
+                return (
+                    self.jobs.find_one({"_id": job_id, "last_token": token}, {"_id": 1}) is not None
+                )
             return False
 
         return self._retrying("transition", attempt)
@@ -438,11 +452,18 @@ class Store:
         )
         return False
 
-    # Concurrency slots ------------------------------------------------------------------------------
+    # Concurrency slots ---------------------------------------------------------------------------
     def ensure_slots(self, task: str, limit: int) -> None:
         """Create the slot documents ``0 .. limit-1`` of a task (idempotent)."""
         docs = [
-            {"_id": f"{task}#{i}", "task": task, "index": i, "token": None, "job": None, "until": None}
+            {
+                "_id": f"{task}#{i}",
+                "task": task,
+                "index": i,
+                "token": None,
+                "job": None,
+                "until": None,
+            }
             for i in range(limit)
         ]
         try:
@@ -505,4 +526,6 @@ class Store:
 
     def slot_holders(self, task: str, now: datetime) -> int:
         """Slots of ``task`` held by a live lease."""
-        return self.slots.count_documents({"task": task, "token": {"$ne": None}, "until": {"$gte": now}})
+        return self.slots.count_documents(
+            {"task": task, "token": {"$ne": None}, "until": {"$gte": now}}
+        )

@@ -170,7 +170,7 @@ class Task(Generic[P, R]):
         self.rule = _rule_from_options(task, cron, every, timezone)
         self.misfire = _misfire(task, misfire, misfire_grace, max_catchup)
         self._check_signature()
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     # Calling and scheduling ----------------------------------------------------------
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -379,10 +379,8 @@ def _rule_from_options(
     return None
 
 
-def _misfire(
-    task: str, policy: str, grace: float | timedelta | None, max_catchup: int
-) -> Misfire:
+def _misfire(task: str, policy: str, grace: float | timedelta | None, max_catchup: int) -> Misfire:
     try:
-        return Misfire(policy=policy, grace=grace, max_catchup=max_catchup)  # type: ignore[arg-type]
+        return Misfire(policy=policy, grace=grace, max_catchup=max_catchup)
     except (ConfigurationError, ValueError, TypeError) as exc:
         raise ConfigurationError(f"task {task!r}: {exc}") from None

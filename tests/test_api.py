@@ -16,7 +16,10 @@ def test_bare_decorator_names_the_task_after_module_and_function(app: App) -> No
     def ping() -> str:
         return "pong"
 
-    assert ping.name == f"{__name__}.test_bare_decorator_names_the_task_after_module_and_function.<locals>.ping"
+    assert (
+        ping.name
+        == f"{__name__}.test_bare_decorator_names_the_task_after_module_and_function.<locals>.ping"
+    )
     assert app.get_task(ping.name) is ping
     assert ping() == "pong"  # a plain call runs inline
     assert app.count_jobs() == 0  # and makes no job
@@ -29,7 +32,12 @@ def test_schedule_stores_a_pending_job_with_defaults_and_overrides(app: App) -> 
     before = app.now()
     job = send.schedule(123, template="reset")
     assert (job.task, job.args, job.kwargs) == ("emails.send", [123], {"template": "reset"})
-    assert (job.queue, job.priority, job.status, job.attempts) == ("emails", 3, JobStatus.PENDING, 0)
+    assert (job.queue, job.priority, job.status, job.attempts) == (
+        "emails",
+        3,
+        JobStatus.PENDING,
+        0,
+    )
     assert before <= job.run_at <= app.now()
     later = send.schedule(1, delay=60, priority=1)
     assert later.priority == 1
@@ -62,13 +70,18 @@ def test_unknown_task_name_is_refused(app: App) -> None:
         ({"delay": "soon"}, "delay must be a number of seconds"),
         ({"run_at": datetime(2030, 1, 1)}, "run_at must be timezone-aware"),
         ({"run_at": "2030-01-01"}, "run_at must be a datetime"),
-        ({"run_at": datetime(2030, 1, 1, tzinfo=timezone.utc), "delay": 5}, "either delay or run_at"),
+        (
+            {"run_at": datetime(2030, 1, 1, tzinfo=timezone.utc), "delay": 5},
+            "either delay or run_at",
+        ),
         ({"queue": ""}, "queue must be a non-empty str"),
         ({"dedupe_key": 5}, "dedupe_key"),
         ({"dedupe_key": "k", "dedupe_scope": "forever"}, "dedupe_scope"),
     ],
 )
-def test_bad_options_are_refused_naming_task_and_field(app: App, options: dict, message: str) -> None:
+def test_bad_options_are_refused_naming_task_and_field(
+    app: App, options: dict, message: str
+) -> None:
     @app.task(name="emails.send")
     def send(user_id: int) -> None: ...
 
@@ -86,7 +99,9 @@ def test_bad_options_are_refused_naming_task_and_field(app: App, options: dict, 
         ((2**70,), {}, "argument 0"),
     ],
 )
-def test_payload_that_is_not_bson_is_refused(app: App, args: tuple, kwargs: dict, message: str) -> None:
+def test_payload_that_is_not_bson_is_refused(
+    app: App, args: tuple, kwargs: dict, message: str
+) -> None:
     @app.task(name="pay")
     def pay(*args: object, **kwargs: object) -> None: ...
 

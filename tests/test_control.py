@@ -98,7 +98,14 @@ def test_sixteen_threads_scheduling_one_key_make_one_job(app: App) -> None:
 def test_schedule_bulk_is_one_insert_and_resolves_dedupe(app: App) -> None:
     task = app.task(name="t")(lambda n: n)
     existing = task.schedule(0, dedupe_key="dup")
-    jobs = app.schedule_bulk([task.job(1), task.job(2, delay=5), task.job(3, dedupe_key="dup"), task.job(4, dedupe_key="dup")])
+    jobs = app.schedule_bulk(
+        [
+            task.job(1),
+            task.job(2, delay=5),
+            task.job(3, dedupe_key="dup"),
+            task.job(4, dedupe_key="dup"),
+        ]
+    )
     assert [j.args for j in jobs[:2]] == [[1], [2]]
     assert jobs[2].id == existing.id and jobs[3].id == existing.id
     assert app.count_jobs(task="t") == 3
@@ -135,13 +142,19 @@ def test_concurrency_limit_holds_across_runners(make_app: Callable[..., App]) ->
     assert apps[0]._store.slot_holders("limited", apps[0].now()) == 0  # every slot released
 
 
-def test_a_crashed_holder_slot_frees_itself_when_its_lease_expires(app: App, clock: FakeClock) -> None:
+def test_a_crashed_holder_slot_frees_itself_when_its_lease_expires(
+    app: App, clock: FakeClock
+) -> None:
     app._clock = clock
     app.task(name="solo", concurrency=1)(lambda: "ran")
     store = app._store
     store.ensure_slots("solo", 1)
-    assert store.take_slot(task="solo", limit=1, token="dead", job_id=1, owner="x", now=clock(), lease_duration=5)
-    assert not store.take_slot(task="solo", limit=1, token="t2", job_id=2, owner="y", now=clock(), lease_duration=5)
+    assert store.take_slot(
+        task="solo", limit=1, token="dead", job_id=1, owner="x", now=clock(), lease_duration=5
+    )
+    assert not store.take_slot(
+        task="solo", limit=1, token="t2", job_id=2, owner="y", now=clock(), lease_duration=5
+    )
     job = app.schedule("solo")
     runner = app.runner(workers=1)
     runner._prepare()
@@ -149,7 +162,9 @@ def test_a_crashed_holder_slot_frees_itself_when_its_lease_expires(app: App, clo
     assert runner._claim_one()  # claimed, but no slot: given back, uncounted
     assert job.refresh().status is JobStatus.PENDING and job.attempts == 0
     clock.advance(seconds=6)
-    assert store.take_slot(task="solo", limit=1, token="t3", job_id=3, owner="z", now=clock(), lease_duration=5)
+    assert store.take_slot(
+        task="solo", limit=1, token="t3", job_id=3, owner="z", now=clock(), lease_duration=5
+    )
     runner._pool.shutdown()
 
 
@@ -247,7 +262,7 @@ def test_get_jobs_filters_sorts_and_pages_stably(app: App, clock: FakeClock) -> 
     app._clock = clock
     a = app.task(name="a")(lambda: None)
     b = app.task(name="b", queue="q2")(lambda: None)
-    for n in range(7):
+    for _ in range(7):
         a.schedule()
         b.schedule()
     clock.advance(seconds=1)
@@ -271,7 +286,11 @@ def test_documented_query_filters_lead_an_index() -> None:
     """Each filter combination get_jobs documents is a prefix of some index, with the
     documented sort field right after it."""
     keys = [[field for field, _ in spec] for spec, _ in INDEXES]
-    for filters, sort in [(["task"], "updated_at"), (["task", "status"], "updated_at"), (["status"], "updated_at")]:
+    for filters, sort in [
+        (["task"], "updated_at"),
+        (["task", "status"], "updated_at"),
+        (["status"], "updated_at"),
+    ]:
         assert any(k[: len(filters) + 1] == [*filters, sort] for k in keys), (filters, keys)
     claim = next(k for k, o in INDEXES if o["name"] == "claim")
     assert [f for f, _ in claim] == ["status", "queue", "priority", "run_at"]
@@ -280,7 +299,15 @@ def test_documented_query_filters_lead_an_index() -> None:
 def test_indexes_exist_on_the_server(app: App) -> None:
     app.ensure_indexes()
     names = set(app._store.jobs.index_information())
-    assert {"claim", "reap", "task_status", "status_updated", "dedupe_active", "dedupe_pending", "expire_at"} <= names
+    assert {
+        "claim",
+        "reap",
+        "task_status",
+        "status_updated",
+        "dedupe_active",
+        "dedupe_pending",
+        "expire_at",
+    } <= names
     info = app._store.jobs.index_information()
     assert info["dedupe_active"]["unique"] and info["expire_at"]["expireAfterSeconds"] == 0
 
@@ -348,7 +375,11 @@ def test_progress_is_visible_on_the_job(app: App) -> None:
     runner = app.runner(workers=1).start()
     assert step.wait(10)
     progress = job.refresh().progress
-    assert progress is not None and progress["value"] == 0.4 and progress["message"] == "copied 400/1000"
+    assert (
+        progress is not None
+        and progress["value"] == 0.4
+        and progress["message"] == "copied 400/1000"
+    )
     go_on.set()
     job.wait(timeout=10)
     runner.stop()
@@ -371,7 +402,9 @@ def test_stats_counts_by_task_and_status(app: App) -> None:
 # Retention ----------------------------------------------------------------------------------------------
 
 
-def test_finished_jobs_get_expire_at_from_the_retention_settings(make_app: Callable[..., App], clock: FakeClock) -> None:
+def test_finished_jobs_get_expire_at_from_the_retention_settings(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
     app = make_app(clock=clock, keep_completed=timedelta(hours=1), keep_failed=timedelta(days=2))
     app.task(name="ok")(lambda: 1)
     app.task(name="bad", retry=1)(lambda: 1 / 0)
@@ -408,14 +441,22 @@ def test_purge_deletes_old_finished_jobs_only(app: App, clock: FakeClock) -> Non
 
 def test_events_follow_a_job_through_retry_to_success(app: App) -> None:
     names: list[tuple[str, str | None]] = []
-    for name in ("job:created", "job:start", "job:retry", "job:success", "job:fail", "runner:start", "runner:stop"):
+    for name in (
+        "job:created",
+        "job:start",
+        "job:retry",
+        "job:success",
+        "job:fail",
+        "runner:start",
+        "runner:stop",
+    ):
         app.on(name, lambda e: names.append((e.name, type(e.error).__name__ if e.error else None)))
 
     @app.task(name="t", retry=2)
     def t() -> str:
         ctx = current_job()
         if ctx and ctx.attempt == 1:
-            raise IOError("once")
+            raise OSError("once")
         return "ok"
 
     runner = app.runner(workers=1)

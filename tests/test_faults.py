@@ -75,7 +75,9 @@ class World:
 def make_world(seed: int, database: Any) -> World:
     rng = random.Random(seed)
     clock = FakeClock()
-    app = App(database=database, clock=clock, lease_duration=LEASE, keep_completed=None, keep_failed=None)
+    app = App(
+        database=database, clock=clock, lease_duration=LEASE, keep_completed=None, keep_failed=None
+    )
     app.task(name="plain", retry=3)(lambda n: n)
     app.task(name="limited", retry=3, concurrency=LIMIT)(lambda n: n)
     app.ensure_indexes()
@@ -143,7 +145,9 @@ def act_progress(w: World, holder: Holder) -> None:
     except PyMongoError:
         return
     if not current:
-        assert not ok and w.raw(holder.lease.job_id).get("progress") == before, "fenced progress landed"
+        assert not ok and w.raw(holder.lease.job_id).get("progress") == before, (
+            "fenced progress landed"
+        )
     if not ok:
         drop(w, holder)
 
@@ -195,7 +199,9 @@ def drop(w: World, holder: Holder) -> None:
 
 def is_current(w: World, holder: Holder) -> bool:
     doc = w.raw(holder.lease.job_id)
-    return doc["status"] == "running" and (doc.get("lease") or {}).get("token") == holder.lease.token
+    return (
+        doc["status"] == "running" and (doc.get("lease") or {}).get("token") == holder.lease.token
+    )
 
 
 # Invariants ------------------------------------------------------------------------------------
@@ -203,7 +209,9 @@ def is_current(w: World, holder: Holder) -> bool:
 
 def check_limit(w: World) -> None:
     now = w.clock()
-    live = w.store.slots._target.count_documents({"task": "limited", "token": {"$ne": None}, "until": {"$gte": now}})
+    live = w.store.slots._target.count_documents(
+        {"task": "limited", "token": {"$ne": None}, "until": {"$gte": now}}
+    )
     assert live <= LIMIT, f"{live} live slots for a limit of {LIMIT}"
     running_limited = [
         h
@@ -226,7 +234,7 @@ def settle(w: World) -> None:
     for wrapper in (w.store.jobs, w.store.slots):
         wrapper.enabled = False
     for _ in range(50):
-        for worker, holders in w.active.items():
+        for holders in w.active.values():
             for holder in list(holders):
                 act_finish(w, holder)
         w.clock.advance(seconds=LEASE * 2)  # past every lease and retry delay
@@ -243,7 +251,10 @@ def settle(w: World) -> None:
                 w.active[0].append(holder)
                 act_finish(w, holder)
         if not progressed and not any(w.active.values()):
-            if w.store.jobs._target.count_documents({"status": {"$in": ["pending", "running"]}}) == 0:
+            if (
+                w.store.jobs._target.count_documents({"status": {"$in": ["pending", "running"]}})
+                == 0
+            ):
                 return
     raise AssertionError("jobs still unfinished after settling")
 
@@ -257,7 +268,9 @@ def check_end(w: World) -> None:
         if doc["status"] == "failed":
             assert doc["attempts"] >= doc["max_attempts"] or doc["error"]["type"] == "RuntimeError"
     for marker in w.raised_markers:
-        assert raw.count_documents({"args": [marker]}) <= 1, f"a failed schedule made job {marker} twice"
+        assert raw.count_documents({"args": [marker]}) <= 1, (
+            f"a failed schedule made job {marker} twice"
+        )
     check_dedupe(w)
 
 
@@ -320,7 +333,9 @@ def report(runs: int, seed: int, totals: Counter[str]) -> None:
 
 def test_invariants_hold_under_randomized_faults() -> None:
     if os.environ.get("MONGOSCHED_TEST_URI"):
-        pytest.skip("simulation steps the embedded stand-in directly (see test_fault_processes for the real server)")
+        pytest.skip(
+            "simulation steps the embedded stand-in directly (see test_fault_processes for the real server)"
+        )
     totals = run_many(RUNS, SEED)
     report(RUNS, SEED, totals)
     assert totals["claims"] > RUNS  # the runs did real work

@@ -78,13 +78,16 @@ def test_retries_follow_the_policy_on_the_injected_clock(app: App, clock: FakeCl
     app._clock = clock
     seen: list[int] = []
 
-    @app.task(name="flaky", retry=Retry(max_attempts=4, backoff="exponential", delay=10, retry_on=(IOError,)))
+    @app.task(
+        name="flaky",
+        retry=Retry(max_attempts=4, backoff="exponential", delay=10, retry_on=(IOError,)),
+    )
     def flaky() -> str:
         ctx = current_job()
         assert ctx is not None
         seen.append(ctx.attempt)
         if ctx.attempt < 3:
-            raise IOError(f"boom {ctx.attempt}")
+            raise OSError(f"boom {ctx.attempt}")
         return "ok"
 
     job = flaky.schedule()
@@ -115,7 +118,10 @@ def test_attempts_spent_ends_failed_with_the_last_error(app: App) -> None:
     assert drain(app) == 2  # retry=2: two attempts, no delay
     job.refresh()
     assert job.status is JobStatus.FAILED and job.attempts == 2
-    assert job.error is not None and (job.error.type, job.error.message) == ("RuntimeError", "always")
+    assert job.error is not None and (job.error.type, job.error.message) == (
+        "RuntimeError",
+        "always",
+    )
 
 
 def test_fail_and_unlisted_exceptions_do_not_retry(app: App) -> None:
@@ -129,7 +135,11 @@ def test_fail_and_unlisted_exceptions_do_not_retry(app: App) -> None:
 
     a, b = give_up.schedule(), typo.schedule()
     assert drain(app) == 2
-    assert (a.refresh().status, a.attempts, a.error.message) == (JobStatus.FAILED, 1, "customer deleted")
+    assert (a.refresh().status, a.attempts, a.error.message) == (
+        JobStatus.FAILED,
+        1,
+        "customer deleted",
+    )
     assert (b.refresh().status, b.attempts, b.error.type) == (JobStatus.FAILED, 1, "KeyError")
 
 
@@ -148,7 +158,10 @@ def test_a_result_that_is_not_bson_fails_the_job_clearly(app: App) -> None:
 def test_lost_lease_is_taken_over_and_the_late_completion_is_rejected(
     make_app: Callable[..., App], clock: FakeClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    first, second = make_app(clock=clock, lease_duration=30), make_app(clock=clock, lease_duration=30)
+    first, second = (
+        make_app(clock=clock, lease_duration=30),
+        make_app(clock=clock, lease_duration=30),
+    )
     release, started = threading.Event(), threading.Event()
     lost: list[Event] = []
     first.on("job:lease_lost", lost.append)
@@ -194,7 +207,9 @@ def test_crashed_worker_job_runs_again_then_fails_when_attempts_are_spent(
 
     def crash() -> None:
         """A worker claims the job and dies: no heartbeat, no outcome."""
-        claimed = app._store.claim(owner="dead", tasks=["victim"], queues=None, now=app.now(), lease_duration=5)
+        claimed = app._store.claim(
+            owner="dead", tasks=["victim"], queues=None, now=app.now(), lease_duration=5
+        )
         assert claimed is not None and claimed["_id"] == job.id
 
     crash()
@@ -221,7 +236,9 @@ def test_reaper_loses_to_a_heartbeat_that_lands_first(app: App, clock: FakeClock
     clock.advance(seconds=6)
     expired = app._store.expired(app.now())
     assert [d["_id"] for d in expired] == [job.id]
-    assert app._store.renew(job.id, token, app.now(), app.now() + timedelta(seconds=5)) is not None  # heartbeat wins the race
+    assert (
+        app._store.renew(job.id, token, app.now(), app.now() + timedelta(seconds=5)) is not None
+    )  # heartbeat wins the race
     assert not app._store.reap(job.id, token, app.now(), {"$set": {"status": "pending"}})
     assert job.refresh().status is JobStatus.RUNNING
 
@@ -239,7 +256,9 @@ def test_graceful_stop_finishes_in_flight_jobs(app: App) -> None:
     jobs = [slow.schedule(n) for n in range(3)]
     runner = app.runner(workers=3).start()
     wait_for(lambda: len(started.calls) == 3, message="3 started")
-    stopper = threading.Thread(target=lambda: results.append(runner.stop(graceful=True, timeout=10)))
+    stopper = threading.Thread(
+        target=lambda: results.append(runner.stop(graceful=True, timeout=10))
+    )
     results: list[bool] = []
     stopper.start()
     wait_for(lambda: not runner.is_running, message="dispatcher stopped")
@@ -303,7 +322,13 @@ def test_listener_errors_never_break_scheduling_or_running(
         drain(app)
     assert job.refresh().status is JobStatus.COMPLETED
     assert events == ["job:created", "job:start", "job:success"]
-    assert sum("listener bug" in (r.exc_text or "") or "raised" in r.getMessage() for r in caplog.records) == 3
+    assert (
+        sum(
+            "listener bug" in (r.exc_text or "") or "raised" in r.getMessage()
+            for r in caplog.records
+        )
+        == 3
+    )
 
 
 def test_database_outage_is_survived(app: App, caplog: pytest.LogCaptureFixture) -> None:
