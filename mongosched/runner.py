@@ -529,6 +529,17 @@ class Runner:
                 misfire.policy,
             )
         if plan.run_slot is not None:
+            if plan.run_slot != doc["scheduled_for"]:
+                # Record the slot this run is for, so a retry of it runs the same slot.
+                if not self.app._store.transition(
+                    lease.job_id,
+                    lease.token,
+                    {"$set": {"scheduled_for": plan.run_slot, "updated_at": now}},
+                ):
+                    with lease._lock:
+                        lease._lose("slot write was fenced off")
+                    return False
+                doc["scheduled_for"] = plan.run_slot
             lease.ctx.scheduled_for = plan.run_slot
             return True
         lease.stop()

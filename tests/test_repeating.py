@@ -169,6 +169,29 @@ def test_failed_run_retries_then_the_schedule_goes_on_with_the_error_recorded(
     assert job.last_run["status"] == "failed" and job.last_run["error"]["message"] == "down"
 
 
+def test_a_coalesced_run_that_retries_keeps_the_slot_it_ran_for(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock)
+    slots: list[datetime | None] = []
+
+    @app.task(name="late", cron="0 9 * * *", retry=2)
+    def late() -> None:
+        ctx = current_job()
+        slots.append(ctx.scheduled_for if ctx else None)
+        if len(slots) == 1:
+            raise RuntimeError("first attempt fails")
+
+    app.runner(workers=1)._prepare()
+    clock.advance(days=2, hours=2)  # slots on days 0, 1 and 2 are due: coalesced to day 2
+    assert drain(app) == 2
+    day2 = START.replace(hour=9) + timedelta(days=2)
+    assert slots == [day2, day2]  # the retry ran the same slot, not the stale day-0 one
+    job = app.get_job(schedule_id("late"))
+    assert job.last_run["slot"] == day2 and job.last_run["status"] == "completed"
+    assert job.run_at == day2 + timedelta(days=1)
+
+
 def test_cancelling_a_repeating_job_stops_it_for_good(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
