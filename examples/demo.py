@@ -1,4 +1,5 @@
-"""mongosched demo: jobs scheduled, retried, completed, deduplicated and cancelled.
+"""mongosched demo: jobs scheduled, retried, completed, deduplicated, limited, timed out,
+cancelled and queried, beside a cron schedule.
 
 Runs on the embedded stand-in, or on a real MongoDB when MONGOSCHED_URI is set
 (e.g. MONGOSCHED_URI=mongodb://localhost/demo make demo).
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 
 from mongosched import App, Every, Retry, current_job
@@ -48,6 +50,32 @@ def poll_feed(feed: str) -> None:
     log.info("polled %s", feed)
 
 
+resizing = {"now": 0, "peak": 0}
+resize_lock = threading.Lock()
+
+
+@app.task(name="images.resize", concurrency=2)  # at most 2 at once, across every process
+def resize(image: int) -> int:
+    with resize_lock:
+        resizing["now"] += 1
+        resizing["peak"] = max(resizing["peak"], resizing["now"])
+    time.sleep(0.2)
+    with resize_lock:
+        resizing["now"] -= 1
+    return image
+
+
+@app.task(name="stuck.loop", timeout=0.5, retry=1)  # interrupted after 0.5 s, no retry
+def stuck_loop() -> None:
+    while True:
+        pass
+
+
+@app.task(name="reports.nightly", cron="0 2 * * *", timezone="Europe/Berlin")
+def nightly() -> None:
+    log.info("nightly report")
+
+
 @app.task(name="slow.export")
 def slow_export() -> None:
     ctx = current_job()
@@ -67,14 +95,24 @@ def main() -> None:
     log.info("dedupe: second schedule returned the same job: %s", first.id == again.id)
     export = slow_export.schedule()
     poller = poll_feed.schedule("news", repeat=Every(seconds=0.5))
+    images = [resize.schedule(n) for n in range(6)]
+    stuck = stuck_loop.schedule()
 
     runner = app.runner(workers=4).start()
-    time.sleep(1.0)
+    while export.refresh().status == "pending":
+        time.sleep(0.05)
     log.info("cancel running export: %s", app.cancel(export.id))
-    for job in [*emails, report, later, first, export]:
+    for job in [*emails, report, later, first, export, *images, stuck]:
         job.wait(timeout=30)
     app.cancel(poller.id)
     runner.stop(graceful=True, timeout=10)
+
+    log.info("images.resize: 6 jobs, at most %d ran at once (limit 2)", resizing["peak"])
+    log.info("stuck.loop: %s (%s)", stuck.status, stuck.error)
+    for row in app.schedules():
+        log.info("schedule %-16s %-22s next %s", row["task"], row["rule"], row["next_run"])
+    failed = app.get_jobs(status=["failed", "cancelled"], sort=("updated_at", -1), limit=10)
+    log.info("failed or cancelled: %s", ", ".join(f"{j.task} ({j.status})" for j in failed))
 
     log.info("%-14s %-10s %-8s %s", "task", "status", "attempts", "result / error")
     for job in [*emails, report, later, first, export]:
@@ -84,6 +122,7 @@ def main() -> None:
     log.info("totals: %s", ", ".join(f"{k}={v}" for k, v in totals.items() if v))
     assert all(j.status == "completed" for j in [*emails, report, later]), "demo jobs must complete"
     assert export.status == "cancelled"
+    assert stuck.status == "failed" and resizing["peak"] <= 2
 
 
 if __name__ == "__main__":
