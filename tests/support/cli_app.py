@@ -1,0 +1,50 @@
+"""An app for the command's subprocess tests: ``--app tests.support.cli_app:app``.
+
+It uses the embedded stand-in (its data lives and dies with the process), or, when
+``MONGOSCHED_TEST_URI`` is set, the database named by ``MONGOSCHED_CLI_TEST_DB`` on that
+server. When ``MONGOSCHED_CLI_TEST_DIR`` is set, a starting runner schedules one
+``cli.work`` job: it writes ``started`` to ``DIR/progress``, waits (at most 20 s) for
+``DIR/release`` to exist, then appends ``done``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from mongosched import App, Event
+
+_uri = os.environ.get("MONGOSCHED_TEST_URI")
+if _uri:
+    import pymongo
+
+    _client: pymongo.MongoClient[dict[str, object]] = pymongo.MongoClient(_uri, tz_aware=True)
+    _database = _client[os.environ.get("MONGOSCHED_CLI_TEST_DB", "mongosched_cli_test")]
+    app = App(database=_database, lease_duration=5, poll_interval=0.05)
+else:
+    app = App("mongomock://cli/cli", lease_duration=5, poll_interval=0.05)
+
+
+@app.task(name="cli.work", retry=1)
+def work(directory: str) -> str:
+    progress = Path(directory, "progress")
+    progress.write_text("started\n")
+    deadline = time.monotonic() + 20
+    while not Path(directory, "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with progress.open("a") as file:
+        file.write("done\n")
+    return "done"
+
+
+def _schedule_work(event: Event) -> None:
+    directory = os.environ.get("MONGOSCHED_CLI_TEST_DIR")
+    if directory:
+        work.schedule(directory)
+
+
+app.on("runner:start", _schedule_work)
+
+
+not_an_app = work
