@@ -1,0 +1,53 @@
+"""Django integration: ``INSTALLED_APPS += ["mongosched.contrib.django"]``.
+
+Settings (``settings.MONGOSCHED``, a dict)::
+
+    MONGOSCHED = {
+        "URI": "mongodb://localhost/myproject",  # required (or a Database object as DATABASE)
+        "DATABASE": None,          # a database name replacing the URI's
+        "COLLECTION": "mongosched_jobs",
+        "WORKERS": 4,              # in-process runner threads; default of `worker --workers`
+        "QUEUES": None,            # queues runners serve (None: all)
+        "RUN_IN_PROCESS": False,   # run a runner inside each web process
+        "TASK_MODULES": [],        # modules to import besides each app's tasks.py
+        "AUTODISCOVER": True,      # import each installed app's tasks.py
+        # and the other App options: LEASE_DURATION, POLL_INTERVAL, KEEP_COMPLETED,
+        # KEEP_FAILED, WRITE_CONCERN, EAGER, CLOCK
+    }
+
+Tasks register on the project's shared :class:`~mongosched.App`::
+
+    # myapp/tasks.py
+    from mongosched.contrib.django import app
+
+    @app.task(retry=5)
+    def send_welcome(user_id): ...
+
+``python manage.py mongosched worker`` runs a worker (and the other ``mongosched``
+verbs work the same way). For Django's tasks framework, set
+``TASKS = {"default": {"BACKEND": "mongosched.contrib.django.TasksBackend"}}``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .conf import get_app
+from .inprocess import start_runner, stop_runner
+
+if TYPE_CHECKING:
+    from ...app import App
+
+__all__ = ["TasksBackend", "app", "get_app", "start_runner", "stop_runner"]
+
+app: App  # resolved on first access, below
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return get_app()
+    if name == "TasksBackend":
+        from .backend import TasksBackend
+
+        return TasksBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,297 @@
+"""A backend for Django's tasks framework that stores tasks in MongoDB.
+
+::
+
+    TASKS = {"default": {"BACKEND": "mongosched.contrib.django.TasksBackend"}}
+
+``@task`` functions enqueued with ``.enqueue()`` become mongosched jobs (of the task
+:data:`~._taskrun.RUN_TASK`, with the Django task's import path as payload) in the
+project's App, and run in its runners: ``manage.py mongosched worker`` or the
+in-process runner. ``django.tasks`` (Django 6) is used when present, else the
+``django-tasks`` package.
+
+* ``supports_defer``: ``run_after`` becomes the job's ``run_at``.
+* ``supports_priority``: Django's priority (-100 lowest .. 100 highest, default 0) maps
+  onto mongosched's 1 (first) .. 10 (last), default 5, by :func:`to_mongosched_priority`.
+* ``supports_get_result``: the result id is the job id; statuses map as
+  pending → READY, running → RUNNING, completed → SUCCESSFUL, failed and cancelled →
+  FAILED. The return value must be JSON-like (as Django requires).
+* ``task_enqueued`` is sent by ``enqueue()``; ``task_started`` and ``task_finished`` in
+  the worker, around the function.
+* An exception fails the task (no retries: Django's semantics); a run cut short by a
+  dead worker runs again (at-least-once), up to three attempts.
+* The backend's ``QUEUES`` (default ``["default"]``) lists the queue names tasks may
+  use; ``"QUEUES": []`` allows any. Queue names are mongosched queues.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import importlib
+import math
+import re
+from datetime import datetime
+from typing import Any
+
+from bson import ObjectId
+from bson.errors import InvalidId
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from ... import errors as mongosched_errors
+from ...app import App
+from ...errors import WorkerShutdown
+from ...job import ErrorInfo, Job, JobStatus, current_job
+from ._taskrun import RUN_TASK
+from .conf import get_app
+
+
+def _load_framework() -> dict[str, Any]:
+    """The tasks framework's names: ``django.tasks`` if present (Django 6), else the
+    ``django-tasks`` package (``django_tasks``, same interface)."""
+    try:
+        importlib.import_module("django.tasks")
+        root = "django.tasks"
+    except ImportError:
+        root = "django_tasks"
+    base = importlib.import_module(f"{root}.base")
+    exceptions = importlib.import_module(f"{root}.exceptions")
+    signals = importlib.import_module(f"{root}.signals")
+    try:
+        normalize = importlib.import_module("django.utils.json").normalize_json
+    except (ImportError, AttributeError):
+        normalize = importlib.import_module("django_tasks.utils").normalize_json
+    return {
+        "root": root,
+        "BaseTaskBackend": importlib.import_module(f"{root}.backends.base").BaseTaskBackend,
+        "Task": base.Task,
+        "TaskContext": base.TaskContext,
+        "TaskError": base.TaskError,
+        "TaskResult": base.TaskResult,
+        "TaskResultStatus": base.TaskResultStatus,
+        "TaskResultDoesNotExist": exceptions.TaskResultDoesNotExist,
+        "task_enqueued": signals.task_enqueued,
+        "task_started": signals.task_started,
+        "task_finished": signals.task_finished,
+        "task_backends": importlib.import_module(root).task_backends,
+        "normalize_json": normalize,
+    }
+
+
+fw = _load_framework()
+BaseTaskBackend: Any = fw["BaseTaskBackend"]
+Status: Any = fw["TaskResultStatus"]
+TaskResultDoesNotExist: Any = fw["TaskResultDoesNotExist"]
+
+STATUSES: dict[JobStatus, Any] = {
+    JobStatus.PENDING: Status.READY,
+    JobStatus.RUNNING: Status.RUNNING,
+    JobStatus.COMPLETED: Status.SUCCESSFUL,
+    JobStatus.FAILED: Status.FAILED,
+    JobStatus.CANCELLED: Status.FAILED,
+}
+
+
+def to_mongosched_priority(priority: int) -> int:
+    """Django's priority (-100 .. 100, higher runs first, default 0) as mongosched's
+    (1 .. 10, lower runs first, default 5). Monotonic, in bands: 0 → 5; 1..25 → 4,
+    26..50 → 3, 51..75 → 2, 76..100 → 1; -1..-20 → 6, -21..-40 → 7, -41..-60 → 8,
+    -61..-80 → 9, -81..-100 → 10."""
+    if priority > 0:
+        return 5 - math.ceil(min(priority, 100) / 25)
+    if priority < 0:
+        return 5 + math.ceil(min(-priority, 100) / 20)
+    return 5
+
+
+class TasksBackend(BaseTaskBackend):  # type: ignore[misc]  # the framework is untyped here
+    """Django tasks backend storing tasks as mongosched jobs (see the module doc)."""
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+
+    @property
+    def app(self) -> App:
+        return get_app()
+
+    # Enqueueing ----------------------------------------------------------------------
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        self.validate_task(task)
+        normalize = fw["normalize_json"]
+        payload_args, payload_kwargs = normalize(list(args)), normalize(dict(kwargs))
+        options: dict[str, Any] = {
+            "queue": task.queue_name,
+            "priority": to_mongosched_priority(task.priority),
+        }
+        run_after = task.run_after
+        if run_after is not None:
+            if timezone.is_naive(run_after):  # only accepted with USE_TZ = False
+                run_after = timezone.make_aware(run_after)
+            options["run_at"] = run_after
+        job = (
+            self.app.get_task(RUN_TASK)
+            .configure(**options)
+            .schedule(
+                path=task.module_path,
+                args=payload_args,
+                kwargs=payload_kwargs,
+                backend=self.alias,
+                django_priority=task.priority,
+                run_after=run_after,
+            )
+        )
+        result = self._result(job, task=task)
+        fw["task_enqueued"].send(sender=type(self), task_result=result)
+        return result
+
+    # Results ---------------------------------------------------------------------------
+    def get_result(self, result_id: str) -> Any:
+        try:
+            job = self.app.get_job(ObjectId(result_id))
+        except (InvalidId, TypeError):
+            job = None
+        if job is None or job.task != RUN_TASK:
+            raise TaskResultDoesNotExist(result_id)
+        return self._result(job)
+
+    def _task_of(self, job: Job) -> Any:
+        """The Django Task a job runs, configured as it was enqueued."""
+        kw = job.kwargs
+        task = import_string(kw["path"])
+        if not isinstance(task, fw["Task"]):
+            raise TypeError(f"{kw['path']} is not a task (decorate it with @task)")
+        return task.using(
+            priority=kw.get("django_priority", 0),
+            queue_name=job.queue,
+            run_after=kw.get("run_after"),
+            backend=kw.get("backend", self.alias),
+        )
+
+    def _result(self, job: Job, *, task: Any = None) -> Any:
+        """The job as a Django ``TaskResult``."""
+        kw = job.kwargs
+        status = STATUSES[job.status]
+        errors = []
+        if job.error is not None and job.status is not JobStatus.COMPLETED:
+            errors.append(_task_error(job.error))
+        lease = job.lease or {}
+        worker = lease.get("owner") or "mongosched"
+        result = fw["TaskResult"](
+            task=task if task is not None else self._task_of(job),
+            id=str(job.id),
+            status=status,
+            enqueued_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            last_attempted_at=job.started_at,
+            args=kw.get("args", []),
+            kwargs=kw.get("kwargs", {}),
+            backend=kw.get("backend", self.alias),
+            errors=errors,
+            # mongosched keeps only the current lease holder, not a history: one entry
+            # per attempt, so that ``attempts`` is right.
+            worker_ids=[worker] * job.attempts,
+        )
+        if status == Status.SUCCESSFUL:
+            object.__setattr__(result, "_return_value", job.result)
+        return result
+
+    # Running (in the worker) -----------------------------------------------------------
+    def _run(self, job: Job) -> Any:
+        task = self._task_of(job)
+        running = self._result(job, task=task)
+        fw["task_started"].send(sender=type(self), task_result=running)
+        try:
+            if task.takes_context:
+                value = task.call(
+                    fw["TaskContext"](task_result=running), *running.args, **running.kwargs
+                )
+            else:
+                value = task.call(*running.args, **running.kwargs)
+            value = fw["normalize_json"](value)
+        except WorkerShutdown:
+            raise  # back to pending: not finished
+        except BaseException as exc:
+            error = fw["TaskError"](
+                exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
+                traceback=mongosched_traceback(exc),
+            )
+            self._finished(running, Status.FAILED, errors=[*running.errors, error])
+            raise
+        ctx = current_job()
+        if ctx is not None and ctx.cancel_reason == "cancelled":
+            self._finished(running, Status.FAILED)  # ends cancelled
+        else:
+            self._finished(running, Status.SUCCESSFUL, value=value)
+        return value
+
+    def _finished(self, running: Any, status: Any, *, value: Any = None, **changes: Any) -> None:
+        result = dataclasses.replace(running, status=status, finished_at=timezone.now(), **changes)
+        if status == Status.SUCCESSFUL:
+            object.__setattr__(result, "_return_value", value)
+        fw["task_finished"].send(sender=type(self), task_result=result)
+
+
+def mongosched_traceback(exc: BaseException) -> str:
+    import traceback
+
+    return "".join(traceback.format_exception(exc))
+
+
+def run_enqueued(
+    path: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str,
+    django_priority: int,
+    run_after: datetime | None,
+) -> Any:
+    """Body of :data:`RUN_TASK`: run the job's Django task through its backend."""
+    ctx = current_job()
+    if ctx is None:  # called inline, outside a runner
+        raise RuntimeError(f"{RUN_TASK} runs only inside a mongosched job")
+    instance = fw["task_backends"][backend]
+    if not isinstance(instance, TasksBackend):
+        raise mongosched_errors.Fail(
+            f"task backend {backend!r} is {type(instance).__name__}, not TasksBackend; "
+            f"cannot run {path}"
+        )
+    job = instance.app.get_job(ctx.id)
+    if job is None:  # pragma: no cover - deleted while running
+        raise mongosched_errors.Fail(f"job {ctx.id} vanished")
+    return instance._run(job)
+
+
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
+
+
+def _class_path(error: ErrorInfo) -> str:
+    """Best-effort import path of the exception class a job failed with.
+
+    mongosched records the class's bare name; the last line of the formatted traceback
+    names it with its module (``myapp.errors.PaymentDeclined: ...``)."""
+    for line in reversed((error.traceback or "").splitlines()):
+        match = _EXC_LINE.match(line)
+        if match and match.group(1).rsplit(".", 1)[-1] == error.type:
+            name = match.group(1)
+            return name if "." in name else f"builtins.{name}"
+    if error.type == "LeaseExpired":
+        return "mongosched.errors.LeaseLost"
+    if isinstance(getattr(builtins, error.type, None), type):
+        return f"builtins.{error.type}"
+    if isinstance(getattr(mongosched_errors, error.type, None), type):
+        return f"mongosched.errors.{error.type}"
+    return "builtins.Exception"
+
+
+def _task_error(error: ErrorInfo) -> Any:
+    return fw["TaskError"](
+        exception_class_path=_class_path(error),
+        traceback=error.traceback or str(error),
+    )
+
+
+__all__ = ["TasksBackend", "to_mongosched_priority"]

@@ -1,0 +1,261 @@
+"""Flask integration.
+
+::
+
+    from flask import Flask
+    from mongosched.contrib.flask import MongoSched
+
+    sched = MongoSched()
+
+    @sched.task(retry=5)
+    def send_welcome(user_id): ...
+
+    def create_app():
+        app = Flask(__name__)
+        app.config["MONGOSCHED_URI"] = "mongodb://localhost/myapp"
+        sched.init_app(app)          # or MongoSched(app) without a factory
+        return app
+
+    # in a view:  send_welcome.schedule(user.id)
+    # a worker:   flask --app myapp mongosched worker --workers 8
+
+Config keys: ``MONGOSCHED_URI`` (required), ``MONGOSCHED_DATABASE`` (a database
+name replacing the URI's, or a Database object instead of a URI),
+``MONGOSCHED_COLLECTION``, ``MONGOSCHED_WORKERS`` (4: threads of the in-process
+runner, and the default of ``worker --workers``), ``MONGOSCHED_QUEUES`` (None: all),
+``MONGOSCHED_RUN_IN_PROCESS`` (False) and the other App options
+``MONGOSCHED_LEASE_DURATION``, ``_POLL_INTERVAL``, ``_KEEP_COMPLETED``,
+``_KEEP_FAILED``, ``_WRITE_CONCERN``, ``_EAGER``, ``_CLOCK``.
+
+With ``MONGOSCHED_RUN_IN_PROCESS``, a runner starts on the first request a process
+serves, once per process and again in a forked child on its first request; Flask
+commands (``flask db upgrade``, ``flask mongosched ...``) serve no requests and start
+none.
+
+Each Flask app given to :meth:`MongoSched.init_app` gets its own
+:class:`~mongosched.App`, with every task of the extension registered on it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+import click
+from flask import Flask, current_app, has_app_context
+from flask.cli import with_appcontext
+
+from ..app import App
+from ..job import Job
+from ..runner import Runner
+from ..task import ConfiguredTask, JobSpec, Task
+from . import app_from_settings, cli_arguments, positive_int, run_cli
+
+__all__ = ["MongoSched", "SchedTask"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+PREFIX = "MONGOSCHED_"
+OWN_KEYS = ("WORKERS", "RUN_IN_PROCESS")
+EXTENSION = "mongosched"
+
+
+_extensions: weakref.WeakSet[MongoSched] = weakref.WeakSet()
+
+
+class _State:
+    """What the extension keeps per Flask app: its App and its in-process runner."""
+
+    def __init__(self, app: App, workers: int, run_in_process: bool) -> None:
+        self.app = app
+        self.workers = workers
+        self.run_in_process = run_in_process
+        self.lock = threading.Lock()
+        self.runner: Runner | None = None
+        self.pid: int | None = None
+
+
+class SchedTask(Generic[P, R]):
+    """What ``@sched.task`` returns: a task of every Flask app the extension serves.
+
+    ``schedule``, ``configure`` and ``job`` act on the App of the current Flask app
+    (or of the only one, outside an app context); calling it runs the function inline.
+    """
+
+    def __init__(self, sched: MongoSched, fn: Callable[P, R], options: dict[str, Any]) -> None:
+        self.sched = sched
+        self.fn = fn
+        self.options = options
+        self.name: str = options.get("name") or f"{fn.__module__}.{fn.__qualname__}"
+        self.__wrapped__ = fn
+        self.__doc__ = fn.__doc__
+
+    @property
+    def task(self) -> Task[P, R]:
+        """The registered :class:`~mongosched.Task` in the current App."""
+        task: Task[P, R] = self.sched.app.tasks[self.name]
+        return task
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Job:
+        return self.task.schedule(*args, **kwargs)
+
+    def configure(self, **options: Any) -> ConfiguredTask:
+        return self.task.configure(**options)
+
+    def job(self, *args: Any, **kwargs: Any) -> JobSpec:
+        return self.task.job(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<SchedTask {self.name}>"
+
+
+class MongoSched:
+    """The Flask extension: ``MongoSched(app)`` or ``sched.init_app(app)``."""
+
+    def __init__(self, app: Flask | None = None) -> None:
+        self._declared: list[tuple[Callable[..., Any], dict[str, Any]]] = []
+        self._states: list[_State] = []
+        _extensions.add(self)
+        if app is not None:
+            self.init_app(app)
+
+    # Set-up --------------------------------------------------------------------------
+    def init_app(self, app: Flask) -> None:
+        """Make the App from ``app.config``, register the tasks on it, add the
+        ``flask mongosched`` command and (if configured) the in-process runner."""
+        settings = {
+            key[len(PREFIX) :]: value for key, value in app.config.items() if key.startswith(PREFIX)
+        }
+        workers = settings.get("WORKERS", 4)
+        positive_int(workers, what="MONGOSCHED_WORKERS")
+        made = app_from_settings(settings, where="MONGOSCHED_* config", ignore=OWN_KEYS)
+        for fn, options in self._declared:
+            made.task(**options)(fn)
+        state = _State(made, workers, bool(settings.get("RUN_IN_PROCESS", False)))
+        self._states.append(state)
+        app.extensions[EXTENSION] = state
+        app.cli.add_command(mongosched_command)
+        app.before_request(self._before_request)
+
+    # Tasks -------------------------------------------------------------------------------
+    @overload
+    def task(self, fn: Callable[P, R], /) -> SchedTask[P, R]: ...
+
+    @overload
+    def task(self, **options: Any) -> Callable[[Callable[P, R]], SchedTask[P, R]]: ...
+
+    def task(  # type: ignore[misc]  # as App.task: mypy cannot match **options
+        self, fn: Callable[..., Any] | None = None, /, **options: Any
+    ) -> Any:
+        """Declare a task (bare or with the options of :meth:`mongosched.App.task`),
+        before or after :meth:`init_app`."""
+
+        def declare(function: Callable[..., Any]) -> SchedTask[Any, Any]:
+            for state in self._states:
+                state.app.task(**options)(function)
+            self._declared.append((function, dict(options)))
+            return SchedTask(self, function, dict(options))
+
+        if fn is not None:
+            if options:
+                raise TypeError("use @sched.task or @sched.task(...), not both")
+            return declare(fn)
+        return declare
+
+    # Access ------------------------------------------------------------------------------
+    def get_app(self, flask_app: Flask | None = None) -> App:
+        """The App of ``flask_app``, else of the current Flask app, else of the only
+        Flask app initialised."""
+        return self._state(flask_app).app
+
+    @property
+    def app(self) -> App:
+        """The App of the current Flask app (see :meth:`get_app`)."""
+        return self.get_app()
+
+    def _state(self, flask_app: Flask | None = None) -> _State:
+        if flask_app is None and has_app_context():
+            flask_app = current_app._get_current_object()  # type: ignore[attr-defined]
+        if flask_app is not None:
+            state = flask_app.extensions.get(EXTENSION)
+            if not isinstance(state, _State) or state not in self._states:
+                raise RuntimeError(f"MongoSched.init_app() was not called for {flask_app!r}")
+            return state
+        if len(self._states) == 1:
+            return self._states[0]
+        if not self._states:
+            raise RuntimeError("MongoSched has no Flask app yet: call init_app(app) first")
+        raise RuntimeError(
+            "MongoSched serves several Flask apps: use it inside an app context, or "
+            "get_app(flask_app)"
+        )
+
+    # In-process runner -----------------------------------------------------------------
+    def start_runner(self, flask_app: Flask | None = None) -> Runner:
+        """Start the in-process runner of this Flask app's App (once per process; again
+        in a forked child); returns it."""
+        state = self._state(flask_app)
+        with state.lock:
+            runner = state.app.start_runner(workers=state.workers)
+            state.runner, state.pid = runner, os.getpid()
+            return runner
+
+    def stop_runner(
+        self, flask_app: Flask | None = None, graceful: bool = True, timeout: float | None = 30.0
+    ) -> bool:
+        """Stop that runner (the next request starts a new one if configured)."""
+        state = self._state(flask_app)
+        with state.lock:
+            runner, mine = state.runner, state.pid == os.getpid()
+            state.runner, state.pid = None, None
+        if runner is None or not mine:
+            return True
+        return runner.stop(graceful=graceful, timeout=timeout)
+
+    def _before_request(self) -> None:
+        state = self._state()
+        if not state.run_in_process:
+            return
+        runner = state.runner
+        if runner is not None and state.pid == os.getpid() and runner.is_running:
+            return
+        self.start_runner()
+
+
+def _after_fork_in_child() -> None:
+    # The parent's runners do not survive a fork, and a lock held by another thread at
+    # the fork would stay held for good.
+    for sched in list(_extensions):
+        for state in sched._states:
+            state.lock = threading.Lock()
+            state.runner, state.pid = None, None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@click.command(
+    "mongosched",
+    context_settings={"ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@with_appcontext
+def mongosched_command(args: tuple[str, ...]) -> None:
+    """Run the mongosched command (worker, jobs, schedules, stats) for this app."""
+    state = current_app.extensions.get(EXTENSION)
+    if not isinstance(state, _State):
+        raise click.UsageError("MongoSched is not initialised for this app")
+    code = run_cli(cli_arguments(args, workers=state.workers), state.app)
+    sys.stdout.flush()
+    if code:
+        raise SystemExit(code)

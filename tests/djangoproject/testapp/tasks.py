@@ -1,0 +1,58 @@
+"""Tasks of the test app: found by autodiscovery (this is the app's tasks.py)."""
+
+import os
+
+try:  # Django 6
+    from django.tasks import task  # type: ignore[import-not-found]
+except ImportError:
+    from django_tasks import task
+
+from mongosched import Event
+from mongosched.contrib.django import app
+
+# mongosched tasks -----------------------------------------------------------------------
+
+
+@app.task(retry=1)
+def add(x: int, y: int) -> int:
+    return x + y
+
+
+@app.on("runner:start")
+def record_runner_start(event: Event) -> None:
+    """Tests of the in-process runner count runner starts per process in this file."""
+    log = os.environ.get("MONGOSCHED_DJANGO_RUNNER_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+# Django tasks-framework tasks (run through mongosched.contrib.django.TasksBackend) -------
+
+ORDER: list[str] = []
+
+
+@task
+def multiply(a: int, b: int) -> int:
+    return a * b
+
+
+@task
+def explode(message: str) -> None:
+    raise LookupError(message)
+
+
+@task
+def record(label: str) -> str:
+    ORDER.append(label)
+    return label
+
+
+@task(takes_context=True, queue_name="emails")
+def with_context(context, tag: str) -> dict:  # type: ignore[no-untyped-def]
+    return {"attempt": context.attempt, "id": context.task_result.id, "tag": tag}
+
+
+@task
+async def async_double(x: int) -> int:
+    return 2 * x

@@ -1,0 +1,490 @@
+"""Django integration, run on a real project (tests/djangoproject) with the test client.
+
+Django is set up once in this process, on first use of the ``project`` fixture (so
+collecting this file configures nothing); pytest-django is not used. The project's
+MongoDB database is this module's own (a unique one on the server when
+``MONGOSCHED_TEST_URI`` is set, else a unique embedded server), emptied before each
+test. Process-level behaviour (management commands, fork) runs in subprocesses.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("django")
+pytest.importorskip("django_tasks")
+
+from mongosched import App, JobStatus  # noqa: E402
+from mongosched.contrib import cli_arguments, with_database  # noqa: E402
+from mongosched.testing import drain  # noqa: E402
+from tests.conftest import TEST_URI  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MANAGE = ROOT / "tests" / "djangoproject" / "manage.py"
+SETTINGS = "tests.djangoproject.settings"
+RUN_TASK = "mongosched.contrib.django.run_task"
+
+
+def project_uri() -> str:
+    name = f"mongosched_django_{uuid.uuid4().hex[:12]}"
+    if TEST_URI:
+        return with_database(TEST_URI, name)
+    return f"mongomock://{name}/{name}"
+
+
+def drop(uri: str) -> None:
+    if TEST_URI and uri.startswith("mongodb"):
+        import pymongo
+
+        client: Any = pymongo.MongoClient(uri)
+        try:
+            client.drop_database(client.get_default_database().name)
+        finally:
+            client.close()
+
+
+@pytest.fixture(scope="module")
+def project() -> Iterator[App]:
+    """The test project, set up (once per process); yields its shared App."""
+    import django
+    from django.conf import settings
+
+    if settings.configured and os.environ.get("DJANGO_SETTINGS_MODULE") != SETTINGS:
+        pytest.skip("Django is already configured with other settings in this process")
+    uri = project_uri()
+    saved = {k: os.environ.get(k) for k in ("DJANGO_SETTINGS_MODULE", "MONGOSCHED_DJANGO_URI")}
+    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
+    os.environ["MONGOSCHED_DJANGO_URI"] = uri
+    try:
+        django.setup()
+        from mongosched.contrib.django import get_app
+
+        app = get_app()
+        yield app
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    from mongosched.contrib.django import stop_runner
+
+    stop_runner(graceful=False, timeout=5)
+    app.close()
+    drop(app.uri or "")
+
+
+@pytest.fixture
+def app(project: App) -> Iterator[App]:
+    """The project's App, with an empty job collection; runners stopped afterwards."""
+    from tests.djangoproject.testapp import tasks
+
+    project.database[project.collection].delete_many({})
+    tasks.ORDER.clear()
+    yield project
+    from mongosched.contrib.django import stop_runner
+
+    stop_runner(graceful=False, timeout=5)
+    for runner in list(project._runners):
+        runner.stop(graceful=False, timeout=5)
+
+
+@pytest.fixture
+def client(project: App) -> Any:
+    from django.test import Client
+
+    return Client()
+
+
+@pytest.fixture
+def signals(project: App) -> Iterator[dict[str, list[Any]]]:
+    """Task results received by the tasks framework's signals, by signal name."""
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+
+    got: dict[str, list[Any]] = {"enqueued": [], "started": [], "finished": []}
+    receivers = {}
+    for name, signal in (
+        ("enqueued", task_enqueued),
+        ("started", task_started),
+        ("finished", task_finished),
+    ):
+
+        def receiver(sender: Any, task_result: Any, _name: str = name, **kw: Any) -> None:
+            got[_name].append((sender, task_result))
+
+        receivers[name] = (signal, receiver)
+        signal.connect(receiver, weak=False)
+    yield got
+    for signal, receiver in receivers.values():
+        signal.disconnect(receiver)
+
+
+# The project, its App, autodiscovery ---------------------------------------------------------
+def test_shared_app_has_the_discovered_tasks(app: App) -> None:
+    import mongosched.contrib.django as contrib
+
+    assert contrib.app is app
+    assert "tests.djangoproject.testapp.tasks.add" in app.tasks  # the app's tasks.py
+    assert "testapp.ping" in app.tasks  # TASK_MODULES
+    assert RUN_TASK in app.tasks  # runs tasks-framework tasks
+    assert app.lease_duration == 5.0 and app.poll_interval == 0.05  # other App options
+
+
+def test_view_schedules_a_task_and_a_runner_runs_it(app: App, client: Any) -> None:
+    response = client.get("/add/", {"x": 2, "y": 40})
+    assert response.status_code == 202
+    job_id = response.json()["id"]
+    assert client.get(f"/jobs/{job_id}/").json()["status"] == "pending"
+
+    runner = app.runner(workers=2).start()
+    try:
+        job = app.get_job(job_id)
+        assert job is not None
+        assert job.wait(timeout=10).status is JobStatus.COMPLETED
+    finally:
+        runner.stop()
+    body = client.get(f"/jobs/{job_id}/").json()
+    assert body == {
+        "task": "tests.djangoproject.testapp.tasks.add",
+        "status": "completed",
+        "result": 42,
+    }
+
+
+def test_bad_settings_fail_clearly(project: App) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+    from django.test import override_settings
+
+    from mongosched.contrib.django import conf
+
+    with override_settings(MONGOSCHED={"URI": "mongomock://x/y", "WORKERS": 0}):
+        with pytest.raises(ImproperlyConfigured, match="WORKERS"):
+            conf.options()
+    from mongosched.contrib import app_from_settings
+    from mongosched.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="unknown setting.*LEASE"):
+        app_from_settings({"URI": "mongomock://x/y", "LEASE": 3}, where="settings.MONGOSCHED")
+    with override_settings(MONGOSCHED=None):
+        with pytest.raises(ImproperlyConfigured, match="MONGOSCHED is not set"):
+            conf.options()
+
+
+def test_database_setting_replaces_the_uri_database() -> None:
+    assert with_database("mongodb://h1,h2/?replicaSet=rs", "shop") == (
+        "mongodb://h1,h2/shop?replicaSet=rs"
+    )
+    assert with_database("mongodb://u:p@h/old?w=1", "new") == "mongodb://u:p@h/new?w=1"
+    assert with_database("mongomock://srv", "db") == "mongomock://srv/db"
+    assert cli_arguments(["worker"], workers=3) == ["worker", "--workers", "3"]
+    assert cli_arguments(["worker", "--workers=5"], workers=3) == ["worker", "--workers=5"]
+    assert cli_arguments(["stats"], workers=3) == ["stats"]
+
+
+# The tasks framework backend ----------------------------------------------------------------
+def test_backend_enqueue_run_and_get_result(app: App, signals: dict[str, list[Any]]) -> None:
+    from django_tasks import TaskResultStatus, default_task_backend, task_backends
+
+    from mongosched.contrib.django import TasksBackend
+    from tests.djangoproject.testapp.tasks import multiply
+
+    assert isinstance(task_backends["default"], TasksBackend)
+    result = multiply.enqueue(6, 7)
+    assert result.status == TaskResultStatus.READY
+    assert result.args == [6, 7] and result.enqueued_at is not None
+    job = app.get_job(result.id)
+    assert job is not None and job.task == RUN_TASK
+    assert (job.priority, job.queue, job.status) == (5, "default", JobStatus.PENDING)
+    assert [r.id for _, r in signals["enqueued"]] == [result.id]
+    assert signals["enqueued"][0][0] is TasksBackend
+
+    assert drain(app) == 1
+    result.refresh()
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.is_finished
+    assert result.return_value == 42
+    assert result.attempts == 1 and result.finished_at is not None
+    again = multiply.get_result(result.id)
+    assert again.return_value == 42 and again.task.func is multiply.func
+    assert default_task_backend.get_result(result.id).status == TaskResultStatus.SUCCESSFUL
+    assert [(r.id, r.status) for _, r in signals["started"]] == [
+        (result.id, TaskResultStatus.RUNNING)
+    ]
+    assert [(r.id, r.status, r.return_value) for _, r in signals["finished"]] == [
+        (result.id, TaskResultStatus.SUCCESSFUL, 42)
+    ]
+
+
+def test_backend_failure_is_recorded_not_retried(app: App, signals: dict[str, list[Any]]) -> None:
+    from django_tasks import TaskResultStatus
+
+    from tests.djangoproject.testapp.tasks import explode
+
+    result = explode.enqueue("no such thing")
+    assert drain(app) == 1  # one attempt: Django's semantics, no retry on an exception
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert len(result.errors) == 1
+    assert result.errors[0].exception_class is LookupError
+    assert "no such thing" in result.errors[0].traceback
+    with pytest.raises(ValueError, match="failed"):
+        result.return_value  # noqa: B018
+    job = app.get_job(result.id)
+    assert job is not None and job.status is JobStatus.FAILED and job.attempts == 1
+    finished = [r for _, r in signals["finished"]]
+    assert [r.status for r in finished] == [TaskResultStatus.FAILED]
+    assert finished[0].errors[0].exception_class is LookupError
+
+
+def test_backend_priority_orders_runs(app: App) -> None:
+    from mongosched.contrib.django.backend import to_mongosched_priority
+    from tests.djangoproject.testapp.tasks import ORDER, record
+
+    low = record.using(priority=-50).enqueue("low")
+    high = record.using(priority=80).enqueue("high")
+    mid = record.enqueue("mid")
+    top = record.using(priority=100).enqueue("top")
+    priorities = {r.id: app.get_job(r.id).priority for r in (low, high, mid, top)}  # type: ignore[union-attr]
+    assert priorities == {low.id: 8, high.id: 1, mid.id: 5, top.id: 1}
+    assert drain(app) == 4
+    assert ORDER == ["high", "top", "mid", "low"]  # FIFO within a priority
+
+    mapped = [to_mongosched_priority(p) for p in range(100, -101, -1)]
+    assert mapped[0] == 1 and mapped[-1] == 10 and to_mongosched_priority(0) == 5
+    assert mapped == sorted(mapped)  # higher Django priority never runs later
+
+
+def test_backend_run_after_defers(app: App) -> None:
+    from django_tasks import TaskResultStatus
+
+    from tests.djangoproject.testapp.tasks import multiply
+
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    deferred = multiply.using(run_after=later).enqueue(2, 2)
+    job = app.get_job(deferred.id)
+    assert job is not None and job.run_at is not None
+    assert abs((job.run_at - later).total_seconds()) < 0.01
+    past = multiply.using(run_after=datetime.now(timezone.utc) - timedelta(seconds=1)).enqueue(3, 3)
+    assert drain(app) == 1
+    assert multiply.get_result(past.id).return_value == 9
+    deferred_now = multiply.get_result(deferred.id)
+    assert deferred_now.status == TaskResultStatus.READY
+    assert deferred_now.task.run_after == later.replace(
+        microsecond=later.microsecond // 1000 * 1000
+    )
+
+
+def test_backend_context_queue_and_async(app: App) -> None:
+    from tests.djangoproject.testapp.tasks import async_double, with_context
+
+    result = with_context.enqueue(tag="x")
+    doubled = async_double.enqueue(21)
+    job = app.get_job(result.id)
+    assert job is not None and job.queue == "emails"
+    assert drain(app) == 2
+    assert with_context.get_result(result.id).return_value == {
+        "attempt": 1,
+        "id": result.id,
+        "tag": "x",
+    }
+    assert async_double.get_result(doubled.id).return_value == 42
+
+
+def test_backend_unknown_results(app: App) -> None:
+    from bson import ObjectId
+    from django_tasks import default_task_backend
+    from django_tasks.exceptions import TaskResultDoesNotExist
+
+    plain = app.get_task("tests.djangoproject.testapp.tasks.add").schedule(1, 2)
+    for result_id in (str(ObjectId()), "not-an-id", str(plain.id)):
+        with pytest.raises(TaskResultDoesNotExist):
+            default_task_backend.get_result(result_id)
+
+
+def test_backend_through_views_and_a_runner(app: App, client: Any) -> None:
+    response = client.get("/multiply/", {"a": 3, "b": 5})
+    assert response.status_code == 202 and response.json()["status"] == "READY"
+    result_id = response.json()["id"]
+    runner = app.runner(workers=2).start()
+    try:
+        wait_for(
+            lambda: client.get(f"/results/{result_id}/").json()["status"] == "SUCCESSFUL",
+            timeout=10,
+            message="the runner to run the enqueued task",
+        )
+    finally:
+        runner.stop()
+    assert client.get(f"/results/{result_id}/").json() == {"status": "SUCCESSFUL", "value": 15}
+
+
+# The in-process runner -----------------------------------------------------------------------
+def _runner_starts(app: App) -> list[Any]:
+    starts: list[Any] = []
+    app.on("runner:start", lambda event: starts.append(event.runner))
+    return starts
+
+
+def test_run_in_process_starts_one_runner_on_first_request(app: App, client: Any) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    starts = _runner_starts(app)
+    assert client.get("/ping/").status_code == 200
+    assert starts == []  # RUN_IN_PROCESS is off in the project's settings
+
+    with override_settings(MONGOSCHED={**settings.MONGOSCHED, "RUN_IN_PROCESS": True}):
+        job_id = client.get("/add/", {"x": 1, "y": 1}).json()["id"]
+        assert len(starts) == 1 and starts[0].is_running
+        assert starts[0].workers == 2  # MONGOSCHED["WORKERS"]
+        for _ in range(3):
+            client.get("/ping/")
+        assert len(starts) == 1
+        job = app.get_job(job_id)
+        assert job is not None and job.wait(timeout=10).result == 2  # run in this process
+
+        from mongosched.contrib.django import stop_runner
+
+        assert stop_runner() is True
+        assert not starts[0].is_running
+        client.get("/ping/")  # a later request starts a new one
+        assert len(starts) == 2 and starts[1].is_running
+
+
+def _run(
+    args: list[str], env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@pytest.fixture
+def subprocess_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    uri = project_uri()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": SETTINGS,
+        "MONGOSCHED_DJANGO_URI": uri,
+        "MONGOSCHED_DJANGO_RUN_IN_PROCESS": "1",
+        "MONGOSCHED_DJANGO_RUNNER_LOG": str(tmp_path / "runners.log"),
+        "PYTHONPATH": str(ROOT),
+    }
+    yield env
+    drop(uri)
+
+
+def test_management_commands_start_no_runner(subprocess_env: dict[str, str]) -> None:
+    log = Path(subprocess_env["MONGOSCHED_DJANGO_RUNNER_LOG"])
+    for command in (["migrate", "-v", "0"], ["check"], ["mongosched", "stats", "--json"]):
+        done = _run([sys.executable, str(MANAGE), *command], subprocess_env)
+        assert done.returncode == 0, done.stderr
+        assert not log.exists(), f"manage.py {command[0]} started a runner"
+    assert json.loads(done.stdout)["totals"]["pending"] == 0
+
+
+FORK_SCRIPT = r"""
+import os, sys, time
+import django
+django.setup()
+from django.test import Client
+from mongosched.contrib.django import inprocess, get_app
+from mongosched import embedded
+
+client = Client()
+client.get("/ping/")
+client.get("/ping/")
+parent_runner = inprocess._runner
+assert parent_runner is not None and parent_runner.is_running
+
+# Fork while no thread of ours is inside the embedded store (its lock is not
+# fork-safe; a real server's client is re-created in the child by the App).
+app = get_app()
+target = embedded.parse_embedded_uri(app.uri)
+lock = embedded._servers[target[0]][0] if target else None
+if lock is not None:
+    lock.acquire()
+pid = os.fork()
+if lock is not None:
+    lock.release()
+if pid == 0:
+    ok = inprocess._runner is None
+    Client().get("/ping/")
+    runner = inprocess._runner
+    ok = ok and runner is not None and runner is not parent_runner and runner.is_running
+    job = get_app().get_task("tests.djangoproject.testapp.tasks.add").schedule(20, 22)
+    ok = ok and job.wait(timeout=20).result == 42
+    os._exit(0 if ok else 1)
+client.get("/ping/")
+deadline = time.monotonic() + 30
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        sys.exit("child hung")
+    time.sleep(0.02)
+print(os.getpid(), pid, os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_run_in_process_once_per_process_and_after_fork(subprocess_env: dict[str, str]) -> None:
+    done = _run([sys.executable, "-c", FORK_SCRIPT], subprocess_env)
+    assert done.returncode == 0, done.stderr
+    parent, child, child_code = (int(v) for v in done.stdout.split())
+    assert child_code == 0, "the child did not start its own runner or run a job with it"
+    lines = Path(subprocess_env["MONGOSCHED_DJANGO_RUNNER_LOG"]).read_text().split()
+    assert sorted(map(int, lines)) == sorted([parent, child])
+
+
+# manage.py mongosched ------------------------------------------------------------------------
+def test_management_command_forwards_to_the_cli(app: App) -> None:
+    from django.core.management import call_command
+
+    job = app.get_task("tests.djangoproject.testapp.tasks.add").schedule(1, 2)
+    out = io.StringIO()
+    call_command("mongosched", "jobs", "list", "--json", stdout=out)
+    rows = json.loads(out.getvalue())
+    assert [row["id"] for row in rows] == [str(job.id)]
+
+    with pytest.raises(SystemExit) as exc:
+        call_command("mongosched", "jobs", "show", "0123456789abcdef01234567", stderr=io.StringIO())
+    assert exc.value.code == 3  # not found
+
+
+def test_management_command_runs_a_worker(app: App) -> None:
+    from django.core.management import call_command
+
+    starts = _runner_starts(app)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            call_command("mongosched", "worker", stdout=io.StringIO(), stderr=io.StringIO())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    runner = wait_for(lambda: starts and starts[0], timeout=10, message="the worker to start")
+    assert runner.workers == 2  # MONGOSCHED["WORKERS"] is the default of --workers
+    try:
+        job = app.get_task("tests.djangoproject.testapp.tasks.add").schedule(5, 6)
+        assert job.wait(timeout=10).result == 11
+    finally:
+        runner.stop(timeout=5)
+        thread.join(timeout=10)
+    assert not thread.is_alive() and errors == []

@@ -1,0 +1,295 @@
+"""Flask integration: real Flask apps, their test client and their CLI runner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("flask")
+
+from flask import Flask, jsonify, request  # noqa: E402
+
+from mongosched import App, JobStatus  # noqa: E402
+from mongosched.contrib import with_database  # noqa: E402
+from mongosched.contrib.flask import MongoSched, SchedTask  # noqa: E402
+from mongosched.errors import ConfigurationError  # noqa: E402
+from tests.conftest import TEST_URI  # noqa: E402
+from tests.support.waiting import wait_for  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def make_flask(database: Any) -> Iterator[Callable[..., tuple[Flask, MongoSched]]]:
+    """``make_flask(sched=None, **config)``: a Flask app with a view that schedules
+    ``add`` and one that shows a job, on this test's database."""
+    made: list[MongoSched] = []
+
+    def make(sched: MongoSched | None = None, **config: Any) -> tuple[Flask, MongoSched]:
+        flask_app = Flask(f"test_flask_{uuid.uuid4().hex[:6]}")
+        flask_app.config.update(
+            MONGOSCHED_DATABASE=database,
+            MONGOSCHED_LEASE_DURATION=5.0,
+            MONGOSCHED_POLL_INTERVAL=0.05,
+            **config,
+        )
+        if sched is None:
+            sched = MongoSched(flask_app)
+        else:
+            sched.init_app(flask_app)
+        made.append(sched)
+
+        @flask_app.get("/add")
+        def schedule_add() -> Any:
+            task = sched.app.get_task("add")
+            job = task.schedule(int(request.args["x"]), int(request.args["y"]))
+            return jsonify(id=str(job.id)), 202
+
+        @flask_app.get("/jobs/<job_id>")
+        def job_detail(job_id: str) -> Any:
+            job = sched.app.get_job(job_id)
+            assert job is not None
+            return jsonify(status=job.status.value, result=job.result)
+
+        @flask_app.get("/ping")
+        def ping() -> str:
+            return "pong"
+
+        return flask_app, sched
+
+    yield make
+    for sched in made:
+        for state in sched._states:
+            for runner in list(state.app._runners):
+                runner.stop(graceful=False, timeout=5)
+
+
+def declare_add(sched: MongoSched) -> SchedTask[[int, int], int]:
+    @sched.task(name="add", retry=1)
+    def add(x: int, y: int) -> int:
+        return x + y
+
+    return add
+
+
+def runner_starts(app: App) -> list[Any]:
+    starts: list[Any] = []
+    app.on("runner:start", lambda event: starts.append(event.runner))
+    return starts
+
+
+def test_extension_view_and_runner(make_flask: Callable[..., tuple[Flask, MongoSched]]) -> None:
+    flask_app, sched = make_flask()
+    add = declare_add(sched)  # declared after init_app: registered at once
+    assert add(1, 2) == 3  # calling runs inline
+    client = flask_app.test_client()
+    job_id = client.get("/add?x=20&y=22").get_json()["id"]
+    assert client.get(f"/jobs/{job_id}").get_json() == {"status": "pending", "result": None}
+
+    runner = sched.app.runner(workers=2).start()
+    try:
+        job = sched.app.get_job(job_id)
+        assert job is not None and job.wait(timeout=10).status is JobStatus.COMPLETED
+        with flask_app.app_context():
+            assert add.schedule(2, 3).wait(timeout=10).result == 5
+    finally:
+        runner.stop()
+    assert client.get(f"/jobs/{job_id}").get_json() == {"status": "completed", "result": 42}
+    assert flask_app.extensions["mongosched"].app is sched.app
+
+
+def test_app_factory(database: Any) -> None:
+    sched = MongoSched()
+
+    @sched.task(retry=1)
+    def shout(word: str) -> str:
+        return word.upper()
+
+    name = shout.name
+    second_db = database.client.get_database(f"{database.name}_2")
+
+    def create_app(db: Any) -> Flask:
+        flask_app = Flask(__name__)
+        flask_app.config.update(MONGOSCHED_DATABASE=db, MONGOSCHED_COLLECTION="jobs")
+        sched.init_app(flask_app)
+        return flask_app
+
+    one, two = create_app(database), create_app(second_db)
+    try:
+        assert sched.get_app(one) is not sched.get_app(two)
+        assert name in sched.get_app(one).tasks and name in sched.get_app(two).tasks
+        assert sched.get_app(one).collection == "jobs"
+        with two.app_context():
+            job = shout.schedule("hi")
+        assert sched.get_app(two).get_job(job.id) is not None
+        assert sched.get_app(one).get_job(job.id) is None
+        with pytest.raises(RuntimeError, match="several Flask apps"):
+            shout.schedule("outside any app context")
+
+        @sched.task
+        def later() -> None: ...
+
+        assert later.name in sched.get_app(one).tasks and later.name in sched.get_app(two).tasks
+    finally:
+        database.client.drop_database(second_db.name)
+
+
+def test_config_errors(database: Any) -> None:
+    with pytest.raises(ConfigurationError, match="set URI"):
+        MongoSched(Flask(__name__))
+    flask_app = Flask(__name__)
+    flask_app.config.update(MONGOSCHED_URI="mongomock://x/y", MONGOSCHED_WORKERS=0)
+    with pytest.raises(ConfigurationError, match="MONGOSCHED_WORKERS"):
+        MongoSched(flask_app)
+    flask_app = Flask(__name__)
+    flask_app.config.update(MONGOSCHED_URI="mongomock://x/y", MONGOSCHED_LEASE=3)
+    with pytest.raises(ConfigurationError, match="unknown setting.*LEASE"):
+        MongoSched(flask_app)
+    flask_app = Flask(__name__)
+    flask_app.config.update(MONGOSCHED_URI="mongodb://localhost", MONGOSCHED_DATABASE="shop")
+    assert MongoSched(flask_app).app.uri == "mongodb://localhost/shop"
+
+
+def test_cli_commands(make_flask: Callable[..., tuple[Flask, MongoSched]]) -> None:
+    flask_app, sched = make_flask(MONGOSCHED_WORKERS=3)
+    declare_add(sched)
+    job = sched.app.get_task("add").schedule(1, 1)
+    cli = flask_app.test_cli_runner()
+
+    listed = cli.invoke(args=["mongosched", "jobs", "list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert [row["id"] for row in json.loads(listed.stdout)] == [str(job.id)]
+    missing = cli.invoke(args=["mongosched", "jobs", "show", "0123456789abcdef01234567"])
+    assert missing.exit_code == 3
+
+    starts = runner_starts(sched.app)
+    outcome: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: outcome.append(cli.invoke(args=["mongosched", "worker"])), daemon=True
+    )
+    thread.start()
+    runner = wait_for(lambda: starts and starts[0], timeout=10, message="the worker to start")
+    try:
+        assert runner.workers == 3  # MONGOSCHED_WORKERS: the default of --workers
+        assert sched.app.get_job(job.id).wait(timeout=10).result == 2  # type: ignore[union-attr]
+    finally:
+        runner.stop(timeout=5)
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert outcome[0].exit_code == 0, outcome[0].output
+
+
+def test_run_in_process(make_flask: Callable[..., tuple[Flask, MongoSched]]) -> None:
+    off_app, off_sched = make_flask()
+    declare_add(off_sched)
+    off_starts = runner_starts(off_sched.app)
+    off_app.test_client().get("/ping")
+    assert off_starts == []
+
+    flask_app, sched = make_flask(
+        sched=MongoSched(), MONGOSCHED_RUN_IN_PROCESS=True, MONGOSCHED_WORKERS=2
+    )
+    declare_add(sched)
+    starts = runner_starts(sched.app)
+    listed = flask_app.test_cli_runner().invoke(args=["mongosched", "stats", "--json"])
+    assert listed.exit_code == 0 and starts == []  # commands serve no request: no runner
+    client = flask_app.test_client()
+    job_id = client.get("/add?x=3&y=4").get_json()["id"]
+    for _ in range(3):
+        client.get("/ping")
+    assert len(starts) == 1 and starts[0].is_running and starts[0].workers == 2
+    job = sched.app.get_job(job_id)
+    assert job is not None and job.wait(timeout=10).result == 7
+    assert sched.stop_runner() is True and not starts[0].is_running
+
+
+FORK_SCRIPT = r"""
+import os, sys, time
+from flask import Flask
+from mongosched import embedded
+from mongosched.contrib.flask import MongoSched
+
+flask_app = Flask(__name__)
+flask_app.config.update(
+    MONGOSCHED_URI=os.environ["URI"], MONGOSCHED_RUN_IN_PROCESS=True,
+    MONGOSCHED_POLL_INTERVAL=0.05, MONGOSCHED_LEASE_DURATION=5.0,
+)
+sched = MongoSched(flask_app)
+starts = []
+sched.app.on("runner:start", lambda e: starts.append(os.getpid()))
+
+@sched.task
+def add(x, y):
+    return x + y
+
+@flask_app.get("/ping")
+def ping():
+    return "pong"
+
+client = flask_app.test_client()
+client.get("/ping"); client.get("/ping")
+assert starts == [os.getpid()], starts
+target = embedded.parse_embedded_uri(sched.app.uri)
+lock = embedded._servers[target[0]][0] if target else None  # not fork-safe: hold it
+if lock is not None:
+    lock.acquire()
+pid = os.fork()
+if lock is not None:
+    lock.release()
+if pid == 0:
+    ok = True
+    try:
+        flask_app.test_client().get("/ping")
+        flask_app.test_client().get("/ping")
+        ok = starts[1:] == [os.getpid()] and add.schedule(1, 2).wait(timeout=20).result == 3
+    except BaseException as exc:
+        print(repr(exc), file=sys.stderr)
+        ok = False
+    os._exit(0 if ok else 1)
+client.get("/ping")
+deadline = time.monotonic() + 30
+while True:
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        sys.exit("child hung")
+    time.sleep(0.02)
+assert starts == [os.getpid()], starts  # the parent started no second runner
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_run_in_process_after_fork() -> None:
+    name = f"mongosched_flask_{uuid.uuid4().hex[:12]}"
+    uri = with_database(TEST_URI, name) if TEST_URI else f"mongomock://{name}/{name}"
+    env = {**os.environ, "URI": uri, "PYTHONPATH": str(ROOT)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", FORK_SCRIPT],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        if TEST_URI:
+            import pymongo
+
+            client: Any = pymongo.MongoClient(TEST_URI)
+            client.drop_database(name)
+            client.close()
+    assert done.returncode == 0, done.stderr
