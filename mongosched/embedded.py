@@ -17,7 +17,9 @@ server per name in the process, as two clients of the same real server share its
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,6 +49,30 @@ def _import_mongomock() -> Any:
     return mongomock
 
 
+class _ServerLock:
+    """The lock of one embedded server: re-entrant, and made afresh in a forked child.
+
+    A thread of the parent may hold it at the moment of a fork; that thread does not
+    exist in the child, so the child would wait for it forever."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        _locks.add(self)
+
+    def __enter__(self) -> _ServerLock:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    def _after_fork(self) -> None:
+        self._lock = threading.RLock()
+
+
+_locks: weakref.WeakSet[_ServerLock] = weakref.WeakSet()
+
+
 class _Cursor:
     """A cursor whose query runs atomically, on first iteration.
 
@@ -54,7 +80,7 @@ class _Cursor:
     read, all under the server lock.
     """
 
-    def __init__(self, lock: threading.RLock, make: Callable[[], Any]) -> None:
+    def __init__(self, lock: _ServerLock, make: Callable[[], Any]) -> None:
         self._lock = lock
         self._make = make
         self._chain: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
@@ -110,7 +136,7 @@ class _Cursor:
 class _Locked:
     """Wraps a mongomock object so that each method call holds the server lock."""
 
-    def __init__(self, target: Any, lock: threading.RLock) -> None:
+    def __init__(self, target: Any, lock: _ServerLock) -> None:
         object.__setattr__(self, "_target", target)
         object.__setattr__(self, "_lock", lock)
 
@@ -200,15 +226,26 @@ class EmbeddedClient:
         return f"EmbeddedClient(server={self.server!r})"
 
 
-_servers: dict[str, tuple[threading.RLock, Any]] = {}
+_servers: dict[str, tuple[_ServerLock, Any]] = {}
 _servers_lock = threading.Lock()
 
 
-def _server(name: str, mongomock: Any) -> tuple[threading.RLock, Any]:
+def _server(name: str, mongomock: Any) -> tuple[_ServerLock, Any]:
     with _servers_lock:
         if name not in _servers:
-            _servers[name] = (threading.RLock(), mongomock.MongoClient(tz_aware=True))
+            _servers[name] = (_ServerLock(), mongomock.MongoClient(tz_aware=True))
         return _servers[name]
+
+
+def _after_fork_in_child() -> None:
+    global _servers_lock
+    _servers_lock = threading.Lock()
+    for lock in list(_locks):
+        lock._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def reset_embedded(server: str | None = None) -> None:

@@ -1,0 +1,65 @@
+"""The embedded stand-in (``mongomock://``) itself: shared named servers, and fork safety."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from mongosched import App
+from mongosched.embedded import embedded_client, reset_embedded
+
+
+def test_apps_naming_one_server_share_its_data() -> None:
+    try:
+        first = App("mongomock://shared-test/db")
+        second = App("mongomock://shared-test/db")
+        other = App("mongomock://other-test/db")
+        first.task(name="t")(lambda: None)
+        job = first.schedule("t")
+        assert second.get_job(job.id) is not None
+        assert other.get_job(job.id) is None
+    finally:
+        reset_embedded("shared-test")
+        reset_embedded("other-test")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_is_not_blocked_by_a_lock_held_at_the_fork() -> None:
+    server = "fork-test"
+    try:
+        collection = embedded_client(server).get_database("db").get_collection("c")
+        collection.insert_one({"n": 1})
+        lock = embedded_client(server).lock
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with lock:
+                held.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert held.wait(5)
+        pid = os.fork()
+        if pid == 0:  # the child: the holding thread does not exist here
+            try:
+                collection.insert_one({"n": 2})  # from the main thread, not the holder's
+            finally:
+                os._exit(0)
+        release.set()
+        holder.join(5)
+        deadline = time.monotonic() + 10
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child deadlocked on a lock held at the fork")
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+        assert collection.count_documents({}) == 1  # the child's write stayed in the child
+    finally:
+        reset_embedded(server)
