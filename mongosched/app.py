@@ -358,6 +358,27 @@ class App:
             jobs.append(job)
         return jobs
 
+    def ensure_schedules(self, *, queues: Sequence[str] | None = None) -> list[str]:
+        """Put the repeating schedules declared with ``@app.task(cron=...)`` or
+        ``every=...`` in place: each is one document, created once however many
+        processes do this at the same time, and updated (next slot recomputed) when its
+        rule, queue, priority or attempts changed in code.
+
+        Every runner does this when it starts, for the queues it serves (``queues``;
+        None: every queue). Call it from a deploy step to have the schedules before any
+        runner starts. Returns the names of the tasks whose schedule was created.
+        """
+        store = self._store
+        now = self.now()
+        created = []
+        for task in self.tasks.values():
+            if task.rule is None or (queues is not None and task.queue not in queues):
+                continue
+            if store.upsert_schedule(task._schedule_document(now), now):
+                log.info("schedule for %s created (%s)", task.name, task.rule)
+                created.append(task.name)
+        return created
+
     def _created(self, job: Job) -> None:
         self.emit("job:created", job=job)
         for runner in list(self._runners):

@@ -276,17 +276,10 @@ class Runner:
 
     def _prepare(self) -> None:
         """Indexes, decorator-declared schedules and concurrency slots."""
-        store = self.app._store
-        now = self.app.now()
+        self.app.ensure_schedules(queues=self.queues)
         for task in self.app.tasks.values():
-            if task.rule is not None and self._serves(task.queue):
-                if store.upsert_schedule(task._schedule_document(now), now):
-                    log.info("schedule for %s created (%s)", task.name, task.rule)
             if task.concurrency is not None:
-                store.ensure_slots(task.name, task.concurrency)
-
-    def _serves(self, queue: str) -> bool:
-        return self.queues is None or queue in self.queues
+                self.app._store.ensure_slots(task.name, task.concurrency)
 
     def wake(self) -> None:
         """Claim now instead of at the end of the idle wait."""

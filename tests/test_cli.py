@@ -268,7 +268,7 @@ def test_schedules(sched: App, cli: Callable[..., Run]) -> None:
     @sched.task(name="cli.nightly", cron="0 3 * * *", timezone="Europe/Berlin")
     def nightly() -> None: ...
 
-    sched.runner(workers=1).start().stop()  # a starting runner puts the schedule in place
+    sched.ensure_schedules()
 
     run = cli("schedules", app=sched)
     assert run.code == 0, run.err

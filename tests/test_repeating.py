@@ -56,7 +56,7 @@ def test_ten_instances_starting_at_once_make_one_schedule_and_one_run_per_slot(
 
     def start(app: App) -> None:
         barrier.wait()
-        app.runner(workers=1)._prepare()
+        app.runner(workers=1)._prepare()  # what each runner does at start
 
     threads = [threading.Thread(target=start, args=(a,)) for a in apps]
     for t in threads:
@@ -86,7 +86,7 @@ def test_slots_come_from_the_nominal_slot_not_the_finish_time(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
     app = recording_app(make_app, clock, every=timedelta(minutes=5))
-    app.runner(workers=1)._prepare()
+    app.ensure_schedules()
     rng = random.Random(5)
     for _ in range(40):
         clock.set(app.get_job(schedule_id("tick")).run_at + timedelta(seconds=rng.uniform(0, 200)))
@@ -99,7 +99,7 @@ def test_misfire_coalesce_runs_once_after_an_outage_then_returns_to_its_slots(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
     app = recording_app(make_app, clock, cron="0 9 * * *", misfire="coalesce")
-    app.runner(workers=1)._prepare()
+    app.ensure_schedules()
     clock.advance(days=3, hours=3)  # down from 08:00 day 0 to 11:00 day 3
     assert drain(app) == 1
     job = app.get_job(schedule_id("tick"))
@@ -111,7 +111,7 @@ def test_misfire_all_runs_each_missed_slot_once_bounded(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
     app = recording_app(make_app, clock, cron="0 9 * * *", misfire="all", max_catchup=3)
-    app.runner(workers=1)._prepare()
+    app.ensure_schedules()
     clock.advance(days=5, hours=3)  # slots on days 0..5 missed: 6, bounded to the last 3
     drain(app)
     nine = START.replace(hour=9)
@@ -121,7 +121,7 @@ def test_misfire_all_runs_each_missed_slot_once_bounded(
 
 def test_misfire_skip_runs_no_missed_slot(make_app: Callable[..., App], clock: FakeClock) -> None:
     app = recording_app(make_app, clock, cron="0 9 * * *", misfire="skip")
-    app.runner(workers=1)._prepare()
+    app.ensure_schedules()
     clock.advance(days=3, hours=3)
     drain(app)
     assert slots_run(app, "tick") == []
@@ -159,7 +159,7 @@ def test_failed_run_retries_then_the_schedule_goes_on_with_the_error_recorded(
         attempts.append(ctx.attempt if ctx else 0)
         raise RuntimeError("down")
 
-    app.runner(workers=1)._prepare()
+    app.ensure_schedules()
     clock.advance(hours=1)
     assert drain(app) == 2  # attempt 1, retry (no delay), attempt 2
     job = app.get_job(schedule_id("flaky"))
@@ -182,7 +182,7 @@ def test_a_coalesced_run_that_retries_keeps_the_slot_it_ran_for(
         if len(slots) == 1:
             raise RuntimeError("first attempt fails")
 
-    app.runner(workers=1)._prepare()
+    app.ensure_schedules()
     clock.advance(days=2, hours=2)  # slots on days 0, 1 and 2 are due: coalesced to day 2
     assert drain(app) == 2
     day2 = START.replace(hour=9) + timedelta(days=2)
@@ -196,10 +196,10 @@ def test_cancelling_a_repeating_job_stops_it_for_good(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
     app = recording_app(make_app, clock, every=timedelta(minutes=1))
-    app.runner(workers=1)._prepare()
+    app.ensure_schedules()
     assert app.cancel(schedule_id("tick")) is Cancellation.CANCELLED
     clock.advance(minutes=10)
-    app.runner(workers=1)._prepare()  # a restart does not bring it back
+    app.runner(workers=1)._prepare()  # a runner's start does not bring it back
     assert drain(app) == 0 and slots_run(app, "tick") == []
     assert app.get_job(schedule_id("tick")).status is JobStatus.CANCELLED
 
@@ -254,7 +254,7 @@ def test_schedules_lists_every_repeating_job(
     app.task(name="daily", cron="0 9 * * *", timezone="Asia/Kolkata")(lambda: None)
     app.task(name="often", every=timedelta(minutes=5))(lambda: None)
     app.task(name="oneoff")(lambda: None)
-    app.runner(workers=1)._prepare()
+    app.ensure_schedules()
     app.schedule("oneoff")
     rows = {row["task"]: row for row in app.schedules()}
     assert set(rows) == {"daily", "often"}
@@ -284,3 +284,16 @@ def test_repeat_must_be_a_rule(app: App) -> None:
     app.task(name="t")(lambda: None)
     with pytest.raises(ConfigurationError, match="repeat must be a Cron or Every"):
         app.schedule("t", repeat="0 9 * * *")
+
+
+def test_ensure_schedules_creates_once_and_only_for_the_queues_asked(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock)
+    app.task(name="nightly", cron="0 2 * * *", queue="reports")(lambda: None)
+    app.task(name="often", every=60)(lambda: None)
+    assert app.ensure_schedules(queues=["default"]) == ["often"]
+    assert app.get_job(schedule_id("nightly")) is None
+    assert app.ensure_schedules() == ["nightly"]
+    assert app.ensure_schedules() == []
+    assert app.count_jobs() == 2
