@@ -12,9 +12,14 @@ time becomes one real instant:
 * a time that does not exist (inside the spring-forward gap) fires once, at the first
   instant after the gap; several such times collapse into that one instant;
 * a time that happens twice (the repeated fall-back hour) fires once, at its first
-  occurrence; except that a rule whose hour field starts with ``*`` (it fires every
-  hour, or more often) fires at both occurrences, so that an hourly job runs once per
-  real hour through the change, as Vixie cron does.
+  occurrence; except that a rule whose hour field starts with ``*`` (``*``, ``*/2``,
+  and ``@hourly``) fires at both occurrences, so that an hourly job runs once per real
+  hour through the change, as Vixie cron does. Only the hour field decides: ``* 1 * * *``
+  and ``30 0-23 * * *`` name their hours, so their repeated times fire once.
+
+In a zone whose clocks move by whole hours, ``0 * * * *`` therefore fires exactly once in
+every real hour. Where they move by 30 minutes (``Australia/Lord_Howe``) the local hours
+around a change are 30 or 90 real minutes long, and the slots follow the wall clock.
 
 The next slot is always computed from the previous *nominal* slot, never from when a
 run finished, so a schedule does not drift.
@@ -54,6 +59,15 @@ SKIP_GRACE = timedelta(seconds=60)
 no ``misfire_grace`` is given."""
 COUNT_LIMIT = 10_000
 """Missed slots are counted (for the log) up to this many."""
+_ALIASES: dict[str, str] = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 _SEARCH_MARGIN = timedelta(hours=3)  # wider than any DST shift (at most 2 h anywhere)
 _ONE_SECOND = timedelta(seconds=1)
 
@@ -82,14 +96,17 @@ class Cron:
     """A cron rule: 5 fields (minute hour day month weekday), or 6 with seconds first,
     evaluated on the wall clock of an IANA ``timezone`` (default UTC).
 
-    Day-of-month and day-of-week restricted together match either (classic cron);
-    ``@hourly``, ``@daily``, ``@weekly``, ``@monthly`` and ``@yearly`` are accepted.
+    Day-of-month and day-of-week restricted together match either (classic cron); a
+    field counts as restricted unless it is exactly ``*`` (so ``0 0 */10 * 1`` fires on
+    the 1st, 11th, 21st and 31st and on every Monday). ``@hourly``, ``@daily``
+    (``@midnight``), ``@weekly``, ``@monthly`` and ``@yearly`` (``@annually``) are
+    accepted, in any case, and mean exactly their five-field forms.
 
     >>> Cron("0 9 * * 1-5", timezone="Europe/Berlin")
     Cron('0 9 * * 1-5', timezone='Europe/Berlin')
     """
 
-    __slots__ = ("expression", "timezone", "_zone", "_fields", "_seconds", "_both_folds")
+    __slots__ = ("expression", "timezone", "_zone", "_spec", "_seconds", "_both_folds")
 
     def __init__(self, expression: str, timezone: str = "UTC", *, task: str | None = None) -> None:
         where = f"task {task!r}: " if task else ""
@@ -106,18 +123,24 @@ class Cron:
                 f"{where}unknown timezone {timezone!r}: use an IANA name such as "
                 "'Europe/Berlin' or 'America/New_York'"
             ) from None
-        fields = self.expression.split()
         if self.expression.startswith("@"):
-            fields = []
-        elif len(fields) not in (5, 6):
+            spec = _ALIASES.get(self.expression.lower())
+            if spec is None:
+                raise InvalidSchedule(
+                    f"{where}invalid cron expression {self.expression!r}: unknown alias; "
+                    f"use one of {', '.join(_ALIASES)} or 5 or 6 fields"
+                )
+        else:
+            spec = self.expression
+        fields = spec.split()
+        if len(fields) not in (5, 6):
             raise InvalidSchedule(
                 f"{where}invalid cron expression {self.expression!r}: it has {len(fields)} "
                 "field(s); give 5 (minute hour day month weekday) or 6 (seconds first)"
             )
+        self._spec = spec
         self._seconds = len(fields) == 6
-        self._fields = fields
-        hour = fields[2 if self._seconds else 1] if fields else ""
-        self._both_folds = hour.startswith("*") or self.expression in ("@hourly",)
+        self._both_folds = fields[2 if self._seconds else 1].startswith("*")
         try:
             probe = self._iter(datetime(2000, 1, 1), backwards=False)
             next(probe)
@@ -133,7 +156,7 @@ class Cron:
     def _iter(self, start: datetime, *, backwards: bool) -> Iterator[datetime]:
         """Naive wall-clock matches strictly after (or before) naive ``start``."""
         it = croniter(
-            self.expression,
+            self._spec,
             start,
             ret_type=datetime,
             second_at_beginning=self._seconds,
@@ -265,6 +288,8 @@ class Every:
                 interval = timedelta(**units)
             except TypeError as exc:
                 raise InvalidSchedule(f"{where}every: {exc}") from None
+            except OverflowError:
+                raise InvalidSchedule(f"{where}every is too large: {units!r}") from None
         if interval is None:
             raise InvalidSchedule(f"{where}every needs an interval, e.g. Every(seconds=30)")
         try:
@@ -276,7 +301,10 @@ class Every:
             raise InvalidSchedule(f"{where}every must be > 0 seconds, not {seconds}")
         if seconds < 0.001:
             raise InvalidSchedule(f"{where}every must be at least 1 ms, not {seconds}")
-        self.interval = timedelta(seconds=seconds)
+        try:
+            self.interval = timedelta(seconds=seconds)
+        except OverflowError:  # inf, or more than timedelta.max
+            raise InvalidSchedule(f"{where}every is too large: {seconds} seconds") from None
 
     def next_after(self, after: datetime) -> datetime:
         return _aware(after, "after") + self.interval
@@ -337,8 +365,15 @@ class Misfire:
             grace = to_seconds(self.grace, what="misfire_grace", allow_none=True)
         except ValueError as exc:
             raise InvalidSchedule(str(exc)) from None
-        if grace is not None and grace < 0:
-            raise InvalidSchedule(f"misfire_grace must be >= 0, not {grace}")
+        if grace is not None:
+            if not grace >= 0:  # negative, or NaN
+                raise InvalidSchedule(f"misfire_grace must be >= 0, not {grace}")
+            try:
+                timedelta(seconds=grace)
+            except OverflowError:  # inf, or more than timedelta.max
+                raise InvalidSchedule(
+                    f"misfire_grace is too large: {grace} seconds (None means no limit)"
+                ) from None
         if (
             not isinstance(self.max_catchup, int)
             or isinstance(self.max_catchup, bool)
