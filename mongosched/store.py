@@ -6,8 +6,9 @@ its caller, and is written so that repeating it after a network error is safe:
 
 * a claim is tagged with a token made *before* the call, so a claim whose reply was
   lost is found again by its token instead of being lost or taken twice;
-* a holder's writes are fenced on the lease token and leave that token behind in
-  ``last_token``, so a write whose reply was lost can be recognised as landed;
+* a holder's writes are fenced on the lease token, and each leaves an id of its own
+  in ``last_write``, so a write whose reply was lost can be recognised as landed (an
+  id per write, not the token: one holder may make several writes);
 * inserts use ids made on the client, so an insert repeated after a lost reply finds
   its own document instead of making a second one.
 """
@@ -328,7 +329,8 @@ class Store:
         Fenced: it lands only while ``token`` holds the job's lease. Returns False when
         it does not (the lease was lost: another worker may own the job now).
         """
-        update = {**update, "$set": {**update.get("$set", {}), "last_token": token}}
+        write = new_token()
+        update = {**update, "$set": {**update.get("$set", {}), "last_write": write}}
         fence = {"_id": job_id, "lease.token": token, "status": RUNNING}
 
         def attempt(n: int) -> bool:
@@ -337,7 +339,7 @@ class Store:
                 return True
             if n > 0:  # a repeated write: did the first one land before its reply was lost?
                 return (
-                    self.jobs.find_one({"_id": job_id, "last_token": token}, {"_id": 1}) is not None
+                    self.jobs.find_one({"_id": job_id, "last_write": write}, {"_id": 1}) is not None
                 )
             return False
 
@@ -367,7 +369,7 @@ class Store:
         """Apply ``update`` to a job whose lease ``token`` expired, re-checking in the same
         write that it is still expired (a heartbeat that lands first wins).
 
-        It does not touch ``last_token``: that field proves a *holder's* own write
+        It does not touch ``last_write``: that field proves a *holder's* own write
         landed, and the reaper writes on behalf of no holder."""
         result = self._retrying(
             "reap",

@@ -13,24 +13,33 @@ step and at the end, the invariants must hold:
 * no two holders at once: a new claim of a job happens only after every earlier
   holder's lease expired or it wrote its outcome;
 * no write by a fenced-off holder ever lands;
-* dedupe keys and the concurrency limit are never exceeded.
+* dedupe keys and the concurrency limit are never exceeded;
+* a repeating job exists once however often runners restart, and each of its slots
+  concludes once, in order.
+
+It runs on the embedded stand-in and, with ``MONGOSCHED_TEST_URI``, on a real server
+(each run in collections of its own).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from pymongo.errors import PyMongoError
+from pymongo.errors import AutoReconnect, PyMongoError
 
 from mongosched import App
 from mongosched.embedded import embedded_client, reset_embedded
 from mongosched.runner import Runner, _Lease
+from mongosched.task import schedule_id
 from mongosched.testing import FakeClock
 from tests.support.faults import inject
 
@@ -60,6 +69,7 @@ class World:
     raised_markers: list[int] = field(default_factory=list)
     marker: int = 0
     stats: Counter[str] = field(default_factory=Counter)
+    concluded: list[Any] = field(default_factory=list)  # slots of "tick", as they conclude
 
     @property
     def store(self) -> Any:
@@ -72,14 +82,20 @@ class World:
         return dict(doc)
 
 
-def make_world(seed: int, database: Any) -> World:
+def make_world(seed: int, database: Any, collection: str) -> World:
     rng = random.Random(seed)
     clock = FakeClock()
     app = App(
-        database=database, clock=clock, lease_duration=LEASE, keep_completed=None, keep_failed=None
+        database=database,
+        collection=collection,
+        clock=clock,
+        lease_duration=LEASE,
+        keep_completed=None,
+        keep_failed=None,
     )
     app.task(name="plain", retry=3)(lambda n: n)
     app.task(name="limited", retry=3, concurrency=LIMIT)(lambda n: n)
+    app.task(name="tick", retry=2, every=LEASE * 0.7)(lambda: "tick")
     app.ensure_indexes()
     runners = [Runner(app, workers=1, name=f"w{i}", poll_interval=0.001) for i in range(3)]
     for runner in runners:
@@ -125,9 +141,18 @@ def act_claim(w: World, worker: int) -> None:
         )
     holder = Holder(worker, lease, lease.until)
     w.holders[lease.job_id].append(holder)
-    w.active[worker].append(holder)
     w.stats["claims"] += 1
     check_limit(w)
+    if lease.doc.get("repeat") and lease.doc["attempts"] <= 1:
+        try:
+            runs = runner._plan_slot(lease)  # as the runner does before a slot's first attempt
+        except PyMongoError:
+            w.stats["plan raised"] += 1
+            runs = False  # the runner gives the job up (its write may have landed, or not)
+        if not runs:
+            holder.done = True  # this holder never runs the function
+            return
+    w.active[worker].append(holder)
 
 
 def act_heartbeat(w: World, holder: Holder) -> None:
@@ -156,22 +181,27 @@ def act_finish(w: World, holder: Holder) -> None:
     runner = w.runners[holder.worker]
     lease = holder.lease
     current = is_current(w, holder)
+    before = w.raw(lease.job_id)  # the simulation is sequential: nothing else writes meanwhile
     error = RuntimeError("flaky") if w.rng.random() < 0.3 else None
     try:
-        event = runner._finish(lease, None if error else lease.ctx.args[0], error)
+        result = lease.ctx.args[0] if lease.ctx.args else "tick"
+        event = runner._finish(lease, None if error else result, error)
     except PyMongoError:
+        # The function ran; whether its outcome landed is unknown (if not, the lease
+        # expires and the job runs again). Either way this holder runs nothing more.
         w.stats["finish raised"] += 1
-        drop(w, holder)  # the worker gives up; its lease will expire
+        holder.done = True
+        drop(w, holder)
         return
     doc = w.raw(lease.job_id)
     if current:
         assert event is not None or lease.lost
         if event is not None:
-            assert doc.get("last_token") == lease.token, "outcome reported but not written"
+            assert not is_current(w, holder), "outcome reported but not written"
             holder.done = True
     else:
         assert event is None, "a fenced-off holder reported an outcome"
-        assert doc.get("last_token") != lease.token, "a fenced-off holder's outcome landed"
+        assert doc == before, "a fenced-off holder's outcome landed"
     if lease.has_slot:
         try:
             w.store.release_slot(lease.task.name, lease.token)
@@ -190,6 +220,14 @@ def act_reap(w: World, worker: int) -> None:
         w.stats["reaped"] += w.runners[worker].reap()
     except PyMongoError:
         pass
+
+
+def act_restart(w: World, worker: int) -> None:
+    """A runner starts again: it upserts the declared schedules under faults."""
+    try:
+        w.runners[worker]._prepare()
+    except PyMongoError:
+        w.stats["restart raised"] += 1
 
 
 def drop(w: World, holder: Holder) -> None:
@@ -222,6 +260,20 @@ def check_limit(w: World) -> None:
     assert len(running_limited) <= LIMIT, "more limited jobs running than the limit"
 
 
+def check_schedule(w: World) -> None:
+    """One schedule document for "tick"; each of its slots concludes once, in order."""
+    docs = list(w.store.jobs._target.find({"task": "tick"}))
+    assert len(docs) == 1, f"{len(docs)} schedule documents for one declared schedule"
+    doc = docs[0]
+    assert doc["_id"] == schedule_id("tick")
+    last = (doc.get("last_run") or {}).get("slot")
+    if last is not None and (not w.concluded or w.concluded[-1] != last):
+        assert not w.concluded or last > w.concluded[-1], (
+            f"slot {last} concluded after slot {w.concluded[-1]}"
+        )
+        w.concluded.append(last)
+
+
 def check_dedupe(w: World) -> None:
     raw = w.store.jobs._target
     for field_ in ("dedupe_active", "dedupe_pending"):
@@ -244,17 +296,16 @@ def settle(w: World) -> None:
             lease, claimed = w.runners[0]._claim()
             if not claimed:
                 break
-            progressed = True
             if lease is not None:
+                progressed = progressed or not lease.doc.get("repeat")
                 holder = Holder(0, lease, lease.until)
                 w.holders[lease.job_id].append(holder)
-                w.active[0].append(holder)
-                act_finish(w, holder)
+                if not lease.doc.get("repeat") or w.runners[0]._plan_slot(lease):
+                    act_finish(w, holder)
+                check_schedule(w)
+        unfinished = {"status": {"$in": ["pending", "running"]}, "repeat": {"$exists": False}}
         if not progressed and not any(w.active.values()):
-            if (
-                w.store.jobs._target.count_documents({"status": {"$in": ["pending", "running"]}})
-                == 0
-            ):
+            if w.store.jobs._target.count_documents(unfinished) == 0:
                 return
     raise AssertionError("jobs still unfinished after settling")
 
@@ -272,10 +323,15 @@ def check_end(w: World) -> None:
             f"a failed schedule made job {marker} twice"
         )
     check_dedupe(w)
+    check_schedule(w)
+    tick = raw.find_one({"_id": schedule_id("tick")})
+    assert tick["status"] == "pending" and tick["run_at"] > w.concluded[-1], (
+        "the schedule did not go on after its last slot"
+    )
 
 
-def simulate(seed: int, database: Any, steps: int = 40) -> Counter[str]:
-    w = make_world(seed, database)
+def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Counter[str]:
+    w = make_world(seed, database, collection)
     for _ in range(steps):
         roll = w.rng.random()
         worker = w.rng.randrange(len(w.runners))
@@ -292,31 +348,74 @@ def simulate(seed: int, database: Any, steps: int = 40) -> Counter[str]:
             act_progress(w, w.rng.choice(holders))
         elif roll < 0.81:
             act_crash(w, worker)
-        elif roll < 0.90:
+        elif roll < 0.88:
             act_reap(w, worker)
+        elif roll < 0.90:
+            act_restart(w, worker)
         else:
             w.clock.advance(timedelta(seconds=w.rng.choice([1, 4, LEASE / 2, LEASE + 1])))
         check_dedupe(w)
+        check_schedule(w)
     settle(w)
     check_end(w)
     for wrapper in (w.store.jobs, w.store.slots):
         w.stats.update(wrapper.injected)
+    w.stats["slots concluded"] += len(w.concluded)
     return w.stats
+
+
+@contextmanager
+def run_databases() -> Iterator[Any]:
+    """Yields ``place(n)``: a database and a collection name for run ``n``, emptied after
+    the run. On a real server (MONGOSCHED_TEST_URI) one database of its own holds every
+    run's collections; on the stand-in each run gets an embedded server."""
+    test_uri = os.environ.get("MONGOSCHED_TEST_URI")
+    if test_uri:
+        import pymongo
+
+        client: Any = pymongo.MongoClient(test_uri, tz_aware=True)
+        name = f"mongosched_faults_{uuid.uuid4().hex[:12]}"
+        database = client.get_database(name)
+
+        @contextmanager
+        def place(n: int) -> Iterator[tuple[Any, str]]:
+            try:
+                yield database, f"jobs_{n}"
+            finally:
+                database.drop_collection(f"jobs_{n}")
+                database.drop_collection(f"jobs_{n}_slots")
+
+        try:
+            yield place
+        finally:
+            client.drop_database(name)
+            client.close()
+        return
+
+    @contextmanager
+    def embedded_place(n: int) -> Iterator[tuple[Any, str]]:
+        server = f"faults-{uuid.uuid4().hex[:8]}-{n}"
+        try:
+            yield embedded_client(server).get_database("faults"), "jobs"
+        finally:
+            reset_embedded(server)
+
+    yield embedded_place
 
 
 def run_many(runs: int, seed: int) -> Counter[str]:
     master = random.Random(seed)
     totals: Counter[str] = Counter()
-    for n in range(runs):
-        run_seed = master.randrange(2**32)
-        server = f"faults-{seed}-{n}"
-        database = embedded_client(server).get_database("faults")
-        try:
-            totals.update(simulate(run_seed, database))
-        except AssertionError as exc:
-            raise AssertionError(f"run {n} (seed {run_seed}, master seed {seed}): {exc}") from exc
-        finally:
-            reset_embedded(server)
+    with run_databases() as place:
+        for n in range(runs):
+            run_seed = master.randrange(2**32)
+            with place(n) as (database, collection):
+                try:
+                    totals.update(simulate(run_seed, database, collection))
+                except AssertionError as exc:
+                    raise AssertionError(
+                        f"run {n} (seed {run_seed}, master seed {seed}): {exc}"
+                    ) from exc
     return totals
 
 
@@ -327,22 +426,66 @@ def report(runs: int, seed: int, totals: Counter[str]) -> None:
         f"\nfault injection: {runs} runs, master seed {seed}; {totals['claims']} claims, "
         f"{injected} faults injected ({lost} lost replies after the write applied), "
         f"{totals['crashes']} crashed holders, {totals['reaped']} reaped, "
-        f"{totals['schedule raised']} schedule calls raised; all invariants held"
+        f"{totals['schedule raised']} schedule calls raised, "
+        f"{totals['slots concluded']} repeating slots concluded; all invariants held"
     )
 
 
 def test_invariants_hold_under_randomized_faults() -> None:
-    if os.environ.get("MONGOSCHED_TEST_URI"):
-        pytest.skip(
-            "simulation steps the embedded stand-in directly (see test_fault_processes for the real server)"
-        )
     totals = run_many(RUNS, SEED)
     report(RUNS, SEED, totals)
     assert totals["claims"] > RUNS  # the runs did real work
     assert sum(v for k, v in totals.items() if k.endswith(":after")) > RUNS // 10
+    assert totals["slots concluded"] > RUNS // 2  # the repeating job ran too
 
 
 @pytest.mark.soak
 def test_invariants_hold_under_randomized_faults_soak() -> None:
     runs, seed = 20 * RUNS, SEED + 1
     report(runs, seed, run_many(runs, seed))
+
+
+class _DropFirstUpdate:
+    """Fails the next ``update_one`` before it reaches the server, once."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self.armed = False
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if name != "update_one":
+            return value
+
+        def update_one(*args: Any, **kwargs: Any) -> Any:
+            if self.armed:
+                self.armed = False
+                raise AutoReconnect("injected: connection dropped before update_one")
+            return value(*args, **kwargs)
+
+        return update_one
+
+
+def test_a_retried_write_is_not_taken_for_an_earlier_write_of_the_same_holder(
+    database: Any,
+) -> None:
+    """A holder that wrote once (say, the slot a misfire policy chose) and then lost its
+    lease must not take its own earlier write as proof that a retried later write landed."""
+    clock = FakeClock()
+    app = App(database=database, clock=clock, lease_duration=LEASE)
+    app.task(name="t")(lambda: None)
+    store = app._store
+    job = app.schedule("t")
+    first = store.claim(owner="a", tasks=["t"], queues=None, now=clock(), lease_duration=LEASE)
+    assert first is not None
+    token = first["lease"]["token"]
+    assert store.transition(job.id, token, {"$set": {"progress_note": "slot chosen"}})
+    clock.advance(seconds=LEASE + 1)
+    reaped = store.reap(job.id, token, clock(), {"$set": {"status": "pending", "lease": None}})
+    assert reaped
+    store.retry_pause = 0.0
+    store.jobs = _DropFirstUpdate(store.jobs)  # type: ignore[assignment]
+    store.jobs.armed = True
+    landed = store.transition(job.id, token, {"$set": {"status": "completed", "lease": None}})
+    assert landed is False, "a fenced-off holder's retried write was reported as landed"
+    assert app.get_job(job.id).status.value == "pending"
