@@ -464,6 +464,14 @@ class Runner:
     def _run(self, lease: _Lease) -> None:
         try:
             self._execute(lease)
+        except PyMongoError as exc:
+            log.warning(
+                "job %s (%s): database error (%s); its outcome may not be recorded: if not, "
+                "it runs again once its lease expires",
+                lease.job_id,
+                lease.task.name,
+                exc,
+            )
         except Exception:
             log.exception(
                 "job %s (%s): internal error while finishing", lease.job_id, lease.task.name
