@@ -1,0 +1,142 @@
+"""An app for worker subprocesses in tests/test_processes.py.
+
+Run as ``python -m tests.support.worker_app URI [--workers N] [--lease S] [--name NAME]
+[--gate FILE]`` (URI names the database; with ``--gate`` the process starts, then waits
+for FILE to exist before it runs the worker, so a test can start it ahead of time). It registers the task ``record`` and runs
+``app.run_worker(...)`` until SIGTERM/SIGINT (or SIGKILL, which is the point).
+
+``record(seconds)`` writes one document per run to the side collection ``runs`` (made
+before any work, finished after it), independent of the job's own status, so a test can
+count executions and check that two holders never ran one job at the same time:
+
+``{_id, job, attempt, token, pid, start, end, lease_lost}`` with ``start``/``end`` as
+``time.time()`` (one machine, one clock). The run returns its lease token, so the job's
+stored result names the run whose outcome landed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import pymongo
+from pymongo.errors import DuplicateKeyError, PyMongoError
+
+from mongosched import App, Retry, current_job
+
+RUNS = "runs"
+
+_side: Any = None
+_backlog: deque[Callable[[], Any]] = deque()
+_backlog_lock = threading.Lock()
+_flusher: threading.Thread | None = None
+
+
+def side_collection(uri: str) -> Any:
+    global _side
+    if _side is None:
+        client: Any = pymongo.MongoClient(uri, tz_aware=True)
+        _side = client.get_default_database()[RUNS]
+    return _side
+
+
+def _write(write: Callable[[], Any]) -> bool:
+    try:
+        write()
+    except DuplicateKeyError:
+        pass  # an insert repeated after a lost reply: it landed
+    except PyMongoError:
+        return False
+    return True
+
+
+def _persist(write: Callable[[], Any]) -> None:
+    """Record a fact without making the run wait on the database: written now if the
+    server answers, else queued and written (in order) by a background thread as soon
+    as it does. The run itself goes on as a handler doing no database work would."""
+    global _flusher
+    with _backlog_lock:
+        if not _backlog and _write(write):
+            return
+        _backlog.append(write)
+        if _flusher is None:
+            _flusher = threading.Thread(target=_flush, name="record-flusher", daemon=True)
+            _flusher.start()
+
+
+def _flush() -> None:
+    while True:
+        with _backlog_lock:
+            write = _backlog[0] if _backlog else None
+        if write is None:
+            time.sleep(0.05)
+        elif _write(write):
+            with _backlog_lock:
+                _backlog.popleft()
+        else:
+            time.sleep(0.1)
+
+
+def build(uri: str, lease: float, poll: float) -> App:
+    app = App(uri, lease_duration=lease, poll_interval=poll, keep_completed=None)
+
+    @app.task(name="record", retry=Retry(max_attempts=10, backoff="fixed", delay=0.05))
+    def record(seconds: float = 0.0) -> str:
+        start = time.time()
+        ctx = current_job()
+        assert ctx is not None
+        lease = getattr(ctx, "_lease", None)
+        token = getattr(lease, "token", None) or uuid.uuid4().hex
+        runs = side_collection(uri)
+        run_id = f"{ctx.id}:{ctx.attempt}:{token}"
+        doc = {
+            "_id": run_id,
+            "job": ctx.id,
+            "attempt": ctx.attempt,
+            "token": token,
+            "pid": os.getpid(),
+            "start": start,
+            "end": None,
+        }
+        _persist(lambda: runs.insert_one(dict(doc)))
+        if seconds:
+            time.sleep(seconds)  # the work itself
+        end = time.time()
+        lost = ctx.cancel_reason == "lease_lost"
+        _persist(
+            lambda: runs.update_one({"_id": run_id}, {"$set": {"end": end, "lease_lost": lost}})
+        )
+        return token
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="tests.support.worker_app")
+    parser.add_argument("uri")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--lease", type=float, default=1.5)
+    parser.add_argument("--poll", type=float, default=0.05)
+    parser.add_argument("--name", default=None)
+    parser.add_argument("--gate", default=None, help="start the runner once this file exists")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s {args.name or os.getpid()} %(levelname)s %(name)s: %(message)s",
+    )
+    app = build(args.uri, args.lease, args.poll)
+    print(f"worker {args.name} pid {os.getpid()} ready", flush=True)
+    while args.gate and not os.path.exists(args.gate):
+        time.sleep(0.01)
+    app.run_worker(workers=args.workers, name=args.name)
+
+
+if __name__ == "__main__":
+    main()
