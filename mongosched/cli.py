@@ -158,34 +158,28 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=float(match[1]) * _UNITS[match[2] or "s"])
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
-    return value
+def _number(kind: Callable[[str], float], *, minimum: float, strict: bool) -> Callable[[str], Any]:
+    """An argparse type: a ``kind`` (int or float) above ``minimum`` (or at it, unless
+    ``strict``)."""
+    what = "a whole number" if kind is int else "a number"
+    bound = f"{'>' if strict else '>='} {minimum:g}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        # Written so that NaN fails too: it compares false with everything.
+        if value is None or not (value > minimum or (not strict and value == minimum)):
+            raise argparse.ArgumentTypeError(f"must be {what} {bound}, not {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0, not {text!r}")
-    return value
+_positive_int = _number(int, minimum=1, strict=False)
+_non_negative_int = _number(int, minimum=0, strict=False)
+_positive_float = _number(float, minimum=0, strict=True)
 
 
 def _status_list(choices: Sequence[str]) -> Callable[[str], list[str]]:

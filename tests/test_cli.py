@@ -260,6 +260,25 @@ def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
+@pytest.mark.parametrize(
+    "option",
+    [
+        ("--workers", "0"),
+        ("--workers", "two"),
+        ("--workers", "1.5"),
+        ("--poll-interval", "0"),
+        ("--poll-interval", "-1"),
+        ("--poll-interval", "nan"),
+        ("--lease-duration", "soon"),
+    ],
+)
+def test_bad_numbers_are_usage_errors_naming_the_option(
+    cli: Callable[..., Run], option: tuple[str, str]
+) -> None:
+    run = cli("worker", "tests.support.cli_app:app", *option)
+    assert run.code == 2 and f"argument {option[0]}: must be" in run.err, run.err
+
+
 # schedules and stats ----------------------------------------------------------------------------
 def test_schedules(sched: App, cli: Callable[..., Run]) -> None:
     run = cli("schedules", app=sched)
