@@ -400,6 +400,7 @@ import django
 django.setup()
 from django.test import Client
 from mongosched.contrib.django import inprocess, get_app
+from tests.support.waiting import wait_child
 
 client = Client()
 client.get("/ping/")
@@ -419,16 +420,10 @@ if pid == 0:
     ok = ok and job.wait(timeout=20).result == 42
     os._exit(0 if ok else 1)
 client.get("/ping/")
-deadline = time.monotonic() + 30
-while True:
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if done:
-        break
-    if time.monotonic() > deadline:
-        os.kill(pid, 9)
-        sys.exit("child hung")
-    time.sleep(0.02)
-print(os.getpid(), pid, os.waitstatus_to_exitcode(status))
+code = wait_child(pid)
+if code is None:
+    sys.exit("child hung")
+print(os.getpid(), pid, code)
 """
 
 

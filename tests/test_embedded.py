@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
 import threading
-import time
 
 import pytest
 
 from mongosched import App
 from mongosched.embedded import embedded_client, reset_embedded
+from tests.support.waiting import wait_child
 
 
 def test_apps_naming_one_server_share_its_data() -> None:
@@ -52,14 +51,9 @@ def test_a_forked_child_is_not_blocked_by_a_lock_held_at_the_fork() -> None:
                 os._exit(0)
         release.set()
         holder.join(5)
-        deadline = time.monotonic() + 10
-        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if done[0] == 0:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail("the forked child deadlocked on a lock held at the fork")
-        assert os.waitstatus_to_exitcode(done[1]) == 0
+        code = wait_child(pid, timeout=10)
+        assert code is not None, "the forked child deadlocked on a lock held at the fork"
+        assert code == 0
         assert collection.count_documents({}) == 1  # the child's write stayed in the child
     finally:
         reset_embedded(server)

@@ -216,6 +216,7 @@ FORK_SCRIPT = r"""
 import os, sys, time
 from flask import Flask
 from mongosched.contrib.flask import MongoSched
+from tests.support.waiting import wait_child
 
 flask_app = Flask(__name__)
 flask_app.config.update(
@@ -249,17 +250,11 @@ if pid == 0:
         ok = False
     os._exit(0 if ok else 1)
 client.get("/ping")
-deadline = time.monotonic() + 30
-while True:
-    done, status = os.waitpid(pid, os.WNOHANG)
-    if done:
-        break
-    if time.monotonic() > deadline:
-        os.kill(pid, 9)
-        sys.exit("child hung")
-    time.sleep(0.02)
+code = wait_child(pid)
+if code is None:
+    sys.exit("child hung")
 assert starts == [os.getpid()], starts  # the parent started no second runner
-sys.exit(os.waitstatus_to_exitcode(status))
+sys.exit(code)
 """
 
 
