@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 import bson
 from bson import ObjectId
 
-from .errors import ConfigurationError, SerializationError
+from .errors import ConfigurationError, InvalidSchedule, SerializationError
 from .retry import Retry, to_seconds
 from .schedule import Cron, Every, Misfire, Rule
 
@@ -383,4 +383,4 @@ def _misfire(task: str, policy: str, grace: float | timedelta | None, max_catchu
     try:
         return Misfire(policy=policy, grace=grace, max_catchup=max_catchup)
     except (ConfigurationError, ValueError, TypeError) as exc:
-        raise ConfigurationError(f"task {task!r}: {exc}") from None
+        raise InvalidSchedule(f"task {task!r}: {exc}") from None

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mongosched import App, Cancellation, Cron, Every, JobStatus, current_job
-from mongosched.errors import ConfigurationError
+from mongosched.errors import ConfigurationError, InvalidSchedule
 from mongosched.task import schedule_id
 from mongosched.testing import FakeClock, drain
 from tests.support.tasks import Recorder
@@ -275,7 +275,7 @@ def test_schedules_lists_every_repeating_job(
     ],
 )
 def test_bad_rules_are_refused_at_decoration(app: App, options: dict, message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
+    with pytest.raises(InvalidSchedule, match=f"task 'bad'.*({message})"):
         app.task(name="bad", **options)(lambda: None)
     assert "bad" not in app.tasks
 
