@@ -274,6 +274,18 @@ def build_parser() -> argparse.ArgumentParser:
         )
         return sub
 
+    def status_option(
+        sub: argparse.ArgumentParser, choices: Sequence[str], what: str, extra: str = ""
+    ) -> None:
+        sub.add_argument(
+            "--status",
+            type=_status_list(choices),
+            action=_Statuses,
+            nargs="+",
+            metavar="S",
+            help=f"{what} ({', '.join(choices)}{extra})",
+        )
+
     def json_flag(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--json", action="store_true", help="print JSON for scripts")
 
@@ -296,14 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs = verb(verbs, "jobs", "list, show, cancel, retry or purge jobs")
     actions = jobs.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = verb(actions, "list", "list jobs, most recently updated first")
-    listing.add_argument(
-        "--status",
-        type=_status_list(STATUSES),
-        action=_Statuses,
-        nargs="+",
-        metavar="S",
-        help=f"only these statuses ({', '.join(STATUSES)})",
-    )
+    status_option(listing, STATUSES, "only these statuses")
     listing.add_argument("--task", metavar="NAME", help="only jobs of this task")
     listing.add_argument("--queue", metavar="Q", help="only jobs in this queue")
     listing.add_argument(
@@ -322,14 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     retry.add_argument("id", metavar="ID")
     retry.set_defaults(run=_jobs_retry)
     purge = verb(actions, "purge", "delete finished jobs older than a duration")
-    purge.add_argument(
-        "--status",
-        type=_status_list(FINAL),
-        action=_Statuses,
-        nargs="+",
-        metavar="S",
-        help=f"statuses to delete ({', '.join(FINAL)}; default completed)",
-    )
+    status_option(purge, FINAL, "statuses to delete", "; default completed")
     purge.add_argument(
         "--older-than",
         type=parse_duration,

@@ -64,6 +64,12 @@ def first(iterable: Iterable[datetime], n: int) -> list[datetime]:
     return list(islice(iterable, n))
 
 
+def assert_slots(rule: Cron, after: datetime, expected: list[datetime]) -> None:
+    """The slots after ``after`` are ``expected``, found forwards and backwards."""
+    assert first(rule.slots_after(after), len(expected)) == expected
+    assert first(rule.slots_at_or_before(expected[-1]), len(expected)) == expected[::-1]
+
+
 # ----------------------------------------------------------------------------------------
 # The transitions, by hand (instant, offset before, offset after)
 # ----------------------------------------------------------------------------------------
@@ -244,9 +250,7 @@ def test_daily_job_around_a_transition_fires_once_that_day(row: Daily) -> None:
 def test_gap_times_collapse_and_fixed_hours_fire_once_when_repeated(
     zone: str, cron: str, after: datetime, expected: list[datetime]
 ) -> None:
-    rule = Cron(cron, timezone=zone)
-    assert first(rule.slots_after(after), len(expected)) == expected
-    assert first(rule.slots_at_or_before(expected[-1]), len(expected)) == expected[::-1]
+    assert_slots(Cron(cron, timezone=zone), after, expected)
 
 
 @pytest.mark.parametrize(
@@ -343,9 +347,7 @@ def test_slots_after_from_inside_a_repeated_hour(
 def test_hourly_rules_through_transitions(
     zone: str, cron: str, after: datetime, expected: list[datetime]
 ) -> None:
-    rule = Cron(cron, timezone=zone)
-    assert first(rule.slots_after(after), len(expected)) == expected
-    assert first(rule.slots_at_or_before(expected[-1]), len(expected)) == expected[::-1]
+    assert_slots(Cron(cron, timezone=zone), after, expected)
 
 
 @pytest.mark.parametrize(
@@ -415,9 +417,7 @@ def test_hourly_job_fires_once_per_real_hour_in_whole_hour_zones(
     ],
 )  # fmt: skip
 def test_cron_syntax(cron: str, zone: str, after: datetime, expected: list[datetime]) -> None:
-    rule = Cron(cron, timezone=zone)
-    assert first(rule.slots_after(after), len(expected)) == expected
-    assert first(rule.slots_at_or_before(expected[-1]), len(expected)) == expected[::-1]
+    assert_slots(Cron(cron, timezone=zone), after, expected)
 
 
 def test_timezone_defaults_to_utc_and_rules_round_trip_through_documents() -> None:
