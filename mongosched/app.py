@@ -198,19 +198,28 @@ class App:
             return self._database
 
     @property
-    def _store(self) -> Store:
+    def _reader(self) -> Store:
+        """The store, for reads: creates no index, so a read-only database user can
+        look at jobs (``mongosched jobs list``, ``stats``, ``Job.refresh``)."""
         with self._lock:
             if self._store_obj is None:
                 self._store_obj = Store(
                     self.database, collection=self.collection, write_concern=self.write_concern
                 )
-            if not self._indexes_ready:
-                self._store_obj.ensure_indexes()
-                self._indexes_ready = True
             return self._store_obj
 
+    @property
+    def _store(self) -> Store:
+        """The store, for writes: the indexes are created on first use."""
+        with self._lock:
+            store = self._reader
+            if not self._indexes_ready:
+                store.ensure_indexes()
+                self._indexes_ready = True
+            return store
+
     def ensure_indexes(self) -> None:
-        """Create the collection's indexes now (otherwise done on first use)."""
+        """Create the collection's indexes now (otherwise done on the first write)."""
         self._store.ensure_indexes()
 
     def close(self) -> None:
@@ -387,7 +396,7 @@ class App:
     # Queries -------------------------------------------------------------------------------------
     def get_job(self, job_id: Any) -> Job | None:
         """The job with that id (an ObjectId or its hex string), or None."""
-        doc = self._store.get(_job_id(job_id))
+        doc = self._reader.get(_job_id(job_id))
         return None if doc is None else Job(self, doc)
 
     def _require_job(self, job_id: Any) -> Job:
@@ -419,7 +428,7 @@ class App:
         if not isinstance(limit, int) or limit < 0 or not isinstance(skip, int) or skip < 0:
             raise ConfigurationError("get_jobs: limit and skip must be ints >= 0")
         query = self._job_query(task=task, status=status, queue=queue)
-        docs = self._store.find(
+        docs = self._reader.find(
             query, sort=[(field_, direction), ("_id", direction)], skip=skip, limit=limit
         )
         return [Job(self, d) for d in docs]
@@ -432,7 +441,7 @@ class App:
         queue: str | None = None,
     ) -> int:
         """How many jobs match the filters (as :meth:`get_jobs`)."""
-        return self._store.count(self._job_query(task=task, status=status, queue=queue))
+        return self._reader.count(self._job_query(task=task, status=status, queue=queue))
 
     @staticmethod
     def _job_query(*, task: str | None, status: Any, queue: str | None) -> dict[str, Any]:
@@ -580,14 +589,14 @@ class App:
         now = self.now()
         by_task: dict[str, dict[str, int]] = {}
         totals: dict[str, int] = {s.value: 0 for s in JobStatus}
-        for row in self._store.counts_by_task_status():
+        for row in self._reader.counts_by_task_status():
             task, status = row["_id"]["task"], row["_id"]["status"]
             by_task.setdefault(task, {})[status] = row["n"]
             totals[status] = totals.get(status, 0) + row["n"]
-        oldest = self._store.find(
+        oldest = self._reader.find(
             {"status": "pending", "run_at": {"$lte": now}}, sort=[("run_at", 1)], limit=1
         )
-        running = self._store.find(
+        running = self._reader.find(
             {"status": "running"},
             sort=[("lease.until", 1)],
             projection={"task": 1, "lease": 1, "started_at": 1},
@@ -616,13 +625,13 @@ class App:
                 for d in running
             ],
             "unknown_tasks": {
-                r["_id"]: r["n"] for r in self._store.unknown_due_tasks(self.tasks, now)
+                r["_id"]: r["n"] for r in self._reader.unknown_due_tasks(self.tasks, now)
             },
         }
 
     def schedules(self) -> list[dict[str, Any]]:
         """Every repeating job: task, rule, timezone, status, next run, last run."""
-        docs = self._store.find({"repeat": {"$exists": True}}, sort=[("task", 1)], limit=0)
+        docs = self._reader.find({"repeat": {"$exists": True}}, sort=[("task", 1)], limit=0)
         rows = []
         for doc in docs:
             repeat = doc.get("repeat") or {}

@@ -210,7 +210,7 @@ class Job:
     def refresh(self) -> Job:
         """Read the job again; returns ``self``. Raises :class:`JobNotFound` if it is gone."""
         app = self._require_app()
-        doc = app._store.get(self.id)
+        doc = app._reader.get(self.id)
         if doc is None:
             raise JobNotFound(f"job {self.id} no longer exists")
         self._doc = dict(doc)

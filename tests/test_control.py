@@ -296,6 +296,18 @@ def test_documented_query_filters_lead_an_index() -> None:
     assert [f for f, _ in claim] == ["status", "queue", "priority", "run_at"]
 
 
+def test_reads_create_no_index(app: App) -> None:
+    """A read-only database user can look at jobs: reads never create indexes."""
+    assert app.get_jobs() == [] and app.count_jobs() == 0
+    assert app.get_job("0123456789abcdef01234567") is None
+    assert app.stats()["totals"]["pending"] == 0 and app.schedules() == []
+    assert set(app._reader.jobs.index_information()) <= {"_id_"}
+    app.task(name="t")(lambda: None)
+    job = app.schedule("t")  # the first write creates them
+    assert "claim" in app._reader.jobs.index_information()
+    assert job.refresh().status is JobStatus.PENDING
+
+
 def test_indexes_exist_on_the_server(app: App) -> None:
     app.ensure_indexes()
     names = set(app._store.jobs.index_information())
