@@ -47,17 +47,30 @@ FINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CAN
 
 @dataclass(frozen=True)
 class ErrorInfo:
-    """The last error a job raised: exception type, message and formatted traceback."""
+    """The last error a job raised: exception type (its qualified name, and the module
+    that defines it), message and formatted traceback."""
 
     type: str
     message: str
     traceback: str | None = None
+    module: str | None = None
+
+    @property
+    def path(self) -> str:
+        """Import path of the exception class (``myapp.errors.PaymentDeclined``); the
+        bare type for errors that are no exception class (``LeaseExpired``)."""
+        return f"{self.module}.{self.type}" if self.module else self.type
 
     @classmethod
     def from_document(cls, doc: Mapping[str, Any] | None) -> ErrorInfo | None:
         if not doc:
             return None
-        return cls(str(doc.get("type", "")), str(doc.get("message", "")), doc.get("traceback"))
+        return cls(
+            str(doc.get("type", "")),
+            str(doc.get("message", "")),
+            doc.get("traceback"),
+            doc.get("module"),
+        )
 
     def __str__(self) -> str:
         return f"{self.type}: {self.message}"

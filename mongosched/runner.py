@@ -51,7 +51,13 @@ def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> No
 
 def error_document(exc: BaseException, *, with_traceback: bool = True) -> dict[str, Any]:
     tb = "".join(traceback.format_exception(exc)) if with_traceback else None
-    return {"type": type(exc).__name__, "message": str(exc), "traceback": tb}
+    kind = type(exc)
+    return {
+        "type": kind.__qualname__,
+        "module": kind.__module__,
+        "message": str(exc),
+        "traceback": tb,
+    }
 
 
 class _Lease:

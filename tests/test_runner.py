@@ -122,6 +122,8 @@ def test_attempts_spent_ends_failed_with_the_last_error(app: App) -> None:
         "RuntimeError",
         "always",
     )
+    assert job.error.path == "builtins.RuntimeError"
+    assert "RuntimeError: always" in (job.error.traceback or "")
 
 
 def test_fail_and_unlisted_exceptions_do_not_retry(app: App) -> None:

@@ -26,11 +26,9 @@ in-process runner. ``django.tasks`` (Django 6) is used when present, else the
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import importlib
 import math
-import re
 from datetime import datetime
 from typing import Any
 
@@ -265,25 +263,13 @@ def run_enqueued(
     return instance._run(job)
 
 
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
-
-
 def _class_path(error: ErrorInfo) -> str:
-    """Best-effort import path of the exception class a job failed with.
-
-    mongosched records the class's bare name; the last line of the formatted traceback
-    names it with its module (``myapp.errors.PaymentDeclined: ...``)."""
-    for line in reversed((error.traceback or "").splitlines()):
-        match = _EXC_LINE.match(line)
-        if match and match.group(1).rsplit(".", 1)[-1] == error.type:
-            name = match.group(1)
-            return name if "." in name else f"builtins.{name}"
+    """Import path of the exception class a job failed with. A job reaped after its
+    worker died failed with no exception of its own: that is a lost lease."""
+    if error.module:
+        return error.path
     if error.type == "LeaseExpired":
         return "mongosched.errors.LeaseLost"
-    if isinstance(getattr(builtins, error.type, None), type):
-        return f"builtins.{error.type}"
-    if isinstance(getattr(mongosched_errors, error.type, None), type):
-        return f"mongosched.errors.{error.type}"
     return "builtins.Exception"
 
 
