@@ -9,6 +9,7 @@ test. Process-level behaviour (management commands, fork) runs in subprocesses.
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
@@ -24,7 +25,11 @@ from typing import Any
 import pytest
 
 pytest.importorskip("django")
-pytest.importorskip("django_tasks")
+try:  # Django 6 has the tasks framework built in; 4.2 to 5.2 use the django-tasks package
+    import django.tasks as tasks_framework  # type: ignore[import-not-found]
+except ImportError:
+    tasks_framework = pytest.importorskip("django_tasks")
+FRAMEWORK = tasks_framework.__name__
 
 from mongosched import App, JobStatus  # noqa: E402
 from mongosched.contrib import cli_arguments, with_database  # noqa: E402
@@ -112,7 +117,12 @@ def client(project: App) -> Any:
 @pytest.fixture
 def signals(project: App) -> Iterator[dict[str, list[Any]]]:
     """Task results received by the tasks framework's signals, by signal name."""
-    from django_tasks.signals import task_enqueued, task_finished, task_started
+    signals_module = importlib.import_module(f"{FRAMEWORK}.signals")
+    task_enqueued, task_started, task_finished = (
+        signals_module.task_enqueued,
+        signals_module.task_started,
+        signals_module.task_finished,
+    )
 
     got: dict[str, list[Any]] = {"enqueued": [], "started": [], "finished": []}
     receivers = {}
@@ -196,7 +206,11 @@ def test_database_setting_replaces_the_uri_database() -> None:
 
 # The tasks framework backend ----------------------------------------------------------------
 def test_backend_enqueue_run_and_get_result(app: App, signals: dict[str, list[Any]]) -> None:
-    from django_tasks import TaskResultStatus, default_task_backend, task_backends
+    TaskResultStatus = tasks_framework.TaskResultStatus
+    default_task_backend, task_backends = (
+        tasks_framework.default_task_backend,
+        tasks_framework.task_backends,
+    )
 
     from mongosched.contrib.django import TasksBackend
     from tests.djangoproject.testapp.tasks import multiply
@@ -228,7 +242,7 @@ def test_backend_enqueue_run_and_get_result(app: App, signals: dict[str, list[An
 
 
 def test_backend_failure_is_recorded_not_retried(app: App, signals: dict[str, list[Any]]) -> None:
-    from django_tasks import TaskResultStatus
+    TaskResultStatus = tasks_framework.TaskResultStatus
 
     from tests.djangoproject.testapp.tasks import explode
 
@@ -267,7 +281,7 @@ def test_backend_priority_orders_runs(app: App) -> None:
 
 
 def test_backend_run_after_defers(app: App) -> None:
-    from django_tasks import TaskResultStatus
+    TaskResultStatus = tasks_framework.TaskResultStatus
 
     from tests.djangoproject.testapp.tasks import multiply
 
@@ -304,8 +318,10 @@ def test_backend_context_queue_and_async(app: App) -> None:
 
 def test_backend_unknown_results(app: App) -> None:
     from bson import ObjectId
-    from django_tasks import default_task_backend
-    from django_tasks.exceptions import TaskResultDoesNotExist
+    default_task_backend = tasks_framework.default_task_backend
+    TaskResultDoesNotExist = importlib.import_module(
+        f"{FRAMEWORK}.exceptions"
+    ).TaskResultDoesNotExist
 
     plain = app.get_task("tests.djangoproject.testapp.tasks.add").schedule(1, 2)
     for result_id in (str(ObjectId()), "not-an-id", str(plain.id)):

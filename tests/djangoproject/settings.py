@@ -4,6 +4,7 @@ The tests choose the MongoDB URI (``MONGOSCHED_DJANGO_URI``) and whether the run
 runs in the web process (``MONGOSCHED_DJANGO_RUN_IN_PROCESS=1``).
 """
 
+import importlib.util
 import os
 
 SECRET_KEY = "mongosched-tests"
@@ -12,9 +13,12 @@ ALLOWED_HOSTS = ["*"]
 USE_TZ = True
 TIME_ZONE = "UTC"
 ROOT_URLCONF = "tests.djangoproject.urls"
+# Django 6 has the tasks framework built in (django.tasks); before, it is the
+# django-tasks package, installed as an app.
+BUILT_IN_TASKS = importlib.util.find_spec("django.tasks") is not None
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
-    "django_tasks",
+    *([] if BUILT_IN_TASKS else ["django_tasks"]),
     "mongosched.contrib.django",
     "tests.djangoproject.testapp",
 ]
