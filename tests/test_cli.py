@@ -37,6 +37,13 @@ class Run:
         return json.loads(self.out)
 
 
+def parse_utc(text: str) -> datetime:
+    """An ISO 8601 UTC time as the CLI prints it (``...Z``; Python 3.10's
+    ``fromisoformat`` does not take the ``Z``)."""
+    assert text.endswith("Z"), text
+    return datetime.fromisoformat(text[:-1] + "+00:00")
+
+
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
     """``cli(*argv, app=...)``: run ``main`` and capture its output."""
@@ -139,7 +146,7 @@ def test_jobs_list_filters_and_json(sched: App, cli: Callable[..., Run]) -> None
     assert row["error"]["type"] == "ValueError"
     finished = row["finished_at"]
     assert finished.endswith("Z")
-    assert datetime.fromisoformat(finished) == sched.get_job(failed.id).finished_at  # type: ignore[union-attr]
+    assert parse_utc(finished) == sched.get_job(failed.id).finished_at  # type: ignore[union-attr]
 
     def listed(*options: str) -> set[str]:
         run = cli("jobs", "list", *options, "--json", app=sched)
@@ -297,7 +304,7 @@ def test_schedules(sched: App, cli: Callable[..., Run]) -> None:
 
     (data,) = cli("schedules", "--json", app=sched).json()
     assert (data["task"], data["rule"], data["status"]) == ("cli.nightly", "0 3 * * *", "pending")
-    assert datetime.fromisoformat(data["next_run"]) > sched.now()
+    assert parse_utc(data["next_run"]) > sched.now()
 
 
 def test_stats(
