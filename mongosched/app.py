@@ -585,7 +585,8 @@ class App:
 
     def stats(self) -> dict[str, Any]:
         """Counts by task and status, the oldest due pending job, the running leases,
-        and due jobs whose task no runner of this app knows."""
+        due jobs whose task no runner of this app knows, and ``clock_offset``: seconds
+        the server's clock is ahead of this app's (None where the server does not say)."""
         now = self.now()
         by_task: dict[str, dict[str, int]] = {}
         totals: dict[str, int] = {s.value: 0 for s in JobStatus}
@@ -602,8 +603,10 @@ class App:
             projection={"task": 1, "lease": 1, "started_at": 1},
             limit=1000,
         )
+        offset = self._reader.clock_offset(self.now)
         return {
             "now": now,
+            "clock_offset": None if offset is None else offset.total_seconds(),
             "totals": totals,
             "by_task": by_task,
             "oldest_due": None

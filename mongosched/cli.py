@@ -630,6 +630,10 @@ def _print_stats(stats: Mapping[str, Any]) -> None:
             ["ID", "TASK", "OWNER", "LEASE UNTIL (UTC)", "EXPIRED"],
             ([r["id"], r["task"], r["owner"], r["lease_until"], r["expired"]] for r in running),
         )
+    offset = stats.get("clock_offset")
+    if offset is not None:
+        relation = "ahead of" if offset >= 0 else "behind"
+        _out(f"clock: the server's is {abs(offset):.1f} s {relation} this host's")
     unknown = stats.get("unknown_tasks")
     if unknown:
         listed = ", ".join(f"{task} ({n})" for task, n in sorted(unknown.items()))

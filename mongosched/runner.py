@@ -263,6 +263,7 @@ class Runner:
         if self.is_running:
             raise RuntimeError("runner already started")
         self._prepare()
+        self.check_clock()
         self._stopping.clear()
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mongosched-worker")
         self._dispatcher = threading.Thread(
@@ -286,6 +287,27 @@ class Runner:
         for task in self.app.tasks.values():
             if task.concurrency is not None:
                 self.app._store.ensure_slots(task.name, task.concurrency)
+
+    def check_clock(self) -> float | None:
+        """Compare this host's clock with the MongoDB server's (where the server reports
+        it) and warn when they differ by more than a tenth of the lease (at least 1 s):
+        leases compare times written by many hosts. Returns the offset in seconds
+        (server ahead: positive), or None. Runners do this when they start."""
+        offset = self.app._reader.clock_offset(self.app.now)
+        if offset is None:
+            return None
+        seconds = offset.total_seconds()
+        if abs(seconds) > max(1.0, self.lease_duration / 10):
+            log.warning(
+                "runner %s: this host's clock is %.1f s %s the MongoDB server's; leases "
+                "compare times written by many hosts, so keep clocks in sync (NTP): the "
+                "difference must stay well below the lease duration (%g s)",
+                self.name,
+                abs(seconds),
+                "behind" if seconds > 0 else "ahead of",
+                self.lease_duration,
+            )
+        return seconds
 
     def wake(self) -> None:
         """Claim now instead of at the end of the idle wait."""

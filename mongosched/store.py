@@ -19,13 +19,13 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 from bson.codec_options import CodecOptions
 from pymongo import ASCENDING, ReturnDocument, WriteConcern
 from pymongo.collection import Collection
-from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError
+from pymongo.errors import BulkWriteError, ConnectionFailure, DuplicateKeyError, PyMongoError
 
 __all__ = ["Store", "TRANSIENT_ERRORS", "new_token"]
 
@@ -145,6 +145,23 @@ class Store:
                     return str(c.create_index(k, **o))
 
                 self._retrying("create index", create)
+
+    def clock_offset(self, local_now: Callable[[], datetime]) -> timedelta | None:
+        """How far the server's clock (``localTime`` of ``hello``) is ahead of
+        ``local_now()``, taken at the middle of the round trip. None where the server
+        does not say (the embedded stand-in) or cannot be asked."""
+        before = local_now()
+        try:
+            reply = self.database.command("hello")
+        except (PyMongoError, NotImplementedError):
+            return None
+        after = local_now()
+        server = reply.get("localTime")
+        if not isinstance(server, datetime):
+            return None
+        if server.tzinfo is None:  # a database whose client is not tz_aware
+            server = server.replace(tzinfo=timezone.utc)
+        return server - (before + (after - before) / 2)
 
     def index_keys(self) -> list[list[str]]:
         """The key fields of each index on the job collection, in order."""

@@ -1,0 +1,78 @@
+"""Clock skew between a worker host and the MongoDB server: measured from the server's
+``localTime`` (``hello``) when a runner starts, warned about, and shown in ``stats()``.
+
+Runs against the wire-protocol test server, or the real one with MONGOSCHED_TEST_URI."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from mongosched import App
+from tests.conftest import TEST_URI
+
+if TYPE_CHECKING:
+    from tests.support.server_fixtures import SharedDatabase
+
+pytest_plugins = ["tests.support.server_fixtures"]
+
+
+@pytest.fixture
+def skewed(shared_db: SharedDatabase) -> Iterator[Any]:
+    """``skewed(seconds)``: an App on the shared server whose clock runs that far behind."""
+    apps: list[App] = []
+
+    def make(seconds: float) -> App:
+        app = App(
+            shared_db.uri(serverSelectionTimeoutMS=5000),
+            clock=lambda: datetime.now(timezone.utc) - timedelta(seconds=seconds),
+            lease_duration=30,
+            poll_interval=0.05,
+        )
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        app.close()
+
+
+def test_a_runner_warns_at_start_when_its_clock_is_off(
+    skewed: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = skewed(300)
+    with caplog.at_level(logging.WARNING, logger="mongosched"):
+        runner = app.runner(workers=1).start()
+        runner.stop()
+    warnings = [r.getMessage() for r in caplog.records if "clock is" in r.getMessage()]
+    assert len(warnings) == 1 and "behind the MongoDB server's" in warnings[0], warnings
+    assert 290 < app.stats()["clock_offset"] < 310
+
+
+def test_no_warning_while_the_clocks_agree(skewed: Any, caplog: pytest.LogCaptureFixture) -> None:
+    app = skewed(0)
+    with caplog.at_level(logging.WARNING, logger="mongosched"):
+        offset = app.runner(workers=1).check_clock()
+    assert offset is not None and abs(offset) < 1.0
+    assert "clock is" not in caplog.text
+
+
+def test_the_embedded_stand_in_reports_no_server_clock(app: App) -> None:
+    if TEST_URI:
+        pytest.skip("a test of the embedded stand-in")
+    assert app.runner(workers=1).check_clock() is None
+    assert app.stats()["clock_offset"] is None
+
+
+def test_the_stats_command_shows_the_offset(
+    skewed: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mongosched.cli import main
+
+    assert main(["stats"], app=skewed(120)) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("clock:"))
+    assert "ahead of this host's" in line and float(line.split()[4]) > 100
