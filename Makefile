@@ -34,7 +34,7 @@ django6:
 		-W "ignore:datetime.datetime.utcnow:DeprecationWarning" tests/test_django.py
 
 py310:
-	@.ci/other-python 3.10 .venv-py310 "-e .[dev]" -m "not soak and not processes" \
+	@.ci/other-python 3.10 .venv-py310 "-e .[tests]" -m "not soak and not processes" \
 		--ignore tests/test_faults.py
 
 docs: venv
