@@ -475,31 +475,44 @@ def _require(app: App, job_id: str) -> Job:
     return job
 
 
+def _listing(
+    args: argparse.Namespace,
+    items: Sequence[Any],
+    *,
+    as_json: Callable[[Any], Any],
+    empty: str,
+    headers: Sequence[str],
+    row: Callable[[Any], Sequence[Any]],
+) -> int:
+    """Print ``items`` as JSON (``--json``), as a table, or say there are none."""
+    if args.json:
+        _print_json([as_json(item) for item in items])
+    elif not items:
+        _out(empty)
+    else:
+        _table(headers, (row(item) for item in items))
+    return EXIT_OK
+
+
 def _jobs_list(app: App, args: argparse.Namespace) -> int:
     jobs = app.get_jobs(task=args.task, status=args.status, queue=args.queue, limit=args.limit)
-    if args.json:
-        _print_json([_job_json(job) for job in jobs])
-        return EXIT_OK
-    if not jobs:
-        _out("no jobs")
-        return EXIT_OK
-    _table(
-        ["ID", "TASK", "STATUS", "QUEUE", "PRI", "TRIES", "RUN AT (UTC)", "UPDATED (UTC)"],
-        (
-            [
-                job.id,
-                job.task,
-                job.status,
-                job.queue,
-                job.priority,
-                f"{job.attempts}/{job.max_attempts}",
-                job.run_at,
-                job.updated_at,
-            ]
-            for job in jobs
-        ),
+    return _listing(
+        args,
+        jobs,
+        as_json=_job_json,
+        empty="no jobs",
+        headers=["ID", "TASK", "STATUS", "QUEUE", "PRI", "TRIES", "RUN AT (UTC)", "UPDATED (UTC)"],
+        row=lambda job: [
+            job.id,
+            job.task,
+            job.status,
+            job.queue,
+            job.priority,
+            f"{job.attempts}/{job.max_attempts}",
+            job.run_at,
+            job.updated_at,
+        ],
     )
-    return EXIT_OK
 
 
 def _jobs_show(app: App, args: argparse.Namespace) -> int:
@@ -568,31 +581,27 @@ def _jobs_purge(app: App, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+SCHEDULE_COLUMNS = {
+    "ID": "id",
+    "TASK": "task",
+    "RULE": "rule",
+    "TIMEZONE": "timezone",
+    "STATUS": "status",
+    "NEXT RUN (UTC)": "next_run",
+    "LAST RUN (UTC)": "last_run",
+    "LAST": "last_status",
+}
+
+
 def _schedules(app: App, args: argparse.Namespace) -> int:
-    rows = app.schedules()
-    if args.json:
-        _print_json(rows)
-        return EXIT_OK
-    if not rows:
-        _out("no schedules")
-        return EXIT_OK
-    _table(
-        ["ID", "TASK", "RULE", "TIMEZONE", "STATUS", "NEXT RUN (UTC)", "LAST RUN (UTC)", "LAST"],
-        (
-            [
-                r["id"],
-                r["task"],
-                r["rule"],
-                r["timezone"],
-                r["status"],
-                r["next_run"],
-                r["last_run"],
-                r["last_status"],
-            ]
-            for r in rows
-        ),
+    return _listing(
+        args,
+        app.schedules(),
+        as_json=lambda row: row,
+        empty="no schedules",
+        headers=list(SCHEDULE_COLUMNS),
+        row=lambda row: [row[key] for key in SCHEDULE_COLUMNS.values()],
     )
-    return EXIT_OK
 
 
 def _stats(app: App, args: argparse.Namespace) -> int:
