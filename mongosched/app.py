@@ -726,7 +726,11 @@ class App:
         self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any
     ) -> Runner:
         """Start one runner in background daemon threads of this process, once (again
-        in a forked child); for running inside a web server process."""
+        in a forked child); for running inside a web server process. Cheap once it runs,
+        so a framework may call it on every request."""
+        running = self.in_process_runner
+        if running is not None:
+            return running
         with self._lock:
             runner = self._in_process_runner
             if runner is None or not runner.is_running:
@@ -734,6 +738,19 @@ class App:
                 runner.start()
                 self._in_process_runner = runner
             return runner
+
+    @property
+    def in_process_runner(self) -> Runner | None:
+        """The runner :meth:`start_runner` started in this process, while it runs."""
+        runner = self._in_process_runner
+        return runner if runner is not None and runner.is_running else None
+
+    def stop_runner(self, *, graceful: bool = True, timeout: float | None = 30.0) -> bool:
+        """Stop the runner :meth:`start_runner` started (see :meth:`Runner.stop`); a
+        later :meth:`start_runner` starts a new one. True when no job is left in flight."""
+        with self._lock:
+            runner, self._in_process_runner = self._in_process_runner, None
+        return True if runner is None else runner.stop(graceful=graceful, timeout=timeout)
 
     def __repr__(self) -> str:
         where = self.uri if self.uri is not None else repr(self._database)

@@ -415,22 +415,22 @@ import os, sys, time
 import django
 django.setup()
 from django.test import Client
-from mongosched.contrib.django import inprocess, get_app
+from mongosched.contrib.django import get_app
 from tests.support.waiting import wait_child
 
 client = Client()
 client.get("/ping/")
 client.get("/ping/")
-parent_runner = inprocess._runner
+parent_runner = get_app().in_process_runner
 assert parent_runner is not None and parent_runner.is_running
 
 # Fork while the parent's runner polls (the App reconnects a real server's client in
 # the child; the embedded store's locks are made afresh there).
 pid = os.fork()
 if pid == 0:
-    ok = inprocess._runner is None
+    ok = get_app().in_process_runner is None  # the parent's runner is not the child's
     Client().get("/ping/")
-    runner = inprocess._runner
+    runner = get_app().in_process_runner
     ok = ok and runner is not None and runner is not parent_runner and runner.is_running
     job = get_app().get_task("tests.djangoproject.testapp.tasks.add").schedule(20, 22)
     ok = ok and job.wait(timeout=20).result == 42

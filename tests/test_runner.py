@@ -357,3 +357,14 @@ def test_database_outage_is_survived(app: App, caplog: pytest.LogCaptureFixture)
     runner.stop()
     assert failures["left"] == 0
     assert any("database error" in r.getMessage() for r in caplog.records)
+
+
+def test_start_runner_starts_one_per_process_and_stop_runner_stops_it(app: App) -> None:
+    assert app.in_process_runner is None and app.stop_runner() is True  # nothing to stop
+    first = app.start_runner(workers=1)
+    assert app.start_runner(workers=1) is first and app.in_process_runner is first
+    assert app.stop_runner() is True and not first.is_running
+    assert app.in_process_runner is None
+    second = app.start_runner(workers=1)
+    assert second is not first and second.is_running
+    app.stop_runner()

@@ -38,10 +38,7 @@ Each Flask app given to :meth:`MongoSched.init_app` gets its own
 
 from __future__ import annotations
 
-import os
 import sys
-import threading
-import weakref
 from collections.abc import Callable
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
@@ -65,19 +62,16 @@ OWN_KEYS = ("WORKERS", "RUN_IN_PROCESS")
 EXTENSION = "mongosched"
 
 
-_extensions: weakref.WeakSet[MongoSched] = weakref.WeakSet()
 
 
 class _State:
-    """What the extension keeps per Flask app: its App and its in-process runner."""
+    """What the extension keeps per Flask app: its App and the in-process runner's
+    settings (the App keeps the runner, and forgets it in a forked child)."""
 
     def __init__(self, app: App, workers: int, run_in_process: bool) -> None:
         self.app = app
         self.workers = workers
         self.run_in_process = run_in_process
-        self.lock = threading.Lock()
-        self.runner: Runner | None = None
-        self.pid: int | None = None
 
 
 class SchedTask(Generic[P, R]):
@@ -123,7 +117,6 @@ class MongoSched:
     def __init__(self, app: Flask | None = None) -> None:
         self._declared: list[tuple[Callable[..., Any], dict[str, Any]]] = []
         self._states: list[_State] = []
-        _extensions.add(self)
         if app is not None:
             self.init_app(app)
 
@@ -203,44 +196,18 @@ class MongoSched:
         """Start the in-process runner of this Flask app's App (once per process; again
         in a forked child); returns it."""
         state = self._state(flask_app)
-        with state.lock:
-            runner = state.app.start_runner(workers=state.workers)
-            state.runner, state.pid = runner, os.getpid()
-            return runner
+        return state.app.start_runner(workers=state.workers)
 
     def stop_runner(
         self, flask_app: Flask | None = None, graceful: bool = True, timeout: float | None = 30.0
     ) -> bool:
         """Stop that runner (the next request starts a new one if configured)."""
-        state = self._state(flask_app)
-        with state.lock:
-            runner, mine = state.runner, state.pid == os.getpid()
-            state.runner, state.pid = None, None
-        if runner is None or not mine:
-            return True
-        return runner.stop(graceful=graceful, timeout=timeout)
+        return self._state(flask_app).app.stop_runner(graceful=graceful, timeout=timeout)
 
     def _before_request(self) -> None:
-        state = self._state()
-        if not state.run_in_process:
-            return
-        runner = state.runner
-        if runner is not None and state.pid == os.getpid() and runner.is_running:
-            return
-        self.start_runner()
+        if self._state().run_in_process:
+            self.start_runner()
 
-
-def _after_fork_in_child() -> None:
-    # The parent's runners do not survive a fork, and a lock held by another thread at
-    # the fork would stay held for good.
-    for sched in list(_extensions):
-        for state in sched._states:
-            state.lock = threading.Lock()
-            state.runner, state.pid = None, None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @click.command(

@@ -8,8 +8,6 @@ requests, so ``migrate``, ``shell`` and ``mongosched worker`` never start one.
 
 from __future__ import annotations
 
-import os
-import threading
 from typing import TYPE_CHECKING, Any
 
 from .conf import get_app, options
@@ -19,49 +17,22 @@ if TYPE_CHECKING:
 
 __all__ = ["start_runner", "stop_runner"]
 
-_lock = threading.Lock()
-_runner: Runner | None = None
-_pid: int | None = None
-
 
 def start_runner() -> Runner:
     """Start this process's runner now (if it is not running), with the configured
     ``WORKERS`` and ``QUEUES``; returns it. For servers that want it before the first
     request, e.g. from a gunicorn ``post_fork`` hook."""
-    global _runner, _pid
-    workers = options()["WORKERS"]
-    with _lock:
-        runner = get_app().start_runner(workers=workers)
-        _runner, _pid = runner, os.getpid()
-        return runner
+    return get_app().start_runner(workers=options()["WORKERS"])
 
 
 def stop_runner(graceful: bool = True, timeout: float | None = 30.0) -> bool:
     """Stop this process's in-process runner (a later request starts a new one when
     ``RUN_IN_PROCESS`` is on). Returns True when no job is left in flight."""
-    global _runner, _pid
-    with _lock:
-        runner, mine = _runner, _pid == os.getpid()
-        _runner, _pid = None, None
-    if runner is None or not mine:
-        return True
-    return runner.stop(graceful=graceful, timeout=timeout)
+    return get_app().stop_runner(graceful=graceful, timeout=timeout)
 
 
 def on_request_started(sender: Any = None, **kwargs: Any) -> None:
-    """``request_started`` receiver: start the runner if configured and not running."""
-    runner = _runner
-    if runner is not None and _pid == os.getpid() and runner.is_running:
-        return
+    """``request_started`` receiver: start the runner if configured and not running
+    (:meth:`App.start_runner` is cheap once it runs; it starts afresh after a fork)."""
     if options()["RUN_IN_PROCESS"]:
         start_runner()
-
-
-def _after_fork_in_child() -> None:
-    global _lock, _runner, _pid
-    _lock = threading.Lock()  # another thread may have held it at the fork
-    _runner, _pid = None, None
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
