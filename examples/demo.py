@@ -1,8 +1,8 @@
 """mongosched demo: jobs scheduled, retried, completed, deduplicated, limited, timed out,
 cancelled and queried, beside a cron schedule.
 
-Runs on the embedded stand-in, or on a real MongoDB when MONGOSCHED_URI is set
-(e.g. MONGOSCHED_URI=mongodb://localhost/demo make demo).
+Runs on the in-process store (``memory://``), or on a real MongoDB when MONGOSCHED_URI
+is set (e.g. MONGOSCHED_URI=mongodb://localhost/demo make demo).
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from mongosched import App, Every, Retry, current_job
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)-26s %(message)s")
 log = logging.getLogger("demo")
 
-app = App(
-    os.environ.get("MONGOSCHED_URI", "mongomock://demo/demo"), poll_interval=0.2, lease_duration=6
-)
+app = App(os.environ.get("MONGOSCHED_URI", "memory://demo"), poll_interval=0.2, lease_duration=6)
 
 
 @app.task(

@@ -6,9 +6,11 @@ them with ``app.runner(...).start()`` or the ``mongosched worker`` command.
 
 from __future__ import annotations
 
-from .app import EVENTS, App, Cancellation, Event
-from .errors import Fail
-from .job import ErrorInfo, Job, JobContext, JobStatus, current_job
+from .app import App, Cancellation
+from .errors import Fail, MongoschedError
+from .events import EVENTS, Event
+from .job import Job, JobContext, current_job
+from .records import ErrorInfo, JobStatus
 from .retry import Retry
 from .runner import Runner
 from .schedule import Cron, Every
@@ -29,6 +31,7 @@ __all__ = [
     "JobContext",
     "JobSpec",
     "JobStatus",
+    "MongoschedError",
     "Retry",
     "Runner",
     "Task",

@@ -17,7 +17,10 @@ __all__ = [
     "JobTimeout",
     "LeaseLost",
     "MongoschedError",
+    "InvalidJobId",
     "SerializationError",
+    "StoreError",
+    "StoreUnavailable",
     "TaskNotRegistered",
     "WaitTimeout",
     "WorkerShutdown",
@@ -56,14 +59,29 @@ class JobNotFound(MongoschedError, LookupError):
     """No job has that id."""
 
 
+class InvalidJobId(JobNotFound, ValueError):
+    """What was given as a job id cannot be one (not an id, nor its string form). It is
+    never passed on into a query."""
+
+
+class StoreError(MongoschedError):
+    """The database refused or failed an operation (the driver's error is the cause)."""
+
+
+class StoreUnavailable(StoreError, ConnectionError):
+    """The database could not be reached in time. Nothing is known to have happened;
+    repeating the call is safe."""
+
+
 class JobStateError(MongoschedError):
     """The job is not in a state that allows the operation (for example, updating a
     job that is already running)."""
 
 
 class LeaseLost(MongoschedError):
-    """This worker no longer holds the job's lease: another worker may have taken it
-    over, and writes on its behalf are refused (fencing)."""
+    """A job's holder stopped renewing its lease (it crashed, hung or lost the
+    network) and the lease expired: the error a reaped job records. Another worker may
+    have taken the job over; the old holder's writes are refused (fencing)."""
 
 
 class WaitTimeout(MongoschedError, TimeoutError):

@@ -3,230 +3,183 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-import enum
+import dataclasses
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any, Protocol
 
-from .errors import JobNotFound, WaitTimeout
+from .errors import ConfigurationError, JobNotFound, WaitTimeout
+from .records import ErrorInfo, JobRecord, JobStatus, LastRun, LeaseInfo, Progress
 
-if TYPE_CHECKING:
-    from .app import App
-
-__all__ = ["ErrorInfo", "Job", "JobContext", "JobStatus", "current_job"]
-
-
-class JobStatus(str, enum.Enum):
-    """Where a job is in its life.
-
-    ``pending`` → ``running`` → one of ``completed``, ``failed``, ``cancelled``
-    (the *final* statuses). A retry or the next slot of a repeating job takes it from
-    ``running`` back to ``pending``.
-    """
-
-    PENDING = "pending"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def is_final(self) -> bool:
-        return self in FINAL_STATUSES
-
-    def __str__(self) -> str:
-        return self.value
+__all__ = [
+    "ErrorInfo",
+    "Job",
+    "JobContext",
+    "JobSource",
+    "JobStatus",
+    "LeaseHandle",
+    "as_current",
+    "current_job",
+]
 
 
-FINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+class JobSource(Protocol):
+    """Where a :class:`Job` reads itself again (a store)."""
 
-
-@dataclass(frozen=True)
-class ErrorInfo:
-    """The last error a job raised: exception type (its qualified name, and the module
-    that defines it), message and formatted traceback."""
-
-    type: str
-    message: str
-    traceback: str | None = None
-    module: str | None = None
-
-    @property
-    def path(self) -> str:
-        """Import path of the exception class (``myapp.errors.PaymentDeclined``); the
-        bare type for errors that are no exception class (``LeaseExpired``)."""
-        return f"{self.module}.{self.type}" if self.module else self.type
-
-    @classmethod
-    def from_document(cls, doc: Mapping[str, Any] | None) -> ErrorInfo | None:
-        if not doc:
-            return None
-        return cls(
-            str(doc.get("type", "")),
-            str(doc.get("message", "")),
-            doc.get("traceback"),
-            doc.get("module"),
-        )
-
-    def __str__(self) -> str:
-        return f"{self.type}: {self.message}"
-
-
-def _aware(value: Any) -> Any:
-    """Datetimes read from MongoDB are UTC; make naive ones (from a client without
-    ``tz_aware``) say so."""
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value
+    def get(self, job_id: Any) -> JobRecord | None: ...
 
 
 class Job:
-    """A read-only view of one job document, as of when it was read.
+    """A read-only view of one job, as of when it was read.
 
     :meth:`refresh` reads it again; :meth:`wait` blocks until it reaches a final status.
     Change a job through the app (:meth:`App.cancel`, :meth:`App.update_job`, …).
     """
 
-    __slots__ = ("_app", "_doc")
+    __slots__ = ("_record", "_source")
 
-    def __init__(self, app: App | None, doc: Mapping[str, Any]) -> None:
-        self._app = app
-        self._doc = dict(doc)
+    def __init__(self, record: JobRecord, source: JobSource | None = None) -> None:
+        self._record = record
+        self._source = source
+
+    @property
+    def record(self) -> JobRecord:
+        """The stored job as read (an immutable value)."""
+        return self._record
 
     # Identity and payload -------------------------------------------------------
     @property
     def id(self) -> Any:
-        """The job's ``_id`` (an ObjectId; a stable string for decorator schedules)."""
-        return self._doc["_id"]
+        """The job's id (an ObjectId; a stable string for decorator schedules)."""
+        return self._record.id
 
     @property
     def task(self) -> str:
-        return str(self._doc["task"])
+        return self._record.task
 
     @property
     def args(self) -> list[Any]:
-        return list(self._doc.get("args") or [])
+        return list(self._record.args)
 
     @property
     def kwargs(self) -> dict[str, Any]:
-        return dict(self._doc.get("kwargs") or {})
+        return dict(self._record.kwargs)
 
     @property
     def queue(self) -> str:
-        return str(self._doc.get("queue", "default"))
+        return self._record.queue
 
     @property
     def priority(self) -> int:
-        return int(self._doc.get("priority", 5))
+        return self._record.priority
 
     # State ---------------------------------------------------------------------
     @property
     def status(self) -> JobStatus:
-        return JobStatus(self._doc["status"])
+        return self._record.status
 
     @property
     def is_finished(self) -> bool:
         """Whether the job has reached a final status."""
-        return self.status.is_final
+        return self._record.status.is_final
 
     @property
     def attempts(self) -> int:
         """Attempts started for the current occurrence."""
-        return int(self._doc.get("attempts", 0))
+        return self._record.attempts
 
     @property
     def max_attempts(self) -> int:
-        return int(self._doc.get("max_attempts", 1))
+        return self._record.max_attempts
 
     @property
     def result(self) -> Any:
-        return self._doc.get("result")
+        return self._record.result
 
     @property
     def error(self) -> ErrorInfo | None:
-        return ErrorInfo.from_document(self._doc.get("error"))
+        return self._record.error
 
     @property
-    def progress(self) -> dict[str, Any] | None:
-        """``{"value": float | None, "message": str | None, "at": datetime}``."""
-        progress = self._doc.get("progress")
-        return dict(progress) if progress else None
+    def progress(self) -> Progress | None:
+        """The last progress the task reported: ``value`` (0..1), ``message``, ``at``."""
+        return self._record.progress
 
     @property
     def cancel_requested(self) -> bool:
-        return bool(self._doc.get("cancel_requested"))
+        return self._record.cancel_requested
 
     @property
     def dedupe_key(self) -> str | None:
-        return self._doc.get("dedupe_key")
+        return self._record.dedupe_key
 
     @property
     def repeat(self) -> dict[str, Any] | None:
         """The repeat rule (``{"cron", "timezone"}`` or ``{"every"}``), or None."""
-        repeat = self._doc.get("repeat")
-        return dict(repeat) if repeat else None
+        return dict(self._record.repeat) if self._record.repeat else None
 
     @property
-    def last_run(self) -> dict[str, Any] | None:
+    def last_run(self) -> LastRun | None:
         """For repeating jobs: slot, status, finish time and error of the last run."""
-        last = self._doc.get("last_run")
-        return dict(last) if last else None
+        return self._record.last_run
 
     @property
-    def lease(self) -> dict[str, Any] | None:
-        lease = self._doc.get("lease")
-        return {k: _aware(v) for k, v in lease.items()} if lease else None
+    def lease(self) -> LeaseInfo | None:
+        """Owner, token and expiry of the lease while the job runs."""
+        return self._record.lease
 
     # Times -----------------------------------------------------------------------
-    def _time(self, name: str) -> datetime | None:
-        value = self._doc.get(name)
-        return _aware(value) if value is not None else None
-
     @property
-    def run_at(self) -> datetime | None:
-        return self._time("run_at")
+    def run_at(self) -> datetime:
+        return self._record.run_at
 
     @property
     def scheduled_for(self) -> datetime | None:
         """For repeating jobs: the nominal slot of the current (or next) run."""
-        return self._time("scheduled_for")
+        return self._record.scheduled_for
 
     @property
-    def created_at(self) -> datetime | None:
-        return self._time("created_at")
+    def created_at(self) -> datetime:
+        return self._record.created_at
 
     @property
-    def updated_at(self) -> datetime | None:
-        return self._time("updated_at")
+    def updated_at(self) -> datetime:
+        return self._record.updated_at
 
     @property
     def started_at(self) -> datetime | None:
-        return self._time("started_at")
+        return self._record.started_at
 
     @property
     def finished_at(self) -> datetime | None:
-        return self._time("finished_at")
+        return self._record.finished_at
 
     @property
     def expire_at(self) -> datetime | None:
-        return self._time("expire_at")
+        return self._record.expire_at
 
-    # Raw document and refresh ---------------------------------------------------------
+    # As data, and read again ------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """A copy of the document as read."""
-        return dict(self._doc)
+        """The job as plain data (nested values as dicts, the status as its name)."""
+        data = dataclasses.asdict(self._record)
+        data["status"] = self._record.status.value
+        if self._record.last_run is not None:
+            data["last_run"]["status"] = self._record.last_run.status.value
+        data["args"] = list(self._record.args)
+        return data
 
     def refresh(self) -> Job:
         """Read the job again; returns ``self``. Raises :class:`JobNotFound` if it is gone."""
-        app = self._require_app()
-        doc = app._reader.get(self.id)
-        if doc is None:
+        if self._source is None:
+            raise JobNotFound(f"job {self.id} ({self.task}) is not bound to an app to read from")
+        record = self._source.get(self.id)
+        if record is None:
             raise JobNotFound(f"job {self.id} no longer exists")
-        self._doc = dict(doc)
+        self._record = record
         return self
 
     def wait(self, timeout: float | None = None, *, interval: float = 0.05) -> Job:
@@ -249,11 +202,6 @@ class Job:
             pause = min(pause * 1.5, 1.0)
         return self
 
-    def _require_app(self) -> App:
-        if self._app is None:
-            raise RuntimeError("this Job is not bound to an App")
-        return self._app
-
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Job) and other.id == self.id
 
@@ -261,11 +209,11 @@ class Job:
         return hash(self.id)
 
     def __repr__(self) -> str:
-        return f"<Job {self.id} {self.task} {self._doc.get('status')}>"
+        return f"<Job {self.id} {self.task} {self._record.status.value}>"
 
 
-class _LeaseHandle(Protocol):
-    """What a :class:`JobContext` needs from the runner that holds the job's lease."""
+class LeaseHandle(Protocol):
+    """What a :class:`JobContext` needs from the runner's claim on the job."""
 
     def renew(self) -> bool: ...
 
@@ -278,22 +226,16 @@ class JobContext:
     Made by the runner (or by eager mode); not constructed by users.
     """
 
-    def __init__(
-        self,
-        doc: Mapping[str, Any],
-        lease: _LeaseHandle | None = None,
-        app: App | None = None,
-    ) -> None:
-        self.id: Any = doc["_id"]
-        self.task: str = doc["task"]
-        self.attempt: int = int(doc.get("attempts", 1))
-        self.max_attempts: int = int(doc.get("max_attempts", 1))
-        self.args: list[Any] = list(doc.get("args") or [])
-        self.kwargs: dict[str, Any] = dict(doc.get("kwargs") or {})
-        self.queue: str = doc.get("queue", "default")
-        self.scheduled_for: datetime | None = _aware(doc.get("scheduled_for"))
+    def __init__(self, record: JobRecord, lease: LeaseHandle | None = None) -> None:
+        self.id: Any = record.id
+        self.task: str = record.task
+        self.attempt: int = record.attempts
+        self.max_attempts: int = record.max_attempts
+        self.args: list[Any] = list(record.args)
+        self.kwargs: dict[str, Any] = dict(record.kwargs)
+        self.queue: str = record.queue
+        self.scheduled_for: datetime | None = record.scheduled_for
         self._lease = lease
-        self._app = app
         self._cancelled = threading.Event()
         self._reason: str | None = None
 
@@ -321,16 +263,18 @@ class JobContext:
         if value is not None and not (
             isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
         ):
-            raise ValueError(
+            raise ConfigurationError(
                 f"task {self.task!r}: progress value must be within 0..1, not {value!r}"
             )
         if message is not None and not isinstance(message, str):
-            raise ValueError(f"task {self.task!r}: progress message must be a str")
+            raise ConfigurationError(f"task {self.task!r}: progress message must be a str")
         if self._lease is None:
             return True
         return self._lease.write_progress(None if value is None else float(value), message)
 
-    def _cancel(self, reason: str) -> None:
+    def cancel(self, reason: str) -> None:
+        """Mark the job as to stop, for ``reason`` (the runner's; the first reason
+        stays)."""
         if not self._cancelled.is_set():
             self._reason = reason
             self._cancelled.set()
@@ -347,3 +291,13 @@ _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
 def current_job() -> JobContext | None:
     """The job the calling thread is running, or ``None`` outside a job."""
     return _current.get()
+
+
+@contextlib.contextmanager
+def as_current(ctx: JobContext) -> Iterator[JobContext]:
+    """Make ``ctx`` what :func:`current_job` returns in this thread, for the block."""
+    token = _current.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _current.reset(token)

@@ -11,30 +11,15 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
+from . import validate
 from .errors import ConfigurationError, Fail
 
-__all__ = ["BACKOFFS", "DEFAULT_RETRY", "Retry", "to_seconds"]
+__all__ = ["BACKOFFS", "DEFAULT_RETRY", "Retry"]
 
 Backoff = Literal["fixed", "linear", "exponential"]
 BACKOFFS: tuple[str, ...] = ("fixed", "linear", "exponential")
-
-
-def to_seconds(value: Any, *, what: str, allow_none: bool = False) -> float | None:
-    """Seconds as a float from a number or a :class:`~datetime.timedelta`.
-
-    ``what`` names the option in the error ("task 'x': delay").
-    """
-    if value is None and allow_none:
-        return None
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    raise ConfigurationError(
-        f"{what} must be a number of seconds or a timedelta, not {type(value).__name__}"
-    )
 
 
 @dataclass(frozen=True)
@@ -69,13 +54,8 @@ class Retry:
             raise ConfigurationError(
                 f"retry: backoff must be one of {', '.join(BACKOFFS)}, not {self.backoff!r}"
             )
-        delay = to_seconds(self.delay, what="retry: delay")
-        assert delay is not None
-        if delay < 0:
-            raise ConfigurationError(f"retry: delay must be >= 0, not {delay}")
-        cap = to_seconds(self.max_delay, what="retry: max_delay", allow_none=True)
-        if cap is not None and cap < 0:
-            raise ConfigurationError(f"retry: max_delay must be >= 0, not {cap}")
+        delay = validate.seconds(self.delay, what="retry: delay")
+        cap = validate.seconds(self.max_delay, what="retry: max_delay", allow_none=True)
         retry_on = self.retry_on
         if isinstance(retry_on, type):
             retry_on = (retry_on,)
@@ -125,10 +105,6 @@ class Retry:
         if self.jitter:
             seconds = (rng or random).uniform(0.0, seconds)
         return timedelta(seconds=seconds)
-
-    def to_document(self) -> dict[str, Any]:
-        """What a job document keeps of the policy (the rest lives in code)."""
-        return {"max_attempts": self.max_attempts}
 
 
 DEFAULT_RETRY = Retry(

@@ -2,197 +2,81 @@
 
 One *dispatcher* thread claims a job only when a worker thread is free, submits it to
 a :class:`~concurrent.futures.ThreadPoolExecutor`, re-polls at once after a claim and
-waits ``poll_interval`` when there was nothing to do. Each claimed job gets a *lease*
-with its own heartbeat thread that renews it every ``lease_duration / 3``, watches for
-cancellation and enforces the task's timeout. The dispatcher also reaps jobs whose
-lease ran out (their worker died) and keeps the decorator-declared schedules in place.
+waits ``poll_interval`` when there was nothing to do. A heartbeat thread keeps each
+claim's lease alive (:mod:`mongosched.claim`). The dispatcher also reaps jobs whose
+lease ran out (their worker died).
+
+The same steps are public, for tests, eager mode and tools that drive a runner by
+hand: :meth:`Runner.claim_next`, :meth:`Runner.run_claim`, :meth:`Runner.run_until_idle`
+and :meth:`Runner.reap`.
 """
 
 from __future__ import annotations
 
-import ctypes
+import atexit
 import logging
 import os
 import signal
 import socket
 import threading
 import time
-import traceback
-from collections.abc import Sequence
+import weakref
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-import bson
-from pymongo.errors import PyMongoError
+from . import outcome, validate
+from .claim import Claim, Heartbeats
+from .errors import (
+    ConfigurationError,
+    JobTimeout,
+    MongoschedError,
+    SerializationError,
+    StoreError,
+    WorkerShutdown,
+)
+from .job import Job
+from .outcome import Decision, Ending, Retention
+from .retry import Retry
+from .store import Store
+from .task import Task
 
-from .errors import ConfigurationError, JobTimeout, SerializationError, WorkerShutdown
-from .job import Job, JobContext, _current
-from .schedule import Misfire, plan_misfire, rule_from_document
-from .store import _ms
-
-if TYPE_CHECKING:
-    from .app import App
-    from .task import Task
-
-__all__ = ["Runner"]
+__all__ = ["Runner", "RunnerHost"]
 
 log = logging.getLogger("mongosched.runner")
 
-
-def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
-    """Make ``exc_type`` raise in thread ``thread_id`` at its next bytecode (None clears
-    a pending one). A thread blocked in C code sees it only when the call returns."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None
-    )
+NEVER_RETRY = Retry(max_attempts=1)
 
 
-def error_document(exc: BaseException, *, with_traceback: bool = True) -> dict[str, Any]:
-    tb = "".join(traceback.format_exception(exc)) if with_traceback else None
-    kind = type(exc)
-    return {
-        "type": kind.__qualname__,
-        "module": kind.__module__,
-        "message": str(exc),
-        "traceback": tb,
-    }
+class RunnerHost(Protocol):
+    """What a runner needs from its app (an :class:`~mongosched.App`)."""
 
+    @property
+    def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
 
-class _Lease:
-    """One claimed job: its token, its heartbeat thread, its timeout and its context.
+    @property
+    def store(self) -> Store: ...
 
-    The heartbeat thread renews the lease (and the task's concurrency slot), sees a
-    cancellation request, and on timeout cancels the context and raises
-    :class:`JobTimeout` in the worker thread. When renewal finds the lease gone, the
-    lease is *lost*: the context is cancelled and nothing more is written for the job.
-    """
+    @property
+    def lease_duration(self) -> float: ...
 
-    def __init__(self, runner: Runner, doc: dict[str, Any], task: Task[Any, Any]) -> None:
-        self.runner = runner
-        self.app = runner.app
-        self.doc = doc
-        self.task = task
-        self.job_id = doc["_id"]
-        self.token: str = doc["lease"]["token"]
-        self.until: datetime = doc["lease"]["until"]
-        self.ctx = JobContext(doc, self, runner.app)
-        self.has_slot = False
-        self.lost = False
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._worker_thread: int | None = None
-        self._interrupt: type[BaseException] | None = None
-        self._started = time.monotonic()
+    @property
+    def poll_interval(self) -> float: ...
 
-    # Heartbeat thread ---------------------------------------------------------------------
-    def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._beat, name=f"mongosched-heartbeat-{self.job_id}", daemon=True
-        )
-        self._thread.start()
+    @property
+    def retention(self) -> Retention: ...
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+    def now(self) -> datetime: ...
 
-    def _beat(self) -> None:
-        interval = self.runner.heartbeat_interval
-        timeout = self.task.timeout
-        deadline = None if timeout is None else self._started + timeout
-        next_beat = time.monotonic() + interval
-        while not self._stop.is_set():
-            now = time.monotonic()
-            wake = next_beat if deadline is None or deadline <= now else min(next_beat, deadline)
-            if self._stop.wait(max(0.0, wake - now)):
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                deadline = None
-                log.warning(
-                    "job %s (%s) exceeded its timeout of %s s", self.job_id, self.task.name, timeout
-                )
-                self.ctx._cancel("timeout")
-                self.interrupt(JobTimeout)
-            if time.monotonic() >= next_beat:
-                next_beat = time.monotonic() + interval
-                if not self.renew():
-                    return
+    def emit(self, name: str, **fields: Any) -> None: ...
 
-    def renew(self) -> bool:
-        """Extend the lease (and slot). False once the lease is lost."""
-        with self._lock:
-            if self.lost:
-                return False
-            store = self.app._store
-            now = self.app.now()
-            until = _ms(now + timedelta(seconds=self.runner.lease_duration))
-            try:
-                # The slot first, to the same instant: the job's lease never outlives
-                # its slot, so the concurrency limit holds even when a renewal fails.
-                if self.has_slot and not store.renew_slot(self.task.name, self.token, until):
-                    doc = None
-                else:
-                    doc = store.renew(self.job_id, self.token, now, until)
-            except PyMongoError as exc:
-                if self.app.now() < self.until:
-                    log.warning("heartbeat for job %s failed (%s); will retry", self.job_id, exc)
-                    return True
-                doc = None
-                log.warning("heartbeat for job %s failed past its lease: %s", self.job_id, exc)
-            if doc is None:
-                self._lose("heartbeat found the lease gone")
-                return False
-            self.until = until
-            if doc.get("cancel_requested"):
-                self.ctx._cancel("cancelled")
-            return True
+    def ensure_schedules(self, *, queues: Sequence[str] | None = None) -> list[str]: ...
 
-    def write_progress(self, value: float | None, message: str | None) -> bool:
-        progress = {"value": value, "message": message, "at": self.app.now()}
-        with self._lock:
-            if self.lost:
-                return False
-            if self.app._store.progress(self.job_id, self.token, progress):
-                return True
-            self._lose("progress write was fenced off")
-            return False
+    def attach(self, runner: Runner) -> None: ...
 
-    def _lose(self, why: str) -> None:
-        """Called with ``_lock`` held."""
-        if self.lost:
-            return
-        self.lost = True
-        self.ctx._cancel("lease_lost")
-        log.warning(
-            "job %s (%s): lease lost (%s); another worker may run it, and this worker's "
-            "writes for it are refused",
-            self.job_id,
-            self.task.name,
-            why,
-        )
-        self.app.emit("job:lease_lost", job=Job(self.app, self.doc), runner=self.runner)
-
-    # Interrupting the worker thread ------------------------------------------------------------
-    def arm(self) -> None:
-        with self._lock:
-            self._worker_thread = threading.get_ident()
-
-    def disarm(self) -> None:
-        """After the function returned: no interrupt may arrive any more."""
-        with self._lock:
-            if self._worker_thread is not None and self._interrupt is not None:
-                _raise_in_thread(self._worker_thread, None)  # clear one not yet raised
-            self._worker_thread = None
-
-    def interrupt(self, exc_type: type[BaseException]) -> None:
-        """Raise ``exc_type`` in the worker thread while the function runs (once)."""
-        with self._lock:
-            if self._worker_thread is not None and self._interrupt is None:
-                self._interrupt = exc_type
-                _raise_in_thread(self._worker_thread, exc_type)
+    def detach(self, runner: Runner) -> None: ...
 
 
 class Runner:
@@ -203,13 +87,16 @@ class Runner:
     :param name: owner name recorded in leases (default ``host:pid:id``).
     :param lease_duration: override the app's.
     :param poll_interval: override the app's.
-    :param heartbeat_interval: seconds between lease renewals (``lease_duration / 3``).
+    :param heartbeat_interval: seconds between lease renewals (at most a third of the
+        lease; default exactly that).
     :param reap_interval: seconds between reaper passes (``lease_duration / 3``).
+    :param shutdown_timeout: seconds a graceful stop (a signal, or the process
+        exiting) waits for jobs in flight.
     """
 
     def __init__(
         self,
-        app: App,
+        app: RunnerHost,
         *,
         workers: int = 4,
         queues: Sequence[str] | None = None,
@@ -220,32 +107,55 @@ class Runner:
         reap_interval: float | None = None,
         shutdown_timeout: float = 30.0,
     ) -> None:
-        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-            raise ConfigurationError(f"Runner: workers must be an int >= 1, not {workers!r}")
+        self.app = app
+        self.store = app.store
+        self.workers = validate.whole(workers, what="Runner: workers")
         if isinstance(queues, str):
             raise ConfigurationError("Runner: queues must be a list of names, not a str")
-        self.app = app
-        self.workers = workers
-        self.queues = None if queues is None else list(queues)
+        self.queues = None if queues is None else [validate.queue(q, task="*") for q in queues]
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
-        self.lease_duration = lease_duration or app.lease_duration
-        self.poll_interval = poll_interval or app.poll_interval
-        self.heartbeat_interval = heartbeat_interval or self.lease_duration / 3
-        self.reap_interval = reap_interval or self.lease_duration / 3
-        self.shutdown_timeout = shutdown_timeout
-        self._free = threading.Semaphore(workers)
+        self.lease_duration = _duration(lease_duration, app.lease_duration, "lease_duration")
+        self.poll_interval = _duration(poll_interval, app.poll_interval, "poll_interval")
+        third = self.lease_duration / 3
+        self.heartbeat_interval = _duration(heartbeat_interval, third, "heartbeat_interval")
+        if self.heartbeat_interval > third:
+            raise ConfigurationError(
+                f"Runner: heartbeat_interval ({self.heartbeat_interval:g} s) must be at most a "
+                f"third of lease_duration ({self.lease_duration:g} s), or leases expire "
+                "between heartbeats"
+            )
+        self.reap_interval = _duration(reap_interval, third, "reap_interval")
+        self.shutdown_timeout = validate.seconds(shutdown_timeout, what="Runner: shutdown_timeout")
+        self._free = threading.Semaphore(self.workers)
         self._stopping = threading.Event()
         self._wake = threading.Event()
-        self._leases: dict[Any, _Lease] = {}
-        self._leases_lock = threading.Lock()
-        self._idle = threading.Condition(self._leases_lock)
+        self._claims: dict[Any, Claim] = {}
+        self._idle = threading.Condition()
         self._pool: ThreadPoolExecutor | None = None
+        self._heartbeats: Heartbeats | None = None
         self._dispatcher: threading.Thread | None = None
         self._saturated: dict[str, float] = {}
         self._last_reap = 0.0
         self._last_unknown_check = 0.0
         self.claimed = 0
         self.finished = 0
+
+    # What a claim needs (LeaseKeeper) ---------------------------------------------------------
+    def now(self) -> datetime:
+        return self.app.now()
+
+    def lease_lost(self, claim: Claim, why: str) -> None:
+        log.warning(
+            "job %s (%s): lease lost (%s); another worker may run it, and this worker's "
+            "writes for it are refused",
+            claim.job_id,
+            claim.task.name,
+            why,
+        )
+        self.app.emit("job:lease_lost", job=self._job(claim.record), runner=self)
+
+    def _job(self, record: Any) -> Job:
+        return Job(record, self.store)
 
     # Lifecycle -------------------------------------------------------------------------------
     @property
@@ -255,21 +165,33 @@ class Runner:
     @property
     def in_flight(self) -> int:
         """Jobs this runner holds leases for."""
-        with self._leases_lock:
-            return len(self._leases)
+        with self._idle:
+            return len(self._claims)
+
+    def prepare(self) -> None:
+        """Indexes, decorator-declared schedules and concurrency permits (what
+        :meth:`start` does before it claims)."""
+        self.store.prepare()
+        self.app.ensure_schedules(queues=self.queues)
+        for task in self.app.tasks.values():
+            if task.concurrency is not None:
+                self.store.ensure_permits(task.name, task.concurrency)
 
     def start(self) -> Runner:
         """Start the dispatcher and workers in background threads; returns at once."""
         if self.is_running:
-            raise RuntimeError("runner already started")
-        self._prepare()
+            raise ConfigurationError(f"runner {self.name} is already started")
+        self.prepare()
         self.check_clock()
         self._stopping.clear()
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mongosched-worker")
+        self._heartbeats = Heartbeats(self.workers, self.heartbeat_interval, self.name)
+        self._heartbeats.start()
         self._dispatcher = threading.Thread(
             target=self._dispatch, name="mongosched-dispatcher", daemon=True
         )
-        self.app._runners.add(self)
+        self.app.attach(self)
+        _at_exit.add(self)
         self._dispatcher.start()
         log.info(
             "runner %s started: %d worker(s), queues %s, tasks %s",
@@ -281,19 +203,12 @@ class Runner:
         self.app.emit("runner:start", runner=self)
         return self
 
-    def _prepare(self) -> None:
-        """Indexes, decorator-declared schedules and concurrency slots."""
-        self.app.ensure_schedules(queues=self.queues)
-        for task in self.app.tasks.values():
-            if task.concurrency is not None:
-                self.app._store.ensure_slots(task.name, task.concurrency)
-
     def check_clock(self) -> float | None:
-        """Compare this host's clock with the MongoDB server's (where the server reports
+        """Compare this host's clock with the database server's (where the server reports
         it) and warn when they differ by more than a tenth of the lease (at least 1 s):
         leases compare times written by many hosts. Returns the offset in seconds
         (server ahead: positive), or None. Runners do this when they start."""
-        offset = self.app._reader.clock_offset(self.app.now)
+        offset = self.store.clock_offset(self.app.now)
         if offset is None:
             return None
         seconds = offset.total_seconds()
@@ -324,17 +239,22 @@ class Runner:
         """
         self._stopping.set()
         self._wake.set()
-        if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
-            self._dispatcher.join()
+        dispatcher = self._dispatcher
+        if dispatcher is not None and dispatcher is not threading.current_thread():
+            dispatcher.join(timeout)
         if not graceful:
-            with self._leases_lock:
-                leases = list(self._leases.values())
-            for lease in leases:
-                lease.ctx._cancel("shutdown")
-                lease.interrupt(WorkerShutdown)
+            with self._idle:
+                claims = list(self._claims.values())
+            for claim in claims:
+                claim.ctx.cancel("shutdown")
+                claim.interrupt(WorkerShutdown)
         done = self._wait_idle(timeout)
         if self._pool is not None:
-            self._pool.shutdown(wait=done)
+            self._pool.shutdown(wait=False)
+        if done and self._heartbeats is not None:
+            self._heartbeats.stop()
+        _at_exit.discard(self)
+        self.app.detach(self)
         if done:
             log.info("runner %s stopped", self.name)
         else:
@@ -347,7 +267,7 @@ class Runner:
     def _wait_idle(self, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._idle:
-            while self._leases:
+            while self._claims:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
@@ -381,7 +301,205 @@ class Runner:
             for sig, old in previous.items():
                 signal.signal(sig, old)
 
-    # Dispatcher ----------------------------------------------------------------------------------
+    # Public steps ----------------------------------------------------------------------------
+    def claim_next(self, *, job_id: Any = None) -> Claim | None:
+        """Claim the next due job of this runner's tasks and queues (or the pending job
+        ``job_id``, due or not). None when there is none, or when it was given back
+        because its task's concurrency permits are all taken."""
+        return self._take(job_id)[0]
+
+    def run_claim(self, claim: Claim) -> Decision | None:
+        """Run a claimed job in this thread and record its outcome; returns the
+        decision, or None when it did not run to a recorded outcome (its repeating
+        slot moved on, or its lease was lost). Without a heartbeat (as in
+        :meth:`run_until_idle`) a task's timeout is not enforced."""
+        try:
+            if claim.record.repeat and claim.record.attempts <= 1 and not self._start_slot(claim):
+                return None
+            self.app.emit("job:start", job=self._job(claim.record), runner=self)
+            log.debug(
+                "job %s (%s) attempt %d started",
+                claim.job_id,
+                claim.task.name,
+                claim.record.attempts,
+            )
+            started = time.monotonic()
+            result, error = claim.call()
+            return self._conclude(claim, result, error, time.monotonic() - started)
+        finally:
+            claim.finish()
+            self._release_permit(claim)
+
+    def run_until_idle(self, *, limit: int = 10_000) -> int:
+        """Run due jobs in this thread until none is due (or ``limit`` attempts ran);
+        returns how many attempts ran."""
+        ran = 0
+        while ran < limit:
+            claim, claimed = self._take()
+            if not claimed:
+                break
+            if claim is not None:
+                self.run_claim(claim)
+                ran += 1
+        return ran
+
+    def reap(self) -> int:
+        """Give back jobs whose lease expired (their worker stopped heartbeating): to
+        pending while attempts remain, else failed (repeating jobs: the next slot).
+        Returns how many were reaped. A job that cannot be processed is reported and
+        skipped; it never stops the others."""
+        now = self.app.now()
+        reaped = 0
+        for record in self.store.expired(now):
+            try:
+                decision = outcome.decide(
+                    record, Ending.LEASE_EXPIRED, now=now, retention=self.app.retention
+                )
+                stored = self.store.reap(record, now, decision.settlement)
+            except StoreError:
+                raise
+            except Exception:
+                log.exception("job %s (%s): could not be reaped", record.id, record.task)
+                continue
+            if stored is not None:
+                reaped += 1
+                log.warning("job %s (%s): %s", record.id, record.task, decision.settlement.error)
+                self.app.emit(decision.event, job=self._job(stored), runner=self)
+        return reaped
+
+    # Claiming ---------------------------------------------------------------------------------
+    def _claimable(self) -> list[str]:
+        """Registered tasks, less those whose concurrency permits were all taken a moment
+        ago. (A task's jobs may sit in any queue: the claim filters on queues.)"""
+        now = time.monotonic()
+        return [name for name in self.app.tasks if self._saturated.get(name, 0.0) <= now]
+
+    def _take(self, job_id: Any = None) -> tuple[Claim | None, bool]:
+        """One claim: ``(claim, True)``; ``(None, True)`` when the job was given back
+        because its task's permits are all held; ``(None, False)`` when nothing is due."""
+        now = self.app.now()
+        record = self.store.claim(
+            owner=self.name,
+            tasks=self._claimable() if job_id is None else list(self.app.tasks),
+            queues=self.queues if job_id is None else None,
+            now=now,
+            lease_duration=self.lease_duration,
+            job_id=job_id,
+        )
+        if record is None:
+            return None, False
+        task = self.app.tasks[record.task]
+        claim = Claim(self, record, task)
+        if task.concurrency is not None:
+            if not self.store.take_permit(
+                task.name, task.concurrency, claim.token, claim.job_id, self.name, now, claim.until
+            ):
+                self._give_back(claim)
+                self._saturated[task.name] = time.monotonic() + self.poll_interval
+                return None, True
+            claim.has_permit = True
+        self.claimed += 1
+        return claim, True
+
+    def _give_back(self, claim: Claim) -> None:
+        """A claim that will not run: pending again, uncounted, in its place in line."""
+        claim.finish()
+        self._release_permit(claim)
+        self.store.settle(claim.record, outcome.given_back(claim.record, self.app.now()))
+
+    def _release_permit(self, claim: Claim) -> None:
+        if claim.has_permit:
+            claim.has_permit = False
+            try:
+                self.store.release_permit(claim.task.name, claim.token)
+            except StoreError as exc:  # the permit's lease expires on its own
+                log.warning("could not release a permit of %s: %s", claim.task.name, exc)
+
+    # Running one job ---------------------------------------------------------------------------
+    def _start_slot(self, claim: Claim) -> bool:
+        """Apply the misfire policy to a repeating job's first attempt at a slot.
+        Returns False when no run happens now (the job moved to a later slot)."""
+        plan = outcome.plan_run(claim.record, self.app.now())
+        if plan.missed:
+            log.warning(
+                "job %s (%s): %d missed slot(s) dropped by misfire policy %r",
+                claim.job_id,
+                claim.task.name,
+                plan.missed,
+                plan.policy,
+            )
+        if plan.slot is None:
+            assert plan.settlement is not None
+            claim.finish()
+            self.store.settle(claim.record, plan.settlement)
+            return False
+        if plan.slot != claim.record.scheduled_for:
+            # Record the slot this run is for, so a retry of it runs the same slot.
+            if not self.store.record_slot(claim.job_id, claim.token, plan.slot, self.app.now()):
+                claim.lose("slot write was fenced off")
+                return False
+        claim.slot = claim.ctx.scheduled_for = plan.slot
+        return True
+
+    def _ending(self, claim: Claim, error: BaseException | None) -> Ending:
+        reason = claim.ctx.cancel_reason
+        if reason == "cancelled":
+            return Ending.CANCELLED
+        if reason == "shutdown" or isinstance(error, WorkerShutdown):
+            return Ending.SHUTDOWN
+        if reason == "timeout" or isinstance(error, JobTimeout):
+            return Ending.TIMEOUT
+        return Ending.SUCCESS if error is None else Ending.ERROR
+
+    def _conclude(
+        self, claim: Claim, result: Any, error: BaseException | None, seconds: float
+    ) -> Decision | None:
+        """Record how one attempt ended, fenced on the lease token."""
+        task = claim.task
+        claim.finish()  # no heartbeat may race the outcome write
+        if claim.lost:
+            log.warning(
+                "job %s (%s): finished after its lease was lost; outcome discarded (%s)",
+                claim.job_id,
+                task.name,
+                "ok" if error is None else f"{type(error).__name__}: {error}",
+            )
+            return None
+        decision = self._decide(claim, self._ending(claim, error), result, error, task.retry)
+        try:
+            stored = self.store.settle(claim.record, decision.settlement)
+        except SerializationError as exc:  # the result cannot be stored
+            decision = self._decide(claim, Ending.ERROR, None, exc, NEVER_RETRY)
+            stored = self.store.settle(claim.record, decision.settlement)
+        if stored is None:
+            claim.lose("outcome write was fenced off")
+            log.warning("job %s (%s): outcome rejected: lease lost", claim.job_id, task.name)
+            return None
+        _log_decision(claim, decision, seconds)
+        self.app.emit(decision.event, job=self._job(stored), error=decision.error, runner=self)
+        return decision
+
+    def _decide(
+        self,
+        claim: Claim,
+        ending: Ending,
+        result: Any,
+        error: BaseException | None,
+        retry: Retry,
+    ) -> Decision:
+        return outcome.decide(
+            claim.record,
+            ending,
+            now=self.app.now(),
+            retention=self.app.retention,
+            retry=retry,
+            result=result,
+            error=error,
+            slot=claim.slot,
+            timeout=claim.task.timeout,
+        )
+
+    # Dispatcher -------------------------------------------------------------------------------
     def _dispatch(self) -> None:
         backoff = 0.0
         while not self._stopping.is_set():
@@ -390,8 +508,8 @@ class Runner:
                 continue
             try:
                 self._maintain()
-                claimed = self._claim_one()
-            except PyMongoError as exc:
+                claimed = self._claim_and_submit()
+            except StoreError as exc:
                 self._free.release()
                 backoff = min(max(backoff * 2, self.poll_interval), 30.0)
                 log.warning(
@@ -412,11 +530,62 @@ class Runner:
                 self._wake.wait(self.poll_interval)
                 self._wake.clear()
 
+    def _claim_and_submit(self) -> bool:
+        """Claim one job and hand it to a worker. True if a job was claimed (even one
+        given back), so the dispatcher re-polls at once."""
+        if self._stopping.is_set():
+            return False
+        claim, claimed = self._take()
+        if claim is None:
+            if claimed:
+                self._free.release()
+            return claimed
+        assert self._pool is not None and self._heartbeats is not None
+        with self._idle:
+            self._claims[claim.job_id] = claim
+        try:
+            self._pool.submit(self._work, claim)
+        except RuntimeError:  # the pool is shut: the interpreter is exiting
+            log.info("runner %s: workers are shut; giving job %s back", self.name, claim.job_id)
+            self._stopping.set()
+            self._forget(claim)
+            self._give_back(claim)
+            return False
+        self._heartbeats.watch(claim)
+        return True
+
+    def _work(self, claim: Claim) -> None:
+        try:
+            self.run_claim(claim)
+        except MongoschedError as exc:
+            log.warning(
+                "job %s (%s): database error (%s); its outcome may not be recorded: if not, "
+                "it runs again once its lease expires",
+                claim.job_id,
+                claim.task.name,
+                exc,
+            )
+        except Exception:
+            log.exception(
+                "job %s (%s): internal error while finishing", claim.job_id, claim.task.name
+            )
+        finally:
+            self._forget(claim)
+            self.finished += 1
+            self._free.release()
+
+    def _forget(self, claim: Claim) -> None:
+        with self._idle:
+            self._claims.pop(claim.job_id, None)
+            self._idle.notify_all()
+
     def _maintain_safely(self) -> None:
         try:
             self._maintain()
-        except PyMongoError as exc:
+        except StoreError as exc:
             log.warning("runner %s: maintenance failed: %s", self.name, exc)
+        except Exception:
+            log.exception("runner %s: maintenance failed", self.name)
 
     def _maintain(self) -> None:
         """Periodic work: reap expired leases; report due jobs of unknown tasks."""
@@ -426,354 +595,100 @@ class Runner:
             self.reap()
         if clock - self._last_unknown_check >= 60.0:
             self._last_unknown_check = clock
-            unknown = self.app._store.unknown_due_tasks(self.app.tasks, self.app.now())
+            unknown = self.store.unknown_due_tasks(self.app.tasks, self.app.now())
             if unknown:
                 log.warning(
                     "due jobs of tasks this runner does not know (left pending): %s",
-                    ", ".join(f"{row['_id']} ({row['n']})" for row in unknown),
+                    ", ".join(f"{task} ({n})" for task, n in unknown.items()),
                 )
-
-    def _claimable(self) -> list[str]:
-        """Registered tasks, less those whose concurrency slots were all taken a moment
-        ago. (A task's jobs may sit in any queue: the claim filters on queues.)"""
-        now = time.monotonic()
-        return [name for name in self.app.tasks if self._saturated.get(name, 0.0) <= now]
-
-    def _claim_one(self) -> bool:
-        """Claim and start one job. True if a job was claimed (even one given back for
-        want of a concurrency slot), so the dispatcher re-polls at once."""
-        lease, claimed = self._claim()
-        if lease is None:
-            if claimed:
-                self._free.release()
-            return claimed
-        with self._leases_lock:
-            self._leases[lease.job_id] = lease
-        self.claimed += 1
-        lease.start()
-        assert self._pool is not None
-        self._pool.submit(self._run, lease)
-        return True
-
-    def _claim(self) -> tuple[_Lease | None, bool]:
-        """One claim: ``(lease, True)``; ``(None, True)`` when the job was given back
-        because the task's concurrency slots are all held; ``(None, False)`` when
-        nothing is due."""
-        app = self.app
-        now = app.now()
-        doc = app._store.claim(
-            owner=self.name,
-            tasks=self._claimable(),
-            queues=self.queues,
-            now=now,
-            lease_duration=self.lease_duration,
-        )
-        if doc is None:
-            return None, False
-        task = app.tasks[doc["task"]]
-        lease = _Lease(self, doc, task)
-        if task.concurrency is not None:
-            if not app._store.take_slot(
-                task=task.name,
-                limit=task.concurrency,
-                token=lease.token,
-                job_id=lease.job_id,
-                owner=self.name,
-                now=now,
-                lease_duration=self.lease_duration,
-            ):
-                app._store.unclaim(lease.job_id, lease.token, app.now())
-                self._saturated[task.name] = time.monotonic() + self.poll_interval
-                return None, True
-            lease.has_slot = True
-        return lease, True
-
-    # Running one job -----------------------------------------------------------------------------
-    def _run(self, lease: _Lease) -> None:
-        try:
-            self._execute(lease)
-        except PyMongoError as exc:
-            log.warning(
-                "job %s (%s): database error (%s); its outcome may not be recorded: if not, "
-                "it runs again once its lease expires",
-                lease.job_id,
-                lease.task.name,
-                exc,
-            )
-        except Exception:
-            log.exception(
-                "job %s (%s): internal error while finishing", lease.job_id, lease.task.name
-            )
-        finally:
-            lease.stop()
-            if lease.has_slot:
-                try:
-                    self.app._store.release_slot(lease.task.name, lease.token)
-                except PyMongoError as exc:  # the slot's lease expires on its own
-                    log.warning("could not release slot of %s: %s", lease.task.name, exc)
-            with self._idle:
-                self._leases.pop(lease.job_id, None)
-                self._idle.notify_all()
-            self.finished += 1
-            self._free.release()
-
-    def _execute(self, lease: _Lease) -> str | None:
-        """Run one claimed job in this thread and write its outcome; returns the event
-        name of the outcome (None when nothing ran or the lease was lost)."""
-        app, doc, task, ctx = self.app, lease.doc, lease.task, lease.ctx
-        if doc.get("repeat") and doc.get("attempts", 1) <= 1 and not self._plan_slot(lease):
-            return None
-        app.emit("job:start", job=Job(app, doc), runner=self)
-        log.debug("job %s (%s) attempt %d started", lease.job_id, task.name, ctx.attempt)
-        reset = _current.set(ctx)
-        result: Any = None
-        error: BaseException | None = None
-        try:
-            try:
-                lease.arm()
-                result = task.fn(*ctx.args, **ctx.kwargs)
-            finally:
-                lease.disarm()
-        except BaseException as exc:  # the task's own, or an interrupt we raised
-            error = exc
-        finally:
-            lease.disarm()
-            _current.reset(reset)
-        return self._finish(lease, result, error)
-
-    def _plan_slot(self, lease: _Lease) -> bool:
-        """Apply the misfire policy to a repeating job's first attempt at a slot.
-        Returns False when no run happens now (the job was moved to a later slot)."""
-        doc = lease.doc
-        now = self.app.now()
-        rule = rule_from_document(doc["repeat"])
-        misfire = Misfire.from_document(doc["repeat"].get("misfire") or {})
-        plan = plan_misfire(rule, doc["scheduled_for"], now, misfire)
-        if plan.missed:
-            log.warning(
-                "job %s (%s): %d missed slot(s) dropped by misfire policy %r",
-                lease.job_id,
-                lease.task.name,
-                plan.missed,
-                misfire.policy,
-            )
-        if plan.run_slot is not None:
-            if plan.run_slot != doc["scheduled_for"]:
-                # Record the slot this run is for, so a retry of it runs the same slot.
-                if not self.app._store.transition(
-                    lease.job_id,
-                    lease.token,
-                    {"$set": {"scheduled_for": plan.run_slot, "updated_at": now}},
-                ):
-                    with lease._lock:
-                        lease._lose("slot write was fenced off")
-                    return False
-                doc["scheduled_for"] = plan.run_slot
-            lease.ctx.scheduled_for = plan.run_slot
-            return True
-        lease.stop()
-        self.app._store.transition(
-            lease.job_id,
-            lease.token,
-            {
-                "$set": {
-                    "status": "pending",
-                    "lease": None,
-                    "attempts": 0,
-                    "run_at": plan.next_slot,
-                    "scheduled_for": plan.next_slot,
-                    "updated_at": now,
-                }
-            },
-        )
-        return False
-
-    def _finish(self, lease: _Lease, result: Any, error: BaseException | None) -> str | None:
-        """Write the outcome of one attempt, fenced on the lease token."""
-        app, task = self.app, lease.task
-        lease.stop()  # no heartbeat may race the outcome write
-        now = app.now()
-        if lease.lost:
-            log.warning(
-                "job %s (%s): finished after its lease was lost; outcome discarded (%s)",
-                lease.job_id,
-                task.name,
-                "ok" if error is None else f"{type(error).__name__}: {error}",
-            )
-            return None
-        event, update = self._outcome(lease, result, error, now)
-        if not app._store.transition(lease.job_id, lease.token, update):
-            with lease._lock:
-                lease._lose("outcome write was fenced off")
-            log.warning("job %s (%s): outcome rejected: lease lost", lease.job_id, task.name)
-            return None
-        app.emit(event, job=Job(app, applied(lease.doc, update)), error=error, runner=self)
-        if event == "job:cancel":
-            log.info("job %s (%s) cancelled while running", lease.job_id, task.name)
-        return event
-
-    def _outcome(
-        self, lease: _Lease, result: Any, error: BaseException | None, now: datetime
-    ) -> tuple[str, dict[str, Any]]:
-        """(event, update) for how an attempt ended."""
-        app, task, ctx, doc = self.app, lease.task, lease.ctx, lease.doc
-        if ctx.cancel_reason == "cancelled":
-            return "job:cancel", app._final_update("cancelled", now)
-        if ctx.cancel_reason == "shutdown" or isinstance(error, WorkerShutdown):
-            log.info(
-                "job %s (%s) interrupted by shutdown; back to pending", lease.job_id, task.name
-            )
-            return "job:retry", {
-                "$set": {"status": "pending", "lease": None, "run_at": now, "updated_at": now},
-                "$inc": {"attempts": -1},
-            }
-        if ctx.cancel_reason == "timeout" or isinstance(error, JobTimeout):
-            # Timed out, whatever the function did after the interrupt (even returning).
-            error = JobTimeout(f"task {task.name!r} exceeded its timeout of {task.timeout} s")
-            return self._failed(lease, error, now, retry=ctx.attempt < task.retry.max_attempts)
-        if error is None:
-            try:
-                bson.encode({"result": result})
-            except (bson.errors.InvalidDocument, OverflowError, TypeError) as exc:
-                error = SerializationError(
-                    f"task {task.name!r}: return value is not BSON-encodable "
-                    f"({type(result).__name__}: {exc})"
-                )
-                return self._failed(lease, error, now, retry=False)
-            if doc.get("repeat"):
-                return "job:success", self._next_slot(lease, now, "completed", result=result)
-            return "job:success", app._final_update("completed", now, result=result, error=None)
-        return self._failed(lease, error, now, retry=task.retry.should_retry(error, ctx.attempt))
-
-    def _failed(
-        self, lease: _Lease, error: BaseException, now: datetime, *, retry: bool
-    ) -> tuple[str, dict[str, Any]]:
-        task, ctx = lease.task, lease.ctx
-        err = error_document(error)
-        if retry:
-            delay = task.retry.delay_for(ctx.attempt)
-            log.info(
-                "job %s (%s) attempt %d/%d failed (%s: %s); retrying in %.1f s",
-                lease.job_id,
-                task.name,
-                ctx.attempt,
-                ctx.max_attempts,
-                type(error).__name__,
-                error,
-                delay.total_seconds(),
-            )
-            return "job:retry", {
-                "$set": {
-                    "status": "pending",
-                    "lease": None,
-                    "run_at": _ms(now + delay),
-                    "error": err,
-                    "updated_at": now,
-                }
-            }
-        log.warning(
-            "job %s (%s) failed on attempt %d/%d: %s: %s",
-            lease.job_id,
-            task.name,
-            ctx.attempt,
-            ctx.max_attempts,
-            type(error).__name__,
-            error,
-        )
-        if lease.doc.get("repeat"):
-            return "job:fail", self._next_slot(lease, now, "failed", error=err)
-        return "job:fail", self.app._final_update("failed", now, error=err)
-
-    def _next_slot(
-        self, lease: _Lease, now: datetime, status: str, *, result: Any = None, error: Any = None
-    ) -> dict[str, Any]:
-        """A repeating job's run ended: record it and wait for the slot after the one it
-        ran for (the nominal slot, so the schedule never drifts)."""
-        slot = lease.ctx.scheduled_for or lease.doc.get("scheduled_for") or now
-        nxt = rule_from_document(lease.doc["repeat"]).next_after(slot)
-        return next_slot_update(nxt, now, slot, status, result=result, error=error)
-
-    # Reaper --------------------------------------------------------------------------------------
-    def reap(self) -> int:
-        """Give back jobs whose lease expired (their worker stopped heartbeating): to
-        pending while attempts remain, else failed (repeating jobs: the next slot).
-        Returns how many were reaped."""
-        app = self.app
-        now = app.now()
-        reaped = 0
-        for doc in app._store.expired(now):
-            lease = doc.get("lease") or {}
-            attempts, max_attempts = doc.get("attempts", 1), doc.get("max_attempts", 1)
-            err = {
-                "type": "LeaseExpired",
-                "message": (
-                    f"worker {lease.get('owner')} stopped renewing its lease (expired "
-                    f"{lease.get('until')}); attempt {attempts} of {max_attempts}"
-                ),
-                "traceback": None,
-            }
-            if attempts < max_attempts:
-                update = {
-                    "$set": {
-                        "status": "pending",
-                        "lease": None,
-                        "run_at": now,
-                        "error": err,
-                        "updated_at": now,
-                    }
-                }
-                event = "job:retry"
-            elif doc.get("repeat"):
-                slot = doc.get("scheduled_for") or now
-                nxt = rule_from_document(doc["repeat"]).next_after(slot)
-                update = next_slot_update(nxt, now, slot, "failed", error=err)
-                event = "job:fail"
-            else:
-                update = app._final_update("failed", now, error=err)
-                event = "job:fail"
-            if app._store.reap(doc["_id"], lease["token"], now, update):
-                reaped += 1
-                log.warning("job %s (%s): %s", doc["_id"], doc["task"], err["message"])
-                app.emit(event, job=Job(app, doc), runner=self)
-        return reaped
 
     def __repr__(self) -> str:
         return f"<Runner {self.name} workers={self.workers} running={self.is_running}>"
 
 
-def applied(doc: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """The document as ``update`` (top-level ``$set``/``$unset``/``$inc``) leaves it:
-    lets events carry the job's new state without reading it back."""
-    new = dict(doc)
-    new.update(update.get("$set", {}))
-    for key in update.get("$unset", {}):
-        new.pop(key, None)
-    for key, step in update.get("$inc", {}).items():
-        new[key] = new.get(key, 0) + step
-    return new
+def _duration(value: float | None, default: float, name: str) -> float:
+    chosen = default if value is None else value
+    return validate.seconds(chosen, what=f"Runner: {name}", strict=True)
 
 
-def next_slot_update(
-    next_slot: datetime,
-    now: datetime,
-    slot: datetime,
-    status: str,
-    *,
-    result: Any = None,
-    error: Any = None,
-) -> dict[str, Any]:
-    """Update taking a repeating job back to pending at ``next_slot`` after a run for
-    ``slot`` that ended ``status``."""
-    return {
-        "$set": {
-            "status": "pending",
-            "lease": None,
-            "attempts": 0,
-            "run_at": next_slot,
-            "scheduled_for": next_slot,
-            "result": result,
-            "error": error,
-            "updated_at": now,
-            "last_run": {"slot": slot, "status": status, "finished_at": now, "error": error},
-        }
-    }
+def _log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
+    job, task, record = claim.job_id, claim.task.name, claim.record
+    error = decision.error
+    if decision.event == "job:success":
+        log.info("job %s (%s) completed in %.3f s", job, task, seconds)
+    elif decision.event == "job:cancel":
+        log.info("job %s (%s) cancelled while running", job, task)
+    elif decision.event == "job:retry" and error is None:
+        log.info("job %s (%s) interrupted by shutdown; back to pending", job, task)
+    elif decision.event == "job:retry":
+        delay = decision.delay or timedelta(0)
+        log.info(
+            "job %s (%s) attempt %d/%d failed (%s: %s); retrying in %.1f s",
+            job,
+            task,
+            record.attempts,
+            record.max_attempts,
+            type(error).__name__,
+            error,
+            delay.total_seconds(),
+        )
+    else:
+        log.warning(
+            "job %s (%s) failed on attempt %d/%d: %s: %s",
+            job,
+            task,
+            record.attempts,
+            record.max_attempts,
+            type(error).__name__,
+            error,
+        )
+
+
+class _RunnersAtExit:
+    """Stops the runners still running when the process exits normally, before the
+    interpreter shuts the worker pools (which would leave claims that never start).
+
+    ``threading`` runs its exit hooks before it waits for the pools' threads, in the
+    reverse order of registration; ours is registered after ``concurrent.futures``'s,
+    so it runs first. Where that hook does not exist, :mod:`atexit` is the fallback.
+    """
+
+    def __init__(self) -> None:
+        self._runners: weakref.WeakSet[Runner] = weakref.WeakSet()
+        self._registered = False
+        self._lock = threading.Lock()
+
+    def add(self, runner: Runner) -> None:
+        with self._lock:
+            self._runners.add(runner)
+            if not self._registered:
+                self._registered = True
+                register = getattr(threading, "_register_atexit", None)
+                try:
+                    (register or atexit.register)(self.stop_all)
+                except RuntimeError:  # already shutting down
+                    atexit.register(self.stop_all)
+
+    def discard(self, runner: Runner) -> None:
+        with self._lock:
+            self._runners.discard(runner)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            runners = list(self._runners)
+        for runner in runners:
+            if runner.is_running:
+                log.info("runner %s: the process is exiting; stopping gracefully", runner.name)
+                runner.stop(graceful=True, timeout=runner.shutdown_timeout)
+
+
+_at_exit = _RunnersAtExit()
+
+
+def _reset_after_fork() -> None:
+    global _at_exit
+    _at_exit = _RunnersAtExit()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)

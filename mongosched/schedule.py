@@ -37,8 +37,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
+from . import validate
 from .errors import InvalidSchedule
-from .retry import to_seconds
 
 __all__ = [
     "Cron",
@@ -293,12 +293,9 @@ class Every:
         if interval is None:
             raise InvalidSchedule(f"{where}every needs an interval, e.g. Every(seconds=30)")
         try:
-            seconds = to_seconds(interval, what=f"{where}every")
+            seconds = validate.seconds(interval, what=f"{where}every", strict=True)
         except ValueError as exc:
             raise InvalidSchedule(str(exc)) from None
-        assert seconds is not None
-        if not seconds > 0:
-            raise InvalidSchedule(f"{where}every must be > 0 seconds, not {seconds}")
         if seconds < 0.001:
             raise InvalidSchedule(f"{where}every must be at least 1 ms, not {seconds}")
         try:
@@ -362,18 +359,9 @@ class Misfire:
                 f"misfire policy must be one of {', '.join(MISFIRE_POLICIES)}, not {self.policy!r}"
             )
         try:
-            grace = to_seconds(self.grace, what="misfire_grace", allow_none=True)
+            grace = validate.seconds(self.grace, what="misfire_grace", allow_none=True)
         except ValueError as exc:
             raise InvalidSchedule(str(exc)) from None
-        if grace is not None:
-            if not grace >= 0:  # negative, or NaN
-                raise InvalidSchedule(f"misfire_grace must be >= 0, not {grace}")
-            try:
-                timedelta(seconds=grace)
-            except OverflowError:  # inf, or more than timedelta.max
-                raise InvalidSchedule(
-                    f"misfire_grace is too large: {grace} seconds (None means no limit)"
-                ) from None
         if (
             not isinstance(self.max_catchup, int)
             or isinstance(self.max_catchup, bool)

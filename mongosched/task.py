@@ -7,20 +7,27 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
-import bson
-from bson import ObjectId
-
-from .errors import ConfigurationError, InvalidSchedule, SerializationError
-from .retry import Retry, to_seconds
+from . import validate
+from .errors import ConfigurationError, InvalidSchedule
+from .records import JobRecord
+from .retry import Retry
 from .schedule import Cron, Every, Misfire, Rule
+from .store import schedule_id
 
 if TYPE_CHECKING:
-    from .app import App
     from .job import Job
 
-__all__ = ["DEDUPE_SCOPES", "JobSpec", "SCHEDULE_OPTIONS", "Task", "ConfiguredTask"]
+__all__ = [
+    "ConfiguredTask",
+    "DEDUPE_SCOPES",
+    "JobSpec",
+    "SCHEDULE_OPTIONS",
+    "Scheduler",
+    "Task",
+    "schedule_id",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -31,64 +38,11 @@ SCHEDULE_OPTIONS = frozenset(
 )
 """Keyword arguments of :meth:`Task.schedule` that are options, not payload."""
 
-MAX_PAYLOAD_BYTES = 15 * 1024 * 1024  # a document may not exceed 16 MiB
 
+class Scheduler(Protocol):
+    """What a task schedules through (an :class:`~mongosched.App`)."""
 
-def check_priority(priority: Any, *, task: str) -> int:
-    if not isinstance(priority, int) or isinstance(priority, bool) or not 1 <= priority <= 10:
-        raise ConfigurationError(
-            f"task {task!r}: priority must be an int from 1 (first) to 10 (last), not {priority!r}"
-        )
-    return priority
-
-
-def check_queue(queue: Any, *, task: str) -> str:
-    if not isinstance(queue, str) or not queue:
-        raise ConfigurationError(f"task {task!r}: queue must be a non-empty str, not {queue!r}")
-    return queue
-
-
-def check_run_at(run_at: Any, *, task: str) -> datetime:
-    if not isinstance(run_at, datetime):
-        raise ConfigurationError(
-            f"task {task!r}: run_at must be a datetime, not {type(run_at).__name__}"
-        )
-    if run_at.tzinfo is None or run_at.utcoffset() is None:
-        raise ConfigurationError(
-            f"task {task!r}: run_at must be timezone-aware (naive datetime {run_at.isoformat()} "
-            "is ambiguous); use datetime(..., tzinfo=timezone.utc)"
-        )
-    return run_at
-
-
-def check_payload(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-    """Refuse a payload MongoDB cannot store, naming the argument at fault."""
-    try:
-        size = len(bson.encode({"args": list(args), "kwargs": dict(kwargs)}))
-    except (bson.errors.InvalidDocument, OverflowError, TypeError) as exc:
-        for index, value in enumerate(args):
-            _check_value(task, f"argument {index}", value)
-        for key, value in kwargs.items():
-            if not isinstance(key, str):
-                raise SerializationError(
-                    f"task {task!r}: keyword argument names must be str, not {key!r}"
-                ) from None
-            _check_value(task, f"keyword argument {key!r}", value)
-        raise SerializationError(f"task {task!r}: payload is not BSON-encodable: {exc}") from None
-    if size > MAX_PAYLOAD_BYTES:
-        raise SerializationError(
-            f"task {task!r}: payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}"
-        )
-
-
-def _check_value(task: str, what: str, value: Any) -> None:
-    try:
-        bson.encode({"v": value})
-    except (bson.errors.InvalidDocument, OverflowError, TypeError) as exc:
-        raise SerializationError(
-            f"task {task!r}: {what} is not BSON-encodable ({type(value).__name__}: {exc}); "
-            "pass ids and plain data (str, int, float, bool, None, datetime, list, dict)"
-        ) from None
+    def schedule_spec(self, spec: JobSpec) -> Job: ...
 
 
 @dataclass(frozen=True)
@@ -119,9 +73,10 @@ class JobSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
     options: ScheduleOptions = field(default_factory=ScheduleOptions)
 
-    def build(self, now: datetime) -> dict[str, Any]:
-        """The job document, validated. ``now`` comes from the app's clock."""
-        return self.task._build_document(self.args, self.kwargs, self.options, now)
+    def build(self, now: datetime) -> JobRecord:
+        """The new job, its options validated (the store checks the payload when it
+        inserts it). ``now`` comes from the app's clock."""
+        return self.task.new_job(self.args, self.kwargs, self.options, now)
 
 
 class Task(Generic[P, R]):
@@ -132,7 +87,7 @@ class Task(Generic[P, R]):
 
     def __init__(
         self,
-        app: App,
+        app: Scheduler,
         fn: Callable[P, R],
         *,
         name: str | None = None,
@@ -154,19 +109,17 @@ class Task(Generic[P, R]):
         task = self.name
         if not isinstance(self.name, str) or not self.name:
             raise ConfigurationError(f"task name must be a non-empty str, not {name!r}")
-        self.queue = check_queue(queue, task=task)
-        self.priority = check_priority(priority, task=task)
+        self.queue = validate.queue(queue, task=task)
+        self.priority = validate.priority(priority, task=task)
         self.retry = Retry.coerce(retry, task=task)
-        self.timeout = to_seconds(timeout, what=f"task {task!r}: timeout", allow_none=True)
-        if self.timeout is not None and self.timeout <= 0:
-            raise ConfigurationError(f"task {task!r}: timeout must be > 0, not {self.timeout}")
-        if concurrency is not None and (
-            not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1
-        ):
-            raise ConfigurationError(
-                f"task {task!r}: concurrency must be an int >= 1 or None, not {concurrency!r}"
-            )
-        self.concurrency = concurrency
+        self.timeout = validate.seconds(
+            timeout, what=f"task {task!r}: timeout", strict=True, allow_none=True
+        )
+        self.concurrency = (
+            None
+            if concurrency is None
+            else validate.whole(concurrency, what=f"task {task!r}: concurrency")
+        )
         self.rule = _rule_from_options(task, cron, every, timezone)
         self.misfire = _misfire(task, misfire, misfire_grace, max_catchup)
         self._check_signature()
@@ -205,36 +158,25 @@ class Task(Generic[P, R]):
         options = {k: kwargs.pop(k) for k in list(kwargs) if k in SCHEDULE_OPTIONS}
         return self.configure(**options).job(*args, **kwargs)
 
-    # Documents -----------------------------------------------------------------------------
-    def _build_document(
+    # New jobs ----------------------------------------------------------------------------------
+    def new_job(
         self,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
         options: ScheduleOptions,
         now: datetime,
-    ) -> dict[str, Any]:
+    ) -> JobRecord:
+        """A new job of this task (not yet stored), its options validated."""
         task = self.name
-        check_payload(task, args, kwargs)
-        queue = check_queue(options.queue if options.queue is not None else self.queue, task=task)
-        priority = check_priority(
+        queue = validate.queue(
+            options.queue if options.queue is not None else self.queue, task=task
+        )
+        priority = validate.priority(
             options.priority if options.priority is not None else self.priority, task=task
         )
         due = _due_time(task, options, now)
-        doc: dict[str, Any] = {
-            "_id": ObjectId(),
-            "task": task,
-            "args": list(args),
-            "kwargs": dict(kwargs),
-            "queue": queue,
-            "priority": priority,
-            "status": "pending",
-            "run_at": due,
-            "attempts": 0,
-            "max_attempts": self.retry.max_attempts,
-            "lease": None,
-            "created_at": now,
-            "updated_at": now,
-        }
+        repeat: dict[str, Any] | None = None
+        slot: datetime | None = None
         if options.repeat is not None:
             rule = options.repeat
             if not isinstance(rule, (Cron, Every)):
@@ -242,40 +184,44 @@ class Task(Generic[P, R]):
                     f"task {task!r}: repeat must be a Cron or Every rule, not {rule!r}"
                 )
             explicit = options.delay is not None or options.run_at is not None
-            first = _first_slot(rule, due, explicit=explicit)
-            doc.update(
-                run_at=first,
-                scheduled_for=first,
-                repeat={**rule.to_document(), "misfire": self.misfire.to_document()},
-            )
-        if options.dedupe_key is not None:
-            doc.update(_dedupe_fields(task, options.dedupe_key, options.dedupe_scope))
-        return doc
+            due = slot = _first_slot(rule, due, explicit=explicit)
+            repeat = {**rule.to_document(), "misfire": self.misfire.to_document()}
+        key, scope = _dedupe(task, options.dedupe_key, options.dedupe_scope)
+        return JobRecord(
+            task=task,
+            args=tuple(args),
+            kwargs=dict(kwargs),
+            queue=queue,
+            priority=priority,
+            run_at=due,
+            max_attempts=self.retry.max_attempts,
+            created_at=now,
+            updated_at=now,
+            repeat=repeat,
+            scheduled_for=slot,
+            dedupe_key=key,
+            dedupe_scope=scope,
+        )
 
-    def _schedule_document(self, now: datetime) -> dict[str, Any]:
-        """The document of this task's own (decorator-declared) repeating schedule."""
+    def schedule_record(self, now: datetime) -> JobRecord:
+        """This task's own (decorator-declared) repeating schedule, as a new job."""
         assert self.rule is not None
         first = _first_slot(self.rule, now, explicit=False)
-        return {
-            "_id": schedule_id(self.name),
-            "task": self.name,
-            "args": [],
-            "kwargs": {},
-            "queue": self.queue,
-            "priority": self.priority,
-            "status": "pending",
-            "run_at": first,
-            "scheduled_for": first,
-            "attempts": 0,
-            "max_attempts": self.retry.max_attempts,
-            "lease": None,
-            "repeat": self.repeat_document(),
-            "created_at": now,
-            "updated_at": now,
-        }
+        return JobRecord(
+            id=schedule_id(self.name),
+            task=self.name,
+            queue=self.queue,
+            priority=self.priority,
+            run_at=first,
+            scheduled_for=first,
+            max_attempts=self.retry.max_attempts,
+            repeat=self.repeat_document(),
+            created_at=now,
+            updated_at=now,
+        )
 
     def repeat_document(self) -> dict[str, Any] | None:
-        """The ``repeat`` field this task's declared rule stores, or None."""
+        """The repeat rule this task declares, as a job stores it, or None."""
         if self.rule is None:
             return None
         return {**self.rule.to_document(), "misfire": self.misfire.to_document()}
@@ -318,27 +264,19 @@ class ConfiguredTask:
 
     def schedule(self, *args: Any, **kwargs: Any) -> Job:
         """Schedule with the bound options; every keyword argument is payload."""
-        return self.task.app._schedule_spec(self.job(*args, **kwargs))
+        return self.task.app.schedule_spec(self.job(*args, **kwargs))
 
     def __repr__(self) -> str:
         return f"<ConfiguredTask {self.task.name} {self.options}>"
-
-
-def schedule_id(task: str) -> str:
-    """The stable ``_id`` of a task's decorator-declared repeating schedule."""
-    return f"schedule:{task}"
 
 
 def _due_time(task: str, options: ScheduleOptions, now: datetime) -> datetime:
     if options.delay is not None and options.run_at is not None:
         raise ConfigurationError(f"task {task!r}: give either delay or run_at, not both")
     if options.run_at is not None:
-        return check_run_at(options.run_at, task=task)
+        return validate.aware_datetime(options.run_at, task=task)
     if options.delay is not None:
-        delay = to_seconds(options.delay, what=f"task {task!r}: delay")
-        assert delay is not None
-        if delay < 0:
-            raise ConfigurationError(f"task {task!r}: delay must be >= 0, not {delay}")
+        delay = validate.seconds(options.delay, what=f"task {task!r}: delay")
         return now + timedelta(seconds=delay)
     return now
 
@@ -353,14 +291,16 @@ def _first_slot(rule: Rule, start: datetime, *, explicit: bool) -> datetime:
     return rule.next_after(start)
 
 
-def _dedupe_fields(task: str, key: Any, scope: Any) -> dict[str, Any]:
+def _dedupe(task: str, key: Any, scope: Any) -> tuple[str | None, str | None]:
+    if key is None:
+        return None, None
     if not isinstance(key, str) or not key:
         raise ConfigurationError(f"task {task!r}: dedupe_key must be a non-empty str, not {key!r}")
     if scope not in DEDUPE_SCOPES:
         raise ConfigurationError(
             f"task {task!r}: dedupe_scope must be 'active' or 'pending', not {scope!r}"
         )
-    return {"dedupe_key": key, "dedupe_scope": scope, f"dedupe_{scope}": key}
+    return key, scope
 
 
 def _rule_from_options(

@@ -2,13 +2,13 @@
 
 Three ways to test, from the least to the most faithful:
 
-* **Eager mode** (``App("mongomock://", eager=True)``): ``schedule()`` runs the task in
+* **Eager mode** (``App("memory://", eager=True)``): ``schedule()`` runs the task in
   the calling thread at once, retries included (without waiting out their delays), and
   returns the finished :class:`~mongosched.Job`. For unit tests of code that schedules.
 * **drain()**: schedule normally, then ``drain(app)`` runs every due job in the calling
   thread. Delays, priorities and queues behave as in production; time can be moved with
   :class:`FakeClock`.
-* **A real runner** against ``mongomock://`` or a test database, for tests of the
+* **A real runner** against ``memory://`` or a test database, for tests of the
   running system (use short ``lease_duration`` and ``poll_interval``).
 
 Eager mode and ``drain()`` run no heartbeat thread, so task timeouts are not enforced.
@@ -19,16 +19,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
 
-from .job import Job
-from .runner import Runner, _Lease
+from .app import App
+from .errors import ConfigurationError
+from .runner import Runner
 
-if TYPE_CHECKING:
-    from .app import App
-    from .task import Task
-
-__all__ = ["FakeClock", "drain", "run_eagerly"]
+__all__ = ["FakeClock", "drain"]
 
 
 class FakeClock:
@@ -45,7 +41,7 @@ class FakeClock:
     def __init__(self, start: datetime | None = None) -> None:
         start = start or datetime.now(timezone.utc).replace(microsecond=0)
         if start.tzinfo is None:
-            raise ValueError("FakeClock: start must be timezone-aware")
+            raise ConfigurationError("FakeClock: start must be timezone-aware")
         self._now = start.astimezone(timezone.utc)
         self._lock = threading.Lock()
 
@@ -55,7 +51,7 @@ class FakeClock:
 
     def set(self, when: datetime) -> None:
         if when.tzinfo is None:
-            raise ValueError("FakeClock: time must be timezone-aware")
+            raise ConfigurationError("FakeClock: time must be timezone-aware")
         with self._lock:
             self._now = when.astimezone(timezone.utc)
 
@@ -67,57 +63,8 @@ class FakeClock:
             return self._now
 
 
-def _inline_runner(app: App, queues: Sequence[str] | None = None) -> Runner:
-    return Runner(app, workers=1, queues=queues, name="inline")
-
-
-def _run_claimed(runner: Runner, doc: dict[str, Any]) -> str | None:
-    """Run one claimed job in this thread; returns the outcome event."""
-    lease = _Lease(runner, doc, runner.app.tasks[doc["task"]])
-    return runner._execute(lease)
-
-
-def run_eagerly(app: App, task: Task[Any, Any], doc: dict[str, Any]) -> Job:
-    """Store the job, then run it here until it finishes (retries without their delays).
-    A repeating job runs once and stays pending for its next slot."""
-    store = app._store
-    stored, created = store.insert(doc)
-    if not created:  # a dedupe key returned an existing job: nothing new to run
-        return Job(app, stored)
-    runner = _inline_runner(app)
-    while True:
-        claimed = store.claim(
-            owner=runner.name,
-            tasks=[task.name],
-            queues=None,
-            now=app.now(),
-            lease_duration=runner.lease_duration,
-            job_id=doc["_id"],
-        )
-        if claimed is None or _run_claimed(runner, claimed) != "job:retry":
-            break
-    job = app.get_job(doc["_id"])
-    assert job is not None
-    return job
-
-
 def drain(app: App, *, queues: Sequence[str] | None = None, limit: int = 10_000) -> int:
     """Run every due job (of tasks this app registered) in the calling thread until none
     is due; returns how many attempts ran. Jobs that become due meanwhile (a retry with
     no delay, a job scheduled by a job) run too; future ones wait for the clock."""
-    runner = _inline_runner(app, queues)
-    store = app._store
-    ran = 0
-    while ran < limit:
-        claimed = store.claim(
-            owner=runner.name,
-            tasks=list(app.tasks),
-            queues=queues,
-            now=app.now(),
-            lease_duration=runner.lease_duration,
-        )
-        if claimed is None:
-            break
-        _run_claimed(runner, claimed)
-        ran += 1
-    return ran
+    return Runner(app, workers=1, queues=queues, name="drain").run_until_idle(limit=limit)

@@ -146,8 +146,15 @@ def test_app_options_are_checked() -> None:
     with pytest.raises(ConfigurationError, match="names no database"):
         App("mongodb://localhost:27017")
     with pytest.raises(ConfigurationError, match="invalid MongoDB URI"):
+        App("mongodb://host:notaport/db")
+    with pytest.raises(ConfigurationError, match="unknown store URI 'http://example'"):
         App("http://example")
-    with pytest.raises(ConfigurationError, match="lease_duration must be > 0"):
-        App("mongomock://", lease_duration=0)
+    with pytest.raises(ConfigurationError, match="unknown store URI 'mongomock://'"):
+        App("mongomock://")  # a test stand-in, not a store the library offers
+    with pytest.raises(ConfigurationError, match="lease_duration must be >= 0.01 seconds"):
+        App("memory://", lease_duration=0)
+    for nonsense in (float("nan"), float("inf"), -1, "30"):
+        with pytest.raises(ConfigurationError, match="App: poll_interval"):
+            App("memory://", poll_interval=nonsense)
     with pytest.raises(ConfigurationError, match="clock must return a timezone-aware"):
-        App("mongomock://", clock=lambda: datetime(2026, 1, 1)).now()
+        App("memory://", clock=lambda: datetime(2026, 1, 1)).now()

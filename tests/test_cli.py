@@ -1,29 +1,44 @@
 """The ``mongosched`` command: in-process through ``main(argv, app=...)``, and as a real
-subprocess (``python -m mongosched``) for help, errors and the worker."""
+subprocess (``python -m mongosched``) for help, errors and the worker.
+
+Most tests run on the test's store (``make_app``); those of ``--uri`` run on a store a
+URI names: ``memory://name`` (the same store, in this process) and ``mongodb://`` (the
+wire-protocol stand-in, or the real server with ``MONGOSCHED_TEST_URI``)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
-from datetime import datetime, timedelta
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+from bson import ObjectId
 
-from mongosched import App, JobStatus
+from mongosched import App, JobStatus, current_job
 from mongosched.cli import main, parse_duration
+from mongosched.errors import StoreError, StoreUnavailable
+from mongosched.store.memory import MemoryStore
 from mongosched.testing import FakeClock, drain
-from tests.conftest import TEST_URI
 from tests.support.waiting import wait_for
+
+if TYPE_CHECKING:
+    from tests.support.server_fixtures import SharedDatabase
+
+pytest_plugins = ["tests.support.server_fixtures"]
 
 REPO = Path(__file__).resolve().parent.parent
 MISSING_ID = "0123456789abcdef01234567"
+UNREACHABLE = "mongodb://127.0.0.1:1/x"
 
 
 # Helpers -----------------------------------------------------------------------------------
@@ -35,6 +50,11 @@ class Run:
 
     def json(self) -> Any:
         return json.loads(self.out)
+
+    def fields(self) -> dict[str, str]:
+        """The ``name: value`` lines of ``jobs show``."""
+        pairs = (line.split(":", 1) for line in self.out.splitlines() if ":" in line)
+        return {name: value.strip() for name, value in pairs}
 
 
 def parse_utc(text: str) -> datetime:
@@ -57,11 +77,9 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
     return run
 
 
-@pytest.fixture
-def sched(make_app: Callable[..., App], clock: FakeClock) -> App:
-    """An app on a fake clock with three tasks: ``cli.add``, ``cli.boom`` (fails, no
-    retry) and ``cli.nightly`` (cron, registered but only used by the schedules test)."""
-    app = make_app(clock=clock)
+def add_tasks(app: App) -> App:
+    """``cli.add``, ``cli.boom`` (fails, no retry) and ``cli.echo`` (returns its
+    arguments)."""
 
     @app.task(name="cli.add")
     def add(a: int, b: int) -> int:
@@ -71,24 +89,36 @@ def sched(make_app: Callable[..., App], clock: FakeClock) -> App:
     def boom() -> None:
         raise ValueError("boom")
 
+    @app.task(name="cli.echo")
+    def echo(*values: Any, **named: Any) -> list[Any]:
+        return [*values, named]
+
     return app
+
+
+@pytest.fixture
+def sched(make_app: Callable[..., App], clock: FakeClock) -> App:
+    """An app on the test's store and a fake clock, with the tasks of :func:`add_tasks`."""
+    return add_tasks(make_app(clock=clock))
+
+
+@pytest.fixture(params=["memory", "mongodb"])
+def by_uri(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[tuple[App, str]]:
+    """An app with the tasks of :func:`add_tasks`, and a URI naming its store."""
+    if request.param == "memory":
+        name = f"cli-{uuid.uuid4().hex[:12]}"
+        request.addfinalizer(lambda: MemoryStore.forget(name))
+        uri = f"memory://{name}"
+    else:
+        shared: SharedDatabase = request.getfixturevalue("shared_db")
+        uri = shared.uri()
+    app = add_tasks(App(uri, clock=clock, lease_duration=5, poll_interval=0.05))
+    yield app, uri
+    app.close()
 
 
 def ids(rows: list[dict[str, Any]]) -> set[str]:
     return {row["id"] for row in rows}
-
-
-def uri_for(database: Any) -> str:
-    """A URI naming this test's database (embedded server, or the real one)."""
-    if not TEST_URI:
-        # conftest names the embedded server after the database
-        return f"mongomock://test-{database.name}/{database.name}"
-    base, _, query = TEST_URI.partition("?")
-    scheme, _, rest = base.partition("://")
-    hosts, _, old_db = rest.partition("/")
-    if "@" in hosts and "authsource" not in query.lower():
-        query = "&".join(filter(None, [query, f"authSource={old_db or 'admin'}"]))
-    return f"{scheme}://{hosts}/{database.name}" + (f"?{query}" if query else "")
 
 
 def run_command(*argv: str, timeout: float = 20, **env: str) -> subprocess.CompletedProcess[str]:
@@ -143,7 +173,8 @@ def test_jobs_list_filters_and_json(sched: App, cli: Callable[..., Run]) -> None
     (row,) = run.json()
     assert row["id"] == str(failed.id)
     assert row["status"] == "failed"
-    assert row["error"]["type"] == "ValueError"
+    assert (row["error"]["type"], row["error"]["message"]) == ("ValueError", "boom")
+    assert 'raise ValueError("boom")' in row["error"]["traceback"]
     finished = row["finished_at"]
     assert finished.endswith("Z")
     assert parse_utc(finished) == sched.get_job(failed.id).finished_at  # type: ignore[union-attr]
@@ -176,31 +207,122 @@ def test_jobs_show_a_result_and_an_error(sched: App, cli: Callable[..., Run]) ->
 
     run = cli("jobs", "show", str(done.id), app=sched)
     assert run.code == 0, run.err
-    fields = dict(line.split(":", 1) for line in run.out.splitlines() if ":" in line)
-    assert fields["id"].strip() == str(done.id)
-    assert fields["status"].strip() == "completed"
-    assert fields["args"].strip() == "[1, 2]"
-    assert fields["result"].strip() == "3"
+    fields = run.fields()
+    assert fields["id"] == str(done.id)
+    assert fields["status"] == "completed"
+    assert fields["args"] == "[1, 2]"
+    assert fields["result"] == "3"
+    assert (fields["lease"], fields["error"]) == ("-", "-")
 
     run = cli("jobs", "show", str(failed.id), app=sched)
     assert run.code == 0, run.err
-    assert "ValueError: boom" in run.out
+    assert run.fields()["error"] == "ValueError: boom"
     assert "traceback:" in run.out and 'raise ValueError("boom")' in run.out
 
     data = cli("jobs", "show", str(done.id), "--json", app=sched).json()
     assert (data["id"], data["task"], data["args"], data["result"]) == (
         str(done.id), "cli.add", [1, 2], 3,
     )  # fmt: skip
-    assert data["created_at"].endswith("Z")
+    assert list(data)[0] == "id" and "_id" not in data
+    assert parse_utc(data["created_at"]) == done.created_at
+    assert (data["status"], data["lease"], data["error"]) == ("completed", None, None)
 
 
-@pytest.mark.parametrize("job_id", [MISSING_ID, "not-an-id"])
-def test_unknown_job_id_exits_3(sched: App, cli: Callable[..., Run], job_id: str) -> None:
-    for verb in ("show", "cancel", "retry"):
-        run = cli("jobs", verb, job_id, app=sched)
-        assert run.code == 3, (verb, run.err)
-        assert_one_line_error(run.err, f"no job with id {job_id}")
-        assert run.out == ""
+def test_json_holds_plain_data(sched: App, cli: Callable[..., Run]) -> None:
+    """ObjectIds as their hex strings, bytes as base64, times as ISO 8601 UTC."""
+    ref = ObjectId()
+    at = datetime(2024, 5, 6, 7, 8, 9, 123000, tzinfo=timezone.utc)
+    job = sched.schedule("cli.echo", ref, b"\x00\xffbin", at=at)
+    drain(sched)
+    expected = [
+        str(ref),
+        base64.b64encode(b"\x00\xffbin").decode(),
+        {"at": "2024-05-06T07:08:09.123Z"},
+    ]
+
+    data = cli("jobs", "show", str(job.id), "--json", app=sched).json()
+    assert data["status"] == "completed"
+    assert [*data["args"], data["kwargs"]] == expected
+    assert data["result"] == expected
+
+    fields = cli("jobs", "show", str(job.id), app=sched).fields()
+    assert json.loads(fields["args"]) == expected[:2]
+    assert json.loads(fields["kwargs"]) == expected[2]
+    assert json.loads(fields["result"]) == expected
+
+
+def test_a_running_job_shows_its_lease_and_progress_and_can_be_cancelled(
+    sched: App, cli: Callable[..., Run]
+) -> None:
+    release = threading.Event()  # set when the test ends, however it ends
+
+    @sched.task(name="cli.slow", retry=1)
+    def slow() -> str:
+        context = current_job()
+        assert context is not None
+        context.set_progress(0.5, "halfway")
+        deadline = time.monotonic() + 20
+        while not context.is_cancelled() and time.monotonic() < deadline:
+            if release.wait(0.01):
+                break
+        return "done"
+
+    job = sched.schedule("cli.slow")
+    runner = sched.runner(workers=1).start()
+    try:
+        wait_for(lambda: job.refresh().progress is not None, message="the job's progress")
+        lease = job.lease
+        assert lease is not None
+
+        data = cli("jobs", "show", str(job.id), "--json", app=sched).json()
+        assert data["status"] == "running"
+        assert data["lease"]["owner"] == lease.owner
+        assert parse_utc(data["lease"]["until"]) == lease.until
+        assert (data["progress"]["value"], data["progress"]["message"]) == (0.5, "halfway")
+        assert parse_utc(data["progress"]["at"]) == job.progress.at  # type: ignore[union-attr]
+
+        fields = cli("jobs", "show", str(job.id), app=sched).fields()
+        assert fields["lease"].startswith(f"{lease.owner} until {lease.until:%Y-%m-%d %H}")
+        assert json.loads(fields["progress"])["message"] == "halfway"
+
+        stats = cli("stats", "--json", app=sched).json()
+        (row,) = stats["running"]
+        assert (row["id"], row["task"], row["owner"], row["expired"]) == (
+            str(job.id), "cli.slow", lease.owner, False,
+        )  # fmt: skip
+        assert parse_utc(row["lease_until"]) == lease.until
+        text = cli("stats", app=sched).out
+        assert "running: 1\n" in text and str(job.id) in text
+
+        run = cli("jobs", "cancel", str(job.id), app=sched)
+        assert run.code == 0, run.err
+        assert "cancellation requested" in run.out
+        status = cli("jobs", "show", str(job.id), app=sched).fields()["status"]
+        assert status == "running (cancel requested)"
+        # the task sees the request at its next heartbeat, returns, and the job ends
+        wait_for(lambda: job.refresh().status is JobStatus.CANCELLED, message="the job to end")
+    finally:
+        release.set()
+        runner.stop()
+
+
+@pytest.mark.parametrize("verb", ["show", "cancel", "retry"])
+def test_unknown_job_id_exits_3(sched: App, cli: Callable[..., Run], verb: str) -> None:
+    run = cli("jobs", verb, MISSING_ID, app=sched)
+    assert run.code == 3, run.err
+    assert_one_line_error(run.err, f"no job with id {MISSING_ID}")
+    assert run.out == ""
+
+
+@pytest.mark.parametrize("verb", ["show", "cancel", "retry"])
+@pytest.mark.parametrize("job_id", ["not-an-id", "0123456789abcdef0123456z", "{}"])
+def test_what_is_not_a_job_id_exits_3(
+    sched: App, cli: Callable[..., Run], verb: str, job_id: str
+) -> None:
+    run = cli("jobs", verb, job_id, app=sched)
+    assert run.code == 3, run.err
+    assert_one_line_error(run.err, f"{job_id!r} is not a job id")
+    assert run.out == ""
 
 
 # cancel, retry, purge ---------------------------------------------------------------------------
@@ -287,12 +409,13 @@ def test_bad_numbers_are_usage_errors_naming_the_option(
 
 
 # schedules and stats ----------------------------------------------------------------------------
-def test_schedules(sched: App, cli: Callable[..., Run]) -> None:
+def test_schedules(sched: App, clock: FakeClock, cli: Callable[..., Run]) -> None:
     run = cli("schedules", app=sched)
     assert (run.code, run.out.strip()) == (0, "no schedules")
 
-    @sched.task(name="cli.nightly", cron="0 3 * * *", timezone="Europe/Berlin")
-    def nightly() -> None: ...
+    @sched.task(name="cli.nightly", cron="0 3 * * *", timezone="Europe/Berlin", retry=1)
+    def nightly() -> None:
+        raise ValueError("no backup tonight")
 
     sched.ensure_schedules()
 
@@ -304,7 +427,22 @@ def test_schedules(sched: App, cli: Callable[..., Run]) -> None:
 
     (data,) = cli("schedules", "--json", app=sched).json()
     assert (data["task"], data["rule"], data["status"]) == ("cli.nightly", "0 3 * * *", "pending")
-    assert parse_utc(data["next_run"]) > sched.now()
+    next_run = parse_utc(data["next_run"])
+    assert next_run > sched.now()
+    assert (data["last_run"], data["last_status"], data["last_error"]) == (None, None, None)
+
+    # its run fails: the schedule shows how, and waits for the next slot
+    clock.set(next_run + timedelta(seconds=1))
+    drain(sched)
+    (data,) = cli("schedules", "--json", app=sched).json()
+    assert (data["status"], data["last_status"]) == ("pending", "failed")
+    assert parse_utc(data["last_run"]) == next_run + timedelta(seconds=1)
+    assert (data["last_error"]["type"], data["last_error"]["message"]) == (
+        "ValueError", "no backup tonight",
+    )  # fmt: skip
+    assert parse_utc(data["next_run"]) > next_run
+    row = cli("schedules", app=sched).out.splitlines()[1]
+    assert row.split()[-1] == "failed"
 
 
 def test_stats(
@@ -316,7 +454,7 @@ def test_stats(
     due = sched.schedule("cli.add", 3, 4)
     clock.advance(seconds=2)
     sched.schedule("cli.add", 5, 6, delay=60)
-    other = make_app(clock=clock)  # another app's task, on the same database
+    other = make_app(clock=clock)  # another app's task, on the same store
     other.task(name="cli.elsewhere")(lambda: None)
     other.schedule("cli.elsewhere")
 
@@ -327,6 +465,8 @@ def test_stats(
     assert data["by_task"]["cli.add"] == {"completed": 1, "pending": 2}
     assert data["unknown_tasks"] == {"cli.elsewhere": 1}
     assert (data["oldest_due"]["id"], data["oldest_due"]["late_seconds"]) == (str(due.id), 2.0)
+    assert parse_utc(data["now"]) == clock()
+    assert data["running"] == []
 
     run = cli("stats", app=sched)
     assert run.code == 0, run.err
@@ -340,16 +480,17 @@ def test_stats(
 
 
 # Where the database comes from ---------------------------------------------------------------------
-def test_uri_alone_is_enough(database: Any, sched: App, cli: Callable[..., Run]) -> None:
-    job = sched.schedule("cli.add", 1, 2)
-    uri = uri_for(database)
+def test_a_uri_alone_is_enough(by_uri: tuple[App, str], cli: Callable[..., Run]) -> None:
+    app, uri = by_uri
+    job = app.schedule("cli.add", 1, 2)
 
     assert ids(cli("--uri", uri, "jobs", "list", "--json").json()) == {str(job.id)}
     # the options also work after the verb
     assert ids(cli("jobs", "list", "--json", "--uri", uri).json()) == {str(job.id)}
-    assert cli("--uri", uri, "--collection", "elsewhere", "jobs", "list", "--json").json() == []
+    assert cli("--uri", uri, "jobs", "show", str(job.id), "--json").json()["args"] == [1, 2]
     # a bare URI knows no tasks, so it does not call every task unknown
-    assert "unknown_tasks" not in cli("--uri", uri, "stats", "--json").json()
+    data = cli("--uri", uri, "stats", "--json").json()
+    assert "unknown_tasks" not in data and data["totals"]["pending"] == 1
     run = cli("--uri", uri, "jobs", "cancel", str(job.id))
     assert run.code == 0, run.err
     assert job.refresh().status is JobStatus.CANCELLED
@@ -359,17 +500,32 @@ def test_uri_alone_is_enough(database: Any, sched: App, cli: Callable[..., Run])
     assert_one_line_error(run.err, "MODULE:APP")
 
 
-def test_environment_variables(
-    database: Any, sched: App, cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+def test_collection_names_the_job_collection(
+    shared_db: SharedDatabase, cli: Callable[..., Run]
 ) -> None:
-    job = sched.schedule("cli.add", 1, 2)
+    uri = shared_db.uri()
+    app = add_tasks(App(uri, collection="elsewhere_jobs"))
+    try:
+        job = app.schedule("cli.add", 1, 2)
+        assert cli("--uri", uri, "jobs", "list", "--json").json() == []
+        listed = cli("--uri", uri, "--collection", "elsewhere_jobs", "jobs", "list", "--json")
+        assert ids(listed.json()) == {str(job.id)}
+    finally:
+        app.close()
+
+
+def test_environment_variables(
+    by_uri: tuple[App, str], cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, uri = by_uri
+    job = app.schedule("cli.add", 1, 2)
     monkeypatch.delenv("MONGOSCHED_APP", raising=False)
     monkeypatch.delenv("MONGOSCHED_URI", raising=False)
     run = cli("jobs", "list")
     assert run.code == 2
     assert_one_line_error(run.err, "--uri", "MONGOSCHED_URI")
 
-    monkeypatch.setenv("MONGOSCHED_URI", uri_for(database))
+    monkeypatch.setenv("MONGOSCHED_URI", uri)
     assert cli("jobs", "show", str(job.id), "--json").json()["id"] == str(job.id)
 
     monkeypatch.setenv("MONGOSCHED_APP", "tests.support.no_such_module:app")
@@ -377,7 +533,7 @@ def test_environment_variables(
     assert run.code == 4
     assert_one_line_error(run.err, "tests.support.no_such_module")
     # the command line wins over the environment
-    assert cli("--uri", uri_for(database), "jobs", "list").code == 0
+    assert ids(cli("--uri", uri, "jobs", "list", "--json").json()) == {str(job.id)}
 
 
 def test_a_given_app_takes_no_app_or_uri(sched: App, cli: Callable[..., Run]) -> None:
@@ -386,6 +542,74 @@ def test_a_given_app_takes_no_app_or_uri(sched: App, cli: Callable[..., Run]) ->
         run = cli(*argv, app=sched)
         assert run.code == 2, argv
         assert_one_line_error(run.err, "the app is given")
+
+
+# Connecting and database errors ------------------------------------------------------------------
+@pytest.mark.parametrize("given", [False, True], ids=["uri", "given-app"])
+def test_the_timeout_bounds_the_connection_check(cli: Callable[..., Run], given: bool) -> None:
+    """``--timeout`` wins over the URI's own (longer) server selection timeout, for an app
+    made from ``--uri`` and for one a framework gives."""
+    uri = f"{UNREACHABLE}?serverSelectionTimeoutMS=60000&appName=cli-test"
+    app = App(uri) if given else None
+    argv = ["--timeout", "0.5", "stats"] if given else ["--uri", uri, "--timeout", "0.5", "stats"]
+    started = time.monotonic()
+    try:
+        run = cli(*argv, app=app)
+    finally:
+        if app is not None:
+            app.close()
+    assert run.code == 4
+    assert_one_line_error(run.err, f"cannot connect to {UNREACHABLE}", "within 0.5 s")
+    assert time.monotonic() - started < 10
+    assert run.out == ""
+
+
+@pytest.mark.parametrize(
+    ("failure", "code", "fragment"),
+    [
+        (
+            StoreUnavailable("stats: connection refused"),
+            4,
+            "cannot connect: stats: connection refused",
+        ),
+        (
+            StoreError("stats: not authorized on db"),
+            1,
+            "database error: stats: not authorized on db",
+        ),
+    ],
+)
+def test_store_failures_exit_4_or_1(
+    sched: App,
+    cli: Callable[..., Run],
+    monkeypatch: pytest.MonkeyPatch,
+    failure: StoreError,
+    code: int,
+    fragment: str,
+) -> None:
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise failure
+
+    monkeypatch.setattr(sched.store, "counts", fail)
+    run = cli("stats", app=sched)
+    assert run.code == code
+    assert_one_line_error(run.err, fragment)
+    assert run.out == ""
+
+
+def test_a_store_that_does_not_answer_the_check_exits_4_before_the_verb(
+    sched: App, cli: Callable[..., Run], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = sched.schedule("cli.add", 1, 2)
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("count: no server")
+
+    monkeypatch.setattr(sched.store, "count", fail)
+    run = cli("jobs", "cancel", str(job.id), app=sched)
+    assert run.code == 4
+    assert_one_line_error(run.err, "cannot connect to", "count: no server")
+    assert job.refresh().status is JobStatus.PENDING
 
 
 # The real command, in a subprocess ------------------------------------------------------------------
@@ -408,8 +632,11 @@ def test_usage_error_exits_2() -> None:
 @pytest.mark.parametrize(
     ("uri", "fragment"),
     [
-        ("notauri", "invalid MongoDB URI"),
+        ("notauri", "unknown store URI"),
+        ("mongomock://cli/cli", "unknown store URI"),  # test support only, not the library's
+        ("ftp://user:secret@host/db", "unknown store URI 'ftp://***@host/db'"),
         ("mongodb://user:secret@localhost", "names no database"),
+        ("mongodb://user:secret@localhost:port/db", "invalid MongoDB URI"),
     ],
 )
 def test_bad_uri_exits_4(uri: str, fragment: str) -> None:
@@ -424,7 +651,7 @@ def test_unreachable_server_exits_4_after_the_timeout() -> None:
     started = time.monotonic()
     result = run_command("--uri", "mongodb://127.0.0.1:1/x", "--timeout", "1", "stats")
     assert result.returncode == 4
-    assert_one_line_error(result.stderr, "cannot connect to mongodb://127.0.0.1:1/x")
+    assert_one_line_error(result.stderr, "cannot connect to mongodb://127.0.0.1:1/x within 1 s")
     assert time.monotonic() - started < 10
 
 

@@ -1,7 +1,8 @@
 """Clock skew between a worker host and the MongoDB server: measured from the server's
 ``localTime`` (``hello``) when a runner starts, warned about, and shown in ``stats()``.
 
-Runs against the wire-protocol test server, or the real one with MONGOSCHED_TEST_URI."""
+Runs against the wire-protocol test server, or the real one with MONGOSCHED_TEST_URI;
+the in-process store has no clock of its own."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from mongosched import App
-from tests.conftest import TEST_URI
+from mongosched.cli import main
 
 if TYPE_CHECKING:
     from tests.support.server_fixtures import SharedDatabase
@@ -61,18 +62,20 @@ def test_no_warning_while_the_clocks_agree(skewed: Any, caplog: pytest.LogCaptur
     assert "clock is" not in caplog.text
 
 
-def test_the_embedded_stand_in_reports_no_server_clock(app: App) -> None:
-    if TEST_URI:
-        pytest.skip("a test of the embedded stand-in")
+def test_a_store_without_a_clock_of_its_own_reports_no_offset(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    app = App("memory://")  # in-process: there is no server clock to compare with
     assert app.runner(workers=1).check_clock() is None
     assert app.stats()["clock_offset"] is None
+    assert main(["stats"], app=app) == 0
+    out = capsys.readouterr().out
+    assert "running: 0" in out and "clock:" not in out
 
 
 def test_the_stats_command_shows_the_offset(
     skewed: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mongosched.cli import main
-
     assert main(["stats"], app=skewed(120)) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("clock:"))
     assert "ahead of this host's" in line and float(line.split()[4]) > 100

@@ -13,7 +13,6 @@ import pytest
 
 from mongosched import App, Cancellation, Event, JobStatus, Retry, current_job
 from mongosched.errors import ConfigurationError, JobNotFound, JobStateError, JobTimeout
-from mongosched.store import INDEXES
 from mongosched.testing import FakeClock, drain
 from tests.support.tasks import Recorder
 from tests.support.waiting import wait_for
@@ -139,33 +138,26 @@ def test_concurrency_limit_holds_across_runners(make_app: Callable[..., App]) ->
         runner.stop()
     assert recorder.peak == 2 and max(timeline) == 2, timeline
     assert sorted(recorder.calls) == list(range(30))
-    assert apps[0]._store.slot_holders("limited", apps[0].now()) == 0  # every slot released
+    assert apps[0].store.permit_holders("limited", apps[0].now()) == 0  # every permit released
 
 
-def test_a_crashed_holder_slot_frees_itself_when_its_lease_expires(
-    app: App, clock: FakeClock
+def test_a_crashed_holder_permit_frees_itself_when_its_lease_expires(
+    make_app: Callable[..., App], clock: FakeClock
 ) -> None:
-    app._clock = clock
+    app = make_app(clock=clock)
     app.task(name="solo", concurrency=1)(lambda: "ran")
-    store = app._store
-    store.ensure_slots("solo", 1)
-    assert store.take_slot(
-        task="solo", limit=1, token="dead", job_id=1, owner="x", now=clock(), lease_duration=5
-    )
-    assert not store.take_slot(
-        task="solo", limit=1, token="t2", job_id=2, owner="y", now=clock(), lease_duration=5
-    )
+    store = app.store
+    store.ensure_permits("solo", 1)
+    later = clock() + timedelta(seconds=5)
+    assert store.take_permit("solo", 1, "dead", 1, "x", clock(), later)
+    assert not store.take_permit("solo", 1, "t2", 2, "y", clock(), later)
     job = app.schedule("solo")
     runner = app.runner(workers=1)
-    runner._prepare()
-    runner._pool = __import__("concurrent.futures").futures.ThreadPoolExecutor(1)
-    assert runner._claim_one()  # claimed, but no slot: given back, uncounted
+    runner.prepare()
+    assert runner.claim_next() is None  # claimed, but no permit: given back, uncounted
     assert job.refresh().status is JobStatus.PENDING and job.attempts == 0
     clock.advance(seconds=6)
-    assert store.take_slot(
-        task="solo", limit=1, token="t3", job_id=3, owner="z", now=clock(), lease_duration=5
-    )
-    runner._pool.shutdown()
+    assert store.take_permit("solo", 1, "t3", 3, "z", clock(), clock() + timedelta(seconds=5))
 
 
 # Cancellation -----------------------------------------------------------------------------------
@@ -258,8 +250,10 @@ def test_a_cooperative_task_sees_its_timeout_as_cancellation(app: App) -> None:
 # Queries, updates, stats ---------------------------------------------------------------------------------
 
 
-def test_get_jobs_filters_sorts_and_pages_stably(app: App, clock: FakeClock) -> None:
-    app._clock = clock
+def test_get_jobs_filters_sorts_and_pages_stably(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock)
     a = app.task(name="a")(lambda: None)
     b = app.task(name="b", queue="q2")(lambda: None)
     for _ in range(7):
@@ -280,48 +274,6 @@ def test_get_jobs_filters_sorts_and_pages_stably(app: App, clock: FakeClock) -> 
         app.get_jobs(status="done")
     with pytest.raises(ConfigurationError, match="sort"):
         app.get_jobs(sort=("args", 1))
-
-
-def test_documented_query_filters_lead_an_index() -> None:
-    """Each filter combination get_jobs documents is a prefix of some index, with the
-    documented sort field right after it."""
-    keys = [[field for field, _ in spec] for spec, _ in INDEXES]
-    for filters, sort in [
-        (["task"], "updated_at"),
-        (["task", "status"], "updated_at"),
-        (["status"], "updated_at"),
-    ]:
-        assert any(k[: len(filters) + 1] == [*filters, sort] for k in keys), (filters, keys)
-    claim = next(k for k, o in INDEXES if o["name"] == "claim")
-    assert [f for f, _ in claim] == ["status", "queue", "priority", "run_at"]
-
-
-def test_reads_create_no_index(app: App) -> None:
-    """A read-only database user can look at jobs: reads never create indexes."""
-    assert app.get_jobs() == [] and app.count_jobs() == 0
-    assert app.get_job("0123456789abcdef01234567") is None
-    assert app.stats()["totals"]["pending"] == 0 and app.schedules() == []
-    assert set(app._reader.jobs.index_information()) <= {"_id_"}
-    app.task(name="t")(lambda: None)
-    job = app.schedule("t")  # the first write creates them
-    assert "claim" in app._reader.jobs.index_information()
-    assert job.refresh().status is JobStatus.PENDING
-
-
-def test_indexes_exist_on_the_server(app: App) -> None:
-    app.ensure_indexes()
-    names = set(app._store.jobs.index_information())
-    assert {
-        "claim",
-        "reap",
-        "task_status",
-        "status_updated",
-        "dedupe_active",
-        "dedupe_pending",
-        "expire_at",
-    } <= names
-    info = app._store.jobs.index_information()
-    assert info["dedupe_active"]["unique"] and info["expire_at"]["expireAfterSeconds"] == 0
 
 
 def test_update_job_changes_pending_jobs_only(app: App) -> None:
@@ -387,11 +339,7 @@ def test_progress_is_visible_on_the_job(app: App) -> None:
     runner = app.runner(workers=1).start()
     assert step.wait(10)
     progress = job.refresh().progress
-    assert (
-        progress is not None
-        and progress["value"] == 0.4
-        and progress["message"] == "copied 400/1000"
-    )
+    assert progress is not None and progress.value == 0.4 and progress.message == "copied 400/1000"
     go_on.set()
     job.wait(timeout=10)
     runner.stop()
@@ -432,8 +380,10 @@ def test_finished_jobs_get_expire_at_from_the_retention_settings(
     assert kept.refresh().status is JobStatus.COMPLETED and kept.expire_at is None
 
 
-def test_purge_deletes_old_finished_jobs_only(app: App, clock: FakeClock) -> None:
-    app._clock = clock
+def test_purge_deletes_old_finished_jobs_only(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock)
     app.task(name="ok")(lambda: 1)
     old = app.schedule("ok")
     drain(app)

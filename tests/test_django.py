@@ -2,9 +2,11 @@
 
 Django is set up once in this process, on first use of the ``project`` fixture (so
 collecting this file configures nothing); pytest-django is not used. The project's
-MongoDB database is this module's own (a unique one on the server when
-``MONGOSCHED_TEST_URI`` is set, else a unique embedded server), emptied before each
-test. Process-level behaviour (management commands, fork) runs in subprocesses.
+store is this module's own (a unique database on the server when
+``MONGOSCHED_TEST_URI`` is set, else a uniquely named ``memory://`` store), emptied
+before each test through the public API. Process-level behaviour (management commands,
+fork) runs in subprocesses; none of them needs to share jobs with this process, so
+each has a ``memory://`` store of its own unless a server is given.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ except ImportError:
 FRAMEWORK = tasks_framework.__name__
 
 from mongosched import App, JobStatus  # noqa: E402
-from mongosched.contrib import cli_arguments, with_database  # noqa: E402
+from mongosched.contrib import app_from_settings, cli_arguments, with_database  # noqa: E402
+from mongosched.store.memory import MemoryStore  # noqa: E402
 from mongosched.testing import drain  # noqa: E402
 from tests.conftest import TEST_URI  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
@@ -47,7 +50,7 @@ def project_uri() -> str:
     name = f"mongosched_django_{uuid.uuid4().hex[:12]}"
     if TEST_URI:
         return with_database(TEST_URI, name)
-    return f"mongomock://{name}/{name}"
+    return f"memory://{name}"
 
 
 def drop(uri: str) -> None:
@@ -92,18 +95,28 @@ def project() -> Iterator[App]:
     drop(app.uri or "")
 
 
+def empty(app: App) -> None:
+    """Delete every job of ``app`` (whose runners are stopped): cancel the unfinished
+    ones, then purge every final status."""
+    for job in app.get_jobs(limit=0):
+        if not job.is_finished:
+            app.cancel(job)
+    app.purge(status=[status for status in JobStatus if status.is_final])
+    assert app.count_jobs() == 0, [job.to_dict() for job in app.get_jobs(limit=0)]
+
+
 @pytest.fixture
 def app(project: App) -> Iterator[App]:
-    """The project's App, with an empty job collection; runners stopped afterwards."""
+    """The project's App, with no jobs; runners stopped afterwards."""
     from tests.djangoproject.testapp import tasks
 
-    project.database[project.collection].delete_many({})
+    empty(project)
     tasks.ORDER.clear()
     yield project
     from mongosched.contrib.django import stop_runner
 
     stop_runner(graceful=False, timeout=5)
-    for runner in list(project._runners):
+    for runner in list(project.runners):
         runner.stop(graceful=False, timeout=5)
 
 
@@ -180,14 +193,19 @@ def test_bad_settings_fail_clearly(project: App) -> None:
 
     from mongosched.contrib.django import conf
 
-    with override_settings(MONGOSCHED={"URI": "mongomock://x/y", "WORKERS": 0}):
+    with override_settings(MONGOSCHED={"URI": "memory://", "WORKERS": 0}):
         with pytest.raises(ImproperlyConfigured, match="WORKERS"):
             conf.options()
-    from mongosched.contrib import app_from_settings
     from mongosched.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="unknown setting.*LEASE"):
-        app_from_settings({"URI": "mongomock://x/y", "LEASE": 3}, where="settings.MONGOSCHED")
+        app_from_settings({"URI": "memory://", "LEASE": 3}, where="settings.MONGOSCHED")
+    with pytest.raises(ConfigurationError, match="settings.MONGOSCHED: set URI"):
+        app_from_settings({}, where="settings.MONGOSCHED")
+    with pytest.raises(ConfigurationError, match="mongomock:// is no longer supported.*memory://"):
+        app_from_settings({"URI": "mongomock://x/y"}, where="settings.MONGOSCHED")
+    with pytest.raises(ConfigurationError, match="settings.MONGOSCHED: .*unknown store URI"):
+        app_from_settings({"URI": "sqlite://x"}, where="settings.MONGOSCHED")
     with override_settings(MONGOSCHED=None):
         with pytest.raises(ImproperlyConfigured, match="MONGOSCHED is not set"):
             conf.options()
@@ -198,7 +216,12 @@ def test_database_setting_replaces_the_uri_database() -> None:
         "mongodb://h1,h2/shop?replicaSet=rs"
     )
     assert with_database("mongodb://u:p@h/old?w=1", "new") == "mongodb://u:p@h/new?w=1"
-    assert with_database("mongomock://srv", "db") == "mongomock://srv/db"
+    assert with_database("memory://srv", "db") == "memory://db"  # names the store
+    assert with_database("memory://", "db") == "memory://db"
+    name = f"shop-{uuid.uuid4().hex[:8]}"
+    made = app_from_settings({"URI": "memory://x", "DATABASE": name}, where="settings")
+    assert made.uri == f"memory://{name}"
+    MemoryStore.forget(name)
     assert cli_arguments(["worker"], workers=3) == ["worker", "--workers", "3"]
     assert cli_arguments(["worker", "--workers=5"], workers=3) == ["worker", "--workers=5"]
     assert cli_arguments(["stats"], workers=3) == ["stats"]
@@ -317,16 +340,45 @@ def test_backend_context_queue_and_async(app: App) -> None:
 
 
 def test_backend_unknown_results(app: App) -> None:
-    from bson import ObjectId
     default_task_backend = tasks_framework.default_task_backend
     TaskResultDoesNotExist = importlib.import_module(
         f"{FRAMEWORK}.exceptions"
     ).TaskResultDoesNotExist
 
     plain = app.get_task("tests.djangoproject.testapp.tasks.add").schedule(1, 2)
-    for result_id in (str(ObjectId()), "not-an-id", str(plain.id)):
+    unknown = "0123456789abcdef01234567"  # a job id's form, of no job
+    assert app.get_job(unknown) is None
+    for result_id in (unknown, "not-an-id", "", str(plain.id)):
         with pytest.raises(TaskResultDoesNotExist):
             default_task_backend.get_result(result_id)
+
+
+def test_run_task_runs_only_in_a_job_through_a_mongosched_backend(app: App) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    from mongosched.contrib.django.taskrun import run_task
+
+    payload: dict[str, Any] = {
+        "path": "tests.djangoproject.testapp.tasks.multiply",
+        "args": [2, 3],
+        "kwargs": {},
+    }
+    with pytest.raises(RuntimeError, match="only inside a mongosched job"):
+        run_task(**payload, backend="default")
+
+    other = {"BACKEND": f"{FRAMEWORK}.backends.dummy.DummyBackend"}
+    with override_settings(TASKS={**settings.TASKS, "other": other}):
+        job = app.get_task(RUN_TASK).schedule(**payload, backend="other")
+        assert drain(app) == 1
+    job.refresh()
+    assert job.status is JobStatus.FAILED and job.attempts == 1  # Fail: no retry
+    assert job.error is not None and job.error.type == "Fail"
+    assert "'other' is DummyBackend, not TasksBackend" in job.error.message
+
+    ran = app.get_task(RUN_TASK).schedule(**payload, backend="default")
+    assert drain(app) == 1
+    assert ran.refresh().result == 6
 
 
 def test_backend_through_views_and_a_runner(app: App, client: Any) -> None:
@@ -425,7 +477,8 @@ parent_runner = get_app().in_process_runner
 assert parent_runner is not None and parent_runner.is_running
 
 # Fork while the parent's runner polls (the App reconnects a real server's client in
-# the child; the embedded store's locks are made afresh there).
+# the child; a memory:// store's locks are made afresh there, and its jobs are the
+# child's own: only the child's runner can run the job the child schedules).
 pid = os.fork()
 if pid == 0:
     ok = get_app().in_process_runner is None  # the parent's runner is not the child's

@@ -34,25 +34,30 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from pymongo.errors import AutoReconnect, PyMongoError
+from pymongo.errors import AutoReconnect
 
-from mongosched import App
-from mongosched.embedded import embedded_client, reset_embedded
-from mongosched.runner import Runner, _Lease
-from mongosched.task import schedule_id
+from mongosched import App, outcome
+from mongosched.claim import Claim
+from mongosched.errors import MongoschedError, StoreError
+from mongosched.records import JobStatus
+from mongosched.runner import Runner
+from mongosched.store import schedule_id
+from mongosched.store.mongo import MongoStore
 from mongosched.testing import FakeClock
 from tests.support.faults import inject
+from tests.support.mongomock_db import embedded_client, reset_embedded
 
 LEASE = 10.0
 LIMIT = 2  # concurrency of the limited task
-RUNS = int(os.environ.get("MONGOSCHED_FAULT_RUNS", "1000"))
+RUNS = int(os.environ.get("MONGOSCHED_FAULT_RUNS", "400"))
+SOAK_RUNS = int(os.environ.get("MONGOSCHED_SOAK_RUNS", "20000"))
 SEED = int(os.environ.get("MONGOSCHED_FAULT_SEED", "20261122"))
 
 
 @dataclass
 class Holder:
     worker: int
-    lease: _Lease
+    claim: Claim
     until: Any
     done: bool = False
 
@@ -70,10 +75,12 @@ class World:
     marker: int = 0
     stats: Counter[str] = field(default_factory=Counter)
     concluded: list[Any] = field(default_factory=list)  # slots of "tick", as they conclude
+    failing: bool = False  # what the next task run does: raise, or return
+    inside: Holder | None = None  # the holder whose function runs now
 
     @property
     def store(self) -> Any:
-        return self.app._store
+        return self.app.store
 
     def raw(self, job_id: Any) -> dict[str, Any]:
         """The job as stored (read past the fault injector)."""
@@ -93,15 +100,23 @@ def make_world(seed: int, database: Any, collection: str) -> World:
         keep_completed=None,
         keep_failed=None,
     )
-    app.task(name="plain", retry=3)(lambda n: n)
-    app.task(name="limited", retry=3, concurrency=LIMIT)(lambda n: n)
-    app.task(name="tick", retry=2, every=LEASE * 0.7)(lambda: "tick")
-    app.ensure_indexes()
     runners = [Runner(app, workers=1, name=f"w{i}", poll_interval=0.001) for i in range(3)]
+    world = World(app, clock, rng, runners)
+
+    def body(n: Any = "tick") -> Any:
+        """A task run: other workers act while it runs, then it returns or raises."""
+        during_run(world)
+        if world.failing:
+            raise RuntimeError("flaky")
+        return n
+
+    app.task(name="plain", retry=3)(body)
+    app.task(name="limited", retry=3, concurrency=LIMIT)(body)
+    app.task(name="tick", retry=2, every=LEASE * 0.7)(body)
     for runner in runners:
-        runner._prepare()
-    inject(app._store, rng, rate=rng.choice([0.05, 0.15, 0.3]))
-    return World(app, clock, rng, runners)
+        runner.prepare()
+    inject(app.store, rng, rate=rng.choice([0.05, 0.15, 0.3]))
+    return world
 
 
 # Actions -----------------------------------------------------------------------------------
@@ -115,7 +130,7 @@ def act_schedule(w: World) -> None:
         options["dedupe_key"] = f"k{w.rng.randrange(3)}"
     try:
         job = w.app.schedule(task, w.marker, **options)
-    except PyMongoError:
+    except MongoschedError:
         w.raised_markers.append(w.marker)
         w.stats["schedule raised"] += 1
         return
@@ -128,49 +143,40 @@ def act_claim(w: World, worker: int) -> None:
     runner = w.runners[worker]
     now = w.clock()
     try:
-        lease, _ = runner._claim()
-    except PyMongoError:
+        claim = runner.claim_next()
+    except StoreError:
         w.stats["claim raised"] += 1
         return
-    if lease is None:
+    if claim is None:
         return
-    for earlier in w.holders[lease.job_id]:
+    for earlier in w.holders[claim.job_id]:
         assert earlier.done or earlier.until < now, (
-            f"job {lease.job_id} claimed by w{worker} while w{earlier.worker}'s lease "
+            f"job {claim.job_id} claimed by w{worker} while w{earlier.worker}'s lease "
             f"(until {earlier.until}) was live at {now}"
         )
-    holder = Holder(worker, lease, lease.until)
-    w.holders[lease.job_id].append(holder)
+    holder = Holder(worker, claim, claim.until)
+    w.holders[claim.job_id].append(holder)
     w.stats["claims"] += 1
     check_limit(w)
-    if lease.doc.get("repeat") and lease.doc["attempts"] <= 1:
-        try:
-            runs = runner._plan_slot(lease)  # as the runner does before a slot's first attempt
-        except PyMongoError:
-            w.stats["plan raised"] += 1
-            runs = False  # the runner gives the job up (its write may have landed, or not)
-        if not runs:
-            holder.done = True  # this holder never runs the function
-            return
     w.active[worker].append(holder)
 
 
 def act_heartbeat(w: World, holder: Holder) -> None:
-    if holder.lease.renew():
-        holder.until = holder.lease.until
+    if holder.claim.renew():
+        holder.until = holder.claim.until
     else:
         drop(w, holder)
 
 
 def act_progress(w: World, holder: Holder) -> None:
     current = is_current(w, holder)
-    before = w.raw(holder.lease.job_id).get("progress")
+    before = w.raw(holder.claim.job_id).get("progress")
     try:
-        ok = holder.lease.write_progress(w.rng.random(), "step")
-    except PyMongoError:
+        ok = holder.claim.write_progress(w.rng.random(), "step")
+    except StoreError:
         return
     if not current:
-        assert not ok and w.raw(holder.lease.job_id).get("progress") == before, (
+        assert not ok and w.raw(holder.claim.job_id).get("progress") == before, (
             "fenced progress landed"
         )
     if not ok:
@@ -178,36 +184,54 @@ def act_progress(w: World, holder: Holder) -> None:
 
 
 def act_finish(w: World, holder: Holder) -> None:
+    """The holder runs its job's function (others act meanwhile) and writes the outcome."""
     runner = w.runners[holder.worker]
-    lease = holder.lease
+    claim = holder.claim
     current = is_current(w, holder)
-    before = w.raw(lease.job_id)  # the simulation is sequential: nothing else writes meanwhile
-    error = RuntimeError("flaky") if w.rng.random() < 0.3 else None
+    before = w.raw(claim.job_id)  # the simulation is sequential
+    w.failing = w.rng.random() < 0.3
+    w.inside = holder if current else None  # others act during the run only then
+    drop(w, holder)
     try:
-        result = lease.ctx.args[0] if lease.ctx.args else "tick"
-        event = runner._finish(lease, None if error else result, error)
-    except PyMongoError:
-        # The function ran; whether its outcome landed is unknown (if not, the lease
-        # expires and the job runs again). Either way this holder runs nothing more.
+        decision = runner.run_claim(claim)
+    except StoreError:
+        # The function may have run; whether its outcome landed is unknown (if not, the
+        # lease expires and the job runs again). Either way this holder is done.
         w.stats["finish raised"] += 1
         holder.done = True
-        drop(w, holder)
         return
-    doc = w.raw(lease.job_id)
-    if current:
-        assert event is not None or lease.lost
-        if event is not None:
-            assert not is_current(w, holder), "outcome reported but not written"
-            holder.done = True
-    else:
-        assert event is None, "a fenced-off holder reported an outcome"
-        assert doc == before, "a fenced-off holder's outcome landed"
-    if lease.has_slot:
-        try:
-            w.store.release_slot(lease.task.name, lease.token)
-        except PyMongoError:
-            pass
-    drop(w, holder)
+    finally:
+        w.inside = None
+    later = [h for h in w.holders[claim.job_id] if h is not holder][-1:]
+    taken_over = bool(later) and w.holders[claim.job_id].index(later[0]) > w.holders[
+        claim.job_id
+    ].index(holder)
+    if not current or taken_over:
+        assert decision is None, "a fenced-off holder reported an outcome"
+    if not current:
+        assert w.raw(claim.job_id) == before, "a fenced-off holder's write landed"
+    if decision is not None:
+        assert not is_current(w, holder), "outcome reported but not written"
+    if decision is not None or not claim.lost:
+        holder.done = True
+
+
+def during_run(w: World) -> None:
+    """While a holder's function runs: a few other steps, never a nested run."""
+    holder = w.inside
+    if holder is None:
+        return
+    for _ in range(w.rng.randrange(3)):
+        roll = w.rng.random()
+        worker = w.rng.randrange(len(w.runners))
+        if roll < 0.3:
+            w.clock.advance(timedelta(seconds=w.rng.choice([1, LEASE / 2, LEASE + 1])))
+        elif roll < 0.55:
+            act_heartbeat(w, holder)
+        elif roll < 0.8:
+            act_reap(w, worker)
+        else:
+            act_claim(w, worker)
 
 
 def act_crash(w: World, worker: int) -> None:
@@ -218,15 +242,15 @@ def act_crash(w: World, worker: int) -> None:
 def act_reap(w: World, worker: int) -> None:
     try:
         w.stats["reaped"] += w.runners[worker].reap()
-    except PyMongoError:
+    except StoreError:
         pass
 
 
 def act_restart(w: World, worker: int) -> None:
     """A runner starts again: it upserts the declared schedules under faults."""
     try:
-        w.runners[worker]._prepare()
-    except PyMongoError:
+        w.runners[worker].prepare()
+    except StoreError:
         w.stats["restart raised"] += 1
 
 
@@ -236,9 +260,9 @@ def drop(w: World, holder: Holder) -> None:
 
 
 def is_current(w: World, holder: Holder) -> bool:
-    doc = w.raw(holder.lease.job_id)
+    doc = w.raw(holder.claim.job_id)
     return (
-        doc["status"] == "running" and (doc.get("lease") or {}).get("token") == holder.lease.token
+        doc["status"] == "running" and (doc.get("lease") or {}).get("token") == holder.claim.token
     )
 
 
@@ -247,15 +271,15 @@ def is_current(w: World, holder: Holder) -> bool:
 
 def check_limit(w: World) -> None:
     now = w.clock()
-    live = w.store.slots._target.count_documents(
+    live = w.store.permits._target.count_documents(
         {"task": "limited", "token": {"$ne": None}, "until": {"$gte": now}}
     )
-    assert live <= LIMIT, f"{live} live slots for a limit of {LIMIT}"
+    assert live <= LIMIT, f"{live} live permits for a limit of {LIMIT}"
     running_limited = [
         h
         for hs in w.holders.values()
         for h in hs
-        if h.lease.task.name == "limited" and not h.done and h.until >= now and is_current(w, h)
+        if h.claim.task.name == "limited" and not h.done and h.until >= now and is_current(w, h)
     ]
     assert len(running_limited) <= LIMIT, "more limited jobs running than the limit"
 
@@ -283,7 +307,7 @@ def check_dedupe(w: World) -> None:
 
 def settle(w: World) -> None:
     """Faults off, crashed work reaped, everything left run to its end."""
-    for wrapper in (w.store.jobs, w.store.slots):
+    for wrapper in (w.store.jobs, w.store.permits):
         wrapper.enabled = False
     for _ in range(50):
         for holders in w.active.values():
@@ -293,16 +317,14 @@ def settle(w: World) -> None:
         w.runners[0].reap()
         progressed = False
         while True:
-            lease, claimed = w.runners[0]._claim()
-            if not claimed:
+            claim = w.runners[0].claim_next()
+            if claim is None:
                 break
-            if lease is not None:
-                progressed = progressed or not lease.doc.get("repeat")
-                holder = Holder(0, lease, lease.until)
-                w.holders[lease.job_id].append(holder)
-                if not lease.doc.get("repeat") or w.runners[0]._plan_slot(lease):
-                    act_finish(w, holder)
-                check_schedule(w)
+            progressed = progressed or not claim.record.repeat
+            holder = Holder(0, claim, claim.until)
+            w.holders[claim.job_id].append(holder)
+            act_finish(w, holder)
+            check_schedule(w)
         unfinished = {"status": {"$in": ["pending", "running"]}, "repeat": {"$exists": False}}
         if not progressed and not any(w.active.values()):
             if w.store.jobs._target.count_documents(unfinished) == 0:
@@ -358,7 +380,7 @@ def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Coun
         check_schedule(w)
     settle(w)
     check_end(w)
-    for wrapper in (w.store.jobs, w.store.slots):
+    for wrapper in (w.store.jobs, w.store.permits):
         w.stats.update(wrapper.injected)
     w.stats["slots concluded"] += len(w.concluded)
     return w.stats
@@ -440,13 +462,14 @@ def test_invariants_hold_under_randomized_faults() -> None:
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(4 * 3600)  # its own limit: 20,000 runs take far longer than a test
 def test_invariants_hold_under_randomized_faults_soak() -> None:
-    runs, seed = 20 * RUNS, SEED + 1
+    runs, seed = SOAK_RUNS, SEED + 1
     report(runs, seed, run_many(runs, seed))
 
 
-class _DropFirstUpdate:
-    """Fails the next ``update_one`` before it reaches the server, once."""
+class _DropFirstWrite:
+    """Fails the next ``find_one_and_update`` before it reaches the server, once."""
 
     def __init__(self, target: Any) -> None:
         self._target = target
@@ -454,38 +477,42 @@ class _DropFirstUpdate:
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._target, name)
-        if name != "update_one":
+        if name != "find_one_and_update":
             return value
 
-        def update_one(*args: Any, **kwargs: Any) -> Any:
+        def write(*args: Any, **kwargs: Any) -> Any:
             if self.armed:
                 self.armed = False
-                raise AutoReconnect("injected: connection dropped before update_one")
+                raise AutoReconnect("injected: connection dropped before find_one_and_update")
             return value(*args, **kwargs)
 
-        return update_one
+        return write
 
 
 def test_a_retried_write_is_not_taken_for_an_earlier_write_of_the_same_holder(
     database: Any,
 ) -> None:
-    """A holder that wrote once (say, the slot a misfire policy chose) and then lost its
+    """A holder that wrote once (the slot a misfire policy chose) and then lost its
     lease must not take its own earlier write as proof that a retried later write landed."""
     clock = FakeClock()
     app = App(database=database, clock=clock, lease_duration=LEASE)
     app.task(name="t")(lambda: None)
-    store = app._store
+    store = app.store
+    assert isinstance(store, MongoStore)
     job = app.schedule("t")
     first = store.claim(owner="a", tasks=["t"], queues=None, now=clock(), lease_duration=LEASE)
-    assert first is not None
-    token = first["lease"]["token"]
-    assert store.transition(job.id, token, {"$set": {"progress_note": "slot chosen"}})
+    assert first is not None and first.lease is not None
+    assert store.record_slot(job.id, first.lease.token, clock(), clock())
     clock.advance(seconds=LEASE + 1)
-    reaped = store.reap(job.id, token, clock(), {"$set": {"status": "pending", "lease": None}})
-    assert reaped
+    expired = store.expired(clock())
+    reap = outcome.decide(
+        expired[0], outcome.Ending.LEASE_EXPIRED, now=clock(), retention=app.retention
+    )
+    assert store.reap(expired[0], clock(), reap.settlement) is not None
     store.retry_pause = 0.0
-    store.jobs = _DropFirstUpdate(store.jobs)  # type: ignore[assignment]
+    store.jobs = _DropFirstWrite(store.jobs)
     store.jobs.armed = True
-    landed = store.transition(job.id, token, {"$set": {"status": "completed", "lease": None}})
-    assert landed is False, "a fenced-off holder's retried write was reported as landed"
-    assert app.get_job(job.id).status.value == "pending"
+    done = outcome.decide(first, outcome.Ending.SUCCESS, now=clock(), retention=app.retention)
+    landed = store.settle(first, done.settlement)
+    assert landed is None, "a fenced-off holder's retried write was reported as landed"
+    assert app.get_job(job.id).status is JobStatus.PENDING

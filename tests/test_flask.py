@@ -1,4 +1,10 @@
-"""Flask integration: real Flask apps, their test client and their CLI runner."""
+"""Flask integration: real Flask apps, their test client and their CLI runner.
+
+Apps store where the test suite's ``store_target`` says (``memory://`` unless
+MONGOSCHED_TEST_URI or MONGOSCHED_TEST_STORE choose a MongoDB), except where a test is
+about a pymongo ``Database`` object given as ``MONGOSCHED_DATABASE`` (the ``database``
+fixture: mongomock's, or the real server's).
+"""
 
 from __future__ import annotations
 
@@ -28,16 +34,25 @@ from tests.support.waiting import wait_for  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def store_config(store_target: dict[str, Any]) -> dict[str, Any]:
+    """The Flask config naming the test's store: a URI, or a Database object."""
+    if "uri" in store_target:
+        return {"MONGOSCHED_URI": store_target["uri"]}
+    return {"MONGOSCHED_DATABASE": store_target["database"]}
+
+
 @pytest.fixture
-def make_flask(database: Any) -> Iterator[Callable[..., tuple[Flask, MongoSched]]]:
+def make_flask(
+    store_target: dict[str, Any],
+) -> Iterator[Callable[..., tuple[Flask, MongoSched]]]:
     """``make_flask(sched=None, **config)``: a Flask app with a view that schedules
-    ``add`` and one that shows a job, on this test's database."""
-    made: list[MongoSched] = []
+    ``add`` and one that shows a job, on this test's store."""
+    made: list[tuple[Flask, MongoSched]] = []
 
     def make(sched: MongoSched | None = None, **config: Any) -> tuple[Flask, MongoSched]:
         flask_app = Flask(f"test_flask_{uuid.uuid4().hex[:6]}")
         flask_app.config.update(
-            MONGOSCHED_DATABASE=database,
+            **store_config(store_target),
             MONGOSCHED_LEASE_DURATION=5.0,
             MONGOSCHED_POLL_INTERVAL=0.05,
             **config,
@@ -46,7 +61,7 @@ def make_flask(database: Any) -> Iterator[Callable[..., tuple[Flask, MongoSched]
             sched = MongoSched(flask_app)
         else:
             sched.init_app(flask_app)
-        made.append(sched)
+        made.append((flask_app, sched))
 
         @flask_app.get("/add")
         def schedule_add() -> Any:
@@ -67,10 +82,9 @@ def make_flask(database: Any) -> Iterator[Callable[..., tuple[Flask, MongoSched]
         return flask_app, sched
 
     yield make
-    for sched in made:
-        for state in sched._states:
-            for runner in list(state.app._runners):
-                runner.stop(graceful=False, timeout=5)
+    for flask_app, sched in made:
+        for runner in list(sched.get_app(flask_app).runners):
+            runner.stop(graceful=False, timeout=5)
 
 
 def declare_add(sched: MongoSched) -> SchedTask[[int, int], int]:
@@ -108,6 +122,7 @@ def test_extension_view_and_runner(make_flask: Callable[..., tuple[Flask, MongoS
 
 
 def test_app_factory(database: Any) -> None:
+    """One extension, two Flask apps, each on its own pymongo Database object."""
     sched = MongoSched()
 
     @sched.task(retry=1)
@@ -127,11 +142,14 @@ def test_app_factory(database: Any) -> None:
     try:
         assert sched.get_app(one) is not sched.get_app(two)
         assert name in sched.get_app(one).tasks and name in sched.get_app(two).tasks
-        assert sched.get_app(one).collection == "jobs"
         with two.app_context():
             job = shout.schedule("hi")
         assert sched.get_app(two).get_job(job.id) is not None
         assert sched.get_app(one).get_job(job.id) is None
+        # MONGOSCHED_COLLECTION names the collection, in the Database given.
+        assert second_db["jobs"].count_documents({}) == 1
+        assert database["jobs"].count_documents({}) == 0
+        assert "mongosched_jobs" not in second_db.list_collection_names()
         with pytest.raises(RuntimeError, match="several Flask apps"):
             shout.schedule("outside any app context")
 
@@ -143,16 +161,20 @@ def test_app_factory(database: Any) -> None:
         database.client.drop_database(second_db.name)
 
 
-def test_config_errors(database: Any) -> None:
-    with pytest.raises(ConfigurationError, match="set URI"):
+def test_config_errors() -> None:
+    with pytest.raises(ConfigurationError, match="set URI.*memory://"):
         MongoSched(Flask(__name__))
     flask_app = Flask(__name__)
-    flask_app.config.update(MONGOSCHED_URI="mongomock://x/y", MONGOSCHED_WORKERS=0)
+    flask_app.config.update(MONGOSCHED_URI="memory://", MONGOSCHED_WORKERS=0)
     with pytest.raises(ConfigurationError, match="MONGOSCHED_WORKERS"):
         MongoSched(flask_app)
     flask_app = Flask(__name__)
-    flask_app.config.update(MONGOSCHED_URI="mongomock://x/y", MONGOSCHED_LEASE=3)
+    flask_app.config.update(MONGOSCHED_URI="memory://", MONGOSCHED_LEASE=3)
     with pytest.raises(ConfigurationError, match="unknown setting.*LEASE"):
+        MongoSched(flask_app)
+    flask_app = Flask(__name__)
+    flask_app.config.update(MONGOSCHED_URI="mongomock://x/y")
+    with pytest.raises(ConfigurationError, match="MONGOSCHED_.*use memory://"):
         MongoSched(flask_app)
     flask_app = Flask(__name__)
     flask_app.config.update(MONGOSCHED_URI="mongodb://localhost", MONGOSCHED_DATABASE="shop")
@@ -261,7 +283,8 @@ sys.exit(code)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_run_in_process_after_fork() -> None:
     name = f"mongosched_flask_{uuid.uuid4().hex[:12]}"
-    uri = with_database(TEST_URI, name) if TEST_URI else f"mongomock://{name}/{name}"
+    # Parent and child need not share jobs: the child's job is the child's own to run.
+    uri = with_database(TEST_URI, name) if TEST_URI else f"memory://{name}"
     env = {**os.environ, "URI": uri, "PYTHONPATH": str(ROOT)}
     try:
         done = subprocess.run(

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from mongosched import App, Event, JobStatus
+from tests.support.stalls import LostHeartbeats
 from tests.support.tasks import Recorder
 from tests.support.waiting import wait_for
 
@@ -55,8 +56,10 @@ def test_a_holder_whose_heartbeats_stop_is_taken_over_and_its_completion_rejecte
         return "first"
 
     second.task(name="work", retry=3)(lambda: "second")
-    # Heartbeats far apart: the first holder's lease lapses while it is still working.
-    a = first.runner(workers=1, heartbeat_interval=60).start()
+    # The first holder's heartbeats never arrive: its lease lapses while it still works.
+    a = first.runner(workers=1)
+    a.store = LostHeartbeats(a.store)  # type: ignore[assignment]
+    a.start()
     job = first.schedule("work")
     wait_for(lambda: job.refresh().status is JobStatus.RUNNING)
     b = second.runner(workers=1, reap_interval=LEASE / 4).start()

@@ -13,7 +13,7 @@ import pytest
 
 from mongosched import App, Cancellation, Cron, Every, JobStatus, current_job
 from mongosched.errors import ConfigurationError, InvalidSchedule
-from mongosched.task import schedule_id
+from mongosched.store import schedule_id
 from mongosched.testing import FakeClock, drain
 from tests.support.tasks import Recorder
 from tests.support.waiting import wait_for
@@ -56,7 +56,7 @@ def test_ten_instances_starting_at_once_make_one_schedule_and_one_run_per_slot(
 
     def start(app: App) -> None:
         barrier.wait()
-        app.runner(workers=1)._prepare()  # what each runner does at start
+        app.runner(workers=1).prepare()  # what each runner does at start
 
     threads = [threading.Thread(target=start, args=(a,)) for a in apps]
     for t in threads:
@@ -166,7 +166,8 @@ def test_failed_run_retries_then_the_schedule_goes_on_with_the_error_recorded(
     assert attempts == [1, 2]
     assert job.status is JobStatus.PENDING and job.attempts == 0
     assert job.run_at == START + timedelta(hours=2)
-    assert job.last_run["status"] == "failed" and job.last_run["error"]["message"] == "down"
+    assert job.last_run is not None and job.last_run.error is not None
+    assert job.last_run.status is JobStatus.FAILED and job.last_run.error.message == "down"
 
 
 def test_a_coalesced_run_that_retries_keeps_the_slot_it_ran_for(
@@ -188,7 +189,8 @@ def test_a_coalesced_run_that_retries_keeps_the_slot_it_ran_for(
     day2 = START.replace(hour=9) + timedelta(days=2)
     assert slots == [day2, day2]  # the retry ran the same slot, not the stale day-0 one
     job = app.get_job(schedule_id("late"))
-    assert job.last_run["slot"] == day2 and job.last_run["status"] == "completed"
+    assert job.last_run is not None
+    assert job.last_run.slot == day2 and job.last_run.status is JobStatus.COMPLETED
     assert job.run_at == day2 + timedelta(days=1)
 
 
@@ -199,7 +201,7 @@ def test_cancelling_a_repeating_job_stops_it_for_good(
     app.ensure_schedules()
     assert app.cancel(schedule_id("tick")) is Cancellation.CANCELLED
     clock.advance(minutes=10)
-    app.runner(workers=1)._prepare()  # a runner's start does not bring it back
+    app.runner(workers=1).prepare()  # a runner's start does not bring it back
     assert drain(app) == 0 and slots_run(app, "tick") == []
     assert app.get_job(schedule_id("tick")).status is JobStatus.CANCELLED
 
@@ -209,11 +211,11 @@ def test_a_changed_rule_in_code_is_picked_up_at_the_next_start(
 ) -> None:
     old = make_app(clock=clock)
     old.task(name="report", cron="0 9 * * *")(lambda: None)
-    old.runner(workers=1)._prepare()
+    old.runner(workers=1).prepare()
     assert old.get_job(schedule_id("report")).run_at == START.replace(hour=9)
     new = make_app(clock=clock)  # the next deploy
     new.task(name="report", cron="30 8 * * *", priority=2)(lambda: None)
-    new.runner(workers=1)._prepare()
+    new.runner(workers=1).prepare()
     job = new.get_job(schedule_id("report"))
     assert job.repeat["cron"] == "30 8 * * *" and job.priority == 2
     assert job.run_at == START.replace(hour=8, minute=30)

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from mongosched import App, Event, Fail, JobStatus, Retry, current_job
+from mongosched import App, Event, Fail, JobStatus, Retry, current_job, outcome
+from mongosched.errors import StoreUnavailable
 from mongosched.testing import FakeClock, drain
+from tests.support.stalls import LostHeartbeats
 from tests.support.tasks import Recorder
 from tests.support.waiting import wait_for
 
@@ -54,8 +56,10 @@ def test_racing_runners_never_claim_a_job_twice(make_app: Callable[..., App]) ->
     assert sum(1 for r in runners if r.claimed) >= 2  # the work really was shared
 
 
-def test_priority_first_then_fifo_by_due_time(app: App, clock: FakeClock) -> None:
-    app._clock = clock
+def test_priority_first_then_fifo_by_due_time(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock)
     order: list[str] = []
 
     @app.task(name="t")
@@ -74,8 +78,10 @@ def test_priority_first_then_fifo_by_due_time(app: App, clock: FakeClock) -> Non
     assert drain(app) == 1 and order[-1] == "p5-future"
 
 
-def test_retries_follow_the_policy_on_the_injected_clock(app: App, clock: FakeClock) -> None:
-    app._clock = clock
+def test_retries_follow_the_policy_on_the_injected_clock(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock)
     seen: list[int] = []
 
     @app.task(
@@ -176,8 +182,10 @@ def test_lost_lease_is_taken_over_and_the_late_completion_is_rejected(
 
     second.task(name="work", retry=3)(lambda: "second")
 
-    # The first runner never heartbeats within the test (interval 1000 s): as if hung.
-    a = first.runner(workers=1, heartbeat_interval=1000, reap_interval=0.05).start()
+    # The first runner's heartbeats never reach the database: as if hung.
+    a = first.runner(workers=1, reap_interval=0.05)
+    a.store = LostHeartbeats(a.store)  # type: ignore[assignment]
+    a.start()
     job = slow.schedule()
     assert started.wait(10)
     clock.advance(seconds=31)  # its lease (30 s) has run out
@@ -195,9 +203,9 @@ def test_lost_lease_is_taken_over_and_the_late_completion_is_rejected(
 
 
 def test_crashed_worker_job_runs_again_then_fails_when_attempts_are_spent(
-    app: App, clock: FakeClock
+    make_app: Callable[..., App], clock: FakeClock
 ) -> None:
-    app._clock = clock
+    app = make_app(clock=clock)
     ran: list[int] = []
 
     @app.task(name="victim", retry=2)
@@ -209,10 +217,10 @@ def test_crashed_worker_job_runs_again_then_fails_when_attempts_are_spent(
 
     def crash() -> None:
         """A worker claims the job and dies: no heartbeat, no outcome."""
-        claimed = app._store.claim(
+        claimed = app.store.claim(
             owner="dead", tasks=["victim"], queues=None, now=app.now(), lease_duration=5
         )
-        assert claimed is not None and claimed["_id"] == job.id
+        assert claimed is not None and claimed.id == job.id
 
     crash()
     assert runner.reap() == 0  # lease still valid
@@ -220,7 +228,7 @@ def test_crashed_worker_job_runs_again_then_fails_when_attempts_are_spent(
     assert runner.reap() == 1
     job.refresh()
     assert job.status is JobStatus.PENDING and job.attempts == 1
-    assert job.error.type == "LeaseExpired" and "worker dead" in job.error.message
+    assert job.error.path == "mongosched.errors.LeaseLost" and "worker dead" in job.error.message
     crash()  # attempt 2 dies too: attempts are spent
     clock.advance(seconds=6)
     assert runner.reap() == 1
@@ -229,19 +237,24 @@ def test_crashed_worker_job_runs_again_then_fails_when_attempts_are_spent(
     assert "attempt 2 of 2" in job.error.message
 
 
-def test_reaper_loses_to_a_heartbeat_that_lands_first(app: App, clock: FakeClock) -> None:
-    app._clock = clock
+def test_reaper_loses_to_a_heartbeat_that_lands_first(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock)
     app.task(name="t")(lambda: None)
     job = app.schedule("t")
-    claimed = app._store.claim(owner="w", tasks=["t"], queues=None, now=app.now(), lease_duration=5)
-    token = claimed["lease"]["token"]
+    claimed = app.store.claim(owner="w", tasks=["t"], queues=None, now=app.now(), lease_duration=5)
+    assert claimed is not None and claimed.lease is not None
+    token = claimed.lease.token
     clock.advance(seconds=6)
-    expired = app._store.expired(app.now())
-    assert [d["_id"] for d in expired] == [job.id]
-    assert (
-        app._store.renew(job.id, token, app.now(), app.now() + timedelta(seconds=5)) is not None
-    )  # heartbeat wins the race
-    assert not app._store.reap(job.id, token, app.now(), {"$set": {"status": "pending"}})
+    expired = app.store.expired(app.now())
+    assert [record.id for record in expired] == [job.id]
+    renewal = app.store.renew(job.id, token, app.now(), app.now() + timedelta(seconds=5))
+    assert renewal.held  # the heartbeat wins the race
+    decision = outcome.decide(
+        expired[0], outcome.Ending.LEASE_EXPIRED, now=app.now(), retention=app.retention
+    )
+    assert app.store.reap(expired[0], app.now(), decision.settlement) is None
     assert job.refresh().status is JobStatus.RUNNING
 
 
@@ -334,18 +347,16 @@ def test_listener_errors_never_break_scheduling_or_running(
 
 
 def test_database_outage_is_survived(app: App, caplog: pytest.LogCaptureFixture) -> None:
-    """The dispatcher logs, backs off and resumes when the store raises network errors."""
-    from pymongo.errors import AutoReconnect
-
+    """The dispatcher logs, backs off and resumes when the store cannot be reached."""
     app.task(name="t")(lambda: "ok")
-    store = app._store
+    store = app.store
     real_claim = store.claim
     failures = {"left": 3}
 
     def flaky_claim(**kwargs: Any) -> Any:
         if failures["left"]:
             failures["left"] -= 1
-            raise AutoReconnect("connection refused")
+            raise StoreUnavailable("connection refused")
         return real_claim(**kwargs)
 
     store.claim = flaky_claim  # type: ignore[method-assign]

@@ -15,7 +15,15 @@ from typing import Any
 from ..app import App
 from ..errors import ConfigurationError
 
-__all__ = ["APP_OPTIONS", "app_from_settings", "cli_arguments", "with_database"]
+__all__ = [
+    "APP_OPTIONS",
+    "app_from_settings",
+    "cli_arguments",
+    "positive_int",
+    "queue_list",
+    "run_cli",
+    "with_database",
+]
 
 APP_OPTIONS: dict[str, str] = {
     "COLLECTION": "collection",
@@ -32,16 +40,24 @@ APP_OPTIONS: dict[str, str] = {
 
 INTEGRATION_OPTIONS = frozenset({"URI", "DATABASE", "WORKERS", "RUN_IN_PROCESS"})
 
+MEMORY_SCHEME = "memory"
+URI_HINT = "mongodb://host/dbname, or memory:// for tests and demos"
+
 
 def with_database(uri: str, name: str) -> str:
     """``uri`` with its database path replaced by ``name`` (options kept):
     ``with_database("mongodb://h1,h2/?replicaSet=rs", "shop")`` is
-    ``"mongodb://h1,h2/shop?replicaSet=rs"``."""
+    ``"mongodb://h1,h2/shop?replicaSet=rs"``. A ``memory://`` store has no databases:
+    ``name`` names the in-process store instead (``memory://shop``)."""
     if not isinstance(name, str) or not name or "/" in name:
         raise ConfigurationError(f"DATABASE must be a database name, not {name!r}")
     scheme, sep, rest = uri.partition("://")
     if not sep:
-        raise ConfigurationError(f"URI must look like mongodb://host/dbname, not {uri!r}")
+        raise ConfigurationError(
+            f"URI must look like mongodb://host/dbname (or memory://), not {uri!r}"
+        )
+    if scheme.lower() == MEMORY_SCHEME:
+        return f"{scheme}://{name}"
     rest, qmark, query = rest.partition("?")
     hosts = rest.split("/", 1)[0]
     return f"{scheme}://{hosts}/{name}{qmark}{query}"
@@ -55,9 +71,11 @@ def app_from_settings(
 ) -> App:
     """An :class:`App` from a settings mapping with upper-case keys.
 
-    ``URI`` names the server (and usually the database); ``DATABASE`` is a database
-    name that replaces the URI's, or a :class:`pymongo.database.Database` to use as it
-    is (then no ``URI``). The keys of :data:`APP_OPTIONS` become the App's options.
+    ``URI`` names the server (and usually the database), or is ``memory://[name]`` for
+    the in-process store (tests and demos); ``DATABASE`` is a database name that
+    replaces the URI's (the store's name for ``memory://``), or a
+    :class:`pymongo.database.Database` to use as it is (then no ``URI``). The keys of
+    :data:`APP_OPTIONS` become the App's options.
     ``where`` names the settings in error messages (``"MONGOSCHED"``,
     ``"MONGOSCHED_*"``); keys in ``ignore`` are the caller's own.
     """
@@ -84,8 +102,11 @@ def app_from_settings(
         except ConfigurationError as exc:
             raise ConfigurationError(f"{where}: {exc}") from None
     if uri is None:
+        raise ConfigurationError(f"{where}: set URI ({URI_HINT})")
+    if uri.partition("://")[0].lower() == "mongomock":
         raise ConfigurationError(
-            f"{where}: set URI (mongodb://host/dbname, or mongomock:// for tests and demos)"
+            f"{where}: URI mongomock:// is no longer supported: use memory:// "
+            "(the in-process store, for tests and demos)"
         )
     if database is not None:
         uri = with_database(uri, database)
@@ -125,7 +146,7 @@ def queue_list(value: Any, *, what: str) -> list[str] | None:
 def run_cli(args: Sequence[str], app: App) -> int:
     """Run the ``mongosched`` command for ``app`` (imported here: the command line is
     loaded only when a framework command runs it)."""
-    from .. import cli
+    from ..cli import main as cli_main
 
-    main: Callable[..., int] = cli.main
+    main: Callable[..., int] = cli_main
     return main(list(args), app=app)

@@ -19,8 +19,9 @@
     # in a view:  send_welcome.schedule(user.id)
     # a worker:   flask --app myapp mongosched worker --workers 8
 
-Config keys: ``MONGOSCHED_URI`` (required), ``MONGOSCHED_DATABASE`` (a database
-name replacing the URI's, or a Database object instead of a URI),
+Config keys: ``MONGOSCHED_URI`` (required: ``mongodb://host/dbname``, or ``memory://``
+for the in-process store of tests and demos), ``MONGOSCHED_DATABASE`` (a database
+name replacing the URI's, or a pymongo Database object instead of a URI),
 ``MONGOSCHED_COLLECTION``, ``MONGOSCHED_WORKERS`` (4: threads of the in-process
 runner, and the default of ``worker --workers``), ``MONGOSCHED_QUEUES`` (None: all),
 ``MONGOSCHED_RUN_IN_PROCESS`` (False) and the other App options
@@ -60,8 +61,6 @@ R = TypeVar("R")
 PREFIX = "MONGOSCHED_"
 OWN_KEYS = ("WORKERS", "RUN_IN_PROCESS")
 EXTENSION = "mongosched"
-
-
 
 
 class _State:
@@ -207,7 +206,6 @@ class MongoSched:
     def _before_request(self) -> None:
         if self._state().run_in_process:
             self.start_runner()
-
 
 
 @click.command(

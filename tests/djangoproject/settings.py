@@ -1,7 +1,8 @@
 """Settings of the Django project the integration tests run (tests/test_django.py).
 
-The tests choose the MongoDB URI (``MONGOSCHED_DJANGO_URI``) and whether the runner
-runs in the web process (``MONGOSCHED_DJANGO_RUN_IN_PROCESS=1``).
+The tests choose the store's URI (``MONGOSCHED_DJANGO_URI``: ``memory://name``, or a
+database on the server of ``MONGOSCHED_TEST_URI``) and whether the runner runs in the
+web process (``MONGOSCHED_DJANGO_RUN_IN_PROCESS=1``).
 """
 
 import importlib.util
@@ -26,7 +27,7 @@ DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memor
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 
 MONGOSCHED = {
-    "URI": os.environ.get("MONGOSCHED_DJANGO_URI", "mongomock://djangoproject/djangoproject"),
+    "URI": os.environ.get("MONGOSCHED_DJANGO_URI", "memory://djangoproject"),
     "WORKERS": 2,
     "LEASE_DURATION": 5.0,
     "POLL_INTERVAL": 0.05,

@@ -1,10 +1,11 @@
 """An app for the command's subprocess tests: ``--app tests.support.cli_app:app``.
 
-It uses the embedded stand-in (its data lives and dies with the process), or, when
-``MONGOSCHED_TEST_URI`` is set, the database named by ``MONGOSCHED_CLI_TEST_DB`` on that
-server. When ``MONGOSCHED_CLI_TEST_DIR`` is set, a starting runner schedules one
-``cli.work`` job: it writes ``started`` to ``DIR/progress``, waits (at most 20 s) for
-``DIR/release`` to exist, then appends ``done``.
+It uses the in-process store ``memory://cli`` (its data lives and dies with the
+process), or, when ``MONGOSCHED_TEST_URI`` is set, the database named by
+``MONGOSCHED_CLI_TEST_DB`` on that server. When ``MONGOSCHED_CLI_TEST_DIR`` is set, a
+starting runner schedules one ``cli.work`` job: it writes ``started`` to
+``DIR/progress``, waits (at most 20 s) for ``DIR/release`` to exist, then appends
+``done``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ if _uri:
     _database = _client[os.environ.get("MONGOSCHED_CLI_TEST_DB", "mongosched_cli_test")]
     app = App(database=_database, lease_duration=5, poll_interval=0.05)
 else:
-    app = App("mongomock://cli/cli", lease_duration=5, poll_interval=0.05)
+    app = App("memory://cli", lease_duration=5, poll_interval=0.05)
 
 
 @app.task(name="cli.work", retry=1)

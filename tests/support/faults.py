@@ -46,8 +46,8 @@ class FaultyCollection:
 
 
 def inject(store: Any, rng: random.Random, rate: float) -> list[FaultyCollection]:
-    """Wrap ``store``'s collections; returns the wrappers (set ``enabled`` to switch)."""
+    """Wrap a MongoStore's collections; returns the wrappers (set ``enabled`` to switch)."""
     store.retry_pause = 0.0
     store.jobs = FaultyCollection(store.jobs, rng, rate)
-    store.slots = FaultyCollection(store.slots, rng, rate)
-    return [store.jobs, store.slots]
+    store.permits = FaultyCollection(store.permits, rng, rate)
+    return [store.jobs, store.permits]

@@ -3,7 +3,8 @@
 Settings (``settings.MONGOSCHED``, a dict)::
 
     MONGOSCHED = {
-        "URI": "mongodb://localhost/myproject",  # required (or a Database object as DATABASE)
+        "URI": "mongodb://localhost/myproject",  # required (or a Database object as DATABASE);
+                                   # "memory://" for the in-process store (tests, demos)
         "DATABASE": None,          # a database name replacing the URI's
         "COLLECTION": "mongosched_jobs",
         "WORKERS": 4,              # in-process runner threads; default of `worker --workers`
@@ -26,6 +27,12 @@ Tasks register on the project's shared :class:`~mongosched.App`::
 ``python manage.py mongosched worker`` runs a worker (and the other ``mongosched``
 verbs work the same way). For Django's tasks framework, set
 ``TASKS = {"default": {"BACKEND": "mongosched.contrib.django.TasksBackend"}}``.
+
+Modules import one way: ``conf`` (the App) → ``taskrun`` (the task that runs
+tasks-framework tasks) → ``framework`` (the tasks framework, loaded on use); ``backend``
+imports those three; ``inprocess``, ``apps`` and the management command import
+``conf``. Nothing imports ``backend`` but the tasks framework (and this package, for
+``TasksBackend``, on access).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
     TASKS = {"default": {"BACKEND": "mongosched.contrib.django.TasksBackend"}}
 
 ``@task`` functions enqueued with ``.enqueue()`` become mongosched jobs (of the task
-:data:`~._taskrun.RUN_TASK`, with the Django task's import path as payload) in the
+:data:`~.taskrun.RUN_TASK`, with the Django task's import path as payload) in the
 project's App, and run in its runners: ``manage.py mongosched worker`` or the
 in-process runner. ``django.tasks`` (Django 6) is used when present, else the
 ``django-tasks`` package.
@@ -27,60 +27,27 @@ in-process runner. ``django.tasks`` (Django 6) is used when present, else the
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
-from datetime import datetime
+import traceback
 from typing import Any
 
-from bson import ObjectId
-from bson.errors import InvalidId
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from ... import errors as mongosched_errors
 from ...app import App
-from ...errors import WorkerShutdown
-from ...job import ErrorInfo, Job, JobStatus, current_job
-from ._taskrun import RUN_TASK
+from ...errors import Fail, JobNotFound, WorkerShutdown
+from ...job import Job, current_job
+from ...records import ErrorInfo, JobStatus
 from .conf import get_app
+from .framework import load
+from .taskrun import RUN_TASK, JobBackend
 
+__all__ = ["STATUSES", "TasksBackend", "to_mongosched_priority"]
 
-def _load_framework() -> dict[str, Any]:
-    """The tasks framework's names: ``django.tasks`` if present (Django 6), else the
-    ``django-tasks`` package (``django_tasks``, same interface)."""
-    try:
-        importlib.import_module("django.tasks")
-        root = "django.tasks"
-    except ImportError:
-        root = "django_tasks"
-    base = importlib.import_module(f"{root}.base")
-    exceptions = importlib.import_module(f"{root}.exceptions")
-    signals = importlib.import_module(f"{root}.signals")
-    try:
-        normalize = importlib.import_module("django.utils.json").normalize_json
-    except (ImportError, AttributeError):
-        normalize = importlib.import_module("django_tasks.utils").normalize_json
-    return {
-        "root": root,
-        "BaseTaskBackend": importlib.import_module(f"{root}.backends.base").BaseTaskBackend,
-        "Task": base.Task,
-        "TaskContext": base.TaskContext,
-        "TaskError": base.TaskError,
-        "TaskResult": base.TaskResult,
-        "TaskResultStatus": base.TaskResultStatus,
-        "TaskResultDoesNotExist": exceptions.TaskResultDoesNotExist,
-        "task_enqueued": signals.task_enqueued,
-        "task_started": signals.task_started,
-        "task_finished": signals.task_finished,
-        "task_backends": importlib.import_module(root).task_backends,
-        "normalize_json": normalize,
-    }
-
-
-fw = _load_framework()
-BaseTaskBackend: Any = fw["BaseTaskBackend"]
-Status: Any = fw["TaskResultStatus"]
-TaskResultDoesNotExist: Any = fw["TaskResultDoesNotExist"]
+fw = load()
+BaseTaskBackend: Any = fw.BaseTaskBackend
+Status: Any = fw.TaskResultStatus
+TaskResultDoesNotExist: Any = fw.TaskResultDoesNotExist
 
 STATUSES: dict[JobStatus, Any] = {
     JobStatus.PENDING: Status.READY,
@@ -103,7 +70,7 @@ def to_mongosched_priority(priority: int) -> int:
     return 5
 
 
-class TasksBackend(BaseTaskBackend):  # type: ignore[misc]  # the framework is untyped here
+class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framework untyped
     """Django tasks backend storing tasks as mongosched jobs (see the module doc)."""
 
     supports_defer = True
@@ -118,7 +85,7 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc]  # the framework is u
     # Enqueueing ----------------------------------------------------------------------
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
-        normalize = fw["normalize_json"]
+        normalize = fw.normalize_json
         payload_args, payload_kwargs = normalize(list(args)), normalize(dict(kwargs))
         options: dict[str, Any] = {
             "queue": task.queue_name,
@@ -142,14 +109,14 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc]  # the framework is u
             )
         )
         result = self._result(job, task=task)
-        fw["task_enqueued"].send(sender=type(self), task_result=result)
+        fw.task_enqueued.send(sender=type(self), task_result=result)
         return result
 
     # Results ---------------------------------------------------------------------------
     def get_result(self, result_id: str) -> Any:
         try:
-            job = self.app.get_job(ObjectId(result_id))
-        except (InvalidId, TypeError):
+            job = self.app.get_job(result_id)
+        except JobNotFound:  # InvalidJobId included: what cannot be a job id
             job = None
         if job is None or job.task != RUN_TASK:
             raise TaskResultDoesNotExist(result_id)
@@ -159,7 +126,7 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc]  # the framework is u
         """The Django Task a job runs, configured as it was enqueued."""
         kw = job.kwargs
         task = import_string(kw["path"])
-        if not isinstance(task, fw["Task"]):
+        if not isinstance(task, fw.Task):
             raise TypeError(f"{kw['path']} is not a task (decorate it with @task)")
         return task.using(
             priority=kw.get("django_priority", 0),
@@ -175,9 +142,8 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc]  # the framework is u
         errors = []
         if job.error is not None and job.status is not JobStatus.COMPLETED:
             errors.append(_task_error(job.error))
-        lease = job.lease or {}
-        worker = lease.get("owner") or "mongosched"
-        result = fw["TaskResult"](
+        worker = job.lease.owner if job.lease is not None else "mongosched"
+        result = fw.TaskResult(
             task=task if task is not None else self._task_of(job),
             id=str(job.id),
             status=status,
@@ -198,22 +164,30 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc]  # the framework is u
         return result
 
     # Running (in the worker) -----------------------------------------------------------
+    def run_job(self, job_id: Any) -> Any:
+        """Body of :data:`~.taskrun.RUN_TASK` (see :func:`.taskrun.run_task`): run the
+        Django task of the running job ``job_id``, sending the framework's signals."""
+        job = self.app.get_job(job_id)
+        if job is None:  # pragma: no cover - deleted while running
+            raise Fail(f"job {job_id} vanished")
+        return self._run(job)
+
     def _run(self, job: Job) -> Any:
         task = self._task_of(job)
         running = self._result(job, task=task)
-        fw["task_started"].send(sender=type(self), task_result=running)
+        fw.task_started.send(sender=type(self), task_result=running)
         try:
             if task.takes_context:
                 value = task.call(
-                    fw["TaskContext"](task_result=running), *running.args, **running.kwargs
+                    fw.TaskContext(task_result=running), *running.args, **running.kwargs
                 )
             else:
                 value = task.call(*running.args, **running.kwargs)
-            value = fw["normalize_json"](value)
+            value = fw.normalize_json(value)
         except WorkerShutdown:
             raise  # back to pending: not finished
         except BaseException as exc:
-            error = fw["TaskError"](
+            error = fw.TaskError(
                 exception_class_path=f"{type(exc).__module__}.{type(exc).__qualname__}",
                 traceback=mongosched_traceback(exc),
             )
@@ -230,54 +204,21 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc]  # the framework is u
         result = dataclasses.replace(running, status=status, finished_at=timezone.now(), **changes)
         if status == Status.SUCCESSFUL:
             object.__setattr__(result, "_return_value", value)
-        fw["task_finished"].send(sender=type(self), task_result=result)
+        fw.task_finished.send(sender=type(self), task_result=result)
 
 
 def mongosched_traceback(exc: BaseException) -> str:
-    import traceback
-
     return "".join(traceback.format_exception(exc))
 
 
-def run_enqueued(
-    path: str,
-    args: list[Any],
-    kwargs: dict[str, Any],
-    backend: str,
-    django_priority: int,
-    run_after: datetime | None,
-) -> Any:
-    """Body of :data:`RUN_TASK`: run the job's Django task through its backend."""
-    ctx = current_job()
-    if ctx is None:  # called inline, outside a runner
-        raise RuntimeError(f"{RUN_TASK} runs only inside a mongosched job")
-    instance = fw["task_backends"][backend]
-    if not isinstance(instance, TasksBackend):
-        raise mongosched_errors.Fail(
-            f"task backend {backend!r} is {type(instance).__name__}, not TasksBackend; "
-            f"cannot run {path}"
-        )
-    job = instance.app.get_job(ctx.id)
-    if job is None:  # pragma: no cover - deleted while running
-        raise mongosched_errors.Fail(f"job {ctx.id} vanished")
-    return instance._run(job)
-
-
 def _class_path(error: ErrorInfo) -> str:
-    """Import path of the exception class a job failed with. A job reaped after its
-    worker died failed with no exception of its own: that is a lost lease."""
-    if error.module:
-        return error.path
-    if error.type == "LeaseExpired":
-        return "mongosched.errors.LeaseLost"
-    return "builtins.Exception"
+    """Import path of the exception class a job failed with (a job reaped after its
+    worker died records :class:`~mongosched.errors.LeaseLost`)."""
+    return error.path if error.module else "builtins.Exception"
 
 
 def _task_error(error: ErrorInfo) -> Any:
-    return fw["TaskError"](
+    return fw.TaskError(
         exception_class_path=_class_path(error),
         traceback=error.traceback or str(error),
     )
-
-
-__all__ = ["TasksBackend", "to_mongosched_priority"]

@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from ...app import App
 from ...errors import ConfigurationError
 from .. import app_from_settings, positive_int
+from .taskrun import register
 
 __all__ = ["get_app", "options"]
 
@@ -34,7 +35,7 @@ def options() -> dict[str, Any]:
     if raw is None:
         raise ImproperlyConfigured(
             "settings.MONGOSCHED is not set; e.g. MONGOSCHED = "
-            '{"URI": "mongodb://localhost/myproject"}'
+            '{"URI": "mongodb://localhost/myproject"} (or "memory://" for tests and demos)'
         )
     if not isinstance(raw, Mapping):
         raise ImproperlyConfigured(f"settings.MONGOSCHED must be a dict, not {type(raw).__name__}")
@@ -67,8 +68,6 @@ def get_app() -> App:
                 made = app_from_settings(options(), where="settings.MONGOSCHED", ignore=OWN_KEYS)
             except ConfigurationError as exc:
                 raise ImproperlyConfigured(str(exc)) from None
-            from ._taskrun import register
-
             register(made)
             _app = made
         return _app

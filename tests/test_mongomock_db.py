@@ -1,4 +1,5 @@
-"""The embedded stand-in (``mongomock://``) itself: shared named servers, and fork safety."""
+"""The serialised mongomock stand-in of the test support (``tests/support/mongomock_db``):
+shared named servers, and fork safety."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ import threading
 import pytest
 
 from mongosched import App
-from mongosched.embedded import embedded_client, reset_embedded
+from tests.support.mongomock_db import embedded_client, reset_embedded
 from tests.support.waiting import wait_child
 
 
 def test_apps_naming_one_server_share_its_data() -> None:
     try:
-        first = App("mongomock://shared-test/db")
-        second = App("mongomock://shared-test/db")
-        other = App("mongomock://other-test/db")
+        first = App(database=embedded_client("shared-test").get_database("db"))
+        second = App(database=embedded_client("shared-test").get_database("db"))
+        other = App(database=embedded_client("other-test").get_database("db"))
         first.task(name="t")(lambda: None)
         job = first.schedule("t")
         assert second.get_job(job.id) is not None

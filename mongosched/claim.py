@@ -1,0 +1,248 @@
+"""A claimed job while a runner holds it (:class:`Claim`), and the heartbeat threads
+that keep its lease alive (:class:`Heartbeats`).
+
+Each lease is renewed by a background thread of its own, never by the job's thread:
+while a claim is held, one of a runner's long-lived heartbeat threads (one per worker
+slot) renews it every ``heartbeat_interval``, renews its concurrency permit with it,
+watches for a cancellation request and enforces the task's timeout. When a renewal finds
+the lease gone, the lease is *lost*: the job's context is cancelled and nothing more is
+written for it (every write is fenced on the lease token anyway).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .errors import JobTimeout, StoreError
+from .job import JobContext, as_current
+from .records import JobRecord
+from .store import Store
+
+if TYPE_CHECKING:
+    from .task import Task
+
+__all__ = ["Claim", "Heartbeats", "LeaseKeeper"]
+
+log = logging.getLogger("mongosched.runner")
+
+
+class LeaseKeeper(Protocol):
+    """What a claim needs from the runner that holds it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def lease_duration(self) -> float: ...
+
+    def now(self) -> datetime: ...
+
+    def lease_lost(self, claim: Claim, why: str) -> None: ...
+
+
+def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
+    """Make ``exc_type`` raise in thread ``thread_id`` at its next bytecode (None clears
+    a pending one). A thread blocked in C code sees it only when the call returns."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None
+    )
+
+
+class Claim:
+    """One job this runner claimed: its record as claimed, its lease, its context."""
+
+    def __init__(self, keeper: LeaseKeeper, record: JobRecord, task: Task[Any, Any]) -> None:
+        assert record.lease is not None, "a claimed job has a lease"
+        self.keeper = keeper
+        self.record = record
+        self.task = task
+        self.token: str = record.lease.token
+        self.until: datetime = record.lease.until
+        self.slot: datetime | None = record.scheduled_for
+        """For a repeating job: the slot this run is for."""
+        self.ctx = JobContext(record, self)
+        self.has_permit = False
+        self.lost = False
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._worker_thread: int | None = None
+        self._interrupt: type[BaseException] | None = None
+        self._started = time.monotonic()
+
+    @property
+    def job_id(self) -> Any:
+        return self.record.id
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+    def finish(self) -> None:
+        """No more heartbeats: from here on the holder writes only its outcome. Waits
+        for a renewal in progress, so none races the outcome write."""
+        with self._lock:
+            self._done.set()
+
+    # Heartbeats (called from a heartbeat thread) -------------------------------------------
+    def keep_alive(self, interval: float) -> None:
+        """Renew the lease every ``interval`` seconds and enforce the timeout, until the
+        claim finishes or its lease is lost."""
+        timeout = self.task.timeout
+        deadline = None if timeout is None else self._started + timeout
+        next_beat = time.monotonic() + interval
+        while not self._done.is_set():
+            now = time.monotonic()
+            wake = next_beat if deadline is None else min(next_beat, deadline)
+            if self._done.wait(max(0.0, wake - now)):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                deadline = None
+                log.warning(
+                    "job %s (%s) exceeded its timeout of %s s", self.job_id, self.task.name, timeout
+                )
+                self.ctx.cancel("timeout")
+                self.interrupt(JobTimeout)
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + interval
+                if not self.renew():
+                    return
+
+    def renew(self) -> bool:
+        """Extend the lease (and the permit). False once the lease is lost."""
+        keeper, store = self.keeper, self.keeper.store
+        with self._lock:
+            if self.lost:
+                return False
+            if self._done.is_set():
+                return True
+            now = keeper.now()
+            until = now + timedelta(seconds=keeper.lease_duration)
+            try:
+                # The permit first, to the same instant: the job's lease never outlives
+                # its permit, so the concurrency limit holds even when a renewal fails.
+                if self.has_permit and not store.renew_permit(self.task.name, self.token, until):
+                    held, cancel = False, False
+                else:
+                    renewal = store.renew(self.job_id, self.token, now, until)
+                    held, cancel = renewal.held, renewal.cancel_requested
+            except StoreError as exc:
+                if keeper.now() < self.until:
+                    log.warning("heartbeat for job %s failed (%s); will retry", self.job_id, exc)
+                    return True
+                held, cancel = False, False
+                log.warning("heartbeat for job %s failed past its lease: %s", self.job_id, exc)
+            if not held:
+                self._lose("heartbeat found the lease gone")
+                return False
+            self.until = until
+            if cancel:
+                self.ctx.cancel("cancelled")
+            return True
+
+    def write_progress(self, value: float | None, message: str | None) -> bool:
+        with self._lock:
+            if self.lost:
+                return False
+            store = self.keeper.store
+            if store.write_progress(self.job_id, self.token, value, message, self.keeper.now()):
+                return True
+            self._lose("progress write was fenced off")
+            return False
+
+    def lose(self, why: str) -> None:
+        """The lease is gone (a fenced write found another holder, or none)."""
+        with self._lock:
+            self._lose(why)
+
+    def _lose(self, why: str) -> None:
+        """Called with ``_lock`` held."""
+        if self.lost:
+            return
+        self.lost = True
+        self.ctx.cancel("lease_lost")
+        self.keeper.lease_lost(self, why)
+
+    # Running the function, and interrupting it --------------------------------------------
+    def call(self) -> tuple[Any, BaseException | None]:
+        """Run the task's function in this thread: ``(result, None)`` or ``(None, the
+        exception)``, an interrupt raised into it (timeout, shutdown) included."""
+        fn: Callable[..., Any] = self.task.fn
+        try:
+            with as_current(self.ctx):
+                try:
+                    with self._lock:
+                        self._worker_thread = threading.get_ident()
+                    return fn(*self.ctx.args, **self.ctx.kwargs), None
+                finally:
+                    self._disarm()
+        except BaseException as exc:  # the task's own, or an interrupt we raised
+            self._disarm()
+            return None, exc
+
+    def _disarm(self) -> None:
+        """After the function returned: no interrupt may arrive any more."""
+        with self._lock:
+            if self._worker_thread is not None and self._interrupt is not None:
+                _raise_in_thread(self._worker_thread, None)  # clear one not yet raised
+            self._worker_thread = None
+
+    def interrupt(self, exc_type: type[BaseException]) -> None:
+        """Raise ``exc_type`` in the worker thread while the function runs (once)."""
+        with self._lock:
+            if self._worker_thread is not None and self._interrupt is None:
+                self._interrupt = exc_type
+                _raise_in_thread(self._worker_thread, exc_type)
+
+    def __repr__(self) -> str:
+        return f"<Claim {self.job_id} {self.task.name} attempt {self.record.attempts}>"
+
+
+class Heartbeats:
+    """Long-lived heartbeat threads, one per worker slot: each takes the next claim,
+    keeps it alive until it finishes, and waits for the next one. No thread is started
+    per job."""
+
+    def __init__(self, count: int, interval: float, name: str) -> None:
+        self.count = count
+        self.interval = interval
+        self.name = name
+        self._claims: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"mongosched-heartbeat-{i}", daemon=True)
+            for i in range(self.count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def watch(self, claim: Claim) -> None:
+        """Keep ``claim`` alive from a heartbeat thread until it finishes."""
+        self._claims.put(claim)
+
+    def stop(self) -> None:
+        """Let the threads end once the claims they hold finish."""
+        for _ in self._threads:
+            self._claims.put(None)
+        self._threads = []
+
+    def _loop(self) -> None:
+        while True:
+            claim = self._claims.get()
+            if claim is None:
+                return
+            try:
+                claim.keep_alive(self.interval)
+            except Exception:  # never lose the thread: the next claim needs it
+                log.exception("runner %s: heartbeat of %r failed", self.name, claim)

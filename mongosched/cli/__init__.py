@@ -1,0 +1,131 @@
+"""The ``mongosched`` command.
+
+Usage::
+
+    mongosched worker MODULE:APP [--workers N] [--queues a,b]
+                      [--lease-duration S] [--poll-interval S]
+    mongosched [--app MODULE:APP | --uri URI] jobs list [--status S ...] [--task NAME]
+                                                  [--queue Q] [--limit N] [--json]
+    mongosched [--app MODULE:APP | --uri URI] jobs show ID [--json]
+    mongosched [--app MODULE:APP | --uri URI] jobs cancel ID
+    mongosched [--app MODULE:APP | --uri URI] jobs retry ID
+    mongosched [--app MODULE:APP | --uri URI] jobs purge --older-than 7d [--status completed]
+    mongosched [--app MODULE:APP | --uri URI] schedules [--json]
+    mongosched [--app MODULE:APP | --uri URI] stats [--json]
+
+``--app`` and ``--uri`` may also come from the environment (``MONGOSCHED_APP``,
+``MONGOSCHED_URI``) and may be given after the verb. A URI (``mongodb://host/dbname``)
+is enough for every verb but ``worker``, which needs the app that registers the tasks.
+Durations are a number with a unit: ``30s``, ``15m``, ``12h``, ``7d``, ``2w``.
+
+Exit codes:
+
+* 0: done.
+* 1: the operation failed, or the job is in the wrong state for it (retrying a pending
+  job, cancelling a finished one).
+* 2: usage error (unknown verb or option, bad value).
+* 3: not found: no job has that id (or what was given is not a job id).
+* 4: cannot connect: bad URI, unreachable server, or an app path that does not import
+  or does not name a :class:`~mongosched.App`.
+* 130: interrupted by Ctrl-C (``worker`` instead stops gracefully on SIGINT or SIGTERM
+  and exits 0).
+
+Errors are one line on stderr, ``mongosched: error: ...``; ``--log-level debug`` adds
+the traceback where there is one.
+
+The command is a package: :mod:`.parser` (options), :mod:`.connect` (which app, and
+whether its store answers), :mod:`.verbs` (what each verb does), :mod:`.output`
+(tables and JSON) and :mod:`.exits` (exit codes); this module runs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+from ..app import App
+from ..errors import JobNotFound, MongoschedError, StoreError, StoreUnavailable
+from .connect import check_connection, load_app, resolve_app
+from .exits import (
+    EXIT_CONNECT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_USAGE,
+    CommandError,
+)
+from .output import error, gist
+from .parser import build_parser, parse_duration
+
+__all__ = ["build_parser", "check_connection", "load_app", "main", "parse_duration"]
+
+log = logging.getLogger("mongosched")
+
+
+def _configure_logging(level: str) -> Callable[[], None]:
+    """Send the ``mongosched`` logs to stderr at ``level``, unless logging is already set
+    up (a framework, pytest); returns a function that undoes it."""
+    previous = log.level
+    handler: logging.Handler | None = None
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+    log.setLevel(level)
+
+    def undo() -> None:
+        log.setLevel(previous)
+        if handler is not None:
+            log.removeHandler(handler)
+
+    return undo
+
+
+def main(argv: Sequence[str] | None = None, *, app: App | None = None) -> int:
+    """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
+
+    Framework integrations pass their ``app``; then ``--app`` and ``--uri`` are not used.
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help, --version (0) or a usage error (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    if getattr(args, "run", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    level = args.log_level or ("INFO" if args.verb == "worker" else "WARNING")
+    undo_logging = _configure_logging(level)
+    chosen: App | None = None
+    made_here = False
+    try:
+        chosen, made_here = resolve_app(args, app)
+        args.bare_uri = made_here
+        check_connection(chosen, args.timeout or 3.0)
+        code: int = args.run(chosen, args)
+        return code
+    except CommandError as exc:
+        error(str(exc))
+        return exc.code
+    except JobNotFound as exc:  # also InvalidJobId: what was given is not a job id
+        error(str(exc))
+        return EXIT_NOT_FOUND
+    except StoreUnavailable as exc:
+        log.debug("database error", exc_info=True)
+        error(f"cannot connect: {gist(exc)}")
+        return EXIT_CONNECT
+    except StoreError as exc:
+        log.debug("database error", exc_info=True)
+        error(f"database error: {gist(exc)}")
+        return EXIT_FAILED
+    except MongoschedError as exc:  # JobStateError, ConfigurationError, ...
+        error(str(exc))
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        error("interrupted")
+        return EXIT_INTERRUPTED
+    finally:
+        if made_here and chosen is not None:
+            chosen.close()
+        undo_logging()

@@ -1,0 +1,232 @@
+"""The command line of ``mongosched``: verbs, options and the types of their values."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from .. import __version__
+from ..records import JobStatus
+from . import verbs
+
+__all__ = ["EXIT_CODES_HELP", "build_parser", "parse_duration"]
+
+EXIT_CODES_HELP = """\
+exit codes:
+  0    done
+  1    operation failed, or the job is in the wrong state for it
+  2    usage error
+  3    not found (no job has that id)
+  4    cannot connect: bad URI, unreachable server, or an app path that does
+       not import or does not name a mongosched App
+  130  interrupted (worker instead stops gracefully on SIGINT/SIGTERM: 0)
+
+environment:
+  MONGOSCHED_APP  default for --app      MONGOSCHED_URI  default for --uri
+"""
+
+FINAL = [s.value for s in JobStatus if s.is_final]
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` (a bare number is seconds)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text.lower())
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {text!r}: use a number and a unit, e.g. 30s, 15m, 12h, 7d"
+        )
+    return timedelta(seconds=float(match[1]) * _UNITS[match[2] or "s"])
+
+
+def _number(kind: Callable[[str], float], *, minimum: float, strict: bool) -> Callable[[str], Any]:
+    """An argparse type: a ``kind`` (int or float) above ``minimum`` (or at it, unless
+    ``strict``)."""
+    what = "a whole number" if kind is int else "a number"
+    bound = f"{'>' if strict else '>='} {minimum:g}"
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        # Written so that NaN fails too: it compares false with everything.
+        if value is None or not (value > minimum or (not strict and value == minimum)):
+            raise argparse.ArgumentTypeError(f"must be {what} {bound}, not {text!r}")
+        return value
+
+    return parse
+
+
+_positive_int = _number(int, minimum=1, strict=False)
+_non_negative_int = _number(int, minimum=0, strict=False)
+_positive_float = _number(float, minimum=0, strict=True)
+
+
+def _status_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        items = [s.strip().lower() for s in text.split(",") if s.strip()]
+        for item in items:
+            if item not in choices:
+                raise argparse.ArgumentTypeError(
+                    f"invalid status {item!r} (choose from {', '.join(choices)})"
+                )
+        return items
+
+    return parse
+
+
+class _Statuses(argparse.Action):
+    """``--status a b``, ``--status a,b`` and ``--status a --status b`` all add up."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        current = list(getattr(namespace, self.dest, None) or [])
+        for items in values:
+            current.extend(item for item in items if item not in current)
+        setattr(namespace, self.dest, current)
+
+
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _connection_options(defaults: bool) -> argparse.ArgumentParser:
+    """Options accepted before and after the verb. After it, they are SUPPRESSed unless
+    given, so they do not overwrite what was given before it."""
+    parser = argparse.ArgumentParser(
+        add_help=False, argument_default=None if defaults else argparse.SUPPRESS
+    )
+    group = parser.add_argument_group("connection")
+    group.add_argument(
+        "--app", metavar="MODULE:APP", help="the App to use, e.g. myproject.tasks:app"
+    )
+    group.add_argument(
+        "--uri", metavar="URI", help="instead of --app: a MongoDB URI naming the database"
+    )
+    group.add_argument(
+        "--collection",
+        metavar="NAME",
+        help="job collection, with --uri (default mongosched_jobs)",
+    )
+    group.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="S",
+        help="seconds to wait for the server before giving up (default 3)",
+    )
+    group.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        type=str.upper,
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="debug, info, warning or error (default: info for worker, else warning)",
+    )
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command's argument parser. Each verb's parser sets ``run``: the function of
+    :mod:`~mongosched.cli.verbs` that carries it out."""
+    common = _connection_options(defaults=False)
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="mongosched",
+        description="Run mongosched workers and inspect or change jobs.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=formatter,
+        parents=[_connection_options(defaults=True)],
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="verb", metavar="VERB")
+
+    def verb(group: Any, name: str, help: str) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = group.add_parser(
+            name,
+            help=help,
+            description=help,
+            parents=[common],
+            epilog=EXIT_CODES_HELP,
+            formatter_class=formatter,
+        )
+        return sub
+
+    def status_option(
+        sub: argparse.ArgumentParser, choices: Sequence[str], what: str, extra: str = ""
+    ) -> None:
+        sub.add_argument(
+            "--status",
+            type=_status_list(choices),
+            action=_Statuses,
+            nargs="+",
+            metavar="S",
+            help=f"{what} ({', '.join(choices)}{extra})",
+        )
+
+    def json_flag(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    worker = verb(commands, "worker", "run a worker until SIGTERM or SIGINT (then stop gracefully)")
+    worker.add_argument("app_path", nargs="?", metavar="MODULE:APP", help="the App to run")
+    worker.add_argument(
+        "--workers", type=_positive_int, default=4, metavar="N", help="threads (default 4)"
+    )
+    worker.add_argument(
+        "--queues", type=_names, metavar="a,b", help="queues to serve (default: the app's)"
+    )
+    worker.add_argument(
+        "--lease-duration", type=_positive_float, metavar="S", help="override the app's"
+    )
+    worker.add_argument(
+        "--poll-interval", type=_positive_float, metavar="S", help="override the app's"
+    )
+    worker.set_defaults(run=verbs.worker)
+
+    jobs = verb(commands, "jobs", "list, show, cancel, retry or purge jobs")
+    actions = jobs.add_subparsers(dest="action", metavar="ACTION", required=True)
+    listing = verb(actions, "list", "list jobs, most recently updated first")
+    status_option(listing, verbs.STATUSES, "only these statuses")
+    listing.add_argument("--task", metavar="NAME", help="only jobs of this task")
+    listing.add_argument("--queue", metavar="Q", help="only jobs in this queue")
+    listing.add_argument(
+        "--limit", type=_non_negative_int, default=50, metavar="N", help="(default 50; 0: all)"
+    )
+    json_flag(listing)
+    listing.set_defaults(run=verbs.jobs_list)
+    show = verb(actions, "show", "show one job")
+    show.add_argument("id", metavar="ID")
+    json_flag(show)
+    show.set_defaults(run=verbs.jobs_show)
+    cancel = verb(actions, "cancel", "cancel a job (a running one at its next heartbeat)")
+    cancel.add_argument("id", metavar="ID")
+    cancel.set_defaults(run=verbs.jobs_cancel)
+    retry = verb(actions, "retry", "run a failed or cancelled job again")
+    retry.add_argument("id", metavar="ID")
+    retry.set_defaults(run=verbs.jobs_retry)
+    purge = verb(actions, "purge", "delete finished jobs older than a duration")
+    status_option(purge, FINAL, "statuses to delete", "; default completed")
+    purge.add_argument(
+        "--older-than",
+        type=parse_duration,
+        required=True,
+        metavar="DURATION",
+        help="finished longer ago than this: 30s, 15m, 12h, 7d",
+    )
+    purge.add_argument("--task", metavar="NAME", help="only jobs of this task")
+    purge.set_defaults(run=verbs.jobs_purge)
+
+    schedules = verb(commands, "schedules", "list repeating jobs (cron and interval)")
+    json_flag(schedules)
+    schedules.set_defaults(run=verbs.schedules)
+    stats = verb(commands, "stats", "counts by task and status, lateness, running leases")
+    json_flag(stats)
+    stats.set_defaults(run=verbs.stats)
+    return parser

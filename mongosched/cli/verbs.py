@@ -1,0 +1,209 @@
+"""What each verb of the ``mongosched`` command does, once the app is known.
+
+Each takes the app and the parsed arguments and returns the exit code; failures raise
+(:class:`~mongosched.cli.exits.CommandError`, or the package's own errors, which the
+entry point turns into exit codes).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from ..app import App, Cancellation
+from ..job import Job
+from ..records import JobStatus
+from .exits import EXIT_NOT_FOUND, EXIT_OK, CommandError
+from .output import cell, job_json, listing, out, print_json, table, to_json
+
+__all__ = [
+    "STATUSES",
+    "jobs_cancel",
+    "jobs_list",
+    "jobs_purge",
+    "jobs_retry",
+    "jobs_show",
+    "schedules",
+    "stats",
+    "worker",
+]
+
+STATUSES = [s.value for s in JobStatus]
+
+SCHEDULE_COLUMNS = {
+    "ID": "id",
+    "TASK": "task",
+    "RULE": "rule",
+    "TIMEZONE": "timezone",
+    "STATUS": "status",
+    "NEXT RUN (UTC)": "next_run",
+    "LAST RUN (UTC)": "last_run",
+    "LAST": "last_status",
+}
+
+
+def worker(app: App, args: argparse.Namespace) -> int:
+    options: dict[str, Any] = {"workers": args.workers}
+    if args.queues:
+        options["queues"] = args.queues
+    if args.lease_duration is not None:
+        options["lease_duration"] = args.lease_duration
+    if args.poll_interval is not None:
+        options["poll_interval"] = args.poll_interval
+    app.runner(**options).run_forever()
+    return EXIT_OK
+
+
+def _require(app: App, job_id: str) -> Job:
+    """The job, or exit 3. An id that cannot be one raises
+    :class:`~mongosched.errors.InvalidJobId` (a ``JobNotFound``: exit 3 too)."""
+    job = app.get_job(job_id)
+    if job is None:
+        raise CommandError(f"no job with id {job_id}", EXIT_NOT_FOUND)
+    return job
+
+
+def jobs_list(app: App, args: argparse.Namespace) -> int:
+    jobs = app.get_jobs(task=args.task, status=args.status, queue=args.queue, limit=args.limit)
+    listing(
+        jobs,
+        as_json=args.json,
+        json_row=job_json,
+        empty="no jobs",
+        headers=["ID", "TASK", "STATUS", "QUEUE", "PRI", "TRIES", "RUN AT (UTC)", "UPDATED (UTC)"],
+        row=lambda job: [
+            job.id,
+            job.task,
+            job.status,
+            job.queue,
+            job.priority,
+            f"{job.attempts}/{job.max_attempts}",
+            job.run_at,
+            job.updated_at,
+        ],
+    )
+    return EXIT_OK
+
+
+def jobs_show(app: App, args: argparse.Namespace) -> int:
+    job = _require(app, args.id)
+    if args.json:
+        print_json(job_json(job))
+        return EXIT_OK
+    lease, error, progress = job.lease, job.error, job.progress
+    completed = job.status is JobStatus.COMPLETED
+    fields: list[tuple[str, Any]] = [
+        ("id", job.id),
+        ("task", job.task),
+        ("status", f"{job.status}{' (cancel requested)' if job.cancel_requested else ''}"),
+        ("queue", job.queue),
+        ("priority", job.priority),
+        ("attempts", f"{job.attempts}/{job.max_attempts}"),
+        ("args", to_json(job.args)),
+        ("kwargs", to_json(job.kwargs)),
+        ("repeat", job.repeat and to_json(job.repeat)),
+        ("dedupe key", job.dedupe_key),
+        ("run at", job.run_at),
+        ("created", job.created_at),
+        ("started", job.started_at),
+        ("finished", job.finished_at),
+        ("updated", job.updated_at),
+        ("lease", lease and f"{lease.owner} until {cell(lease.until)}"),
+        ("progress", progress and to_json(progress)),
+        ("result", to_json(job.result) if completed else None),
+        ("error", error and str(error)),
+    ]
+    width = max(len(name) for name, _ in fields) + 1
+    for name, value in fields:
+        text = cell(value) if isinstance(value, datetime) or value in (None, "") else str(value)
+        out(f"{name + ':':<{width}} {text}")
+    if error and error.traceback:
+        out("traceback:")
+        for line in error.traceback.rstrip().splitlines():
+            out(f"  {line}")
+    return EXIT_OK
+
+
+def jobs_cancel(app: App, args: argparse.Namespace) -> int:
+    job = _require(app, args.id)
+    outcome = app.cancel(job.id)
+    if outcome is Cancellation.ALREADY_FINISHED:
+        status = _require(app, args.id).status
+        raise CommandError(f"job {job.id} ({job.task}) is already {status}; not cancelled")
+    if outcome is Cancellation.REQUESTED:
+        out(f"job {job.id} ({job.task}) is running: cancellation requested")
+    else:
+        out(f"job {job.id} ({job.task}) cancelled")
+    return EXIT_OK
+
+
+def jobs_retry(app: App, args: argparse.Namespace) -> int:
+    job = app.retry_job(_require(app, args.id).id)
+    out(f"job {job.id} ({job.task}) is pending again")
+    return EXIT_OK
+
+
+def jobs_purge(app: App, args: argparse.Namespace) -> int:
+    statuses = args.status or ["completed"]
+    deleted = app.purge(status=statuses, older_than=args.older_than, task=args.task)
+    out(f"deleted {deleted} {'/'.join(statuses)} job(s)")
+    return EXIT_OK
+
+
+def schedules(app: App, args: argparse.Namespace) -> int:
+    listing(
+        app.schedules(),
+        as_json=args.json,
+        json_row=lambda row: row,
+        empty="no schedules",
+        headers=list(SCHEDULE_COLUMNS),
+        row=lambda row: [row[key] for key in SCHEDULE_COLUMNS.values()],
+    )
+    return EXIT_OK
+
+
+def stats(app: App, args: argparse.Namespace) -> int:
+    data = app.stats()
+    if args.bare_uri:  # a bare URI knows no tasks: every due task would look unknown
+        data.pop("unknown_tasks", None)
+    if args.json:
+        print_json(data)
+    else:
+        _print_stats(data)
+    return EXIT_OK
+
+
+def _print_stats(stats: Mapping[str, Any]) -> None:
+    by_task: dict[str, Mapping[str, int]] = {**dict(sorted(stats["by_task"].items()))}
+    by_task["(all)"] = stats["totals"]
+    table(
+        ["TASK", *(s.upper() for s in STATUSES)],
+        ([task, *(counts.get(s, 0) for s in STATUSES)] for task, counts in by_task.items()),
+    )
+    oldest = stats["oldest_due"]
+    out()
+    if oldest:
+        out(
+            f"oldest due job: {oldest['id']} ({oldest['task']}), due {cell(oldest['run_at'])} "
+            f"UTC, {oldest['late_seconds']:.1f} s late"
+        )
+    else:
+        out("oldest due job: none")
+    running = stats["running"]
+    expired = sum(1 for r in running if r["expired"])
+    out(f"running: {len(running)}" + (f" ({expired} with an expired lease)" if expired else ""))
+    if running:
+        table(
+            ["ID", "TASK", "OWNER", "LEASE UNTIL (UTC)", "EXPIRED"],
+            ([r["id"], r["task"], r["owner"], r["lease_until"], r["expired"]] for r in running),
+        )
+    offset = stats.get("clock_offset")
+    if offset is not None:
+        relation = "ahead of" if offset >= 0 else "behind"
+        out(f"clock: the server's is {abs(offset):.1f} s {relation} this host's")
+    unknown = stats.get("unknown_tasks")
+    if unknown:
+        listed = ", ".join(f"{task} ({n})" for task, n in sorted(unknown.items()))
+        out(f"due jobs of tasks this app does not register: {listed}")

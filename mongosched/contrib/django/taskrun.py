@@ -1,0 +1,70 @@
+"""The mongosched task that runs Django tasks-framework tasks (see :mod:`.backend`).
+
+Registered on the project's App (by :func:`.conf.get_app`) whether or not the backend
+is configured, so that every worker can run jobs enqueued through ``django.tasks``; it
+imports the tasks framework only when such a job runs.
+
+Imports go one way: :mod:`.backend` imports this module (and :mod:`.conf`, which
+imports it too); this module imports neither. A job finds the backend that enqueued it
+through the tasks framework's registry of backends, by its alias, and runs through it
+when that backend is a :class:`JobBackend`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ...errors import Fail
+from ...job import current_job
+from ...retry import Retry
+
+if TYPE_CHECKING:
+    from ...app import App
+
+__all__ = ["RETRY", "RUN_TASK", "JobBackend", "register", "run_task"]
+
+RUN_TASK = "mongosched.contrib.django.run_task"
+"""Name of the mongosched task every Django task's job runs under."""
+
+RETRY = Retry(max_attempts=3, retry_on=())
+"""Django's semantics: an exception fails the task at once (``retry_on=()``); but a
+run cut short by a dead worker (expired lease) runs again, up to three attempts."""
+
+
+class JobBackend:
+    """A tasks backend that runs the jobs of :data:`RUN_TASK` it enqueued
+    (:class:`~.backend.TasksBackend` is one)."""
+
+    def run_job(self, job_id: Any) -> Any:
+        """Run the Django task of the running job ``job_id``; its return value."""
+        raise NotImplementedError
+
+
+def run_task(
+    path: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    backend: str,
+    django_priority: int = 0,
+    run_after: datetime | None = None,
+) -> Any:
+    """Run the Django task at ``path`` through the backend ``backend`` (the job's
+    payload says how it was enqueued; the backend reads it from the job)."""
+    ctx = current_job()
+    if ctx is None:  # called inline, outside a runner
+        raise RuntimeError(f"{RUN_TASK} runs only inside a mongosched job")
+    from .framework import load
+
+    instance = load().task_backends[backend]
+    if not isinstance(instance, JobBackend):
+        raise Fail(
+            f"task backend {backend!r} is {type(instance).__name__}, not TasksBackend; "
+            f"cannot run {path}"
+        )
+    return instance.run_job(ctx.id)
+
+
+def register(app: App) -> None:
+    """Register :data:`RUN_TASK` on ``app``."""
+    app.task(name=RUN_TASK, retry=RETRY)(run_task)

@@ -1,0 +1,265 @@
+"""What happens to a job after a run, an expired lease, a cancel or a shutdown.
+
+The one place that decides it, for the runner, the reaper, eager mode and
+:meth:`App.cancel` alike. Pure: a function of the job as claimed, how its attempt
+ended, the task's retry policy, the retention settings and the time; no I/O. The
+caller hands the resulting :class:`~mongosched.records.Settlement` to the store and
+emits the decision's event with the job as the store returns it after the write.
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from .errors import JobTimeout, LeaseLost
+from .records import ErrorInfo, JobRecord, JobStatus, LastRun, Settlement
+from .retry import Retry
+from .schedule import Misfire, plan_misfire, rule_from_document
+
+__all__ = [
+    "Decision",
+    "Ending",
+    "Retention",
+    "RunPlan",
+    "cancelled",
+    "decide",
+    "error_info",
+    "given_back",
+    "plan_run",
+]
+
+
+class Ending(enum.Enum):
+    """How an attempt ended (or was ended)."""
+
+    SUCCESS = "success"
+    """The function returned."""
+    ERROR = "error"
+    """The function raised."""
+    TIMEOUT = "timeout"
+    """It ran longer than its timeout (whatever it did after the interrupt)."""
+    CANCELLED = "cancelled"
+    """A user cancelled it while it ran."""
+    SHUTDOWN = "shutdown"
+    """Its runner stopped before it finished: it runs again, uncounted."""
+    LEASE_EXPIRED = "lease_expired"
+    """Its holder stopped renewing the lease (a crash, a lost network): the reaper's."""
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long finished jobs are kept (None: forever)."""
+
+    completed: timedelta | None = timedelta(days=7)
+    failed: timedelta | None = timedelta(days=30)
+    """Failed and cancelled jobs."""
+
+    def expire_at(self, status: JobStatus, now: datetime) -> datetime | None:
+        keep = self.completed if status is JobStatus.COMPLETED else self.failed
+        return None if keep is None else now + keep
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to write (``settlement``) and which event to send once it landed."""
+
+    event: str
+    settlement: Settlement
+    error: BaseException | None = None
+    """The exception the event carries (a failure's or a retry's)."""
+    delay: timedelta | None = None
+    """For a retry: how long until the next attempt."""
+
+    @property
+    def status(self) -> JobStatus:
+        return self.settlement.status
+
+
+def error_info(exc: BaseException, *, with_traceback: bool = True) -> ErrorInfo:
+    """The stored form of an exception."""
+    kind = type(exc)
+    return ErrorInfo(
+        type=kind.__qualname__,
+        message=str(exc),
+        traceback="".join(traceback.format_exception(exc)) if with_traceback else None,
+        module=kind.__module__,
+    )
+
+
+def cancelled(now: datetime, retention: Retention) -> Settlement:
+    """A job ends cancelled (a pending one, or a running one whose function returned)."""
+    return Settlement(
+        status=JobStatus.CANCELLED,
+        now=now,
+        expire_at=retention.expire_at(JobStatus.CANCELLED, now),
+    )
+
+
+def given_back(job: JobRecord, now: datetime) -> Settlement:
+    """A claim given back without running to its end (its runner stopped, or the
+    task's concurrency permits were all taken): pending again, in its place in line,
+    the attempt uncounted."""
+    return Settlement(
+        status=JobStatus.PENDING,
+        now=now,
+        attempts=max(0, job.attempts - 1),
+        run_at=job.run_at,
+        result=job.result,
+        error=job.error,
+    )
+
+
+def decide(
+    job: JobRecord,
+    ending: Ending,
+    *,
+    now: datetime,
+    retention: Retention,
+    retry: Retry | None = None,
+    result: object = None,
+    error: BaseException | None = None,
+    slot: datetime | None = None,
+    timeout: float | None = None,
+    rng: random.Random | None = None,
+) -> Decision:
+    """How ``job`` (as claimed, ``attempts`` counting this attempt) goes on after its
+    attempt ended with ``ending``.
+
+    ``retry`` is the task's policy; without it (the reaper, for a task it does not
+    know) the job runs again while attempts remain, at once. ``slot`` is the slot a
+    repeating job ran for (default: its ``scheduled_for``).
+    """
+    if ending is Ending.CANCELLED:
+        return Decision("job:cancel", cancelled(now, retention))
+    if ending is Ending.SHUTDOWN:
+        return Decision("job:retry", given_back(job, now))
+    if ending is Ending.SUCCESS:
+        if job.repeat:
+            return Decision("job:success", _next_slot(job, now, slot, JobStatus.COMPLETED, result))
+        settlement = Settlement(
+            status=JobStatus.COMPLETED,
+            now=now,
+            attempts=job.attempts,
+            result=result,
+            expire_at=retention.expire_at(JobStatus.COMPLETED, now),
+        )
+        return Decision("job:success", settlement)
+    if ending is Ending.LEASE_EXPIRED:
+        owner = job.lease.owner if job.lease else None
+        until = job.lease.until if job.lease else None
+        lost = LeaseLost(
+            f"worker {owner} stopped renewing its lease (expired {until}); "
+            f"attempt {job.attempts} of {job.max_attempts}"
+        )
+        info = error_info(lost, with_traceback=False)
+        again = job.attempts < job.max_attempts
+        return _failure(job, info, None, again, timedelta(0), now, retention, slot)
+    if ending is Ending.TIMEOUT:
+        error = JobTimeout(f"task {job.task!r} exceeded its timeout of {timeout} s")
+        again = job.attempts < job.max_attempts
+        delay = retry.delay_for(job.attempts, rng) if retry is not None and again else timedelta(0)
+        return _failure(job, error_info(error), error, again, delay, now, retention, slot)
+    assert error is not None, "Ending.ERROR needs the error"
+    if retry is None:
+        again = job.attempts < job.max_attempts
+        delay = timedelta(0)
+    else:
+        again = retry.should_retry(error, job.attempts)
+        delay = retry.delay_for(job.attempts, rng) if again else timedelta(0)
+    return _failure(job, error_info(error), error, again, delay, now, retention, slot)
+
+
+def _failure(
+    job: JobRecord,
+    info: ErrorInfo,
+    error: BaseException | None,
+    again: bool,
+    delay: timedelta,
+    now: datetime,
+    retention: Retention,
+    slot: datetime | None,
+) -> Decision:
+    if again:
+        settlement = Settlement(
+            status=JobStatus.PENDING,
+            now=now,
+            attempts=job.attempts,
+            run_at=now + delay,
+            error=info,
+        )
+        return Decision("job:retry", settlement, error, delay)
+    if job.repeat:
+        return Decision("job:fail", _next_slot(job, now, slot, JobStatus.FAILED, None, info), error)
+    settlement = Settlement(
+        status=JobStatus.FAILED,
+        now=now,
+        attempts=job.attempts,
+        error=info,
+        expire_at=retention.expire_at(JobStatus.FAILED, now),
+    )
+    return Decision("job:fail", settlement, error)
+
+
+def _next_slot(
+    job: JobRecord,
+    now: datetime,
+    slot: datetime | None,
+    status: JobStatus,
+    result: object,
+    error: ErrorInfo | None = None,
+) -> Settlement:
+    """A repeating job's run ended: record it and wait for the slot after the one it
+    ran for (the nominal slot, so the schedule never drifts)."""
+    assert job.repeat is not None
+    ran_for = slot or job.scheduled_for or now
+    nxt = rule_from_document(job.repeat).next_after(ran_for)
+    return Settlement(
+        status=JobStatus.PENDING,
+        now=now,
+        attempts=0,
+        run_at=nxt,
+        scheduled_for=nxt,
+        result=result,
+        error=error,
+        last_run=LastRun(slot=ran_for, status=status, finished_at=now, error=error),
+    )
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the misfire policy makes of a repeating job's first attempt at a slot:
+    run now for ``slot``, or (``slot`` None) move on without running (``settlement``)."""
+
+    slot: datetime | None
+    settlement: Settlement | None
+    missed: int
+    policy: str
+
+    @property
+    def runs(self) -> bool:
+        return self.slot is not None
+
+
+def plan_run(job: JobRecord, now: datetime) -> RunPlan:
+    """Apply the misfire policy to a repeating job claimed for its first attempt at a
+    slot (``job.scheduled_for``)."""
+    assert job.repeat is not None and job.scheduled_for is not None
+    rule = rule_from_document(job.repeat)
+    misfire = Misfire.from_document(job.repeat.get("misfire") or {})
+    plan = plan_misfire(rule, job.scheduled_for, now, misfire)
+    if plan.run_slot is not None:
+        return RunPlan(plan.run_slot, None, plan.missed, misfire.policy)
+    skip = Settlement(
+        status=JobStatus.PENDING,
+        now=now,
+        attempts=0,
+        run_at=plan.next_slot,
+        scheduled_for=plan.next_slot,
+        result=job.result,
+        error=job.error,
+    )
+    return RunPlan(None, skip, plan.missed, misfire.policy)

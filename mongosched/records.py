@@ -1,0 +1,189 @@
+"""What a stored job is, in the package's own terms: plain, immutable values.
+
+Every store returns :class:`JobRecord` values and takes :class:`Settlement` values; only
+the store knows how they are laid out in the database. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = [
+    "FINAL_STATUSES",
+    "ErrorInfo",
+    "JobQuery",
+    "JobRecord",
+    "JobStatus",
+    "LastRun",
+    "LeaseInfo",
+    "PendingChanges",
+    "Progress",
+    "Renewal",
+    "Settlement",
+    "SORTABLE",
+]
+
+
+class JobStatus(str, enum.Enum):
+    """Where a job is in its life.
+
+    ``pending`` → ``running`` → one of ``completed``, ``failed``, ``cancelled``
+    (the *final* statuses). A retry or the next slot of a repeating job takes it from
+    ``running`` back to ``pending``.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATUSES
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+SORTABLE = ("updated_at", "created_at", "run_at", "finished_at", "priority")
+"""Fields :meth:`App.get_jobs` can sort by."""
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """The last error a job raised: exception type (its qualified name, and the module
+    that defines it), message and formatted traceback."""
+
+    type: str
+    message: str
+    traceback: str | None = None
+    module: str | None = None
+
+    @property
+    def path(self) -> str:
+        """Import path of the exception class (``myapp.errors.PaymentDeclined``); the
+        bare type where the module is not known."""
+        return f"{self.module}.{self.type}" if self.module else self.type
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}"
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """Who holds a running job, under which token, and until when."""
+
+    owner: str
+    token: str
+    until: datetime
+    heartbeat_at: datetime
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a running task last reported: a fraction 0..1 and/or a message."""
+
+    value: float | None
+    message: str | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """How the last run of a repeating job ended: for which slot, with which status."""
+
+    slot: datetime
+    status: JobStatus
+    finished_at: datetime
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as stored. ``id`` is ``None`` only for a job not yet inserted."""
+
+    task: str
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    id: Any = None
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    queue: str = "default"
+    priority: int = 5
+    status: JobStatus = JobStatus.PENDING
+    attempts: int = 0
+    max_attempts: int = 1
+    lease: LeaseInfo | None = None
+    repeat: Mapping[str, Any] | None = None
+    """The repeat rule as :mod:`mongosched.schedule` describes it, or None."""
+    scheduled_for: datetime | None = None
+    """For repeating jobs: the nominal slot of the current (or next) run."""
+    dedupe_key: str | None = None
+    dedupe_scope: str | None = None
+    result: Any = None
+    error: ErrorInfo | None = None
+    progress: Progress | None = None
+    cancel_requested: bool = False
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    expire_at: datetime | None = None
+    last_run: LastRun | None = None
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """How one write leaves a running job: what the runner, the reaper or a cancel
+    decided (see :mod:`mongosched.outcome`), for the store to apply as it stands.
+
+    A ``pending`` settlement releases the lease and makes the job due at ``run_at``;
+    a final one records ``finished_at`` (``now``) and ``expire_at``. The store takes
+    care of what follows from the status alone (the lease, dedupe keys in scope).
+    """
+
+    status: JobStatus
+    now: datetime
+    attempts: int | None = None
+    """Attempts of the current occurrence (None: unchanged)."""
+    run_at: datetime | None = None
+    scheduled_for: datetime | None = None
+    result: Any = None
+    error: ErrorInfo | None = None
+    last_run: LastRun | None = None
+    expire_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """What a heartbeat found: whether the lease is still held, and whether a user
+    asked for the job to be cancelled."""
+
+    held: bool
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    """A filter over jobs: every field given must match (``None``: any)."""
+
+    task: str | None = None
+    statuses: tuple[JobStatus, ...] | None = None
+    queue: str | None = None
+
+
+@dataclass(frozen=True)
+class PendingChanges:
+    """Changes to a pending job (``None``: unchanged)."""
+
+    priority: int | None = None
+    queue: str | None = None
+    run_at: datetime | None = None
+    args: tuple[Any, ...] | None = None
+    kwargs: Mapping[str, Any] | None = None

@@ -1,0 +1,225 @@
+"""The one seam between mongosched and its database: the :class:`Store` protocol.
+
+Everything the scheduler asks of storage is a method here, in the scheduler's own
+terms (claim, renew, settle, reap, cancel, permits); nothing else in the package knows
+how a job is laid out or which database holds it. Two implementations pass one contract
+suite (``tests/contract``):
+
+* :class:`~mongosched.store.mongo.MongoStore` (``mongodb://``, ``mongodb+srv://``, or a
+  pymongo ``Database``): every query, operator, field name, index and driver error;
+* :class:`~mongosched.store.memory.MemoryStore` (``memory://[name]``): in-process,
+  atomic under one lock, with ordered indexes; the embedded default for demos and tests.
+
+Rules every implementation keeps (``../shared/design.md`` section 4):
+
+* each method is one atomic step (or a small fixed number of them), takes the current
+  time from its caller, and is safe to repeat after a network error;
+* a claim is tagged with a token made before the call; a holder's writes (``renew``,
+  ``record_slot``, ``write_progress``, ``settle``) land only while its token holds the
+  lease (they are *fenced*), and report ``None``/``False`` when it does not;
+* ids of new jobs are made before the insert, so a repeated insert finds its own job;
+* a dedupe key is held only while its job is in the key's scope: ``active`` while
+  pending or running, ``pending`` while pending;
+* payloads, results and errors are BSON: what cannot be stored raises
+  :class:`~mongosched.errors.SerializationError` naming the task and the field;
+* database failures raise :class:`~mongosched.errors.StoreUnavailable` (could not
+  reach the server) or :class:`~mongosched.errors.StoreError`, never a driver error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import ConfigurationError
+from ..records import JobQuery, JobRecord, JobStatus, PendingChanges, Renewal, Settlement
+from .codec import schedule_id
+
+__all__ = ["Store", "open_store", "schedule_id"]
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Storage of jobs, schedules and concurrency permits."""
+
+    # Lifecycle -------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Create what writes need (indexes); idempotent. Reads work without it."""
+
+    def close(self) -> None:
+        """Release connections; the store may be used again afterwards (reconnects)."""
+
+    def clock_offset(self, local_now: Callable[[], datetime]) -> timedelta | None:
+        """How far the server's clock is ahead of ``local_now()``, or None where the
+        store has no clock of its own."""
+
+    def parse_id(self, value: Any) -> Any:
+        """A job id from what a user passed (an id, or its string form). Raises
+        :class:`~mongosched.errors.InvalidJobId` for anything else."""
+
+    # Scheduling ----------------------------------------------------------------------------
+    def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
+        """Insert new jobs (``id`` None: the store makes one) in order. For each,
+        ``(stored job, True)``, or ``(the job holding its dedupe key, False)``."""
+
+    def upsert_schedule(self, job: JobRecord, now: datetime) -> bool:
+        """Make a declared repeating schedule (a job with a fixed string id) exist once.
+        If it exists, carry over changes of its rule (recomputing the next slot only
+        while it waits), queue, priority and attempts. True if it was created."""
+
+    # Reads ------------------------------------------------------------------------------------
+    def get(self, job_id: Any) -> JobRecord | None: ...
+
+    def find(
+        self,
+        query: JobQuery,
+        *,
+        sort: str = "updated_at",
+        descending: bool = True,
+        skip: int = 0,
+        limit: int = 50,
+    ) -> list[JobRecord]:
+        """Jobs matching ``query``, sorted by ``sort`` then id (stable pages);
+        ``limit=0``: all of them."""
+
+    def count(self, query: JobQuery) -> int: ...
+
+    def counts(self) -> dict[tuple[str, JobStatus], int]:
+        """How many jobs there are of each (task, status)."""
+
+    def oldest_due(self, now: datetime) -> JobRecord | None:
+        """The pending job that has been due longest."""
+
+    def running(self, limit: int = 1000) -> list[JobRecord]:
+        """Running jobs, soonest lease expiry first."""
+
+    def unknown_due_tasks(self, known: Iterable[str], now: datetime) -> dict[str, int]:
+        """Due pending jobs of tasks not in ``known``: how many per task (up to 20)."""
+
+    def schedules(self) -> list[JobRecord]:
+        """Every repeating job, by task."""
+
+    # Claim, heartbeat, fenced writes ----------------------------------------------------------
+    def claim(
+        self,
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        job_id: Any = None,
+    ) -> JobRecord | None:
+        """Atomically take the first due pending job (by priority, then due time)
+        among ``tasks`` and ``queues`` (None: every queue): it becomes running under a
+        fresh lease until ``now + lease_duration``, its attempts counted. With
+        ``job_id``, that job if it is pending, due or not. None when there is none."""
+
+    def renew(self, job_id: Any, token: str, now: datetime, until: datetime) -> Renewal:
+        """Extend a held lease to ``until`` (fenced)."""
+
+    def record_slot(self, job_id: Any, token: str, slot: datetime, now: datetime) -> bool:
+        """Record the slot a repeating job's run is for (fenced)."""
+
+    def write_progress(
+        self, job_id: Any, token: str, value: float | None, message: str | None, now: datetime
+    ) -> bool:
+        """Record a running job's progress (fenced)."""
+
+    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
+        """Apply a holder's decision about the job it claimed (fenced on ``job``'s
+        lease token): the job as stored after the write, or None when the token no
+        longer holds the lease. Back to pending, the job holds its dedupe key again
+        (unless another job took it meanwhile). Raises
+        :class:`~mongosched.errors.SerializationError`, with nothing written, when the
+        result cannot be stored."""
+
+    def expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
+        """Running jobs whose lease ran out before ``now``, oldest first."""
+
+    def reap(self, job: JobRecord, now: datetime, settlement: Settlement) -> JobRecord | None:
+        """Apply ``settlement`` to ``job`` (as :meth:`expired` returned it) if its lease
+        is still the one that expired, re-checking the expiry in the same write (a
+        heartbeat that lands first wins)."""
+
+    # Control by users ----------------------------------------------------------------------
+    def cancel_pending(self, job_id: Any, settlement: Settlement) -> JobRecord | None:
+        """Settle a pending job as cancelled; None if it is not pending."""
+
+    def request_cancel(self, job_id: Any, now: datetime) -> JobRecord | None:
+        """Mark a running job for cancellation; None if it is not running."""
+
+    def update_pending(
+        self, job: JobRecord, changes: PendingChanges, now: datetime
+    ) -> JobRecord | None:
+        """Change ``job`` (as read) if it is still pending; None if it is not. Raises
+        :class:`~mongosched.errors.SerializationError` for a payload that cannot be
+        stored."""
+
+    def retry_finished(self, job_id: Any, status: JobStatus, now: datetime) -> JobRecord | None:
+        """Take a job that ended ``status`` back to pending, due ``now``, attempts
+        reset, its dedupe key held again. None if its status changed meanwhile; raises
+        :class:`~mongosched.errors.JobStateError` when another job holds its key."""
+
+    def purge(
+        self, statuses: Sequence[JobStatus], finished_before: datetime, task: str | None
+    ) -> int:
+        """Delete jobs of the final ``statuses`` that finished before the given time."""
+
+    # Concurrency permits ----------------------------------------------------------------------
+    def ensure_permits(self, task: str, limit: int) -> None:
+        """Make the ``limit`` permits of ``task`` exist (idempotent)."""
+
+    def take_permit(
+        self,
+        task: str,
+        limit: int,
+        token: str,
+        job_id: Any,
+        owner: str,
+        now: datetime,
+        until: datetime,
+    ) -> bool:
+        """Take a free (or expired) permit of ``task`` for the lease ``token``."""
+
+    def renew_permit(self, task: str, token: str, until: datetime) -> bool:
+        """Extend the permit held by ``token``; False when it is no longer held."""
+
+    def release_permit(self, task: str, token: str) -> None: ...
+
+    def permit_holders(self, task: str, now: datetime) -> int:
+        """Permits of ``task`` held by a live lease."""
+
+
+def open_store(
+    uri: str | None = None,
+    *,
+    database: Any = None,
+    collection: str = "mongosched_jobs",
+    write_concern: str | int | None = "majority",
+) -> Store:
+    """The store a URI names: ``memory://[name]`` or a MongoDB URI (which must name
+    the database), or a pymongo ``Database`` given as ``database``. Connecting is
+    lazy: nothing is contacted here."""
+    if (uri is None) == (database is None):
+        raise ConfigurationError("App: give exactly one of uri or database")
+    if database is not None:
+        from .mongo import MongoStore
+
+        return MongoStore(database=database, collection=collection, write_concern=write_concern)
+    if not isinstance(uri, str):
+        raise ConfigurationError(f"App: uri must be a str, not {type(uri).__name__}")
+    scheme = uri.partition("://")[0].lower()
+    if scheme == "memory":
+        from .memory import MemoryStore
+
+        return MemoryStore.named(uri)
+    if scheme in ("mongodb", "mongodb+srv"):
+        from .mongo import MongoStore
+
+        return MongoStore(uri=uri, collection=collection, write_concern=write_concern)
+    raise ConfigurationError(
+        f"App: unknown store URI {uri!r}: use mongodb://host/dbname, mongodb+srv://..., "
+        "or memory:// (in-process, for demos and tests)"
+    )

@@ -1,0 +1,108 @@
+"""BSON for every store: what a payload, a result or an error may hold.
+
+Both stores keep exactly what MongoDB keeps (the in-memory store round-trips values
+through BSON too), so a payload that works in tests works in production. mongosched
+never pickles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import bson
+from bson import ObjectId
+from bson.codec_options import CodecOptions
+from bson.errors import InvalidId
+
+from ..errors import InvalidJobId, SerializationError
+
+__all__ = [
+    "CODEC_OPTIONS",
+    "MAX_PAYLOAD_BYTES",
+    "decode",
+    "encode_payload",
+    "encode_value",
+    "new_id",
+    "parse_id",
+    "schedule_id",
+]
+
+CODEC_OPTIONS: CodecOptions[Any] = CodecOptions(tz_aware=True)
+MAX_PAYLOAD_BYTES = 15 * 1024 * 1024  # a document may not exceed 16 MiB
+
+_ENCODE_ERRORS = (
+    bson.errors.InvalidDocument,
+    bson.errors.InvalidStringData,
+    OverflowError,
+    TypeError,
+    ValueError,
+)
+HINT = "pass ids and plain data (str, int, float, bool, None, datetime, list, dict)"
+
+
+def encode_payload(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:
+    """The payload as BSON, or :class:`SerializationError` naming the argument at fault."""
+    try:
+        data = bson.encode(
+            {"args": list(args), "kwargs": dict(kwargs)}, codec_options=CODEC_OPTIONS
+        )
+    except _ENCODE_ERRORS as exc:
+        for index, value in enumerate(args):
+            encode_value(task, f"argument {index}", value)
+        for key, value in kwargs.items():
+            if not isinstance(key, str):
+                raise SerializationError(
+                    f"task {task!r}: keyword argument names must be str, not {key!r}"
+                ) from None
+            encode_value(task, f"keyword argument {key!r}", value)
+        raise SerializationError(f"task {task!r}: payload is not BSON-encodable: {exc}") from None
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise SerializationError(
+            f"task {task!r}: payload is {len(data)} bytes; the limit is {MAX_PAYLOAD_BYTES}"
+        )
+    return data
+
+
+def encode_value(task: str, what: str, value: Any) -> bytes:
+    """``{"v": value}`` as BSON, or :class:`SerializationError` naming ``what``."""
+    try:
+        return bson.encode({"v": value}, codec_options=CODEC_OPTIONS)
+    except _ENCODE_ERRORS as exc:
+        raise SerializationError(
+            f"task {task!r}: {what} is not BSON-encodable ({type(value).__name__}: {exc}); {HINT}"
+        ) from None
+
+
+def decode(data: bytes) -> dict[str, Any]:
+    return bson.decode(data, codec_options=CODEC_OPTIONS)
+
+
+def new_id() -> ObjectId:
+    """A fresh job id, made on the client before the insert."""
+    return ObjectId()
+
+
+def parse_id(value: Any) -> Any:
+    """A job id from what a user passed: an ObjectId, its 24-digit hex string, or the
+    string id of a declared schedule (``schedule:<task>``). Anything else, an operator
+    document above all, raises :class:`InvalidJobId` and never reaches a query."""
+    if isinstance(value, ObjectId):
+        return value
+    if isinstance(value, str) and value:
+        if len(value) == 24:
+            try:
+                return ObjectId(value)
+            except InvalidId:
+                pass
+        if value.startswith(SCHEDULE_ID_PREFIX) and len(value) <= 1024:
+            return value
+    raise InvalidJobId(f"{value!r} is not a job id (an ObjectId or its 24-digit hex string)")
+
+
+SCHEDULE_ID_PREFIX = "schedule:"
+
+
+def schedule_id(task: str) -> str:
+    """The stable id of a task's decorator-declared repeating schedule."""
+    return f"{SCHEDULE_ID_PREFIX}{task}"

@@ -1,0 +1,207 @@
+"""The connection under the MongoDB store: a lazy client, the collections, and the
+one place driver errors are translated (:class:`StoreUnavailable` when the server
+cannot be reached, after a few safe retries; :class:`StoreError` otherwise)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from pymongo import WriteConcern
+from pymongo.collection import Collection
+from pymongo.errors import (
+    BulkWriteError,
+    ConnectionFailure,
+    DuplicateKeyError,
+    InvalidURI,
+    PyMongoError,
+)
+from pymongo.errors import ConfigurationError as DriverConfigurationError
+
+from ..errors import ConfigurationError, StoreError, StoreUnavailable
+from . import codec
+from .documents import INDEXES, PERMIT_INDEXES, aware
+
+__all__ = ["MongoConnection", "redact"]
+
+log = logging.getLogger("mongosched.store")
+
+T = TypeVar("T")
+
+
+class MongoConnection:
+    """A job collection and its permit collection on one MongoDB database."""
+
+    def __init__(
+        self,
+        *,
+        uri: str | None = None,
+        database: Any = None,
+        collection: str = "mongosched_jobs",
+        write_concern: str | int | None = "majority",
+        retries: int = 3,
+        retry_pause: float = 0.1,
+    ) -> None:
+        if uri is not None:
+            _check_uri(uri)
+        self.uri = uri
+        self.collection_name = collection
+        self.write_concern = write_concern
+        self.retries = retries
+        self.retry_pause = retry_pause
+        self._given_database = database
+        self._client: Any = None
+        self._database: Any = database
+        self._jobs: Collection[dict[str, Any]] | None = None
+        self._permits: Collection[dict[str, Any]] | None = None
+        self._lock = threading.Lock()
+        _connections.add(self)
+
+    # Connection ---------------------------------------------------------------------------
+    @property
+    def database(self) -> Any:
+        """The database (connected lazily: nothing is contacted until the first call)."""
+        with self._lock:
+            if self._database is None:
+                import pymongo
+
+                self._client = pymongo.MongoClient(self.uri, tz_aware=True, connect=False)
+                self._database = self._client.get_default_database()
+            return self._database
+
+    def _collection(self, name: str) -> Collection[dict[str, Any]]:
+        options: dict[str, Any] = {"codec_options": codec.CODEC_OPTIONS}
+        if self.write_concern is not None:
+            options["write_concern"] = WriteConcern(w=self.write_concern)
+        return self.database.get_collection(name, **options)  # type: ignore[no-any-return]
+
+    @property
+    def jobs(self) -> Collection[dict[str, Any]]:
+        if self._jobs is None:
+            self._jobs = self._collection(self.collection_name)
+        return self._jobs
+
+    @jobs.setter
+    def jobs(self, collection: Any) -> None:  # tests wrap the collection (fault injection)
+        self._jobs = collection
+
+    @property
+    def permits(self) -> Collection[dict[str, Any]]:
+        if self._permits is None:
+            self._permits = self._collection(f"{self.collection_name}_permits")
+        return self._permits
+
+    @permits.setter
+    def permits(self, collection: Any) -> None:
+        self._permits = collection
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+            self._client = None
+            self._database = self._given_database
+            self._jobs = self._permits = None
+
+    def after_fork(self) -> None:
+        """In a forked child: the parent's client does not survive a fork."""
+        self._lock = threading.Lock()
+        self._client = None
+        self._database = self._given_database
+        self._jobs = self._permits = None
+
+    # Plumbing -------------------------------------------------------------------------------
+    def _retrying(self, what: str, op: Callable[[int], T]) -> T:
+        """Run ``op(attempt)``; after a transient error run it again (attempt > 0),
+        up to ``retries`` more times. ``op`` must be safe to repeat. Driver errors
+        leave as :class:`StoreUnavailable` or :class:`StoreError`."""
+        attempt = 0
+        while True:
+            try:
+                return op(attempt)
+            except ConnectionFailure as exc:
+                if attempt >= self.retries:
+                    raise StoreUnavailable(f"{what}: {_first_line(exc)}") from exc
+                attempt += 1
+                log.debug("%s: %s; retrying (%d/%d)", what, exc, attempt, self.retries)
+                time.sleep(self.retry_pause * attempt)
+            except (DuplicateKeyError, BulkWriteError):
+                raise  # the callers resolve these
+            except PyMongoError as exc:
+                raise StoreError(f"{what}: {_first_line(exc)}") from exc
+
+    def prepare(self) -> None:
+        """Create every index (idempotent: existing ones are left as they are)."""
+        for collection, indexes in ((self.jobs, INDEXES), (self.permits, PERMIT_INDEXES)):
+            for keys, options in indexes:
+
+                def create(_: int, c: Any = collection, k: Any = keys, o: Any = options) -> str:
+                    return str(c.create_index(k, **o))
+
+                self._retrying("create index", create)
+
+    def index_names(self) -> list[str]:
+        """Names of the job collection's indexes (for checks and tests)."""
+        return list(self._retrying("list indexes", lambda _: self.jobs.index_information()))
+
+    def clock_offset(self, local_now: Callable[[], datetime]) -> timedelta | None:
+        """How far the server's clock (``localTime`` of ``hello``) is ahead of
+        ``local_now()``, taken at the middle of the round trip."""
+        before = local_now()
+        try:
+            reply = self.database.command("hello")
+        except (PyMongoError, NotImplementedError):
+            return None
+        after = local_now()
+        server = reply.get("localTime")
+        if not isinstance(server, datetime):
+            return None
+        offset: timedelta = aware(server) - (before + (after - before) / 2)
+        return offset
+
+    def __repr__(self) -> str:
+        where = redact(self.uri) if self.uri else repr(self._given_database)
+        return f"<MongoStore {where} {self.collection_name}>"
+
+
+_connections: weakref.WeakSet[MongoConnection] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for connection in list(_connections):
+        connection.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _check_uri(uri: str) -> None:
+    from pymongo.uri_parser import parse_uri
+
+    try:
+        parsed = parse_uri(uri)
+    except (InvalidURI, DriverConfigurationError, ValueError) as exc:
+        raise ConfigurationError(f"App: invalid MongoDB URI: {exc}") from None
+    if not parsed.get("database"):
+        raise ConfigurationError(
+            "App: the URI names no database; use mongodb://host/dbname or App(database=...)"
+        )
+
+
+def redact(uri: str) -> str:
+    scheme, sep, rest = uri.partition("://")
+    if "@" in rest.split("/", 1)[0]:
+        rest = "***@" + rest.split("@", 1)[1]
+    return f"{scheme}{sep}{rest}"
+
+
+def _first_line(exc: BaseException) -> str:
+    """The gist of a driver error, without its topology description."""
+    return str(exc).split(", Timeout:")[0].split("\n")[0]

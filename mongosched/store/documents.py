@@ -1,0 +1,253 @@
+"""The job document: how a :class:`~mongosched.records.JobRecord` is laid out in
+MongoDB, its indexes, and the updates that move it from one status to another.
+
+Every field name and update operator of the job collection is here or in
+:mod:`mongosched.store.mongo`; nothing outside ``store/`` knows them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from pymongo import ASCENDING
+
+from ..records import (
+    ErrorInfo,
+    JobQuery,
+    JobRecord,
+    JobStatus,
+    LastRun,
+    LeaseInfo,
+    Progress,
+    Settlement,
+)
+
+__all__ = [
+    "CLAIM_SORT",
+    "DEDUPE_FIELDS",
+    "INDEXES",
+    "PENDING",
+    "PERMIT_INDEXES",
+    "RUNNING",
+    "aware",
+    "dedupe_hold",
+    "ms",
+    "query_document",
+    "settle_update",
+    "to_document",
+    "to_record",
+]
+
+PENDING, RUNNING = JobStatus.PENDING.value, JobStatus.RUNNING.value
+DEDUPE_FIELDS = {"active": "dedupe_active", "pending": "dedupe_pending"}
+
+# Claim order: priority first (1 before 10), then oldest due first.
+CLAIM_SORT = [("priority", ASCENDING), ("run_at", ASCENDING)]
+
+Index = tuple[list[tuple[str, int]], dict[str, Any]]
+INDEXES: list[Index] = [
+    # Claim, Equality-Sort-Range: status (E), queue (E, $in), priority+run_at (S), run_at (R).
+    ([("status", 1), ("queue", 1), ("priority", 1), ("run_at", 1)], {"name": "claim"}),
+    # Claim by a runner that serves every queue (no queue equality to lead with).
+    ([("status", 1), ("priority", 1), ("run_at", 1)], {"name": "claim_any_queue"}),
+    # Reaper: running jobs whose lease ran out.
+    ([("status", 1), ("lease.until", 1)], {"name": "reap"}),
+    # Queries: by task, by task and status, by status; each newest first.
+    ([("task", 1), ("updated_at", -1)], {"name": "task_updated"}),
+    ([("task", 1), ("status", 1), ("updated_at", -1)], {"name": "task_status"}),
+    ([("status", 1), ("updated_at", -1)], {"name": "status_updated"}),
+    # Dedupe: a key is held only while its job is in the key's scope (fields unset after).
+    *(
+        (
+            [("task", 1), (name, 1)],
+            {"name": name, "unique": True, "partialFilterExpression": {name: {"$exists": True}}},
+        )
+        for name in DEDUPE_FIELDS.values()
+    ),
+    # Repeating jobs, for schedules().
+    (
+        [("task", 1)],
+        {"name": "repeating", "partialFilterExpression": {"repeat": {"$exists": True}}},
+    ),
+    # Retention: finished jobs carry expire_at; the server deletes them after it.
+    ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
+]
+
+PERMIT_INDEXES: list[Index] = [
+    ([("task", 1), ("index", 1)], {"name": "task_index"}),
+    ([("task", 1), ("token", 1)], {"name": "task_token"}),
+]
+
+
+def ms(value: datetime) -> datetime:
+    """BSON datetimes keep milliseconds: round here so what we compare is what is stored."""
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+def aware(value: Any) -> Any:
+    """Datetimes read from MongoDB are UTC; make naive ones (a client without
+    ``tz_aware``) say so."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value
+
+
+# Documents <-> records ----------------------------------------------------------------------
+def error_document(error: ErrorInfo | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    return {
+        "type": error.type,
+        "module": error.module,
+        "message": error.message,
+        "traceback": error.traceback,
+    }
+
+
+def error_record(doc: Any) -> ErrorInfo | None:
+    if not doc:
+        return None
+    return ErrorInfo(
+        str(doc.get("type", "")),
+        str(doc.get("message", "")),
+        doc.get("traceback"),
+        doc.get("module"),
+    )
+
+
+def last_run_document(last: LastRun) -> dict[str, Any]:
+    return {
+        "slot": last.slot,
+        "status": last.status.value,
+        "finished_at": last.finished_at,
+        "error": error_document(last.error),
+    }
+
+
+def to_record(doc: Mapping[str, Any]) -> JobRecord:
+    """A job document as a :class:`JobRecord`."""
+    lease = doc.get("lease")
+    progress = doc.get("progress")
+    last = doc.get("last_run")
+    scope = doc.get("dedupe_scope")
+    return JobRecord(
+        id=doc["_id"],
+        task=doc["task"],
+        args=tuple(doc.get("args") or ()),
+        kwargs=dict(doc.get("kwargs") or {}),
+        queue=doc.get("queue", "default"),
+        priority=doc.get("priority", 5),
+        status=JobStatus(doc["status"]),
+        run_at=aware(doc["run_at"]),
+        attempts=doc.get("attempts", 0),
+        max_attempts=doc.get("max_attempts", 1),
+        created_at=aware(doc.get("created_at")),
+        updated_at=aware(doc.get("updated_at")),
+        lease=None
+        if not lease
+        else LeaseInfo(
+            owner=lease.get("owner"),
+            token=lease.get("token"),
+            until=aware(lease.get("until")),
+            heartbeat_at=aware(lease.get("heartbeat_at")),
+        ),
+        repeat=doc.get("repeat") or None,
+        scheduled_for=aware(doc.get("scheduled_for")),
+        dedupe_key=doc.get("dedupe_key"),
+        dedupe_scope=scope if doc.get("dedupe_key") is not None else None,
+        result=doc.get("result"),
+        error=error_record(doc.get("error")),
+        progress=None
+        if not progress
+        else Progress(progress.get("value"), progress.get("message"), aware(progress.get("at"))),
+        cancel_requested=bool(doc.get("cancel_requested")),
+        started_at=aware(doc.get("started_at")),
+        finished_at=aware(doc.get("finished_at")),
+        expire_at=aware(doc.get("expire_at")),
+        last_run=None
+        if not last
+        else LastRun(
+            slot=aware(last.get("slot")),
+            status=JobStatus(last.get("status")),
+            finished_at=aware(last.get("finished_at")),
+            error=error_record(last.get("error")),
+        ),
+    )
+
+
+def to_document(job: JobRecord) -> dict[str, Any]:
+    """A new job's document (its id made already)."""
+    doc: dict[str, Any] = {
+        "_id": job.id,
+        "task": job.task,
+        "args": list(job.args),
+        "kwargs": dict(job.kwargs),
+        "queue": job.queue,
+        "priority": job.priority,
+        "status": job.status.value,
+        "run_at": ms(job.run_at),
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "lease": None,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+    }
+    if job.repeat is not None:
+        doc["repeat"] = dict(job.repeat)
+        doc["scheduled_for"] = job.scheduled_for
+    if job.dedupe_key is not None:
+        scope = job.dedupe_scope or "active"
+        doc.update(dedupe_key=job.dedupe_key, dedupe_scope=scope)
+        doc[DEDUPE_FIELDS[scope]] = job.dedupe_key
+    return doc
+
+
+def dedupe_hold(job: JobRecord) -> dict[str, Any]:
+    """The dedupe field a pending job holds, as ``$set`` fields."""
+    if job.dedupe_key is None:
+        return {}
+    return {DEDUPE_FIELDS[job.dedupe_scope or "active"]: job.dedupe_key}
+
+
+def settle_update(settlement: Settlement, restore: Mapping[str, Any]) -> dict[str, Any]:
+    """The update that applies ``settlement`` (``restore``: dedupe fields to hold again
+    when the job goes back to pending)."""
+    s = settlement
+    fields: dict[str, Any] = {
+        "status": s.status.value,
+        "lease": None,
+        "updated_at": s.now,
+        "result": s.result,
+        "error": error_document(s.error),
+    }
+    if s.attempts is not None:
+        fields["attempts"] = s.attempts
+    if s.run_at is not None:
+        fields["run_at"] = ms(s.run_at)
+    if s.scheduled_for is not None:
+        fields["scheduled_for"] = s.scheduled_for
+    if s.last_run is not None:
+        fields["last_run"] = last_run_document(s.last_run)
+    update: dict[str, Any] = {"$set": fields}
+    if s.status.is_final:
+        fields["finished_at"] = s.now
+        if s.expire_at is not None:
+            fields["expire_at"] = ms(s.expire_at)
+        update["$unset"] = {name: "" for name in DEDUPE_FIELDS.values()}
+    else:
+        fields.update(restore)
+    return update
+
+
+def query_document(query: JobQuery) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if query.task is not None:
+        out["task"] = query.task
+    if query.statuses is not None:
+        values = [s.value for s in query.statuses]
+        out["status"] = values[0] if len(values) == 1 else {"$in": values}
+    if query.queue is not None:
+        out["queue"] = query.queue
+    return out
