@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import random
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from .errors import JobTimeout, LeaseLost
@@ -90,11 +90,20 @@ def error_info(exc: BaseException, *, with_traceback: bool = True) -> ErrorInfo:
     )
 
 
-def cancelled(now: datetime, retention: Retention) -> Settlement:
-    """A job ends cancelled (a pending one, or a running one whose function returned)."""
+def cancelled(
+    now: datetime,
+    retention: Retention,
+    *,
+    result: object = None,
+    error: ErrorInfo | None = None,
+) -> Settlement:
+    """A job ends cancelled (a pending one, or a running one whose function returned,
+    keeping what its last run returned or raised)."""
     return Settlement(
         status=JobStatus.CANCELLED,
         now=now,
+        result=result,
+        error=error,
         expire_at=retention.expire_at(JobStatus.CANCELLED, now),
     )
 
@@ -131,8 +140,30 @@ def decide(
 
     ``retry`` is the task's policy; without it (the reaper, for a task it does not
     know) the job runs again while attempts remain, at once. ``slot`` is the slot a
-    repeating job ran for (default: its ``scheduled_for``).
+    repeating job ran for (default: its ``scheduled_for``). Unless the attempt ended
+    by cancellation, the settlement says what to write instead if a cancel request
+    arrived meanwhile (the store checks it in the same write).
     """
+    decision = _decide(job, ending, now, retention, retry, result, error, slot, timeout, rng)
+    if ending is Ending.CANCELLED:
+        return decision
+    settlement = decision.settlement
+    on_cancel = cancelled(now, retention, result=settlement.result, error=settlement.error)
+    return replace(decision, settlement=replace(settlement, on_cancel=on_cancel))
+
+
+def _decide(
+    job: JobRecord,
+    ending: Ending,
+    now: datetime,
+    retention: Retention,
+    retry: Retry | None,
+    result: object,
+    error: BaseException | None,
+    slot: datetime | None,
+    timeout: float | None,
+    rng: random.Random | None,
+) -> Decision:
     if ending is Ending.CANCELLED:
         return Decision("job:cancel", cancelled(now, retention))
     if ending is Ending.SHUTDOWN:

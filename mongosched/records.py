@@ -158,6 +158,9 @@ class Settlement:
     error: ErrorInfo | None = None
     last_run: LastRun | None = None
     expire_at: datetime | None = None
+    on_cancel: Settlement | None = None
+    """What to write instead if a user asked to cancel the job while it ran (checked in
+    the same atomic write): the job ends cancelled, a repeating one for good."""
 
 
 @dataclass(frozen=True)

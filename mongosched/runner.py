@@ -23,6 +23,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timedelta
 from types import FrameType
 from typing import Any, Protocol
@@ -39,6 +40,7 @@ from .errors import (
 )
 from .job import Job
 from .outcome import Decision, Ending, Retention
+from .records import JobStatus
 from .retry import Retry
 from .store import Store
 from .task import Task
@@ -364,7 +366,8 @@ class Runner:
             if stored is not None:
                 reaped += 1
                 log.warning("job %s (%s): %s", record.id, record.task, decision.settlement.error)
-                self.app.emit(decision.event, job=self._job(stored), runner=self)
+                event = "job:cancel" if stored.status is JobStatus.CANCELLED else decision.event
+                self.app.emit(event, job=self._job(stored), runner=self)
         return reaped
 
     # Claiming ---------------------------------------------------------------------------------
@@ -390,6 +393,20 @@ class Runner:
             return None, False
         task = self.app.tasks[record.task]
         claim = Claim(self, record, task)
+        arrived = self.app.now()
+        if arrived + timedelta(seconds=self.heartbeat_interval) >= claim.until:
+            # The reply came so late that the lease ran out (or will before the first
+            # heartbeat can renew it): another runner may take the job; never run it.
+            log.warning(
+                "job %s (%s): the claim's reply arrived at %s, too late for its lease "
+                "(until %s); giving it back",
+                claim.job_id,
+                task.name,
+                arrived,
+                claim.until,
+            )
+            self._give_back(claim)
+            return None, True
         if task.concurrency is not None:
             if not self.store.take_permit(
                 task.name, task.concurrency, claim.token, claim.job_id, self.name, now, claim.until
@@ -475,6 +492,12 @@ class Runner:
             claim.lose("outcome write was fenced off")
             log.warning("job %s (%s): outcome rejected: lease lost", claim.job_id, task.name)
             return None
+        if stored.status is JobStatus.CANCELLED and decision.status is not JobStatus.CANCELLED:
+            decision = replace(
+                decision,
+                event="job:cancel",
+                settlement=decision.settlement.on_cancel or decision.settlement,
+            )
         _log_decision(claim, decision, seconds)
         self.app.emit(decision.event, job=self._job(stored), error=decision.error, runner=self)
         return decision

@@ -23,6 +23,7 @@ __all__ = [
     "decode",
     "encode_payload",
     "encode_value",
+    "is_schedule_id",
     "new_id",
     "parse_id",
     "schedule_id",
@@ -101,6 +102,13 @@ def parse_id(value: Any) -> Any:
 
 
 SCHEDULE_ID_PREFIX = "schedule:"
+
+
+def is_schedule_id(value: Any) -> bool:
+    """Whether ``value`` is the id of a declared schedule. Such a job is never deleted
+    by retention or purge: cancelled, it is the record that keeps the schedule off
+    (a tombstone) until it is resumed."""
+    return isinstance(value, str) and value.startswith(SCHEDULE_ID_PREFIX)
 
 
 def schedule_id(task: str) -> str:

@@ -23,6 +23,7 @@ from ..records import (
     Progress,
     Settlement,
 )
+from .codec import is_schedule_id
 
 __all__ = [
     "CLAIM_SORT",
@@ -82,7 +83,10 @@ PERMIT_INDEXES: list[Index] = [
 
 
 def ms(value: datetime) -> datetime:
-    """BSON datetimes keep milliseconds: round here so what we compare is what is stored."""
+    """BSON datetimes are UTC milliseconds: round here so what we compare (and return)
+    is what is stored."""
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc)
     return value.replace(microsecond=value.microsecond // 1000 * 1000)
 
 
@@ -191,12 +195,12 @@ def to_document(job: JobRecord) -> dict[str, Any]:
         "attempts": job.attempts,
         "max_attempts": job.max_attempts,
         "lease": None,
-        "created_at": job.created_at,
-        "updated_at": job.updated_at,
+        "created_at": ms(job.created_at),
+        "updated_at": ms(job.updated_at),
     }
     if job.repeat is not None:
         doc["repeat"] = dict(job.repeat)
-        doc["scheduled_for"] = job.scheduled_for
+        doc["scheduled_for"] = None if job.scheduled_for is None else ms(job.scheduled_for)
     if job.dedupe_key is not None:
         scope = job.dedupe_scope or "active"
         doc.update(dedupe_key=job.dedupe_key, dedupe_scope=scope)
@@ -211,9 +215,12 @@ def dedupe_hold(job: JobRecord) -> dict[str, Any]:
     return {DEDUPE_FIELDS[job.dedupe_scope or "active"]: job.dedupe_key}
 
 
-def settle_update(settlement: Settlement, restore: Mapping[str, Any]) -> dict[str, Any]:
-    """The update that applies ``settlement`` (``restore``: dedupe fields to hold again
-    when the job goes back to pending)."""
+def settle_update(
+    job_id: Any, settlement: Settlement, restore: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The update that applies ``settlement`` to job ``job_id`` (``restore``: dedupe
+    fields to hold again when the job goes back to pending). A declared schedule gets
+    no ``expire_at``: it stays, cancelled, as the tombstone that keeps it off."""
     s = settlement
     fields: dict[str, Any] = {
         "status": s.status.value,
@@ -233,7 +240,7 @@ def settle_update(settlement: Settlement, restore: Mapping[str, Any]) -> dict[st
     update: dict[str, Any] = {"$set": fields}
     if s.status.is_final:
         fields["finished_at"] = s.now
-        if s.expire_at is not None:
+        if s.expire_at is not None and not is_schedule_id(job_id):
             fields["expire_at"] = ms(s.expire_at)
         update["$unset"] = {name: "" for name in DEDUPE_FIELDS.values()}
     else:

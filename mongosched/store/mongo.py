@@ -76,8 +76,16 @@ class MongoStore(MongoConnection):
     def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
         docs = []
         for job in jobs:
-            codec.encode_payload(job.task, job.args, job.kwargs)
-            docs.append(to_document(job if job.id is not None else replace(job, id=codec.new_id())))
+            # The payload as BSON keeps it (tuples become lists, times milliseconds),
+            # so the record returned is the job as stored.
+            stored = codec.decode(codec.encode_payload(job.task, job.args, job.kwargs))
+            job = replace(
+                job,
+                id=job.id if job.id is not None else codec.new_id(),
+                args=tuple(stored["args"]),
+                kwargs=stored["kwargs"],
+            )
+            docs.append(to_document(job))
         if len(docs) == 1:
             return [self._insert_one(docs[0])]
         return self._insert_many(docs)
@@ -287,13 +295,19 @@ class MongoStore(MongoConnection):
         return Renewal(held=True, cancel_requested=bool(doc.get("cancel_requested")))
 
     def _fenced(
-        self, what: str, job_id: Any, token: str, update: dict[str, Any]
+        self,
+        what: str,
+        job_id: Any,
+        token: str,
+        update: dict[str, Any],
+        condition: Mapping[str, Any] | None = None,
     ) -> dict[str, Any] | None:
-        """A write by the lease holder: lands only while ``token`` holds the job's lease.
-        The document after the write, or None when it did not land."""
+        """A write by the lease holder: lands only while ``token`` holds the job's lease
+        (and the job meets ``condition``). The document after the write, or None when it
+        did not land."""
         write = uuid.uuid4().hex
         update = {**update, "$set": {**update.get("$set", {}), "last_write": write}}
-        fence = {"_id": job_id, "lease.token": token, "status": RUNNING}
+        fence = {"_id": job_id, "lease.token": token, "status": RUNNING, **(condition or {})}
 
         def attempt(n: int) -> dict[str, Any] | None:
             doc = self.jobs.find_one_and_update(fence, update, return_document=ReturnDocument.AFTER)
@@ -316,8 +330,8 @@ class MongoStore(MongoConnection):
     def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
         token = job.lease.token if job.lease is not None else ""
 
-        def write(update: dict[str, Any]) -> dict[str, Any] | None:
-            return self._fenced("settle", job.id, token, update)
+        def write(update: dict[str, Any], condition: Mapping[str, Any]) -> dict[str, Any] | None:
+            return self._fenced("settle", job.id, token, update, condition)
 
         return self._settle(job, settlement, write)
 
@@ -325,15 +339,30 @@ class MongoStore(MongoConnection):
         self,
         job: JobRecord,
         settlement: Settlement,
-        write: Callable[[dict[str, Any]], dict[str, Any] | None],
+        write: Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any] | None],
     ) -> JobRecord | None:
-        """Apply ``settlement`` with ``write`` (fenced by the caller). Going back to
-        pending, the job holds its dedupe key again, unless another job took that key
-        meanwhile: then it waits without it."""
+        """Apply ``settlement`` with ``write`` (fenced by the caller, plus a condition).
+        If a cancel was requested meanwhile, ``settlement.on_cancel`` lands instead (a
+        second write only then). Going back to pending, the job holds its dedupe key
+        again, unless another job took that key meanwhile: then it waits without it."""
         if settlement.result is not None:  # checked here, so nothing half-written lands
             codec.encode_value(job.task, "return value", settlement.result)
+        if settlement.on_cancel is None:
+            return self._settle_once(job, settlement, write, {})
+        landed = self._settle_once(job, settlement, write, {"cancel_requested": {"$ne": True}})
+        if landed is not None:
+            return landed
+        return self._settle_once(job, settlement.on_cancel, write, {"cancel_requested": True})
+
+    def _settle_once(
+        self,
+        job: JobRecord,
+        settlement: Settlement,
+        write: Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any] | None],
+        condition: Mapping[str, Any],
+    ) -> JobRecord | None:
         try:
-            doc = write(settle_update(settlement, dedupe_hold(job)))
+            doc = write(settle_update(job.id, settlement, dedupe_hold(job)), condition)
         except DuplicateKeyError:
             log.info(
                 "job %s (%s): its dedupe key %r is held by another job; it waits without it",
@@ -341,7 +370,7 @@ class MongoStore(MongoConnection):
                 job.task,
                 job.dedupe_key,
             )
-            doc = write(settle_update(settlement, {}))
+            doc = write(settle_update(job.id, settlement, {}), condition)
         return None if doc is None else to_record(doc)
 
     def expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
@@ -361,11 +390,11 @@ class MongoStore(MongoConnection):
             "lease.until": {"$lt": now},
         }
 
-        def write(update: dict[str, Any]) -> dict[str, Any] | None:
+        def write(update: dict[str, Any], condition: Mapping[str, Any]) -> dict[str, Any] | None:
             return self._retrying(
                 "reap",
                 lambda _: self.jobs.find_one_and_update(
-                    fence, update, return_document=ReturnDocument.AFTER
+                    {**fence, **condition}, update, return_document=ReturnDocument.AFTER
                 ),
             )
 
@@ -373,7 +402,7 @@ class MongoStore(MongoConnection):
 
     # Control by users ---------------------------------------------------------------------------
     def cancel_pending(self, job_id: Any, settlement: Settlement) -> JobRecord | None:
-        update = settle_update(settlement, {})
+        update = settle_update(job_id, settlement, {})
         doc = self._retrying(
             "cancel",
             lambda _: self.jobs.find_one_and_update(
@@ -455,6 +484,7 @@ class MongoStore(MongoConnection):
         query: dict[str, Any] = {
             "status": {"$in": [s.value for s in statuses]},
             "finished_at": {"$lte": finished_before},
+            "_id": {"$type": "objectId"},  # declared schedules stay (tombstones)
         }
         if task is not None:
             query["task"] = task
@@ -497,8 +527,10 @@ class MongoStore(MongoConnection):
             "$or": [{"token": None}, {"until": {"$lt": now}}],
         }
 
-        def attempt(n: int) -> bool:
-            if n > 0 and self.permits.find_one({"task": task, "token": token}) is not None:
+        def attempt(_: int) -> bool:
+            # The token's own permit first: taking again (after a lost reply, or a
+            # caller's retry) never takes a second one.
+            if self.permits.find_one({"task": task, "token": token}, {"_id": 1}) is not None:
                 return True
             return self.permits.find_one_and_update(query, update) is not None
 

@@ -1,0 +1,1 @@
+"""The store contract: one suite every :class:`~mongosched.store.Store` passes."""

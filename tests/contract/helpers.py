@@ -1,0 +1,98 @@
+"""Jobs, times and settlements for the contract tests, in the scheduler's own terms.
+
+Settlements come from :mod:`mongosched.outcome`, as the runner and the reaper make them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from mongosched import outcome
+from mongosched.outcome import Ending, Retention
+from mongosched.records import JobRecord, Settlement
+from mongosched.store import Store
+
+# Far in the future of the real clock: finished jobs expire (retention) after T0, and a
+# TTL index (mongomock's at once, a server's within a minute) deletes jobs whose expiry
+# lies in the real past.
+T0 = datetime(2099, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+LATER = T0 + timedelta(minutes=1)
+LEASE = 30.0
+RETENTION = Retention()
+
+
+def sec(n: float) -> timedelta:
+    return timedelta(seconds=n)
+
+
+def job(task: str = "t", *, at: datetime = T0, **fields: Any) -> JobRecord:
+    """A new job (no id yet) of ``task``, due ``at``."""
+    return JobRecord(task=task, run_at=at, created_at=T0, updated_at=T0, **fields)
+
+
+def add(store: Store, *records: JobRecord) -> list[JobRecord]:
+    """Insert jobs that must all be created; the jobs as stored."""
+    results = store.insert(records)
+    assert [created for _, created in results] == [True] * len(records)
+    return [stored for stored, _ in results]
+
+
+def claim(
+    store: Store,
+    tasks: tuple[str, ...] = ("t",),
+    queues: tuple[str, ...] | None = None,
+    now: datetime = LATER,
+    job_id: Any = None,
+    lease: float = LEASE,
+    owner: str = "me",
+) -> JobRecord | None:
+    return store.claim(
+        owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=lease, job_id=job_id
+    )
+
+
+def claimed(store: Store, **options: Any) -> JobRecord:
+    """Claim a job that must be there."""
+    got = claim(store, **options)
+    assert got is not None and got.lease is not None
+    return got
+
+
+def token(running: JobRecord) -> str:
+    assert running.lease is not None
+    return running.lease.token
+
+
+def succeeded(running: JobRecord, now: datetime = LATER, result: Any = None) -> Settlement:
+    """The function returned ``result``: completed, or the next slot of a repeating job."""
+    return outcome.decide(
+        running, Ending.SUCCESS, now=now, retention=RETENTION, result=result
+    ).settlement
+
+
+def raised(
+    running: JobRecord, now: datetime = LATER, error: BaseException | None = None
+) -> Settlement:
+    """The function raised: pending again while attempts remain (at once), else failed."""
+    return outcome.decide(
+        running, Ending.ERROR, now=now, retention=RETENTION, error=error or ValueError("boom")
+    ).settlement
+
+
+def lapsed(running: JobRecord, now: datetime) -> Settlement:
+    """The reaper's decision about a job whose lease ran out."""
+    return outcome.decide(running, Ending.LEASE_EXPIRED, now=now, retention=RETENTION).settlement
+
+
+def given_back(running: JobRecord, now: datetime = LATER) -> Settlement:
+    """The claim given back unrun: pending in its place, the attempt uncounted."""
+    return outcome.given_back(running, now)
+
+
+def cancelled(now: datetime = LATER) -> Settlement:
+    return outcome.cancelled(now, RETENTION)
+
+
+def ids(records: Any) -> list[Any]:
+    return [r.id if r is not None else None for r in records]

@@ -1,0 +1,131 @@
+"""claim: which job, under which lease, and what it does to dedupe keys."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from mongosched.records import JobStatus
+from mongosched.store import Store
+
+from .helpers import LATER, T0, add, claim, claimed, given_back, ids, job, sec, succeeded
+
+
+def test_claim_order_is_priority_then_due_time_then_first_in(store: Store) -> None:
+    late_low = add(store, job(priority=5, at=T0 - sec(10)))[0]
+    high_now = add(store, job(priority=1, at=T0))[0]
+    high_early_1, high_early_2, high_early_3 = add(
+        store,
+        job(priority=1, at=T0 - sec(5)),
+        job(priority=1, at=T0 - sec(5)),
+        job(priority=1, at=T0 - sec(5)),
+    )
+    add(store, job(priority=0, at=LATER + sec(1)))  # not due
+    order = [claim(store) for _ in range(6)]
+    assert ids(order) == [
+        high_early_1.id,
+        high_early_2.id,
+        high_early_3.id,
+        high_now.id,
+        late_low.id,
+        None,
+    ]
+
+
+def test_the_order_holds_across_the_listed_tasks_and_queues(store: Store) -> None:
+    late, early, urgent = add(
+        store, job("a", queue="x", at=T0), job("b", queue="y", at=T0 - sec(5)), job("c", priority=1)
+    )
+    order = [claim(store, tasks=("a", "b", "c"), queues=("x", "y", "default")) for _ in range(4)]
+    assert ids(order) == [urgent.id, early.id, late.id, None]
+
+
+def test_first_in_first_out_within_the_listed_queues(store: Store) -> None:
+    first, _, second, third = add(
+        store, job(queue="a"), job(queue="c"), job(queue="a"), job(queue="a")
+    )
+    order = [claim(store, queues=("a", "b")) for _ in range(4)]
+    assert ids(order) == [first.id, second.id, third.id, None]
+
+
+def test_claim_takes_only_due_jobs_of_the_listed_tasks_and_queues(store: Store) -> None:
+    other_task, other_queue, mine = add(
+        store, job("other", priority=1), job(queue="q2", priority=1), job(queue="q1")
+    )
+    future = add(store, job(at=LATER + sec(60)))[0]
+    assert claim(store, tasks=()) is None
+    assert claim(store, tasks=("nothing",)) is None
+    assert claim(store, queues=()) is None
+    assert claim(store, queues=("nowhere",)) is None
+    got = claim(store, queues=("q1",))
+    assert got is not None and got.id == mine.id
+    assert claim(store, queues=("q1",)) is None
+    got = claim(store, queues=None)  # every queue
+    assert got is not None and got.id == other_queue.id
+    assert claim(store) is None
+    assert claim(store, now=LATER + sec(59)) is None
+    got = claim(store, tasks=("nothing", "other"), queues=("default",))
+    assert got is not None and got.id == other_task.id
+    got = claim(store, now=LATER + sec(60))  # due at exactly now counts
+    assert got is not None and got.id == future.id
+
+
+def test_claim_by_id_takes_that_pending_job_due_or_not(store: Store) -> None:
+    future, other_task = add(store, job(queue="q", at=LATER + sec(3600)), job("other"))
+    assert claim(store, job_id=other_task.id) is None  # not one of the listed tasks
+    got = claim(store, queues=("nowhere",), job_id=future.id)  # queues do not matter
+    assert got is not None and got.id == future.id and got.status is JobStatus.RUNNING
+    assert claim(store, job_id=future.id) is None  # no longer pending
+    assert claim(store, tasks=("other",), job_id="schedule:nothing") is None
+    got = claim(store, tasks=("other",), job_id=other_task.id)
+    assert got is not None and got.id == other_task.id
+
+
+def test_claim_starts_a_lease_and_counts_the_attempt(store: Store) -> None:
+    queued = add(store, job(attempts=2, max_attempts=5, args=(1,), kwargs={"a": [2]}))[0]
+    now = LATER + timedelta(microseconds=1500)
+    got = claim(store, now=now, owner="worker-1", lease=30)
+    assert got is not None and got.id == queued.id
+    assert got.status is JobStatus.RUNNING and got.attempts == 3 and got.max_attempts == 5
+    assert got.args == (1,) and got.kwargs == {"a": [2]}
+    assert got.lease is not None and got.lease.owner == "worker-1"
+    assert isinstance(got.lease.token, str) and len(got.lease.token) >= 16
+    assert got.lease.until == LATER + sec(30.001)
+    assert got.started_at == got.updated_at == got.lease.heartbeat_at == LATER + sec(0.001)
+    assert got.cancel_requested is False and got.finished_at is None
+    assert store.get(queued.id) == got
+
+
+def test_each_claim_gets_a_fresh_token_and_attempts_add_up(store: Store) -> None:
+    add(store, job(max_attempts=5))
+    first = claimed(store)
+    back = store.settle(first, given_back(first))  # uncounted
+    assert back is not None and back.status is JobStatus.PENDING and back.attempts == 0
+    second = claimed(store)
+    assert second.attempts == 1 and second.lease != first.lease
+    assert first.lease is not None and second.lease is not None
+    assert second.lease.token != first.lease.token
+
+
+def test_claim_frees_a_pending_scope_key_and_keeps_an_active_one(store: Store) -> None:
+    waiting, active = add(
+        store,
+        job(dedupe_key="k", dedupe_scope="pending", priority=1),
+        job(dedupe_key="k", dedupe_scope="active", priority=2),
+    )
+    running = claimed(store)
+    assert running.id == waiting.id
+    assert running.dedupe_key == "k" and running.dedupe_scope == "pending"
+    [(new, created)] = store.insert([job(dedupe_key="k", dedupe_scope="pending")])
+    assert created and new.id != waiting.id
+    running = claimed(store)
+    assert running.id == active.id
+    [(holder, created)] = store.insert([job(dedupe_key="k", dedupe_scope="active")])
+    assert holder.id == active.id and not created
+
+
+def test_a_settled_job_is_not_claimed_again(store: Store) -> None:
+    add(store, job())
+    running = claimed(store)
+    assert store.settle(running, succeeded(running)) is not None
+    assert claim(store, now=LATER + sec(3600)) is None
+    assert claim(store, job_id=running.id) is None

@@ -1,0 +1,218 @@
+"""insert and upsert_schedule: ids, dedupe keys on insert, batches, what can be stored."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from mongosched.errors import SerializationError
+from mongosched.records import JobQuery, JobStatus
+from mongosched.store import Store
+
+from .helpers import LATER, T0, add, claimed, job, sec, succeeded
+
+
+# Ids and what is stored --------------------------------------------------------------------------
+def test_insert_makes_the_ids_and_stores_the_job(store: Store) -> None:
+    first, second = add(
+        store,
+        job(args=(1, "two"), kwargs={"k": [3]}, queue="q", priority=2, max_attempts=4),
+        job("other"),
+    )
+    assert first.id is not None and second.id is not None and first.id != second.id
+    assert store.parse_id(str(first.id)) == first.id  # its string form names it
+    got = store.get(first.id)
+    assert got is not None and got.id == first.id
+    assert (got.task, got.args, got.kwargs) == ("t", (1, "two"), {"k": [3]})
+    assert (got.queue, got.priority, got.max_attempts) == ("q", 2, 4)
+    assert got.status is JobStatus.PENDING and got.attempts == 0 and got.lease is None
+    assert got.run_at == got.created_at == got.updated_at == T0
+    assert got.dedupe_key is None and got.dedupe_scope is None and got.repeat is None
+    assert got.result is None and got.error is None and got.finished_at is None
+    assert store.count(JobQuery()) == 2
+
+
+def test_insert_returns_the_job_as_stored(store: Store) -> None:
+    plus_two = timezone(timedelta(hours=2))
+    at = datetime(2099, 3, 1, 14, 0, 0, 123_987, tzinfo=plus_two)
+    [(inserted, created)] = store.insert(
+        [replace(job(at=at, args=((1, 2), at), kwargs={"t": (3,)}), created_at=at, updated_at=at)]
+    )
+    assert created
+    assert inserted == store.get(inserted.id)
+    batch = store.insert([job(at=at, args=[(4,)]), job("other", kwargs={"at": at})])
+    for stored, created in batch:
+        assert created and stored == store.get(stored.id)
+
+
+def test_a_repeated_insert_finds_its_own_job(store: Store) -> None:
+    original = job(args=(1,))
+    first = add(store, original)[0]
+    assert store.insert([replace(original, id=first.id)]) == [(first, True)]
+    assert store.count(JobQuery()) == 1
+    [again, (new, created)] = store.insert([replace(original, id=first.id), job("new")])
+    assert again == (first, True) and created and new.id != first.id
+    assert store.count(JobQuery()) == 2
+
+
+def test_a_batch_is_inserted_in_order(store: Store) -> None:
+    assert store.insert([]) == []
+    results = store.insert(
+        [job("a"), job("b", dedupe_key="k"), job("c"), job("b", dedupe_key="k"), job("d")]
+    )
+    assert [created for _, created in results] == [True, True, True, False, True]
+    assert [r.task for r, _ in results] == ["a", "b", "c", "b", "d"]
+    assert results[3][0].id == results[1][0].id  # the holder of the key
+    assert len({r.id for r, _ in results}) == 4
+    assert store.count(JobQuery()) == 4
+    for stored, _ in results:
+        got = store.get(stored.id)
+        assert got is not None and got.task == stored.task
+
+
+# Dedupe keys -----------------------------------------------------------------------------------------
+def test_active_scope_holds_the_key_while_pending_or_running(store: Store) -> None:
+    first = add(store, job(dedupe_key="k"))[0]
+    assert first.dedupe_key == "k" and first.dedupe_scope == "active"
+    [(holder, created)] = store.insert([job(dedupe_key="k", args=(2,))])
+    assert holder.id == first.id and holder.args == () and not created
+    running = claimed(store)
+    [(holder, created)] = store.insert([job(dedupe_key="k")])
+    assert holder.id == first.id and holder.status is JobStatus.RUNNING and not created
+    [(other, created)] = store.insert([job("other", dedupe_key="k")])  # keys are per task
+    assert created and other.id != first.id
+    assert store.settle(running, succeeded(running)) is not None
+    [(second, created)] = store.insert([job(dedupe_key="k")])
+    assert created and second.id != first.id
+    assert store.count(JobQuery(task="t")) == 2
+
+
+def test_pending_scope_lets_one_wait_behind_one_running(store: Store) -> None:
+    first = add(store, job(dedupe_key="k", dedupe_scope="pending"))[0]
+    assert first.dedupe_scope == "pending"
+    [(holder, created)] = store.insert([job(dedupe_key="k", dedupe_scope="pending")])
+    assert holder.id == first.id and not created
+    running = claimed(store)
+    assert running.id == first.id
+    [(second, created)] = store.insert([job(dedupe_key="k", dedupe_scope="pending")])
+    assert created and second.id != first.id
+    [(holder, created)] = store.insert([job(dedupe_key="k", dedupe_scope="pending")])
+    assert holder.id == second.id and not created
+
+
+# What can be stored ------------------------------------------------------------------------------
+def test_a_payload_bson_cannot_hold_raises_naming_the_argument(store: Store) -> None:
+    with pytest.raises(SerializationError, match="argument 1"):
+        store.insert([job(args=(1, object()))])
+    with pytest.raises(SerializationError, match="keyword argument 'x'"):
+        store.insert([job(kwargs={"x": {1, 2}})])
+    with pytest.raises(SerializationError, match="must be str"):
+        store.insert([job(kwargs={1: "one"})])
+    with pytest.raises(SerializationError, match="argument 0"):
+        store.insert([job(), job("other", args=(object(),))])  # one bad job: none written
+    assert store.count(JobQuery()) == 0
+
+
+def test_tuples_come_back_as_lists(store: Store) -> None:
+    stored = add(store, job(args=((4, 5), [6, (7,)]), kwargs={"d": {"k": (8, 9)}}))[0]
+    got = store.get(stored.id)
+    assert got is not None
+    assert got.args == ([4, 5], [6, [7]]) and got.kwargs == {"d": {"k": [8, 9]}}
+    running = claimed(store)
+    settled = store.settle(running, succeeded(running, result={"rows": [1, (2, 3)]}))
+    assert settled is not None and settled.result == {"rows": [1, [2, 3]]}
+    final = store.get(stored.id)
+    assert final is not None and final.result == {"rows": [1, [2, 3]]}
+
+
+def test_datetimes_are_kept_in_whole_milliseconds_utc(store: Store) -> None:
+    plus_two = timezone(timedelta(hours=2))
+    at = datetime(2099, 3, 1, 14, 0, 0, 123_987, tzinfo=plus_two)
+    expected = datetime(2099, 3, 1, 12, 0, 0, 123_000, tzinfo=timezone.utc)
+    stored = add(store, replace(job(at=at, args=(at,), kwargs={"at": at}), created_at=at))[0]
+    got = store.get(stored.id)
+    assert got is not None
+    for value in (got.run_at, got.created_at, got.args[0], got.kwargs["at"]):
+        assert value == expected and value.utcoffset() == timedelta(0)
+    running = claimed(store, now=LATER + timedelta(microseconds=1999))
+    assert running.lease is not None
+    assert running.started_at == running.lease.heartbeat_at == LATER + sec(0.001)
+    assert running.lease.until == LATER + sec(30.001)
+    assert store.write_progress(running.id, running.lease.token, 0.5, "half", LATER + sec(0.0029))
+    got = store.get(running.id)
+    assert got is not None and got.progress is not None
+    assert got.progress.at == LATER + sec(0.002)
+
+
+# Declared schedules ----------------------------------------------------------------------------------
+def test_a_schedule_is_created_once(store: Store) -> None:
+    declared = job(id="schedule:t", repeat={"every": 60.0}, scheduled_for=T0, max_attempts=2)
+    assert store.upsert_schedule(declared, T0) is True
+    assert store.upsert_schedule(declared, LATER) is False
+    assert (
+        store.upsert_schedule(replace(declared, run_at=LATER, scheduled_for=LATER), LATER) is False
+    )
+    got = store.get("schedule:t")
+    assert got is not None and got.status is JobStatus.PENDING
+    assert got.repeat == {"every": 60.0} and got.max_attempts == 2
+    assert got.run_at == got.scheduled_for == T0 and got.updated_at == T0  # unchanged
+    assert store.count(JobQuery()) == 1
+    assert [r.id for r in store.schedules()] == ["schedule:t"]
+
+
+def test_a_rule_change_recomputes_the_next_slot_while_pending(store: Store) -> None:
+    declared = job(id="schedule:t", repeat={"every": 60.0}, scheduled_for=T0)
+    assert store.upsert_schedule(declared, T0)
+    changed = replace(
+        declared,
+        repeat={"every": 30.0},
+        run_at=T0 + sec(30),
+        scheduled_for=T0 + sec(30),
+        queue="q",
+        priority=2,
+        max_attempts=3,
+    )
+    assert store.upsert_schedule(changed, LATER) is False
+    got = store.get("schedule:t")
+    assert got is not None and got.repeat == {"every": 30.0}
+    assert (got.queue, got.priority, got.max_attempts) == ("q", 2, 3)
+    assert got.run_at == got.scheduled_for == T0 + sec(30) and got.updated_at == LATER
+    assert got.status is JobStatus.PENDING
+    running = claimed(store, queues=("q",))
+    assert running.id == "schedule:t" and running.priority == 2
+
+
+def test_queue_priority_and_attempts_change_without_moving_the_slot(store: Store) -> None:
+    declared = job(id="schedule:t", repeat={"every": 60.0}, scheduled_for=T0)
+    assert store.upsert_schedule(declared, T0)
+    moved = replace(declared, run_at=LATER, scheduled_for=LATER, priority=1, max_attempts=5)
+    assert store.upsert_schedule(moved, LATER) is False
+    got = store.get("schedule:t")
+    assert got is not None and (got.priority, got.max_attempts) == (1, 5)
+    assert got.run_at == got.scheduled_for == T0 and got.updated_at == LATER
+
+
+def test_a_running_schedule_keeps_its_slot_when_its_rule_changes(store: Store) -> None:
+    declared = job(id="schedule:t", repeat={"every": 60.0}, scheduled_for=T0)
+    assert store.upsert_schedule(declared, T0)
+    running = claimed(store)
+    changed = replace(
+        declared,
+        repeat={"every": 10.0},
+        run_at=T0 + sec(10),
+        scheduled_for=T0 + sec(10),
+        priority=3,
+    )
+    assert store.upsert_schedule(changed, LATER + sec(1)) is False
+    got = store.get("schedule:t")
+    assert got is not None and got.status is JobStatus.RUNNING and got.lease == running.lease
+    assert got.repeat == {"every": 10.0} and got.priority == 3
+    assert got.run_at == got.scheduled_for == T0
+    # Its run ends: the next slot follows the new rule.
+    settled = store.settle(got, succeeded(got, LATER + sec(2)))
+    assert settled is not None and settled.status is JobStatus.PENDING
+    assert settled.scheduled_for == settled.run_at == T0 + sec(10)
+    assert settled.last_run is not None and settled.last_run.slot == T0
+    assert settled.last_run.status is JobStatus.COMPLETED

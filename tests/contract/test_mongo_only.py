@@ -1,0 +1,162 @@
+"""What only the MongoDB store has: indexes. On mongomock, the wire stand-in and (with
+``MONGOSCHED_TEST_URI``) a real server; the query plan only on the real server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from mongosched.records import JobQuery
+from mongosched.store.documents import INDEXES, PERMIT_INDEXES
+from mongosched.store.mongo import MongoStore
+
+from .helpers import LATER, T0, add, claimed, job, sec
+
+
+def keys(info: Mapping[str, Any]) -> list[tuple[str, int]]:
+    return [(field, int(direction)) for field, direction in info["key"]]
+
+
+def plain(value: Any) -> Any:
+    """Documents as plain dicts (a server's replies may be SON)."""
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def test_the_documented_query_filters_lead_an_index(mongo_store: MongoStore) -> None:
+    """Each filter combination ``get_jobs`` documents is a prefix of some index on the
+    server, with the documented sort field right after it; claims and the reaper's
+    queries lead theirs."""
+    mongo_store.prepare()
+    info = mongo_store.jobs.index_information()
+    fields = [[field for field, _ in keys(index)] for index in info.values()]
+    for filters, sort in [
+        (["task"], "updated_at"),
+        (["task", "status"], "updated_at"),
+        (["status"], "updated_at"),
+        (["status", "queue", "priority"], "run_at"),  # claim, queues listed
+        (["status", "priority"], "run_at"),  # claim, every queue
+        (["status"], "lease.until"),  # expired, running
+    ]:
+        assert any(f[: len(filters) + 1] == [*filters, sort] for f in fields), (filters, fields)
+    assert [f for f, _ in keys(info["claim"])] == ["status", "queue", "priority", "run_at"]
+
+
+def test_reads_create_no_index(mongo_store: MongoStore) -> None:
+    """A read-only database user can look at jobs: no read creates an index (or a
+    collection); only :meth:`prepare` does."""
+    store = mongo_store
+    now = datetime.now(timezone.utc)
+    assert store.get(store.parse_id("0123456789abcdef01234567")) is None
+    assert store.find(JobQuery()) == [] and store.count(JobQuery()) == 0
+    assert store.counts() == {} and store.schedules() == [] and store.running() == []
+    assert store.oldest_due(now) is None and store.unknown_due_tasks([], now) == {}
+    assert store.expired(now) == [] and store.permit_holders("t", now) == 0
+    assert set(store.jobs.index_information()) <= {"_id_"}
+    assert set(store.permits.index_information()) <= {"_id_"}
+    assert store.database.list_collection_names() == []
+    store.prepare()
+    assert "claim" in store.index_names()
+
+
+def test_prepare_creates_every_index_with_its_options(mongo_store: MongoStore) -> None:
+    mongo_store.prepare()
+    mongo_store.prepare()  # idempotent
+    for collection, expected in (
+        (mongo_store.jobs, INDEXES),
+        (mongo_store.permits, PERMIT_INDEXES),
+    ):
+        info = collection.index_information()
+        assert set(info) == {"_id_", *(options["name"] for _, options in expected)}
+        for spec, options in expected:
+            index = info[options["name"]]
+            assert keys(index) == list(spec), options["name"]
+            assert bool(index.get("unique")) == bool(options.get("unique")), options["name"]
+            assert plain(index.get("partialFilterExpression")) == options.get(
+                "partialFilterExpression"
+            ), options["name"]
+            assert index.get("expireAfterSeconds") == options.get("expireAfterSeconds")
+    info = mongo_store.jobs.index_information()
+    assert info["dedupe_active"]["unique"] and info["dedupe_pending"]["unique"]
+    assert info["expire_at"]["expireAfterSeconds"] == 0
+    assert set(mongo_store.index_names()) == set(info)
+
+
+def test_prepare_on_a_database_in_use(mongo_store: MongoStore) -> None:
+    """Preparing again (a new deploy) changes nothing of the jobs already there."""
+    mongo_store.prepare()
+    queued = add(mongo_store, job(dedupe_key="k"), job(dedupe_key="p", dedupe_scope="pending"))
+    running = claimed(mongo_store)
+    mongo_store.prepare()
+    assert mongo_store.get(running.id) == running
+    assert mongo_store.insert([job(dedupe_key="k")])[0][0].id == queued[0].id
+
+
+# The query plan (a real server only) -----------------------------------------------------------------
+class Recording:
+    """The job collection, recording the filter, update and sort of each
+    ``find_one_and_update`` the store sends."""
+
+    def __init__(self, collection: Any) -> None:
+        self.collection = collection
+        self.calls: list[dict[str, Any]] = []
+
+    def find_one_and_update(self, filter: Any, update: Any, **options: Any) -> Any:
+        self.calls.append({"query": filter, "update": update, **options})
+        return self.collection.find_one_and_update(filter, update, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.collection, name)
+
+
+def stages(plan: Any) -> Iterator[Mapping[str, Any]]:
+    """Every stage of an explained plan (classic or slot-based, however nested)."""
+    if isinstance(plan, Mapping):
+        if "stage" in plan:
+            yield plan
+        for value in plan.values():
+            yield from stages(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            yield from stages(value)
+
+
+@pytest.mark.parametrize("queues", [("default",), None], ids=["queues", "any-queue"])
+def test_a_claim_uses_its_index(
+    mongo_store: MongoStore, substrate: str, queues: tuple[str, ...] | None
+) -> None:
+    if substrate != "mongodb":
+        pytest.skip("query plans need a real server (MONGOSCHED_TEST_URI)")
+    store = mongo_store
+    store.prepare()
+    # Work the plan must skip over: other queues, other statuses, jobs not yet due.
+    add(store, *[job(queue=f"q{n % 5}", priority=1, at=T0 - sec(n)) for n in range(200)])
+    add(store, *[job(at=LATER + sec(n)) for n in range(100)], job())
+    for _ in range(50):
+        claimed(store, queues=("q0", "q1"))
+    recording = Recording(store.jobs)
+    store.jobs = recording
+    got = store.claim(owner="me", tasks=("t",), queues=queues, now=LATER, lease_duration=30)
+    assert got is not None
+    [call] = recording.calls
+    sort = dict(call.get("sort") or [])
+    command = {
+        "findAndModify": recording.collection.name,
+        "query": call["query"],
+        "update": call["update"],
+        "sort": sort,
+        "new": True,
+        **({"hint": call["hint"]} if call.get("hint") is not None else {}),
+    }
+    explained = store.database.command("explain", command, verbosity="queryPlanner")
+    winning = list(stages(explained["queryPlanner"]["winningPlan"]))
+    kinds = {stage["stage"] for stage in winning}
+    indexes = {stage.get("indexName") for stage in winning if stage["stage"] == "IXSCAN"}
+    assert "COLLSCAN" not in kinds, explained["queryPlanner"]["winningPlan"]
+    assert "SORT" not in kinds, explained["queryPlanner"]["winningPlan"]  # the index sorts
+    expected = "claim" if queues is not None else "claim_any_queue"
+    assert indexes == {expected}, explained["queryPlanner"]["winningPlan"]
