@@ -1,153 +1,302 @@
-"""Throughput: schedule N no-op jobs, run them with W workers, print the figures.
+"""Throughput of no-op jobs, in memory and through the MongoDB wire protocol.
 
-    python bench/throughput.py [--jobs N] [--workers W] [--runners R]
+    python bench/throughput.py [--backlogs 1000,100000] [--timed 5000] [--json] [--help]
 
-Prints jobs per second, MongoDB round trips per job (scheduling, claiming, finishing;
-counted by a pymongo command listener on a real server, or at the stand-in's collection
-calls), and the delay from due time to start (p50, p99). Runs on the embedded stand-in,
-or on a real server when MONGOSCHED_BENCH_URI is set (a database of its own is created
-and dropped).
+1. memory://, 8 workers: jobs/s at a 1,000 and a 100,000-job backlog (scheduled with
+   schedule_bulk; ``--timed`` jobs are timed out of it, in refilled rounds when the
+   backlog is smaller), their ratio, and the due-to-start delay (started_at - run_at).
+2. Real pymongo over a socket to the test stand-in (tests/support/server.py) in a process
+   of its own, so the CPU taken here is the client's alone: round trips per job by phase
+   (see phase_of), client CPU us/job, jobs/s. With MONGOSCHED_BENCH_URI set, the same on
+   that server, in a database of its own that is dropped at the end.
+
+Performance claims live here, as printed numbers, never in timed tests.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
+import timeit
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import pymongo
+from pymongo import monitoring
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
 from mongosched import App  # noqa: E402
-from mongosched.embedded import embedded_client  # noqa: E402
+
+GOAL_RATE, GOAL_RATIO = 2_000, 1.5
+PHASES = ["scheduling", "claiming", "finishing", "heartbeats", "maintenance", "idle polls"]
+SETUP = {"createIndexes", "listIndexes", "hello", "isMaster", "ismaster", "endSessions"}
+STAND_IN_NOTE = (
+    "jobs/s measures the stand-in (mongomock scans the collection on every command); "
+    "client CPU us/job measures the client, somewhat inflated by the stand-in's slow "
+    "replies (a thread woken after a long wait costs more CPU)"
+)
+results: dict[str, Any] = {}
+quiet = False
 
 
-class CountingCollection:
-    """Counts each call that reaches the server (the stand-in's unit of a round trip)."""
-
-    def __init__(self, target: Any, counts: Counter[str], lock: threading.Lock) -> None:
-        self._target, self._counts, self._lock = target, counts, lock
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._target, name)
-        if not callable(value):
-            return value
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                self._counts[name] += 1
-            return value(*args, **kwargs)
-
-        return call
+def say(*lines: str) -> None:
+    if not quiet:
+        print(*lines, sep="\n", flush=True)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+def noop_app(uri: str | None = None, **options: Any) -> tuple[App, Any]:
+    app = App(uri, **options)
+    return app, app.task(name="noop", retry=1)(lambda: None)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--runners", type=int, default=1)
-    options = parser.parse_args()
+def run(app: App, workers: int, jobs: int) -> tuple[float, float]:
+    """Start a runner, wait for ``jobs`` successes, stop it: (seconds, CPU seconds)."""
+    done, lock, count = threading.Event(), threading.Lock(), [0]
 
-    uri = os.environ.get("MONGOSCHED_BENCH_URI")
-    counts: Counter[str] = Counter()
-    lock = threading.Lock()
-    name = f"mongosched_bench_{uuid.uuid4().hex[:8]}"
-    client: Any
-    if uri:
-        import pymongo
-        from pymongo import monitoring
-
-        class Listener(monitoring.CommandListener):
-            def started(self, event: monitoring.CommandStartedEvent) -> None:
-                with lock:
-                    counts[event.command_name] += 1
-
-            def succeeded(self, event: Any) -> None: ...
-
-            def failed(self, event: Any) -> None: ...
-
-        client = pymongo.MongoClient(uri, tz_aware=True, event_listeners=[Listener()])
-        database = client.get_database(name)
-        backend = "MongoDB at MONGOSCHED_BENCH_URI"
-    else:
-        client = embedded_client(name)
-        database = client.get_database(name)
-        backend = "embedded stand-in (mongomock; every query is a scan)"
-
-    app = App(database=database, poll_interval=0.05)
-    app.task(name="noop", retry=1)(lambda n: None)
-    app.ensure_indexes()
-    if not uri:
-        store = app._store
-        store.jobs = CountingCollection(store.jobs, counts, lock)
-        store.slots = CountingCollection(store.slots, counts, lock)
-
-    def phase_counts() -> int:
+    def on_success(_: Any) -> None:
         with lock:
-            total = sum(
-                v
-                for k, v in counts.items()
-                if k not in ("hello", "isMaster", "ismaster", "endSessions")
-            )
-            counts.clear()
-        return total
-
-    phase_counts()
-    started = time.perf_counter()
-    task = app.tasks["noop"]
-    app.schedule_bulk(task.job(n) for n in range(options.jobs))
-    schedule_seconds = time.perf_counter() - started
-    schedule_trips = phase_counts()
-
-    done = threading.Event()
-    finished = Counter[str]()
-
-    def on_success(event: Any) -> None:
-        with lock:
-            finished["n"] += 1
-            if finished["n"] == options.jobs:
+            count[0] += 1
+            if count[0] == jobs:
                 done.set()
 
     app.on("job:success", on_success)
-    runners = [app.runner(workers=options.workers) for _ in range(options.runners)]
-    started = time.perf_counter()
-    for runner in runners:
-        runner.start()
-    done.wait()
-    elapsed = time.perf_counter() - started
-    for runner in runners:
-        runner.stop()
-    run_trips = phase_counts()
+    runner = app.runner(workers=workers)
+    cpu, started = time.process_time(), time.perf_counter()
+    runner.start()
+    if not done.wait(600):
+        raise SystemExit(f"only {count[0]} of {jobs} jobs finished in 600 s")
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    runner.stop(graceful=True)
+    app.off("job:success", on_success)
+    return seconds, cpu
 
-    docs = app._store.find({"status": "completed"}, projection={"run_at": 1, "started_at": 1})
-    delays = [(d["started_at"] - d["run_at"]).total_seconds() * 1000 for d in docs]
-    if uri:
+
+def memory_rates(backlogs: list[int], timed: int, workers: int, chunk: int, repeat: int) -> dict:
+    """Runs of ``timed`` jobs, each backlog in an app of its own, topped up before each
+    run; the runs alternate between backlogs, so that load from elsewhere on the machine
+    falls on each alike. Median of ``repeat`` runs."""
+    apps = {backlog: noop_app(f"memory://bench-{uuid.uuid4().hex}") for backlog in backlogs}
+    runs: dict[int, list[tuple[float, float]]] = {backlog: [] for backlog in backlogs}
+    for _ in range(repeat):
+        for backlog, (app, noop) in apps.items():
+            seconds = cpu = 0.0
+            for batch in (min(backlog, timed - done) for done in range(0, timed, backlog)):
+                need = backlog - app.count_jobs(status="pending")
+                for start in range(0, need, chunk):
+                    app.schedule_bulk(noop.job() for _ in range(min(chunk, need - start)))
+                s, c = run(app, workers, batch)
+                seconds, cpu = seconds + s, cpu + c
+            runs[backlog].append((timed / seconds, cpu / timed * 1e6))
+    return {
+        str(backlog): {
+            "jobs_per_s": statistics.median(rate for rate, _ in values),
+            "cpu_us_per_job": statistics.median(cpu for _, cpu in values),
+            "runs": [rate for rate, _ in values],
+        }
+        for backlog, values in runs.items()
+    }
+
+
+def memory_delay(jobs: int, workers: int) -> dict[str, float]:
+    """Jobs scheduled 10 at a time every 10 ms while a runner runs."""
+    app, noop = noop_app(f"memory://bench-{uuid.uuid4().hex}")
+    runner = app.runner(workers=workers).start()
+    for n in range(jobs):
+        noop.schedule()
+        if n % 10 == 9:
+            time.sleep(0.01)
+    while app.count_jobs(status="completed") < jobs:
+        time.sleep(0.01)
+    runner.stop(graceful=True)
+    finished = app.get_jobs(status="completed", limit=0)
+    ms = [(j.started_at - j.run_at).total_seconds() * 1000 for j in finished]
+    cuts = statistics.quantiles(ms, n=100, method="inclusive")
+    return {"p50_ms": cuts[49], "p99_ms": cuts[98], "max_ms": max(ms)}
+
+
+def phase_of(name: str, cmd: dict[str, Any]) -> str:
+    """A command's phase, by the first rule that matches its name and shape: setup
+    (indexes, the clock check: per app or runner, not per job); insert: scheduling;
+    permits: claiming; ``last_write`` set (a settle) or looked for: finishing; filter
+    ``status: pending`` and set ``status: running``: a claim (an idle poll if it found
+    nothing); only ``lease.*`` set (a renewal): heartbeats; find by ``lease.token`` (after
+    a retried claim): claiming; filter on ``lease.until`` (reaper) or aggregate (report of
+    unknown tasks): maintenance."""
+    query = cmd.get("query") or cmd.get("filter") or {}
+    fields = (cmd.get("update") or {}).get("$set", {}) if name == "findAndModify" else {}
+    rules = [
+        (name in SETUP, "setup"),
+        (name == "insert", "scheduling"),
+        (str(cmd.get(name, "")).endswith("_permits"), "claiming"),
+        ("last_write" in fields or (name == "find" and "last_write" in query), "finishing"),
+        (query.get("status") == "pending" and fields.get("status") == "running", "claim"),
+        (bool(fields) and all(k.startswith("lease.") for k in fields), "heartbeats"),
+        (name == "find" and "lease.token" in query, "claiming"),
+        ("lease.until" in query or name == "aggregate", "maintenance"),
+    ]
+    return next((phase for matched, phase in rules if matched), f"other: {name}")
+
+
+class Phases(monitoring.CommandListener):
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Counter[str] = Counter()
+        self.setup: Counter[str] = Counter()
+        self.started_as: dict[tuple[Any, int], str] = {}
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        phase = phase_of(event.command_name, dict(event.command))
+        with self.lock:
+            self.started_as[(event.connection_id, event.request_id)] = phase
+            self.setup[event.command_name] += phase == "setup"
+
+    def succeeded(self, event: Any) -> None:
+        with self.lock:
+            phase = self.started_as.pop((event.connection_id, event.request_id), "setup")
+            if isinstance(event, monitoring.CommandFailedEvent):
+                phase = f"failed: {phase}"
+            elif phase == "claim":
+                phase = "claiming" if event.reply.get("value") else "idle polls"
+            self.counts[phase] += 1
+
+    failed = succeeded
+
+
+def wire_run(uri: str, jobs: int, workers: int) -> dict[str, Any]:
+    phases = Phases()
+    client: Any = pymongo.MongoClient(uri, tz_aware=True, event_listeners=[phases])
+    plain: Any = pymongo.MongoClient(uri)
+    name = f"mongosched_bench_{uuid.uuid4().hex[:8]}"
+    try:
+        plain.admin.command("ping")
+        ping = timeit.timeit(
+            lambda: plain.admin.command("ping"), timer=time.process_time, number=200
+        )
+        app, noop = noop_app(database=client.get_database(name))
+        app.ensure_indexes()
+        cpu, started = time.process_time(), time.perf_counter()
+        app.schedule_bulk(noop.job() for _ in range(jobs))
+        schedule_s, schedule_cpu = time.perf_counter() - started, time.process_time() - cpu
+        seconds, cpu = run(app, workers, jobs)
+        with phases.lock:
+            counts, setup = dict(phases.counts), +phases.setup
+        app.close()
+    finally:
         client.drop_database(name)
+        client.close()
+        plain.close()
+    counts.pop("setup", None)
+    return {
+        "jobs": jobs,
+        "jobs_per_s": jobs / seconds,
+        "cpu_us_per_job": cpu / jobs * 1e6,
+        "ping_cpu_us": ping / 200 * 1e6,
+        "schedule_jobs_per_s": jobs / schedule_s,
+        "schedule_cpu_us_per_job": schedule_cpu / jobs * 1e6,
+        "round_trips_per_job": {p: counts.pop(p, 0) / jobs for p in PHASES},
+        "setup_round_trips": dict(setup),
+        "unclassified": counts,
+    }
 
-    print(f"backend: {backend}")
-    print(f"jobs: {options.jobs}, runners: {options.runners} x {options.workers} workers")
-    print(
-        f"schedule_bulk: {options.jobs / schedule_seconds:,.0f} jobs/s, {schedule_trips} round trip(s) in all"
+
+def report_wire(label: str, r: dict[str, Any], workers: int, stand_in: bool) -> None:
+    trips = r["round_trips_per_job"]
+    by_phase = ", ".join(f"{p} {trips[p]:.3f}" for p in PHASES)
+    setup = ", ".join(f"{n} {name}" for name, n in r["setup_round_trips"].items())
+    say(
+        f"{label}, {r['jobs']:,} jobs, {workers} workers:",
+        f"  round trips per job: {by_phase}; total {sum(trips.values()):.3f}",
+        f"  setup round trips (per app/runner start, not per job): {setup}",
+        *([f"  unclassified round trips: {r['unclassified']}"] if r["unclassified"] else []),
+        f"  schedule_bulk: {r['schedule_jobs_per_s']:,.0f} jobs/s, "
+        f"client CPU {r['schedule_cpu_us_per_job']:,.0f} us/job",
+        f"  run: client CPU {r['cpu_us_per_job']:,.0f} us/job, {r['jobs_per_s']:,.0f} jobs/s "
+        f"(for scale: a bare pymongo ping takes {r['ping_cpu_us']:,.0f} us CPU here)",
+        *[f"  note: {STAND_IN_NOTE}"] * stand_in,
     )
-    print(f"run: {options.jobs / elapsed:,.0f} jobs/s ({elapsed:.2f} s)")
-    print(
-        f"round trips per job while running: {run_trips / options.jobs:.2f} "
-        "(claim + finish, plus idle polls, reaper and completion checks)"
+
+
+def start_stand_in() -> tuple[subprocess.Popen[str], str]:
+    """tests/support/server.py in a process of its own; it prints its URI when ready."""
+    command = [sys.executable, "-m", "tests.support.server"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    uri = process.stdout.readline().strip() if process.stdout else ""
+    if not uri.startswith("mongodb://"):
+        process.kill()
+        raise SystemExit(f"the stand-in server did not start (it said {uri!r})")
+    return process, uri
+
+
+def main() -> None:
+    global quiet
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    add("--workers", type=int, default=8)
+    add("--backlogs", default="1000,100000", help="comma-separated backlog sizes")
+    add("--timed", type=int, default=5000, help="jobs timed per run (memory://)")
+    add("--repeat", type=int, default=3, help="runs per backlog; the median is shown")
+    add("--chunk", type=int, default=10_000, help="schedule_bulk chunk size")
+    add("--delay-jobs", type=int, default=2000, help="jobs for the due-to-start delay")
+    add("--stand-in-jobs", type=int, default=300, help="jobs through the (slow) stand-in")
+    add("--wire-jobs", type=int, default=1000, help="jobs at MONGOSCHED_BENCH_URI")
+    add("--json", action="store_true", help="print one JSON document instead")
+    options = parser.parse_args()
+    quiet, workers = options.json, options.workers
+    backlogs = [int(b.replace("_", "")) for b in options.backlogs.split(",")]
+    say(
+        f"mongosched bench: Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, no-op jobs, "
+        f"1 runner x {workers} workers; memory:// rates: median of {options.repeat} runs "
+        f"of {options.timed:,} jobs"
     )
-    print(
-        f"due-to-start delay: p50 {statistics.median(delays):.1f} ms, p99 {percentile(delays, 0.99):.1f} ms"
+
+    rates = results["memory"] = memory_rates(
+        backlogs, options.timed, workers, options.chunk, options.repeat
     )
+    for backlog in backlogs:
+        r = rates[str(backlog)]
+        met = "met" if r["jobs_per_s"] >= GOAL_RATE else "MISSED"
+        say(
+            f"memory:// {workers} workers, backlog {backlog:,}: {r['jobs_per_s']:,.0f} jobs/s "
+            f"(goal >= {GOAL_RATE:,}: {met}; runs "
+            f"{', '.join(f'{x:,.0f}' for x in r['runs'])}), CPU {r['cpu_us_per_job']:,.0f} us/job"
+        )
+    if len(backlogs) > 1:
+        small, large = (rates[str(b)]["jobs_per_s"] for b in (min(backlogs), max(backlogs)))
+        ratio = results["memory_ratio"] = small / large
+        say(
+            f"memory:// rate at backlog {min(backlogs):,} / rate at {max(backlogs):,}: "
+            f"{ratio:.2f} (goal <= {GOAL_RATIO}: {'met' if ratio <= GOAL_RATIO else 'MISSED'})"
+        )
+    d = results["memory_delay"] = memory_delay(options.delay_jobs, workers)
+    say(
+        f"memory:// due-to-start delay of {options.delay_jobs:,} jobs scheduled 10 per 10 ms "
+        f"while a runner runs: p50 {d['p50_ms']:.0f} ms, p99 {d['p99_ms']:.0f} ms, "
+        f"max {d['max_ms']:.0f} ms (started_at - run_at; both stored in whole ms)"
+    )
+
+    process, uri = start_stand_in()
+    try:
+        r = results["wire_stand_in"] = wire_run(uri, options.stand_in_jobs, workers)
+    finally:
+        process.terminate()
+        process.wait(10)
+    report_wire("wire protocol to the stand-in (mongomock, own process)", r, workers, True)
+    real = os.environ.get("MONGOSCHED_BENCH_URI")
+    if real:
+        r = results["wire_real"] = wire_run(real, options.wire_jobs, workers)
+        report_wire("MongoDB at MONGOSCHED_BENCH_URI", r, workers, False)
+    if quiet:
+        print(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

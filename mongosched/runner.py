@@ -172,8 +172,7 @@ class Runner:
 
     def prepare(self) -> None:
         """Indexes, decorator-declared schedules and concurrency permits (what
-        :meth:`start` does before it claims)."""
-        self.store.prepare()
+        :meth:`start` does before it claims; the app prepares its store once)."""
         self.app.ensure_schedules(queues=self.queues)
         for task in self.app.tasks.values():
             if task.concurrency is not None:

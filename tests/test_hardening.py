@@ -92,7 +92,7 @@ def test_a_cancel_during_a_short_run_is_not_lost(make_app: Callable[..., App]) -
         assert inside.wait(10)
         assert app.cancel(job.id) is Cancellation.REQUESTED
         release.set()
-        wait_for(lambda: job.refresh().is_finished, message=f"{name} finished")
+        wait_for(lambda j=job: j.refresh().is_finished, message=f"{name} finished")
         runner.stop()
         assert job.status is JobStatus.CANCELLED, (name, job.status)
         assert job.result == "done"
