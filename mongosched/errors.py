@@ -16,8 +16,10 @@ __all__ = [
     "JobStateError",
     "JobTimeout",
     "LeaseLost",
+    "MalformedJob",
     "MongoschedError",
     "InvalidJobId",
+    "ResultTooLarge",
     "SerializationError",
     "StoreError",
     "StoreUnavailable",
@@ -53,6 +55,17 @@ class SerializationError(MongoschedError, TypeError):
     BSON-encodable (``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``,
     ``datetime``, ``ObjectId``, ``Decimal128``, lists and dicts with string keys).
     """
+
+
+class ResultTooLarge(SerializationError):
+    """A task returned more than a job keeps (1 MiB as BSON by default). The job fails
+    at once, without retrying: running it again would return as much."""
+
+
+class MalformedJob(MongoschedError):
+    """A stored job cannot be processed (a field of the wrong type, written by hand or
+    by an older version; a rule that no longer computes). It is failed alone, with this
+    error naming the field, and everything else goes on."""
 
 
 class JobNotFound(MongoschedError, LookupError):

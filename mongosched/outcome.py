@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from .errors import JobTimeout, LeaseLost
+from .errors import JobTimeout, LeaseLost, MalformedJob
 from .records import ErrorInfo, JobRecord, JobStatus, LastRun, Settlement
 from .retry import Retry
 from .schedule import Misfire, plan_misfire, rule_from_document
@@ -29,6 +29,8 @@ __all__ = [
     "decide",
     "error_info",
     "given_back",
+    "malformed",
+    "shorten",
     "plan_run",
 ]
 
@@ -79,13 +81,33 @@ class Decision:
         return self.settlement.status
 
 
+MAX_MESSAGE = 4 * 1024
+"""Characters of an error message a job keeps."""
+MAX_TRACEBACK = 32 * 1024
+"""Characters of a traceback a job keeps: the start and the end, where it was raised."""
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters from the middle, saying how much went."""
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]}\n[... {len(text) - 2 * keep} characters cut ...]\n{text[-keep:]}"
+
+
 def error_info(exc: BaseException, *, with_traceback: bool = True) -> ErrorInfo:
-    """The stored form of an exception."""
+    """The stored form of an exception, bounded in size (a huge message or a deep
+    recursion's traceback is cut from the middle)."""
     kind = type(exc)
+    try:
+        message = str(exc)
+    except Exception as failure:  # an exception whose __str__ raises
+        message = f"<{kind.__qualname__}: str() failed: {failure!r}>"
+    text = "".join(traceback.format_exception(exc)) if with_traceback else None
     return ErrorInfo(
         type=kind.__qualname__,
-        message=str(exc),
-        traceback="".join(traceback.format_exception(exc)) if with_traceback else None,
+        message=shorten(message, MAX_MESSAGE),
+        traceback=None if text is None else shorten(text, MAX_TRACEBACK),
         module=kind.__module__,
     )
 
@@ -106,6 +128,20 @@ def cancelled(
         error=error,
         expire_at=retention.expire_at(JobStatus.CANCELLED, now),
     )
+
+
+def malformed(job: JobRecord, why: str, now: datetime, retention: Retention) -> Decision:
+    """A job no decision can be made for (its repeat rule no longer computes: a
+    timezone this host lacks, a next slot past the year 9999...): it fails alone, for
+    good, with a :class:`~mongosched.errors.MalformedJob` error saying why."""
+    error = MalformedJob(f"job {job.id} ({job.task}): {why}")
+    settlement = Settlement(
+        status=JobStatus.FAILED,
+        now=now,
+        error=error_info(error, with_traceback=False),
+        expire_at=retention.expire_at(JobStatus.FAILED, now),
+    )
+    return Decision("job:fail", settlement, error)
 
 
 def given_back(job: JobRecord, now: datetime) -> Settlement:

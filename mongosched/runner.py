@@ -238,18 +238,20 @@ class Runner:
         :class:`~mongosched.errors.WorkerShutdown` and go back to ``pending`` for
         another worker. Returns True when nothing is left in flight.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._stopping.set()
         self._wake.set()
-        dispatcher = self._dispatcher
-        if dispatcher is not None and dispatcher is not threading.current_thread():
-            dispatcher.join(timeout)
         if not graceful:
             with self._idle:
                 claims = list(self._claims.values())
             for claim in claims:
                 claim.ctx.cancel("shutdown")
                 claim.interrupt(WorkerShutdown)
-        done = self._wait_idle(timeout)
+        dispatcher = self._dispatcher
+        if dispatcher is not None and dispatcher is not threading.current_thread():
+            # It may be waiting on an unreachable database: one deadline bounds it all.
+            dispatcher.join(_remaining(deadline))
+        done = self._wait_idle(_remaining(deadline))
         if self._pool is not None:
             self._pool.shutdown(wait=False)
         if done and self._heartbeats is not None:
@@ -351,17 +353,15 @@ class Runner:
         skipped; it never stops the others."""
         now = self.app.now()
         reaped = 0
+        retention = self.app.retention
         for record in self.store.expired(now):
             try:
                 decision = outcome.decide(
-                    record, Ending.LEASE_EXPIRED, now=now, retention=self.app.retention
+                    record, Ending.LEASE_EXPIRED, now=now, retention=retention
                 )
-                stored = self.store.reap(record, now, decision.settlement)
-            except StoreError:
-                raise
-            except Exception:
-                log.exception("job %s (%s): could not be reaped", record.id, record.task)
-                continue
+            except Exception as exc:  # its rule no longer computes: it fails alone
+                decision = outcome.malformed(record, _why(exc), now, retention)
+            stored = self.store.reap(record, now, decision.settlement)
             if stored is not None:
                 reaped += 1
                 log.warning("job %s (%s): %s", record.id, record.task, decision.settlement.error)
@@ -435,7 +435,15 @@ class Runner:
     def _start_slot(self, claim: Claim) -> bool:
         """Apply the misfire policy to a repeating job's first attempt at a slot.
         Returns False when no run happens now (the job moved to a later slot)."""
-        plan = outcome.plan_run(claim.record, self.app.now())
+        now = self.app.now()
+        try:
+            plan = outcome.plan_run(claim.record, now)
+        except Exception as exc:  # its rule no longer computes: it fails alone
+            claim.finish()
+            failed = outcome.malformed(claim.record, _why(exc), now, self.app.retention)
+            self.store.settle(claim.record, failed.settlement)
+            log.error("job %s (%s): %s", claim.job_id, claim.task.name, failed.error)
+            return False
         if plan.missed:
             log.warning(
                 "job %s (%s): %d missed slot(s) dropped by misfire policy %r",
@@ -509,17 +517,21 @@ class Runner:
         error: BaseException | None,
         retry: Retry,
     ) -> Decision:
-        return outcome.decide(
-            claim.record,
-            ending,
-            now=self.app.now(),
-            retention=self.app.retention,
-            retry=retry,
-            result=result,
-            error=error,
-            slot=claim.slot,
-            timeout=claim.task.timeout,
-        )
+        now, retention = self.app.now(), self.app.retention
+        try:
+            return outcome.decide(
+                claim.record,
+                ending,
+                now=now,
+                retention=retention,
+                retry=retry,
+                result=result,
+                error=error,
+                slot=claim.slot,
+                timeout=claim.task.timeout,
+            )
+        except Exception as exc:  # its rule no longer computes: it fails alone
+            return outcome.malformed(claim.record, _why(exc), now, retention)
 
     # Dispatcher -------------------------------------------------------------------------------
     def _dispatch(self) -> None:
@@ -617,6 +629,7 @@ class Runner:
             self.reap()
         if clock - self._last_unknown_check >= 60.0:
             self._last_unknown_check = clock
+            self.store.quarantine(self.app.now())
             unknown = self.store.unknown_due_tasks(self.app.tasks, self.app.now())
             if unknown:
                 log.warning(
@@ -626,6 +639,14 @@ class Runner:
 
     def __repr__(self) -> str:
         return f"<Runner {self.name} workers={self.workers} running={self.is_running}>"
+
+
+def _why(exc: BaseException) -> str:
+    return f"its outcome cannot be computed ({type(exc).__name__}: {exc})"
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _duration(value: float | None, default: float, name: str) -> float:

@@ -4,16 +4,19 @@ twice, stops the scheduler, or reaches a query."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from bson import ObjectId
 
-from mongosched import App, Cancellation, Event, JobStatus
-from mongosched.errors import InvalidJobId
+from mongosched import App, Cancellation, Event, JobStatus, Retry
+from mongosched.errors import ConfigurationError, InvalidJobId, SerializationError
 from mongosched.records import PendingChanges
 from mongosched.store import schedule_id
-from mongosched.testing import FakeClock
+from mongosched.testing import FakeClock, drain
 from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db
 from tests.support.waiting import wait_for
 
@@ -116,3 +119,277 @@ def test_a_cancelled_declared_schedule_stays_cancelled_across_purge_and_restarts
     job = app.get_job(tick)
     assert job is not None and job.status is JobStatus.CANCELLED
     assert app.retry_job(tick).status is JobStatus.PENDING  # resumed only when asked
+
+
+# Poison documents (written by hand or by an older version): the MongoDB store only,
+# since the in-memory store cannot hold a malformed job.
+
+
+def _raw_job(app: App, **fields: object) -> object:
+    """Insert a job document as another program might have written it."""
+    now = app.now()
+    doc: dict[str, object] = {
+        "_id": ObjectId(),
+        "task": "t",
+        "args": [],
+        "kwargs": {},
+        "queue": "default",
+        "priority": 5,
+        "status": "pending",
+        "run_at": now,
+        "attempts": 0,
+        "max_attempts": 3,
+        "lease": None,
+        "created_at": now,
+        "updated_at": now,
+    }
+    doc.update(fields)
+    app.store.jobs.insert_one(doc)  # type: ignore[attr-defined]
+    return doc["_id"]
+
+
+def test_one_poison_document_never_stops_the_reaper(database: Any, clock: FakeClock) -> None:
+    app = App(database=database, clock=clock, lease_duration=5)
+    app.task(name="t", retry=3)(lambda: "ok")
+    app.ensure_indexes()
+    past = clock() - timedelta(seconds=60)
+    gone = {"owner": "dead", "until": past, "heartbeat_at": past}
+    poisons = [
+        _raw_job(app, status="running", attempts=1, lease=gone),  # a lease without a token
+        _raw_job(
+            app,
+            status="running",
+            attempts=3,
+            lease={**gone, "token": "a"},
+            repeat={"cron": "0 * * * *", "timezone": "Mars/Olympus_Mons"},
+            scheduled_for=past,
+        ),
+        _raw_job(
+            app,
+            status="running",
+            attempts=3,
+            lease={**gone, "token": "b"},
+            repeat={"every": 1e15},
+            scheduled_for=past,
+        ),
+    ]
+    good = app.schedule("t")
+    claimed = app.store.claim(
+        owner="dead", tasks=["t"], queues=None, now=past, lease_duration=5, job_id=good.id
+    )
+    assert claimed is not None and claimed.id == good.id
+    runner = app.runner(workers=1)
+    assert runner.reap() == 3  # the good job and the two rules that no longer compute
+    assert good.refresh().status is JobStatus.PENDING  # back for another attempt
+    for poison, field in zip(poisons, ["lease.token", "Mars", "every"], strict=True):
+        job = app.get_job(poison)
+        assert job is not None and job.status is JobStatus.FAILED, field
+        assert (
+            job.error is not None and job.error.type == "MalformedJob" and field in str(job.error)
+        )
+    assert runner.reap() == 0  # nothing left to trip over: once is enough
+    assert drain(app) == 1 and good.refresh().status is JobStatus.COMPLETED
+
+
+def test_malformed_pending_documents_never_stop_the_claims(database: Any) -> None:
+    app = App(database=database, lease_duration=5, poll_interval=0.05)
+    app.task(name="t")(lambda n: n)
+    app.ensure_indexes()
+    bad_attempts = _raw_job(app, attempts="1")  # $inc on a string would fail every claim
+    bad_args = _raw_job(app, args="not a list")
+    good = [app.schedule("t", n) for n in range(5)]
+    runner = app.runner(workers=2).start()
+    try:
+        wait_for(lambda: all(j.refresh().status is JobStatus.COMPLETED for j in good))
+        wait_for(lambda: app.count_jobs(status="failed") == 2, message="both quarantined")
+    finally:
+        runner.stop()
+    for poison, field in [(bad_attempts, "attempts"), (bad_args, "args")]:
+        job = app.get_job(poison)
+        assert job is not None and job.error is not None, field
+        assert job.error.type == "MalformedJob" and repr(field) in job.error.message
+
+
+# Dedupe keys follow the job's scope on every way back to pending -----------------------
+
+
+def _second_is_refused(app: App, first: Any) -> None:
+    again = app.schedule("d", 2, dedupe_key="k", dedupe_scope="pending")
+    assert again.id == first.id, "a second job took a key its holder should have held"
+
+
+def test_a_pending_scope_key_is_held_again_after_a_retry(make_app: Callable[..., App]) -> None:
+    app = make_app()
+    attempts: list[int] = []
+
+    @app.task(name="d", retry=Retry(max_attempts=3, delay=60))
+    def flaky(n: int) -> None:
+        attempts.append(n)
+        raise RuntimeError("again later")
+
+    first = app.schedule("d", 1, dedupe_key="k", dedupe_scope="pending")
+    drain(app)
+    assert attempts == [1] and first.refresh().status is JobStatus.PENDING
+    _second_is_refused(app, first)
+
+
+def test_a_pending_scope_key_is_held_again_after_a_reap(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock)
+    app.task(name="d", retry=3)(lambda n: n)
+    first = app.schedule("d", 1, dedupe_key="k", dedupe_scope="pending")
+    assert app.runner(workers=1).claim_next() is not None  # its holder dies
+    clock.advance(seconds=60)
+    assert app.runner(workers=1).reap() == 1
+    _second_is_refused(app, first)
+
+
+def test_a_pending_scope_key_is_held_again_when_a_stop_gives_the_job_back(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app()
+    inside = threading.Event()
+
+    @app.task(name="d", retry=3)
+    def slow(n: int) -> None:
+        inside.set()
+        while True:  # interrupted by the non-graceful stop
+            time.sleep(0.01)
+
+    first = app.schedule("d", 1, dedupe_key="k", dedupe_scope="pending")
+    runner = app.runner(workers=1).start()
+    assert inside.wait(10)
+    assert runner.stop(graceful=False, timeout=10)
+    assert first.refresh().status is JobStatus.PENDING and first.attempts == 0
+    _second_is_refused(app, first)
+
+
+def test_a_pending_scope_key_is_held_again_by_retry_job(make_app: Callable[..., App]) -> None:
+    app = make_app()
+    app.task(name="d", retry=1)(lambda n: 1 / 0)
+    first = app.schedule("d", 1, dedupe_key="k", dedupe_scope="pending")
+    drain(app)
+    assert first.refresh().status is JobStatus.FAILED
+    app.retry_job(first.id)
+    _second_is_refused(app, first)
+
+
+# Bad values get a clear error, never a raw one ------------------------------------------
+
+NONSENSE = [-1, 0, float("nan"), float("inf"), -float("inf"), "5", True, 1e300, [1]]
+
+
+@pytest.mark.parametrize("value", NONSENSE, ids=repr)
+def test_nonsense_durations_are_refused_naming_the_option(value: object) -> None:
+    refused = 0
+    for option in ("lease_duration", "poll_interval"):
+        with pytest.raises(ConfigurationError, match=f"App: {option}"):
+            App("memory://", **{option: value})  # type: ignore[arg-type]
+        refused += 1
+    app = App("memory://")
+    for option in ("lease_duration", "poll_interval", "heartbeat_interval", "reap_interval"):
+        with pytest.raises(ConfigurationError, match=f"Runner: {option}"):
+            app.runner(**{option: value})
+        refused += 1
+    assert refused == 6
+
+
+def test_a_heartbeat_slower_than_a_third_of_the_lease_is_refused() -> None:
+    app = App("memory://", lease_duration=3)
+    with pytest.raises(ConfigurationError, match="heartbeat_interval .* at most a third"):
+        app.runner(heartbeat_interval=1.5)
+    with pytest.raises(ConfigurationError, match="Runner: workers"):
+        app.runner(workers=0)
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"delay": float("nan")}, "delay"),
+        ({"delay": float("inf")}, "delay"),
+        ({"delay": 1e300}, "delay"),
+        ({"priority": 1e300}, "priority"),
+        ({"priority": float("nan")}, "priority"),
+    ],
+)
+def test_scheduling_options_that_make_no_sense_are_refused(
+    options: dict[str, object], field: str
+) -> None:
+    app = App("memory://")
+    app.task(name="t")(lambda x: x)
+    with pytest.raises(ConfigurationError, match=f"task 't': {field}"):
+        app.schedule("t", 1, **options)  # type: ignore[arg-type]
+    assert app.count_jobs() == 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["lone \ud800 surrogate", object(), {1: "int key"}, 2**70],
+    ids=["surrogate", "object", "int-key", "huge-int"],
+)
+def test_payloads_that_cannot_be_stored_raise_serialization_errors(value: object) -> None:
+    app = App("memory://")
+    app.task(name="t")(lambda x: x)
+    with pytest.raises(SerializationError, match="task 't'"):
+        app.schedule("t", value)
+    assert app.count_jobs() == 0
+
+
+def test_a_huge_result_fails_the_job_once_without_retrying(make_app: Callable[..., App]) -> None:
+    app = make_app()
+    runs: list[int] = []
+
+    @app.task(name="big", retry=3)
+    def big() -> str:
+        runs.append(1)
+        return "x" * (2 * 1024 * 1024)
+
+    @app.task(name="loud", retry=1)
+    def loud() -> None:
+        raise ValueError("y" * (20 * 1024 * 1024))  # a 20 MB message
+
+    job, noisy = app.schedule("big"), app.schedule("loud")
+    drain(app)
+    assert runs == [1] and job.refresh().status is JobStatus.FAILED
+    assert job.error is not None and job.error.type == "ResultTooLarge"
+    assert noisy.refresh().status is JobStatus.FAILED and noisy.error is not None
+    assert len(noisy.error.message) < 10_000 and "characters cut" in noisy.error.message
+
+
+def test_a_listener_raising_any_base_exception_breaks_nothing(
+    make_app: Callable[..., App], caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app()
+    app.task(name="t")(lambda: "ok")
+
+    def hostile(event: Event) -> None:
+        raise SystemExit(f"listener of {event.name} exits")
+
+    for name in ("job:created", "job:start", "job:success"):
+        app.on(name, hostile)
+    jobs = [app.schedule("t") for _ in range(6)]  # schedule() does not raise
+    runner = app.runner(workers=2).start()
+    try:
+        wait_for(lambda: all(j.refresh().status is JobStatus.COMPLETED for j in jobs))
+    finally:
+        runner.stop()
+    assert any("job:success" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.processes
+def test_stop_returns_in_time_with_the_database_down(shared_db: SharedDatabase) -> None:
+    server = shared_db.server
+    if server is None:
+        pytest.skip("needs the wire-protocol server to take the database away")
+    app = App(shared_db.uri(), lease_duration=3, poll_interval=0.05)
+    app.task(name="t")(lambda: None)
+    runner = app.runner(workers=1).start()
+    server.stop()
+    try:
+        time.sleep(0.2)  # the dispatcher is now waiting on the server (not a test wait)
+        started = time.monotonic()
+        runner.stop(timeout=1)
+        assert time.monotonic() - started < 2.0
+    finally:
+        server.start()

@@ -143,6 +143,11 @@ class Store(Protocol):
         is still the one that expired, re-checking the expiry in the same write (a
         heartbeat that lands first wins)."""
 
+    def quarantine(self, now: datetime, limit: int = 100) -> list[str]:
+        """Fail, alone, the due pending jobs that cannot be claimed (a document written
+        by hand or by an older version); returns what was wrong with each. A store that
+        cannot hold such jobs returns ``[]``."""
+
     # Control by users ----------------------------------------------------------------------
     def cancel_pending(self, job_id: Any, settlement: Settlement) -> JobRecord | None:
         """Settle a pending job as cancelled; None if it is not pending."""

@@ -15,7 +15,7 @@ from bson import ObjectId
 from bson.codec_options import CodecOptions
 from bson.errors import InvalidId
 
-from ..errors import InvalidJobId, SerializationError
+from ..errors import InvalidJobId, ResultTooLarge, SerializationError
 
 __all__ = [
     "CODEC_OPTIONS",
@@ -31,8 +31,11 @@ __all__ = [
 
 CODEC_OPTIONS: CodecOptions[Any] = CodecOptions(tz_aware=True)
 MAX_PAYLOAD_BYTES = 15 * 1024 * 1024  # a document may not exceed 16 MiB
+MAX_VALUE_BYTES = 1024 * 1024
+"""Largest result a job keeps (1 MiB as BSON): a result is a summary, not a data store."""
 
 _ENCODE_ERRORS = (
+    RecursionError,
     bson.errors.InvalidDocument,
     bson.errors.InvalidStringData,
     OverflowError,
@@ -65,14 +68,21 @@ def encode_payload(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) ->
     return data
 
 
-def encode_value(task: str, what: str, value: Any) -> bytes:
-    """``{"v": value}`` as BSON, or :class:`SerializationError` naming ``what``."""
+def encode_value(task: str, what: str, value: Any, limit: int = MAX_VALUE_BYTES) -> bytes:
+    """``{"v": value}`` as BSON, or :class:`SerializationError` naming ``what`` (also
+    when it is larger than ``limit`` bytes: :class:`ResultTooLarge`)."""
     try:
-        return bson.encode({"v": value}, codec_options=CODEC_OPTIONS)
+        data = bson.encode({"v": value}, codec_options=CODEC_OPTIONS)
     except _ENCODE_ERRORS as exc:
         raise SerializationError(
             f"task {task!r}: {what} is not BSON-encodable ({type(value).__name__}: {exc}); {HINT}"
         ) from None
+    if len(data) > limit:
+        raise ResultTooLarge(
+            f"task {task!r}: {what} is {len(data):,} bytes as BSON; the limit is {limit:,} "
+            "(store large results elsewhere and return a reference)"
+        )
+    return data
 
 
 def decode(data: bytes) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pymongo import ASCENDING
 
+from ..errors import MalformedJob
 from ..records import (
     ErrorInfo,
     JobQuery,
@@ -33,6 +34,8 @@ __all__ = [
     "PERMIT_INDEXES",
     "RUNNING",
     "aware",
+    "check_document",
+    "malformed_update",
     "dedupe_hold",
     "ms",
     "query_document",
@@ -42,6 +45,7 @@ __all__ = [
 ]
 
 PENDING, RUNNING = JobStatus.PENDING.value, JobStatus.RUNNING.value
+STATUSES = frozenset(s.value for s in JobStatus)
 DEDUPE_FIELDS = {"active": "dedupe_active", "pending": "dedupe_pending"}
 
 # Claim order: priority first (1 before 10), then oldest due first.
@@ -130,8 +134,51 @@ def last_run_document(last: LastRun) -> dict[str, Any]:
     }
 
 
-def to_record(doc: Mapping[str, Any]) -> JobRecord:
-    """A job document as a :class:`JobRecord`."""
+SCHEMA: dict[str, tuple[type, ...]] = {
+    "task": (str,),
+    "status": (str,),
+    "run_at": (datetime,),
+    "queue": (str,),
+    "priority": (int,),
+    "attempts": (int,),
+    "max_attempts": (int,),
+    "args": (list,),
+    "kwargs": (dict,),
+}
+"""The fields every job document has, and their types (checked on every read)."""
+LEASE_SCHEMA: dict[str, tuple[type, ...]] = {"token": (str,), "until": (datetime,)}
+
+
+def check_document(doc: Mapping[str, Any]) -> None:
+    """Raise :class:`MalformedJob` naming the first field a job document lacks or holds
+    with the wrong type, so that no code past the store meets a malformed job."""
+    job = doc.get("_id")
+    for name, types in SCHEMA.items():
+        value = doc.get(name)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise MalformedJob(f"job {job}: field {name!r} is {_describe(value)}")
+    if doc["status"] not in STATUSES:
+        raise MalformedJob(f"job {job}: field 'status' is {doc['status']!r}, not a status")
+    lease = doc.get("lease")
+    if doc["status"] == RUNNING and not isinstance(lease, dict):
+        raise MalformedJob(f"job {job}: field 'lease' is {_describe(lease)} on a running job")
+    if isinstance(lease, dict):
+        for name, types in LEASE_SCHEMA.items():
+            if not isinstance(lease.get(name), types):
+                raise MalformedJob(
+                    f"job {job}: field 'lease.{name}' is {_describe(lease.get(name))}"
+                )
+
+
+def _describe(value: Any) -> str:
+    return "missing" if value is None else f"{type(value).__name__} {value!r:.40}"
+
+
+def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
+    """A job document as a :class:`JobRecord`. With ``check`` (a job about to be run
+    or reaped), :class:`MalformedJob` if it is not a well-formed one."""
+    if check:
+        check_document(doc)
     lease = doc.get("lease")
     progress = doc.get("progress")
     last = doc.get("last_run")
@@ -213,6 +260,21 @@ def dedupe_hold(job: JobRecord) -> dict[str, Any]:
     if job.dedupe_key is None:
         return {}
     return {DEDUPE_FIELDS[job.dedupe_scope or "active"]: job.dedupe_key}
+
+
+def malformed_update(reason: str, now: datetime) -> dict[str, Any]:
+    """The update that fails a job that cannot be processed, alone."""
+    error = ErrorInfo(type="MalformedJob", message=reason, module="mongosched.errors")
+    return {
+        "$set": {
+            "status": JobStatus.FAILED.value,
+            "lease": None,
+            "error": error_document(error),
+            "finished_at": now,
+            "updated_at": now,
+        },
+        "$unset": {name: "" for name in DEDUPE_FIELDS.values()},
+    }
 
 
 def settle_update(

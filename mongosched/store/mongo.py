@@ -34,6 +34,7 @@ from pymongo.errors import (
 
 from ..errors import (
     JobStateError,
+    MalformedJob,
     StoreError,
 )
 from ..records import (
@@ -52,6 +53,7 @@ from .documents import (
     PENDING,
     RUNNING,
     dedupe_hold,
+    malformed_update,
     ms,
     query_document,
     settle_update,
@@ -256,6 +258,9 @@ class MongoStore(MongoConnection):
             if queues is not None:
                 query["queue"] = {"$in": list(queues)}
         query["task"] = {"$in": list(tasks)}
+        # A job whose attempts are not a number cannot be counted ($inc would fail the
+        # whole claim): quarantine() fails it instead.
+        query["attempts"] = {"$type": "number"}
         lease = {
             "owner": owner,
             "token": token,
@@ -278,7 +283,13 @@ class MongoStore(MongoConnection):
             )
 
         doc = self._retrying("claim", attempt)
-        return None if doc is None else to_record(doc)
+        if doc is None:
+            return None
+        try:
+            return to_record(doc, check=True)
+        except MalformedJob as exc:  # failed alone; the caller claims again
+            self._fail_malformed({"_id": doc["_id"], "lease.token": token}, str(exc), now)
+            return None
 
     def renew(self, job_id: Any, token: str, now: datetime, until: datetime) -> Renewal:
         doc = self._retrying(
@@ -374,9 +385,42 @@ class MongoStore(MongoConnection):
         return None if doc is None else to_record(doc)
 
     def expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
-        return self._find(
-            {"status": RUNNING, "lease.until": {"$lt": now}}, [("lease.until", 1)], limit
+        """Running jobs whose lease ran out; one that cannot be processed is failed
+        alone (``MalformedJob``) instead of being returned."""
+        query = {"status": RUNNING, "lease.until": {"$lt": now}}
+        docs = self._retrying(
+            "expired",
+            lambda _: list(self.jobs.find(query, sort=[("lease.until", 1)], limit=limit)),
         )
+        records = []
+        for doc in docs:
+            try:
+                records.append(to_record(doc, check=True))
+            except MalformedJob as exc:
+                self._fail_malformed({"_id": doc["_id"], **query}, str(exc), now)
+        return records
+
+    def quarantine(self, now: datetime, limit: int = 100) -> list[str]:
+        """Fail the due pending jobs that cannot be claimed (their attempts are not a
+        number); returns what was wrong with each."""
+        query = {
+            "status": PENDING,
+            "run_at": {"$lte": now},
+            "attempts": {"$not": {"$type": "number"}},
+        }
+        docs = self._retrying("quarantine", lambda _: list(self.jobs.find(query, limit=limit)))
+        reasons = []
+        for doc in docs:
+            reason = f"job {doc['_id']}: field 'attempts' is {doc.get('attempts')!r:.40}"
+            self._fail_malformed({"_id": doc["_id"], **query}, reason, now)
+            reasons.append(reason)
+        return reasons
+
+    def _fail_malformed(self, fence: dict[str, Any], reason: str, now: datetime) -> None:
+        update = malformed_update(reason, now)
+        result = self._retrying("malformed job", lambda _: self.jobs.update_one(fence, update))
+        if result.matched_count:
+            log.error("%s: failed alone, without running (MalformedJob)", reason)
 
     def reap(self, job: JobRecord, now: datetime, settlement: Settlement) -> JobRecord | None:
         """Fenced on the expired lease, re-checked in the same write. It does not touch
