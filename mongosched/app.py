@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import logging
 import os
 import threading
@@ -11,16 +10,17 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, ParamSpec, TypeVar, overload
 
-from . import outcome, validate
-from .errors import ConfigurationError, JobNotFound, JobStateError, TaskNotRegistered
+from . import validate
+from .control import Cancellation, JobControl
+from .errors import ConfigurationError, TaskNotRegistered
 from .events import Listener, Listeners
 from .job import Job
 from .outcome import Retention
-from .records import SORTABLE, JobQuery, JobRecord, JobStatus, PendingChanges
+from .records import JobRecord
 from .retry import Retry
 from .runner import Runner
 from .store import Store, open_store
-from .task import SCHEDULE_OPTIONS, JobSpec, Task
+from .task import JobSpec, Task
 
 __all__ = ["App", "Cancellation"]
 
@@ -30,26 +30,11 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class Cancellation(str, enum.Enum):
-    """What :meth:`App.cancel` did."""
-
-    CANCELLED = "cancelled"
-    """The job was pending: it is cancelled and will never start."""
-    REQUESTED = "requested"
-    """The job is running: its context reports cancellation at the next heartbeat, and it
-    ends ``cancelled`` when the function returns."""
-    ALREADY_FINISHED = "already_finished"
-    """The job had already finished: nothing changed."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class App:
+class App(JobControl):
     """A mongosched application: where tasks are registered and jobs are stored.
 
     :param uri: where jobs are stored: a MongoDB URI naming the database
@@ -305,226 +290,6 @@ class App:
         for runner in list(self.runners):
             runner.wake()
 
-    # Queries ------------------------------------------------------------------------------------
-    def get_job(self, job_id: Any) -> Job | None:
-        """The job with that id (an ObjectId or its hex string), or None. Raises
-        :class:`~mongosched.errors.InvalidJobId` for what cannot be an id."""
-        record = self.store.get(self._parse_id(job_id))
-        return None if record is None else Job(record, self.store)
-
-    def _parse_id(self, job_id: Any) -> Any:
-        return job_id.id if isinstance(job_id, Job) else self.store.parse_id(job_id)
-
-    def _require_job(self, job_id: Any) -> Job:
-        job = self.get_job(job_id)
-        if job is None:
-            raise JobNotFound(f"no job with id {job_id}")
-        return job
-
-    def get_jobs(
-        self,
-        *,
-        task: str | None = None,
-        status: str | JobStatus | Iterable[str | JobStatus] | None = None,
-        queue: str | None = None,
-        sort: tuple[str, int] = ("updated_at", -1),
-        limit: int = 50,
-        skip: int = 0,
-    ) -> list[Job]:
-        """Jobs matching every filter given, sorted (then by id, so pages are stable).
-
-        Filters and sorts use indexes: ``task`` (with ``status``) and ``status`` lead an
-        index each, sorted by ``updated_at``.
-        """
-        field, direction = sort
-        if field not in SORTABLE or direction not in (1, -1):
-            raise ConfigurationError(
-                f"get_jobs: sort must be (field, 1 or -1) with field in {', '.join(SORTABLE)}"
-            )
-        validate.whole(limit, what="get_jobs: limit", minimum=0)
-        validate.whole(skip, what="get_jobs: skip", minimum=0)
-        records = self.store.find(
-            _query(task, status, queue),
-            sort=field,
-            descending=direction == -1,
-            skip=skip,
-            limit=limit,
-        )
-        return [Job(record, self.store) for record in records]
-
-    def count_jobs(
-        self,
-        *,
-        task: str | None = None,
-        status: str | JobStatus | Iterable[str | JobStatus] | None = None,
-        queue: str | None = None,
-    ) -> int:
-        """How many jobs match the filters (as :meth:`get_jobs`)."""
-        return self.store.count(_query(task, status, queue))
-
-    # Control ------------------------------------------------------------------------------------
-    def cancel(self, job_id: Any) -> Cancellation:
-        """Cancel a job: a pending one at once; a running one at its next heartbeat
-        (it ends ``cancelled`` when its function returns). A finished job is left as
-        it is, and the result says so. A repeating job stops for good."""
-        job_id = self._parse_id(job_id)
-        for _ in range(3):  # its status may change between the two writes
-            now = self.now()
-            record = self.store.cancel_pending(job_id, outcome.cancelled(now, self.retention))
-            if record is not None:
-                log.info("job %s (%s) cancelled", record.id, record.task)
-                self.emit("job:cancel", job=Job(record, self.store))
-                return Cancellation.CANCELLED
-            record = self.store.request_cancel(job_id, now)
-            if record is not None:
-                log.info("job %s (%s) is running: cancellation requested", record.id, record.task)
-                return Cancellation.REQUESTED
-            job = self._require_job(job_id)
-            if job.is_finished:
-                log.info("job %s (%s) already %s: nothing to cancel", job.id, job.task, job.status)
-                return Cancellation.ALREADY_FINISHED
-        raise JobStateError(f"job {job_id} keeps changing status; not cancelled")
-
-    def update_job(self, job_id: Any, **changes: Any) -> Job:
-        """Change a pending job: ``priority``, ``run_at`` (or ``delay``), ``queue``,
-        ``args``, ``kwargs``. Raises :class:`JobStateError` unless it is pending."""
-        allowed = {"priority", "run_at", "delay", "queue", "args", "kwargs"}
-        unknown = set(changes) - allowed
-        if unknown:
-            raise ConfigurationError(
-                f"update_job: cannot change {', '.join(sorted(unknown))} "
-                f"(only {', '.join(sorted(allowed))})"
-            )
-        current = self._require_job(job_id)
-        name = current.task
-        if "run_at" in changes and "delay" in changes:
-            raise ConfigurationError(f"task {name!r}: give either delay or run_at, not both")
-        now = self.now()
-        run_at = None
-        if "run_at" in changes:
-            run_at = validate.aware_datetime(changes["run_at"], task=name)
-        if "delay" in changes:
-            delay = validate.seconds(changes["delay"], what=f"task {name!r}: delay")
-            run_at = now + timedelta(seconds=delay)
-        kwargs = changes.get("kwargs")
-        if kwargs is not None:
-            if not isinstance(kwargs, dict):
-                raise ConfigurationError(f"task {name!r}: kwargs must be a dict")
-            clash = SCHEDULE_OPTIONS & set(kwargs)
-            if clash:
-                raise ConfigurationError(f"task {name!r}: kwargs may not use {sorted(clash)}")
-        args = changes.get("args")
-        update = PendingChanges(
-            priority=None
-            if "priority" not in changes
-            else validate.priority(changes["priority"], task=name),
-            queue=None if "queue" not in changes else validate.queue(changes["queue"], task=name),
-            run_at=run_at,
-            args=None if args is None else tuple(args),
-            kwargs=kwargs,
-        )
-        record = self.store.update_pending(current.record, update, now)
-        if record is None:
-            status = self._require_job(job_id).status
-            raise JobStateError(
-                f"job {current.id} ({name}) is {status}; only pending jobs can change"
-            )
-        return Job(record, self.store)
-
-    def retry_job(self, job_id: Any) -> Job:
-        """Run a failed or cancelled job again: back to pending, due now, attempts reset.
-        Raises :class:`JobStateError` for any other status, or when its dedupe key is now
-        held by another job."""
-        job = self._require_job(job_id)
-        if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED):
-            raise JobStateError(
-                f"job {job.id} ({job.task}) is {job.status}; only failed or cancelled jobs "
-                "can be retried"
-            )
-        record = self.store.retry_finished(job.id, job.status, self.now())
-        if record is None:
-            raise JobStateError(f"job {job.id} ({job.task}) changed status; not retried")
-        result = Job(record, self.store)
-        self._created(result)
-        return result
-
-    def purge(
-        self,
-        *,
-        status: str | JobStatus | Iterable[str | JobStatus] = ("completed",),
-        older_than: timedelta | float = timedelta(0),
-        task: str | None = None,
-    ) -> int:
-        """Delete finished jobs of the given final statuses that finished more than
-        ``older_than`` ago. Returns how many were deleted."""
-        statuses = _statuses(status)
-        bad = [s.value for s in statuses if not s.is_final]
-        if bad:
-            raise ConfigurationError(f"purge: only final statuses can be purged, not {bad}")
-        age = validate.seconds(older_than, what="purge: older_than")
-        deleted = self.store.purge(statuses, self.now() - timedelta(seconds=age), task)
-        log.info("purged %d %s job(s)", deleted, "/".join(s.value for s in statuses))
-        return deleted
-
-    def stats(self) -> dict[str, Any]:
-        """Counts by task and status, the oldest due pending job, the running leases,
-        due jobs whose task no runner of this app knows, and ``clock_offset``: seconds
-        the server's clock is ahead of this app's (None where the store has no clock)."""
-        now = self.now()
-        by_task: dict[str, dict[str, int]] = {}
-        totals: dict[str, int] = {s.value: 0 for s in JobStatus}
-        for (task, status), n in self.store.counts().items():
-            by_task.setdefault(task, {})[status.value] = n
-            totals[status.value] += n
-        oldest = self.store.oldest_due(now)
-        offset = self.store.clock_offset(self.now)
-        return {
-            "now": now,
-            "clock_offset": None if offset is None else offset.total_seconds(),
-            "totals": totals,
-            "by_task": by_task,
-            "oldest_due": None
-            if oldest is None
-            else {
-                "id": oldest.id,
-                "task": oldest.task,
-                "run_at": oldest.run_at,
-                "late_seconds": (now - oldest.run_at).total_seconds(),
-            },
-            "running": [
-                {
-                    "id": r.id,
-                    "task": r.task,
-                    "owner": r.lease.owner if r.lease else None,
-                    "lease_until": r.lease.until if r.lease else None,
-                    "expired": bool(r.lease and r.lease.until < now),
-                }
-                for r in self.store.running()
-            ],
-            "unknown_tasks": self.store.unknown_due_tasks(self.tasks, now),
-        }
-
-    def schedules(self) -> list[dict[str, Any]]:
-        """Every repeating job: task, rule, timezone, status, next run, last run."""
-        rows = []
-        for record in self.store.schedules():
-            repeat = record.repeat or {}
-            last = record.last_run
-            rows.append(
-                {
-                    "id": record.id,
-                    "task": record.task,
-                    "rule": repeat.get("cron") or f"every {repeat.get('every')}s",
-                    "timezone": repeat.get("timezone"),
-                    "status": record.status.value,
-                    "next_run": record.run_at if record.status is JobStatus.PENDING else None,
-                    "last_run": last.finished_at if last else None,
-                    "last_status": last.status.value if last else None,
-                    "last_error": last.error if last else None,
-                }
-            )
-        return rows
-
     # Events ---------------------------------------------------------------------------------------
     def on(self, event: str, listener: Listener | None = None) -> Any:
         """Call ``listener(event)`` on each ``event`` (see :data:`~mongosched.EVENTS`);
@@ -603,28 +368,6 @@ class App:
 def _keep(value: Any, name: str) -> timedelta | None:
     seconds = validate.seconds(value, what=f"App: {name}", allow_none=True)
     return None if seconds is None else timedelta(seconds=seconds)
-
-
-def _statuses(status: Any) -> list[JobStatus]:
-    items = [status] if isinstance(status, (str, JobStatus)) else list(status)
-    out = []
-    for item in items:
-        try:
-            out.append(JobStatus(item))
-        except ValueError:
-            raise ConfigurationError(
-                f"unknown status {item!r}; known: {', '.join(s.value for s in JobStatus)}"
-            ) from None
-    return out
-
-
-def _query(task: str | None, status: Any, queue: str | None) -> JobQuery:
-    if task is not None and not isinstance(task, str):
-        raise ConfigurationError(f"task must be a task name, not {task!r}")
-    if queue is not None and not isinstance(queue, str):
-        raise ConfigurationError(f"queue must be a queue name, not {queue!r}")
-    statuses = None if status is None else tuple(_statuses(status))
-    return JobQuery(task=task, statuses=statuses, queue=queue)
 
 
 _apps: weakref.WeakSet[App] = weakref.WeakSet()

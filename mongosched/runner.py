@@ -4,11 +4,8 @@ One *dispatcher* thread claims a job only when a worker thread is free, submits 
 a :class:`~concurrent.futures.ThreadPoolExecutor`, re-polls at once after a claim and
 waits ``poll_interval`` when there was nothing to do. A heartbeat thread keeps each
 claim's lease alive (:mod:`mongosched.claim`). The dispatcher also reaps jobs whose
-lease ran out (their worker died).
-
-The same steps are public, for tests, eager mode and tools that drive a runner by
-hand: :meth:`Runner.claim_next`, :meth:`Runner.run_claim`, :meth:`Runner.run_until_idle`
-and :meth:`Runner.reap`.
+lease ran out (their worker died). What it does with each job is the synchronous steps
+of :mod:`mongosched.steps`, public on the runner too.
 """
 
 from __future__ import annotations
@@ -17,71 +14,25 @@ import atexit
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from datetime import datetime, timedelta
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
 
-from . import outcome, validate
+from . import validate
 from .claim import Claim, Heartbeats
-from .errors import (
-    ConfigurationError,
-    JobTimeout,
-    MongoschedError,
-    SerializationError,
-    StoreError,
-    WorkerShutdown,
-)
-from .job import Job
-from .outcome import Decision, Ending, Retention
-from .records import JobStatus
-from .retry import Retry
-from .store import Store
-from .task import Task
+from .errors import ConfigurationError, MongoschedError, StoreError, WorkerShutdown
+from .steps import RunnerHost, RunnerSteps
 
 __all__ = ["Runner", "RunnerHost"]
 
 log = logging.getLogger("mongosched.runner")
 
-NEVER_RETRY = Retry(max_attempts=1)
 
-
-class RunnerHost(Protocol):
-    """What a runner needs from its app (an :class:`~mongosched.App`)."""
-
-    @property
-    def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def lease_duration(self) -> float: ...
-
-    @property
-    def poll_interval(self) -> float: ...
-
-    @property
-    def retention(self) -> Retention: ...
-
-    def now(self) -> datetime: ...
-
-    def emit(self, name: str, **fields: Any) -> None: ...
-
-    def ensure_schedules(self, *, queues: Sequence[str] | None = None) -> list[str]: ...
-
-    def attach(self, runner: Runner) -> None: ...
-
-    def detach(self, runner: Runner) -> None: ...
-
-
-class Runner:
+class Runner(RunnerSteps):
     """Runs an app's jobs. Make one with :meth:`App.runner`.
 
     :param workers: worker threads (jobs run at once by this runner).
@@ -109,24 +60,16 @@ class Runner:
         reap_interval: float | None = None,
         shutdown_timeout: float = 30.0,
     ) -> None:
-        self.app = app
-        self.store = app.store
-        self.workers = validate.whole(workers, what="Runner: workers")
-        if isinstance(queues, str):
-            raise ConfigurationError("Runner: queues must be a list of names, not a str")
-        self.queues = None if queues is None else [validate.queue(q, task="*") for q in queues]
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
-        self.lease_duration = _duration(lease_duration, app.lease_duration, "lease_duration")
-        self.poll_interval = _duration(poll_interval, app.poll_interval, "poll_interval")
-        third = self.lease_duration / 3
-        self.heartbeat_interval = _duration(heartbeat_interval, third, "heartbeat_interval")
-        if self.heartbeat_interval > third:
-            raise ConfigurationError(
-                f"Runner: heartbeat_interval ({self.heartbeat_interval:g} s) must be at most a "
-                f"third of lease_duration ({self.lease_duration:g} s), or leases expire "
-                "between heartbeats"
-            )
-        self.reap_interval = _duration(reap_interval, third, "reap_interval")
+        super().__init__(
+            app,
+            workers=workers,
+            queues=queues,
+            name=name,
+            lease_duration=lease_duration,
+            poll_interval=poll_interval,
+            heartbeat_interval=heartbeat_interval,
+            reap_interval=reap_interval,
+        )
         self.shutdown_timeout = validate.seconds(shutdown_timeout, what="Runner: shutdown_timeout")
         self._free = threading.Semaphore(self.workers)
         self._stopping = threading.Event()
@@ -136,28 +79,11 @@ class Runner:
         self._pool: ThreadPoolExecutor | None = None
         self._heartbeats: Heartbeats | None = None
         self._dispatcher: threading.Thread | None = None
-        self._saturated: dict[str, float] = {}
         self._last_reap = 0.0
         self._last_unknown_check = 0.0
-        self.claimed = 0
+        self._last_poll: float | None = None
+        self._last_error: str | None = None
         self.finished = 0
-
-    # What a claim needs (LeaseKeeper) ---------------------------------------------------------
-    def now(self) -> datetime:
-        return self.app.now()
-
-    def lease_lost(self, claim: Claim, why: str) -> None:
-        log.warning(
-            "job %s (%s): lease lost (%s); another worker may run it, and this worker's "
-            "writes for it are refused",
-            claim.job_id,
-            claim.task.name,
-            why,
-        )
-        self.app.emit("job:lease_lost", job=self._job(claim.record), runner=self)
-
-    def _job(self, record: Any) -> Job:
-        return Job(record, self.store)
 
     # Lifecycle -------------------------------------------------------------------------------
     @property
@@ -169,14 +95,6 @@ class Runner:
         """Jobs this runner holds leases for."""
         with self._idle:
             return len(self._claims)
-
-    def prepare(self) -> None:
-        """Indexes, decorator-declared schedules and concurrency permits (what
-        :meth:`start` does before it claims; the app prepares its store once)."""
-        self.app.ensure_schedules(queues=self.queues)
-        for task in self.app.tasks.values():
-            if task.concurrency is not None:
-                self.store.ensure_permits(task.name, task.concurrency)
 
     def start(self) -> Runner:
         """Start the dispatcher and workers in background threads; returns at once."""
@@ -203,27 +121,6 @@ class Runner:
         )
         self.app.emit("runner:start", runner=self)
         return self
-
-    def check_clock(self) -> float | None:
-        """Compare this host's clock with the database server's (where the server reports
-        it) and warn when they differ by more than a tenth of the lease (at least 1 s):
-        leases compare times written by many hosts. Returns the offset in seconds
-        (server ahead: positive), or None. Runners do this when they start."""
-        offset = self.store.clock_offset(self.app.now)
-        if offset is None:
-            return None
-        seconds = offset.total_seconds()
-        if abs(seconds) > max(1.0, self.lease_duration / 10):
-            log.warning(
-                "runner %s: this host's clock is %.1f s %s the MongoDB server's; leases "
-                "compare times written by many hosts, so keep clocks in sync (NTP): the "
-                "difference must stay well below the lease duration (%g s)",
-                self.name,
-                abs(seconds),
-                "behind" if seconds > 0 else "ahead of",
-                self.lease_duration,
-            )
-        return seconds
 
     def wake(self) -> None:
         """Claim now instead of at the end of the idle wait."""
@@ -304,237 +201,16 @@ class Runner:
             for sig, old in previous.items():
                 signal.signal(sig, old)
 
-    # Public steps ----------------------------------------------------------------------------
-    def claim_next(self, *, job_id: Any = None) -> Claim | None:
-        """Claim the next due job of this runner's tasks and queues (or the pending job
-        ``job_id``, due or not). None when there is none, or when it was given back
-        because its task's concurrency permits are all taken."""
-        return self._take(job_id)[0]
-
-    def run_claim(self, claim: Claim) -> Decision | None:
-        """Run a claimed job in this thread and record its outcome; returns the
-        decision, or None when it did not run to a recorded outcome (its repeating
-        slot moved on, or its lease was lost). Without a heartbeat (as in
-        :meth:`run_until_idle`) a task's timeout is not enforced."""
-        try:
-            if claim.record.repeat and claim.record.attempts <= 1 and not self._start_slot(claim):
-                return None
-            self.app.emit("job:start", job=self._job(claim.record), runner=self)
-            log.debug(
-                "job %s (%s) attempt %d started",
-                claim.job_id,
-                claim.task.name,
-                claim.record.attempts,
-            )
-            started = time.monotonic()
-            result, error = claim.call()
-            return self._conclude(claim, result, error, time.monotonic() - started)
-        finally:
-            claim.finish()
-            self._release_permit(claim)
-
-    def run_until_idle(self, *, limit: int = 10_000) -> int:
-        """Run due jobs in this thread until none is due (or ``limit`` attempts ran);
-        returns how many attempts ran."""
-        ran = 0
-        while ran < limit:
-            claim, claimed = self._take()
-            if not claimed:
-                break
-            if claim is not None:
-                self.run_claim(claim)
-                ran += 1
-        return ran
-
-    def reap(self) -> int:
-        """Give back jobs whose lease expired (their worker stopped heartbeating): to
-        pending while attempts remain, else failed (repeating jobs: the next slot).
-        Returns how many were reaped. A job that cannot be processed is reported and
-        skipped; it never stops the others."""
-        now = self.app.now()
-        reaped = 0
-        retention = self.app.retention
-        for record in self.store.expired(now):
-            try:
-                decision = outcome.decide(
-                    record, Ending.LEASE_EXPIRED, now=now, retention=retention
-                )
-            except Exception as exc:  # its rule no longer computes: it fails alone
-                decision = outcome.malformed(record, _why(exc), now, retention)
-            stored = self.store.reap(record, now, decision.settlement)
-            if stored is not None:
-                reaped += 1
-                log.warning("job %s (%s): %s", record.id, record.task, decision.settlement.error)
-                event = "job:cancel" if stored.status is JobStatus.CANCELLED else decision.event
-                self.app.emit(event, job=self._job(stored), runner=self)
-        return reaped
-
-    # Claiming ---------------------------------------------------------------------------------
-    def _claimable(self) -> list[str]:
-        """Registered tasks, less those whose concurrency permits were all taken a moment
-        ago. (A task's jobs may sit in any queue: the claim filters on queues.)"""
-        now = time.monotonic()
-        return [name for name in self.app.tasks if self._saturated.get(name, 0.0) <= now]
-
-    def _take(self, job_id: Any = None) -> tuple[Claim | None, bool]:
-        """One claim: ``(claim, True)``; ``(None, True)`` when the job was given back
-        because its task's permits are all held; ``(None, False)`` when nothing is due."""
-        now = self.app.now()
-        record = self.store.claim(
-            owner=self.name,
-            tasks=self._claimable() if job_id is None else list(self.app.tasks),
-            queues=self.queues if job_id is None else None,
-            now=now,
-            lease_duration=self.lease_duration,
-            job_id=job_id,
-        )
-        if record is None:
-            return None, False
-        task = self.app.tasks[record.task]
-        claim = Claim(self, record, task)
-        arrived = self.app.now()
-        if arrived + timedelta(seconds=self.heartbeat_interval) >= claim.until:
-            # The reply came so late that the lease ran out (or will before the first
-            # heartbeat can renew it): another runner may take the job; never run it.
-            log.warning(
-                "job %s (%s): the claim's reply arrived at %s, too late for its lease "
-                "(until %s); giving it back",
-                claim.job_id,
-                task.name,
-                arrived,
-                claim.until,
-            )
-            self._give_back(claim)
-            return None, True
-        if task.concurrency is not None:
-            if not self.store.take_permit(
-                task.name, task.concurrency, claim.token, claim.job_id, self.name, now, claim.until
-            ):
-                self._give_back(claim)
-                self._saturated[task.name] = time.monotonic() + self.poll_interval
-                return None, True
-            claim.has_permit = True
-        self.claimed += 1
-        return claim, True
-
-    def _give_back(self, claim: Claim) -> None:
-        """A claim that will not run: pending again, uncounted, in its place in line."""
-        claim.finish()
-        self._release_permit(claim)
-        self.store.settle(claim.record, outcome.given_back(claim.record, self.app.now()))
-
-    def _release_permit(self, claim: Claim) -> None:
-        if claim.has_permit:
-            claim.has_permit = False
-            try:
-                self.store.release_permit(claim.task.name, claim.token)
-            except StoreError as exc:  # the permit's lease expires on its own
-                log.warning("could not release a permit of %s: %s", claim.task.name, exc)
-
-    # Running one job ---------------------------------------------------------------------------
-    def _start_slot(self, claim: Claim) -> bool:
-        """Apply the misfire policy to a repeating job's first attempt at a slot.
-        Returns False when no run happens now (the job moved to a later slot)."""
-        now = self.app.now()
-        try:
-            plan = outcome.plan_run(claim.record, now)
-        except Exception as exc:  # its rule no longer computes: it fails alone
-            claim.finish()
-            failed = outcome.malformed(claim.record, _why(exc), now, self.app.retention)
-            self.store.settle(claim.record, failed.settlement)
-            log.error("job %s (%s): %s", claim.job_id, claim.task.name, failed.error)
-            return False
-        if plan.missed:
-            log.warning(
-                "job %s (%s): %d missed slot(s) dropped by misfire policy %r",
-                claim.job_id,
-                claim.task.name,
-                plan.missed,
-                plan.policy,
-            )
-        if plan.slot is None:
-            assert plan.settlement is not None
-            claim.finish()
-            self.store.settle(claim.record, plan.settlement)
-            return False
-        if plan.slot != claim.record.scheduled_for:
-            # Record the slot this run is for, so a retry of it runs the same slot.
-            if not self.store.record_slot(claim.job_id, claim.token, plan.slot, self.app.now()):
-                claim.lose("slot write was fenced off")
-                return False
-        claim.slot = claim.ctx.scheduled_for = plan.slot
-        return True
-
-    def _ending(self, claim: Claim, error: BaseException | None) -> Ending:
-        reason = claim.ctx.cancel_reason
-        if reason == "cancelled":
-            return Ending.CANCELLED
-        if reason == "shutdown" or isinstance(error, WorkerShutdown):
-            return Ending.SHUTDOWN
-        if reason == "timeout" or isinstance(error, JobTimeout):
-            return Ending.TIMEOUT
-        return Ending.SUCCESS if error is None else Ending.ERROR
-
-    def _conclude(
-        self, claim: Claim, result: Any, error: BaseException | None, seconds: float
-    ) -> Decision | None:
-        """Record how one attempt ended, fenced on the lease token."""
-        task = claim.task
-        claim.finish()  # no heartbeat may race the outcome write
-        if claim.lost:
-            log.warning(
-                "job %s (%s): finished after its lease was lost; outcome discarded (%s)",
-                claim.job_id,
-                task.name,
-                "ok" if error is None else f"{type(error).__name__}: {error}",
-            )
-            return None
-        decision = self._decide(claim, self._ending(claim, error), result, error, task.retry)
-        try:
-            stored = self.store.settle(claim.record, decision.settlement)
-        except SerializationError as exc:  # the result cannot be stored
-            decision = self._decide(claim, Ending.ERROR, None, exc, NEVER_RETRY)
-            stored = self.store.settle(claim.record, decision.settlement)
-        if stored is None:
-            claim.lose("outcome write was fenced off")
-            log.warning("job %s (%s): outcome rejected: lease lost", claim.job_id, task.name)
-            return None
-        if stored.status is JobStatus.CANCELLED and decision.status is not JobStatus.CANCELLED:
-            decision = replace(
-                decision,
-                event="job:cancel",
-                settlement=decision.settlement.on_cancel or decision.settlement,
-            )
-        _log_decision(claim, decision, seconds)
-        self.app.emit(decision.event, job=self._job(stored), error=decision.error, runner=self)
-        return decision
-
-    def _decide(
-        self,
-        claim: Claim,
-        ending: Ending,
-        result: Any,
-        error: BaseException | None,
-        retry: Retry,
-    ) -> Decision:
-        now, retention = self.app.now(), self.app.retention
-        try:
-            return outcome.decide(
-                claim.record,
-                ending,
-                now=now,
-                retention=retention,
-                retry=retry,
-                result=result,
-                error=error,
-                slot=claim.slot,
-                timeout=claim.task.timeout,
-            )
-        except Exception as exc:  # its rule no longer computes: it fails alone
-            return outcome.malformed(claim.record, _why(exc), now, retention)
-
     # Dispatcher -------------------------------------------------------------------------------
     def _dispatch(self) -> None:
+        try:
+            self._dispatch_loop()
+        except BaseException as exc:  # never expected: say so where operators look
+            self._last_error = f"dispatcher died: {type(exc).__name__}: {exc}"
+            log.critical("runner %s: %s; this runner claims nothing more", self.name, exc)
+            raise
+
+    def _dispatch_loop(self) -> None:
         backoff = 0.0
         while not self._stopping.is_set():
             if not self._free.acquire(timeout=self.poll_interval):
@@ -545,24 +221,49 @@ class Runner:
                 claimed = self._claim_and_submit()
             except StoreError as exc:
                 self._free.release()
+                self._last_error = f"database: {exc}"
                 backoff = min(max(backoff * 2, self.poll_interval), 30.0)
                 log.warning(
                     "runner %s: database error (%s); retrying in %.1f s", self.name, exc, backoff
                 )
                 self._stopping.wait(backoff)
                 continue
-            except Exception:
+            except Exception as exc:
                 self._free.release()
+                self._last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("runner %s: unexpected error in the dispatcher", self.name)
                 self._stopping.wait(self.poll_interval)
                 continue
+            self._last_poll = time.monotonic()
             if backoff:
                 log.info("runner %s: database reachable again", self.name)
                 backoff = 0.0
+                self._last_error = None
             if not claimed:
                 self._free.release()
                 self._wake.wait(self.poll_interval)
                 self._wake.clear()
+
+    def health(self) -> dict[str, Any]:
+        """How this runner is doing, for health checks and probes: ``healthy`` is False
+        when its dispatcher thread is not running although it was started and not
+        stopped, or when it has not polled for ten poll intervals (plus a minute, for
+        database backoff)."""
+        now = time.monotonic()
+        started = self._dispatcher is not None and not self._stopping.is_set()
+        alive = self.is_running
+        since = None if self._last_poll is None else now - self._last_poll
+        stale = since is not None and since > 10 * self.poll_interval + 60
+        return {
+            "name": self.name,
+            "running": alive,
+            "healthy": (alive or not started) and not stale,
+            "in_flight": self.in_flight,
+            "claimed": self.claimed,
+            "finished": self.finished,
+            "seconds_since_poll": since,
+            "last_error": self._last_error,
+        }
 
     def _claim_and_submit(self) -> bool:
         """Claim one job and hand it to a worker. True if a job was claimed (even one
@@ -641,50 +342,8 @@ class Runner:
         return f"<Runner {self.name} workers={self.workers} running={self.is_running}>"
 
 
-def _why(exc: BaseException) -> str:
-    return f"its outcome cannot be computed ({type(exc).__name__}: {exc})"
-
-
 def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
-def _duration(value: float | None, default: float, name: str) -> float:
-    chosen = default if value is None else value
-    return validate.seconds(chosen, what=f"Runner: {name}", strict=True)
-
-
-def _log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
-    job, task, record = claim.job_id, claim.task.name, claim.record
-    error = decision.error
-    if decision.event == "job:success":
-        log.info("job %s (%s) completed in %.3f s", job, task, seconds)
-    elif decision.event == "job:cancel":
-        log.info("job %s (%s) cancelled while running", job, task)
-    elif decision.event == "job:retry" and error is None:
-        log.info("job %s (%s) interrupted by shutdown; back to pending", job, task)
-    elif decision.event == "job:retry":
-        delay = decision.delay or timedelta(0)
-        log.info(
-            "job %s (%s) attempt %d/%d failed (%s: %s); retrying in %.1f s",
-            job,
-            task,
-            record.attempts,
-            record.max_attempts,
-            type(error).__name__,
-            error,
-            delay.total_seconds(),
-        )
-    else:
-        log.warning(
-            "job %s (%s) failed on attempt %d/%d: %s: %s",
-            job,
-            task,
-            record.attempts,
-            record.max_attempts,
-            type(error).__name__,
-            error,
-        )
 
 
 class _RunnersAtExit:

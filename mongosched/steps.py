@@ -1,0 +1,424 @@
+"""The steps of a runner, synchronous, in the calling thread: claim the next job, run
+a claim, run until idle, reap. The threaded :class:`~mongosched.runner.Runner` is built
+on them, and so are eager mode and :func:`mongosched.testing.drain`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from . import outcome, validate
+from .claim import Claim
+from .errors import ConfigurationError, JobTimeout, SerializationError, StoreError, WorkerShutdown
+from .job import Job
+from .outcome import Decision, Ending, Retention
+from .records import JobStatus
+from .retry import Retry
+from .store import Store
+from .task import Task
+
+__all__ = ["RunnerHost", "RunnerSteps"]
+
+log = logging.getLogger("mongosched.runner")
+
+NEVER_RETRY = Retry(max_attempts=1)
+
+
+class RunnerHost(Protocol):
+    """What a runner needs from its app (an :class:`~mongosched.App`)."""
+
+    @property
+    def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def lease_duration(self) -> float: ...
+
+    @property
+    def poll_interval(self) -> float: ...
+
+    @property
+    def retention(self) -> Retention: ...
+
+    def now(self) -> datetime: ...
+
+    def emit(self, name: str, **fields: Any) -> None: ...
+
+    def ensure_schedules(self, *, queues: Sequence[str] | None = None) -> list[str]: ...
+
+    def attach(self, runner: Any) -> None: ...
+
+    def detach(self, runner: Any) -> None: ...
+
+
+class RunnerSteps:
+    """A runner's configuration and its synchronous steps (see the module).
+
+    :param workers: worker threads (jobs run at once by this runner).
+    :param queues: queues to serve (None: every queue).
+    :param name: owner name recorded in leases (default ``host:pid:id``).
+    :param lease_duration: override the app's.
+    :param poll_interval: override the app's.
+    :param heartbeat_interval: seconds between lease renewals (at most a third of the
+        lease; default exactly that).
+    :param reap_interval: seconds between reaper passes (``lease_duration / 3``).
+    """
+
+    def __init__(
+        self,
+        app: RunnerHost,
+        *,
+        workers: int = 4,
+        queues: Sequence[str] | None = None,
+        name: str | None = None,
+        lease_duration: float | None = None,
+        poll_interval: float | None = None,
+        heartbeat_interval: float | None = None,
+        reap_interval: float | None = None,
+    ) -> None:
+        self.app = app
+        self.store = app.store
+        self.workers = validate.whole(workers, what="Runner: workers")
+        if isinstance(queues, str):
+            raise ConfigurationError("Runner: queues must be a list of names, not a str")
+        self.queues = None if queues is None else [validate.queue(q, task="*") for q in queues]
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.lease_duration = _duration(lease_duration, app.lease_duration, "lease_duration")
+        self.poll_interval = _duration(poll_interval, app.poll_interval, "poll_interval")
+        third = self.lease_duration / 3
+        self.heartbeat_interval = _duration(heartbeat_interval, third, "heartbeat_interval")
+        if self.heartbeat_interval > third:
+            raise ConfigurationError(
+                f"Runner: heartbeat_interval ({self.heartbeat_interval:g} s) must be at most a "
+                f"third of lease_duration ({self.lease_duration:g} s), or leases expire "
+                "between heartbeats"
+            )
+        self.reap_interval = _duration(reap_interval, third, "reap_interval")
+        self._saturated: dict[str, float] = {}
+        self.claimed = 0
+
+    # What a claim needs (LeaseKeeper) ---------------------------------------------------------
+    def now(self) -> datetime:
+        return self.app.now()
+
+    def lease_lost(self, claim: Claim, why: str) -> None:
+        log.warning(
+            "job %s (%s): lease lost (%s); another worker may run it, and this worker's "
+            "writes for it are refused",
+            claim.job_id,
+            claim.task.name,
+            why,
+        )
+        self.app.emit("job:lease_lost", job=self._job(claim.record), runner=self)
+
+    def _job(self, record: Any) -> Job:
+        return Job(record, self.store)
+
+    def prepare(self) -> None:
+        """Indexes, decorator-declared schedules and concurrency permits (what
+        :meth:`start` does before it claims; the app prepares its store once)."""
+        self.app.ensure_schedules(queues=self.queues)
+        for task in self.app.tasks.values():
+            if task.concurrency is not None:
+                self.store.ensure_permits(task.name, task.concurrency)
+
+    def check_clock(self) -> float | None:
+        """Compare this host's clock with the database server's (where the server reports
+        it) and warn when they differ by more than a tenth of the lease (at least 1 s):
+        leases compare times written by many hosts. Returns the offset in seconds
+        (server ahead: positive), or None. Runners do this when they start."""
+        offset = self.store.clock_offset(self.app.now)
+        if offset is None:
+            return None
+        seconds = offset.total_seconds()
+        if abs(seconds) > max(1.0, self.lease_duration / 10):
+            log.warning(
+                "runner %s: this host's clock is %.1f s %s the MongoDB server's; leases "
+                "compare times written by many hosts, so keep clocks in sync (NTP): the "
+                "difference must stay well below the lease duration (%g s)",
+                self.name,
+                abs(seconds),
+                "behind" if seconds > 0 else "ahead of",
+                self.lease_duration,
+            )
+        return seconds
+
+    # Public steps ----------------------------------------------------------------------------
+    def claim_next(self, *, job_id: Any = None) -> Claim | None:
+        """Claim the next due job of this runner's tasks and queues (or the pending job
+        ``job_id``, due or not). None when there is none, or when it was given back
+        because its task's concurrency permits are all taken."""
+        return self._take(job_id)[0]
+
+    def run_claim(self, claim: Claim) -> Decision | None:
+        """Run a claimed job in this thread and record its outcome; returns the
+        decision, or None when it did not run to a recorded outcome (its repeating
+        slot moved on, or its lease was lost). Without a heartbeat (as in
+        :meth:`run_until_idle`) a task's timeout is not enforced."""
+        try:
+            if claim.record.repeat and claim.record.attempts <= 1 and not self._start_slot(claim):
+                return None
+            self.app.emit("job:start", job=self._job(claim.record), runner=self)
+            log.debug(
+                "job %s (%s) attempt %d started",
+                claim.job_id,
+                claim.task.name,
+                claim.record.attempts,
+            )
+            started = time.monotonic()
+            result, error = claim.call()
+            return self._conclude(claim, result, error, time.monotonic() - started)
+        finally:
+            claim.finish()
+            self._release_permit(claim)
+
+    def run_until_idle(self, *, limit: int = 10_000) -> int:
+        """Run due jobs in this thread until none is due (or ``limit`` attempts ran);
+        returns how many attempts ran."""
+        ran = 0
+        while ran < limit:
+            claim, claimed = self._take()
+            if not claimed:
+                break
+            if claim is not None:
+                self.run_claim(claim)
+                ran += 1
+        return ran
+
+    def reap(self) -> int:
+        """Give back jobs whose lease expired (their worker stopped heartbeating): to
+        pending while attempts remain, else failed (repeating jobs: the next slot).
+        Returns how many were reaped. A job that cannot be processed is reported and
+        skipped; it never stops the others."""
+        now = self.app.now()
+        reaped = 0
+        retention = self.app.retention
+        for record in self.store.expired(now):
+            try:
+                decision = outcome.decide(
+                    record, Ending.LEASE_EXPIRED, now=now, retention=retention
+                )
+            except Exception as exc:  # its rule no longer computes: it fails alone
+                decision = outcome.malformed(record, _why(exc), now, retention)
+            stored = self.store.reap(record, now, decision.settlement)
+            if stored is not None:
+                reaped += 1
+                log.warning("job %s (%s): %s", record.id, record.task, decision.settlement.error)
+                event = "job:cancel" if stored.status is JobStatus.CANCELLED else decision.event
+                self.app.emit(event, job=self._job(stored), runner=self)
+        return reaped
+
+    # Claiming ---------------------------------------------------------------------------------
+    def _claimable(self) -> list[str]:
+        """Registered tasks, less those whose concurrency permits were all taken a moment
+        ago. (A task's jobs may sit in any queue: the claim filters on queues.)"""
+        now = time.monotonic()
+        return [name for name in self.app.tasks if self._saturated.get(name, 0.0) <= now]
+
+    def _take(self, job_id: Any = None) -> tuple[Claim | None, bool]:
+        """One claim: ``(claim, True)``; ``(None, True)`` when the job was given back
+        because its task's permits are all held; ``(None, False)`` when nothing is due."""
+        now = self.app.now()
+        record = self.store.claim(
+            owner=self.name,
+            tasks=self._claimable() if job_id is None else list(self.app.tasks),
+            queues=self.queues if job_id is None else None,
+            now=now,
+            lease_duration=self.lease_duration,
+            job_id=job_id,
+        )
+        if record is None:
+            return None, False
+        task = self.app.tasks[record.task]
+        claim = Claim(self, record, task)
+        arrived = self.app.now()
+        if arrived + timedelta(seconds=self.heartbeat_interval) >= claim.until:
+            # The reply came so late that the lease ran out (or will before the first
+            # heartbeat can renew it): another runner may take the job; never run it.
+            log.warning(
+                "job %s (%s): the claim's reply arrived at %s, too late for its lease "
+                "(until %s); giving it back",
+                claim.job_id,
+                task.name,
+                arrived,
+                claim.until,
+            )
+            self._give_back(claim)
+            return None, True
+        if task.concurrency is not None:
+            if not self.store.take_permit(
+                task.name, task.concurrency, claim.token, claim.job_id, self.name, now, claim.until
+            ):
+                self._give_back(claim)
+                self._saturated[task.name] = time.monotonic() + self.poll_interval
+                return None, True
+            claim.has_permit = True
+        self.claimed += 1
+        return claim, True
+
+    def _give_back(self, claim: Claim) -> None:
+        """A claim that will not run: pending again, uncounted, in its place in line."""
+        claim.finish()
+        self._release_permit(claim)
+        self.store.settle(claim.record, outcome.given_back(claim.record, self.app.now()))
+
+    def _release_permit(self, claim: Claim) -> None:
+        if claim.has_permit:
+            claim.has_permit = False
+            try:
+                self.store.release_permit(claim.task.name, claim.token)
+            except StoreError as exc:  # the permit's lease expires on its own
+                log.warning("could not release a permit of %s: %s", claim.task.name, exc)
+
+    # Running one job ---------------------------------------------------------------------------
+    def _start_slot(self, claim: Claim) -> bool:
+        """Apply the misfire policy to a repeating job's first attempt at a slot.
+        Returns False when no run happens now (the job moved to a later slot)."""
+        now = self.app.now()
+        try:
+            plan = outcome.plan_run(claim.record, now)
+        except Exception as exc:  # its rule no longer computes: it fails alone
+            claim.finish()
+            failed = outcome.malformed(claim.record, _why(exc), now, self.app.retention)
+            self.store.settle(claim.record, failed.settlement)
+            log.error("job %s (%s): %s", claim.job_id, claim.task.name, failed.error)
+            return False
+        if plan.missed:
+            log.warning(
+                "job %s (%s): %d missed slot(s) dropped by misfire policy %r",
+                claim.job_id,
+                claim.task.name,
+                plan.missed,
+                plan.policy,
+            )
+        if plan.slot is None:
+            assert plan.settlement is not None
+            claim.finish()
+            self.store.settle(claim.record, plan.settlement)
+            return False
+        if plan.slot != claim.record.scheduled_for:
+            # Record the slot this run is for, so a retry of it runs the same slot.
+            if not self.store.record_slot(claim.job_id, claim.token, plan.slot, self.app.now()):
+                claim.lose("slot write was fenced off")
+                return False
+        claim.slot = claim.ctx.scheduled_for = plan.slot
+        return True
+
+    def _ending(self, claim: Claim, error: BaseException | None) -> Ending:
+        reason = claim.ctx.cancel_reason
+        if reason == "cancelled":
+            return Ending.CANCELLED
+        if reason == "shutdown" or isinstance(error, WorkerShutdown):
+            return Ending.SHUTDOWN
+        if reason == "timeout" or isinstance(error, JobTimeout):
+            return Ending.TIMEOUT
+        return Ending.SUCCESS if error is None else Ending.ERROR
+
+    def _conclude(
+        self, claim: Claim, result: Any, error: BaseException | None, seconds: float
+    ) -> Decision | None:
+        """Record how one attempt ended, fenced on the lease token."""
+        task = claim.task
+        claim.finish()  # no heartbeat may race the outcome write
+        if claim.lost:
+            log.warning(
+                "job %s (%s): finished after its lease was lost; outcome discarded (%s)",
+                claim.job_id,
+                task.name,
+                "ok" if error is None else f"{type(error).__name__}: {error}",
+            )
+            return None
+        decision = self._decide(claim, self._ending(claim, error), result, error, task.retry)
+        try:
+            stored = self.store.settle(claim.record, decision.settlement)
+        except SerializationError as exc:  # the result cannot be stored
+            decision = self._decide(claim, Ending.ERROR, None, exc, NEVER_RETRY)
+            stored = self.store.settle(claim.record, decision.settlement)
+        if stored is None:
+            claim.lose("outcome write was fenced off")
+            log.warning("job %s (%s): outcome rejected: lease lost", claim.job_id, task.name)
+            return None
+        if stored.status is JobStatus.CANCELLED and decision.status is not JobStatus.CANCELLED:
+            decision = replace(
+                decision,
+                event="job:cancel",
+                settlement=decision.settlement.on_cancel or decision.settlement,
+            )
+        _log_decision(claim, decision, seconds)
+        self.app.emit(decision.event, job=self._job(stored), error=decision.error, runner=self)
+        return decision
+
+    def _decide(
+        self,
+        claim: Claim,
+        ending: Ending,
+        result: Any,
+        error: BaseException | None,
+        retry: Retry,
+    ) -> Decision:
+        now, retention = self.app.now(), self.app.retention
+        try:
+            return outcome.decide(
+                claim.record,
+                ending,
+                now=now,
+                retention=retention,
+                retry=retry,
+                result=result,
+                error=error,
+                slot=claim.slot,
+                timeout=claim.task.timeout,
+            )
+        except Exception as exc:  # its rule no longer computes: it fails alone
+            return outcome.malformed(claim.record, _why(exc), now, retention)
+
+
+def _why(exc: BaseException) -> str:
+    return f"its outcome cannot be computed ({type(exc).__name__}: {exc})"
+
+
+def _duration(value: float | None, default: float, name: str) -> float:
+    chosen = default if value is None else value
+    return validate.seconds(chosen, what=f"Runner: {name}", strict=True)
+
+
+def _log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
+    job, task, record = claim.job_id, claim.task.name, claim.record
+    error = decision.error
+    if decision.event == "job:success":
+        log.info("job %s (%s) completed in %.3f s", job, task, seconds)
+    elif decision.event == "job:cancel":
+        log.info("job %s (%s) cancelled while running", job, task)
+    elif decision.event == "job:retry" and error is None:
+        log.info("job %s (%s) interrupted by shutdown; back to pending", job, task)
+    elif decision.event == "job:retry":
+        delay = decision.delay or timedelta(0)
+        log.info(
+            "job %s (%s) attempt %d/%d failed (%s: %s); retrying in %.1f s",
+            job,
+            task,
+            record.attempts,
+            record.max_attempts,
+            type(error).__name__,
+            error,
+            delay.total_seconds(),
+        )
+    else:
+        log.warning(
+            "job %s (%s) failed on attempt %d/%d: %s: %s",
+            job,
+            task,
+            record.attempts,
+            record.max_attempts,
+            type(error).__name__,
+            error,
+        )
