@@ -34,9 +34,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from bson import ObjectId
 from pymongo.errors import AutoReconnect
 
-from mongosched import App, outcome
+from mongosched import App, Cancellation, outcome
 from mongosched.claim import Claim
 from mongosched.errors import MongoschedError, StoreError
 from mongosched.records import JobStatus
@@ -49,7 +50,7 @@ from tests.support.mongomock_db import embedded_client, reset_embedded
 
 LEASE = 10.0
 LIMIT = 2  # concurrency of the limited task
-RUNS = int(os.environ.get("MONGOSCHED_FAULT_RUNS", "400"))
+RUNS = int(os.environ.get("MONGOSCHED_FAULT_RUNS", "300"))
 SOAK_RUNS = int(os.environ.get("MONGOSCHED_SOAK_RUNS", "20000"))
 SEED = int(os.environ.get("MONGOSCHED_FAULT_SEED", "20261122"))
 
@@ -76,6 +77,10 @@ class World:
     stats: Counter[str] = field(default_factory=Counter)
     concluded: list[Any] = field(default_factory=list)  # slots of "tick", as they conclude
     failing: bool = False  # what the next task run does: raise, or return
+    oversize: bool = False  # ... or return more than a job keeps
+    cancelled: set[Any] = field(default_factory=set)  # cancel() landed for these
+    cancel_tried: set[Any] = field(default_factory=set)  # ... or may have
+    poisons: list[Any] = field(default_factory=list)
     inside: Holder | None = None  # the holder whose function runs now
 
     @property
@@ -108,6 +113,8 @@ def make_world(seed: int, database: Any, collection: str) -> World:
         during_run(world)
         if world.failing:
             raise RuntimeError("flaky")
+        if world.oversize:
+            return "x" * (1024 * 1024 + 1)
         return n
 
     app.task(name="plain", retry=3)(body)
@@ -115,7 +122,12 @@ def make_world(seed: int, database: Any, collection: str) -> World:
     app.task(name="tick", retry=2, every=LEASE * 0.7)(body)
     for runner in runners:
         runner.prepare()
-    inject(app.store, rng, rate=rng.choice([0.05, 0.15, 0.3]))
+    late = rng.choice([0.0, 0.05])  # replies arriving after the lease they grant
+
+    def reply_late() -> None:
+        clock.advance(seconds=LEASE + 1)
+
+    inject(app.store, rng, rate=rng.choice([0.05, 0.15, 0.3]), late=reply_late, late_rate=late)
     return world
 
 
@@ -190,6 +202,7 @@ def act_finish(w: World, holder: Holder) -> None:
     current = is_current(w, holder)
     before = w.raw(claim.job_id)  # the simulation is sequential
     w.failing = w.rng.random() < 0.3
+    w.oversize = not w.failing and w.rng.random() < 0.05
     w.inside = holder if current else None  # others act during the run only then
     drop(w, holder)
     try:
@@ -228,10 +241,52 @@ def during_run(w: World) -> None:
             w.clock.advance(timedelta(seconds=w.rng.choice([1, LEASE / 2, LEASE + 1])))
         elif roll < 0.55:
             act_heartbeat(w, holder)
-        elif roll < 0.8:
+        elif roll < 0.75:
             act_reap(w, worker)
+        elif roll < 0.85:
+            act_cancel(w, holder.claim.job_id)
         else:
             act_claim(w, worker)
+
+
+def act_cancel(w: World, job_id: Any = None) -> None:
+    """A user cancels a job (at any point of its life, a run included)."""
+    candidates = sorted(w.returned, key=str)
+    if job_id is None and not candidates:
+        return
+    job_id = job_id if job_id is not None else w.rng.choice(candidates)
+    if job_id not in w.returned:
+        return  # the repeating job: cancelling it would end the schedule the checks follow
+    w.cancel_tried.add(job_id)
+    try:
+        done = w.app.cancel(job_id)
+    except MongoschedError:
+        return  # landed or not: unknown, so no promise to check
+    if done in (Cancellation.CANCELLED, Cancellation.REQUESTED):
+        w.cancelled.add(job_id)
+        w.stats["cancels"] += 1
+
+
+def act_poison(w: World) -> None:
+    """Another program writes a job document mongosched cannot process."""
+    now = w.clock()
+    doc = {
+        "_id": ObjectId(),
+        "task": "plain",
+        "args": [0],
+        "kwargs": {},
+        "queue": "default",
+        "priority": 5,
+        "status": w.rng.choice(["pending", "running"]),
+        "run_at": now,
+        "attempts": w.rng.choice(["1", None]),
+        "max_attempts": 3,
+        "lease": {"owner": "ghost", "until": now},  # no token
+        "created_at": now,
+        "updated_at": now,
+    }
+    w.store.jobs._target.insert_one(doc)
+    w.poisons.append(doc["_id"])
 
 
 def act_crash(w: World, worker: int) -> None:
@@ -315,6 +370,7 @@ def settle(w: World) -> None:
                 act_finish(w, holder)
         w.clock.advance(seconds=LEASE * 2)  # past every lease and retry delay
         w.runners[0].reap()
+        w.store.quarantine(w.clock())
         progressed = False
         while True:
             claim = w.runners[0].claim_next()
@@ -337,9 +393,23 @@ def check_end(w: World) -> None:
     for job_id in w.returned:
         doc = raw.find_one({"_id": job_id})
         assert doc is not None, f"job {job_id} lost"
+        if job_id in w.cancelled:  # a cancel that landed is never lost
+            assert doc["status"] == "cancelled", f"cancelled job {job_id} ended {doc['status']}"
+            continue
+        if doc["status"] == "cancelled":
+            assert job_id in w.cancel_tried, f"job {job_id} cancelled by nobody"
+            continue
         assert doc["status"] in ("completed", "failed"), f"job {job_id} ended {doc['status']}"
         if doc["status"] == "failed":
-            assert doc["attempts"] >= doc["max_attempts"] or doc["error"]["type"] == "RuntimeError"
+            assert doc["attempts"] >= doc["max_attempts"] or doc["error"]["type"] in (
+                "RuntimeError",
+                "ResultTooLarge",
+            ), doc["error"]
+        else:
+            assert len(repr(doc.get("result"))) < 1024 * 1024, "a result over the limit landed"
+    for poison in w.poisons:  # failed alone, naming what is wrong
+        doc = raw.find_one({"_id": poison})
+        assert doc["status"] == "failed" and doc["error"]["type"] == "MalformedJob", doc
     for marker in w.raised_markers:
         assert raw.count_documents({"args": [marker]}) <= 1, (
             f"a failed schedule made job {marker} twice"
@@ -374,6 +444,10 @@ def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Coun
             act_reap(w, worker)
         elif roll < 0.90:
             act_restart(w, worker)
+        elif roll < 0.93:
+            act_cancel(w)
+        elif roll < 0.94:
+            act_poison(w)
         else:
             w.clock.advance(timedelta(seconds=w.rng.choice([1, 4, LEASE / 2, LEASE + 1])))
         check_dedupe(w)
@@ -383,6 +457,7 @@ def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Coun
     for wrapper in (w.store.jobs, w.store.permits):
         w.stats.update(wrapper.injected)
     w.stats["slots concluded"] += len(w.concluded)
+    w.stats["poison documents"] += len(w.poisons)
     return w.stats
 
 
@@ -442,14 +517,17 @@ def run_many(runs: int, seed: int) -> Counter[str]:
 
 
 def report(runs: int, seed: int, totals: Counter[str]) -> None:
-    injected = sum(v for k, v in totals.items() if ":" in k)
+    injected = sum(v for k, v in totals.items() if ":" in k and not k.endswith(":late"))
     lost = sum(v for k, v in totals.items() if k.endswith(":after"))
+    late = sum(v for k, v in totals.items() if k.endswith(":late"))
     print(
         f"\nfault injection: {runs} runs, master seed {seed}; {totals['claims']} claims, "
         f"{injected} faults injected ({lost} lost replies after the write applied), "
         f"{totals['crashes']} crashed holders, {totals['reaped']} reaped, "
         f"{totals['schedule raised']} schedule calls raised, "
-        f"{totals['slots concluded']} repeating slots concluded; all invariants held"
+        f"{totals['slots concluded']} repeating slots concluded, {totals['cancels']} cancels, "
+        f"{late} late replies, {totals['poison documents']} poison documents; "
+        "all invariants held"
     )
 
 

@@ -281,7 +281,7 @@ def _pings(db: Any) -> bool:
 @pytest.mark.parametrize(
     "jobs",
     [
-        pytest.param(500, id="500-jobs"),
+        pytest.param(200, id="200-jobs"),
         pytest.param(1000, id="1000-jobs", marks=[pytest.mark.soak, pytest.mark.timeout(900)]),
     ],
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from pymongo.errors import AutoReconnect, NetworkTimeout
@@ -18,10 +19,22 @@ _LOCAL = frozenset({"name", "full_name", "database", "with_options", "index_info
 
 
 class FaultyCollection:
-    def __init__(self, target: Any, rng: random.Random, rate: float) -> None:
+    """``late``, if given, is called after an applied ``find_one_and_update`` with some
+    probability (``late_rate``): the reply arrived late (a test moves its clock on)."""
+
+    def __init__(
+        self,
+        target: Any,
+        rng: random.Random,
+        rate: float,
+        late: Callable[[], None] | None = None,
+        late_rate: float = 0.0,
+    ) -> None:
         self._target = target
         self.rng = rng
         self.rate = rate
+        self.late = late
+        self.late_rate = late_rate
         self.enabled = True
         self.injected: Counter[str] = Counter()
 
@@ -40,14 +53,29 @@ class FaultyCollection:
                     list(result)  # a cursor: its query ran
                 self.injected[f"{name}:after"] += 1
                 raise NetworkTimeout(f"injected: reply to {name} lost")
-            return value(*args, **kwargs)
+            result = value(*args, **kwargs)
+            if (
+                self.enabled
+                and self.late is not None
+                and name == "find_one_and_update"
+                and self.rng.random() < self.late_rate
+            ):
+                self.injected[f"{name}:late"] += 1
+                self.late()
+            return result
 
         return call
 
 
-def inject(store: Any, rng: random.Random, rate: float) -> list[FaultyCollection]:
+def inject(
+    store: Any,
+    rng: random.Random,
+    rate: float,
+    late: Callable[[], None] | None = None,
+    late_rate: float = 0.0,
+) -> list[FaultyCollection]:
     """Wrap a MongoStore's collections; returns the wrappers (set ``enabled`` to switch)."""
     store.retry_pause = 0.0
-    store.jobs = FaultyCollection(store.jobs, rng, rate)
+    store.jobs = FaultyCollection(store.jobs, rng, rate, late, late_rate)
     store.permits = FaultyCollection(store.permits, rng, rate)
     return [store.jobs, store.permits]
