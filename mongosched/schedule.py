@@ -88,7 +88,7 @@ class Rule(Protocol):
 
 def _aware(value: datetime, what: str) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"{what} must be timezone-aware, not {value!r}")
+        raise InvalidSchedule(f"{what} must be timezone-aware, not {value!r}")
     return value.astimezone(UTC)
 
 

@@ -60,7 +60,10 @@ class ScheduleOptions:
     def merged(self, **options: Any) -> ScheduleOptions:
         unknown = set(options) - SCHEDULE_OPTIONS
         if unknown:
-            raise TypeError(f"unknown scheduling option(s): {', '.join(sorted(unknown))}")
+            raise ConfigurationError(
+                f"unknown scheduling option(s): {', '.join(sorted(unknown))}; "
+                f"known: {', '.join(sorted(SCHEDULE_OPTIONS))}"
+            )
         return replace(self, **options)
 
 

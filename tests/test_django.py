@@ -35,6 +35,7 @@ FRAMEWORK = tasks_framework.__name__
 
 from mongosched import App, JobStatus  # noqa: E402
 from mongosched.contrib import app_from_settings, cli_arguments, with_database  # noqa: E402
+from mongosched.errors import ConfigurationError  # noqa: E402
 from mongosched.store.memory import MemoryStore  # noqa: E402
 from mongosched.testing import drain  # noqa: E402
 from tests.conftest import TEST_URI  # noqa: E402
@@ -364,7 +365,7 @@ def test_run_task_runs_only_in_a_job_through_a_mongosched_backend(app: App) -> N
         "args": [2, 3],
         "kwargs": {},
     }
-    with pytest.raises(RuntimeError, match="only inside a mongosched job"):
+    with pytest.raises(ConfigurationError, match="only inside a mongosched job"):
         run_task(**payload, backend="default")
 
     other = {"BACKEND": f"{FRAMEWORK}.backends.dummy.DummyBackend"}

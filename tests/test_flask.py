@@ -150,7 +150,7 @@ def test_app_factory(database: Any) -> None:
         assert second_db["jobs"].count_documents({}) == 1
         assert database["jobs"].count_documents({}) == 0
         assert "mongosched_jobs" not in second_db.list_collection_names()
-        with pytest.raises(RuntimeError, match="several Flask apps"):
+        with pytest.raises(ConfigurationError, match="several Flask apps"):
             shout.schedule("outside any app context")
 
         @sched.task

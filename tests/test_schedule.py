@@ -448,9 +448,9 @@ def test_instants_are_aware_utc_whatever_zone_they_are_given_in() -> None:
     assert first(rule.slots_at_or_before(after), 1) == [utc(2024, 6, 1, 3, 30)]
     assert Every(60).next_after(after) == utc(2024, 6, 1, 3, 31)
     assert Every(60).next_after(after).tzinfo is UTC
-    with pytest.raises(ValueError, match="timezone-aware"):
+    with pytest.raises(InvalidSchedule, match="timezone-aware"):
         rule.next_after(datetime(2024, 6, 1))
-    with pytest.raises(ValueError, match="timezone-aware"):
+    with pytest.raises(InvalidSchedule, match="timezone-aware"):
         Every(60).next_after(datetime(2024, 6, 1))
 
 

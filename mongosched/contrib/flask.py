@@ -48,6 +48,7 @@ from flask import Flask, current_app, has_app_context
 from flask.cli import with_appcontext
 
 from ..app import App
+from ..errors import ConfigurationError
 from ..job import Job
 from ..runner import Runner
 from ..task import ConfiguredTask, JobSpec, Task
@@ -158,7 +159,7 @@ class MongoSched:
 
         if fn is not None:
             if options:
-                raise TypeError("use @sched.task or @sched.task(...), not both")
+                raise ConfigurationError("use @sched.task or @sched.task(...), not both")
             return declare(fn)
         return declare
 
@@ -179,13 +180,13 @@ class MongoSched:
         if flask_app is not None:
             state = flask_app.extensions.get(EXTENSION)
             if not isinstance(state, _State) or state not in self._states:
-                raise RuntimeError(f"MongoSched.init_app() was not called for {flask_app!r}")
+                raise ConfigurationError(f"MongoSched.init_app() was not called for {flask_app!r}")
             return state
         if len(self._states) == 1:
             return self._states[0]
         if not self._states:
-            raise RuntimeError("MongoSched has no Flask app yet: call init_app(app) first")
-        raise RuntimeError(
+            raise ConfigurationError("MongoSched has no Flask app yet: call init_app(app) first")
+        raise ConfigurationError(
             "MongoSched serves several Flask apps: use it inside an app context, or "
             "get_app(flask_app)"
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ...errors import Fail
+from ...errors import ConfigurationError, Fail
 from ...job import current_job
 from ...retry import Retry
 
@@ -53,7 +53,7 @@ def run_task(
     payload says how it was enqueued; the backend reads it from the job)."""
     ctx = current_job()
     if ctx is None:  # called inline, outside a runner
-        raise RuntimeError(f"{RUN_TASK} runs only inside a mongosched job")
+        raise ConfigurationError(f"{RUN_TASK} runs only inside a mongosched job")
     from .framework import load
 
     instance = load().task_backends[backend]
