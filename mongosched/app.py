@@ -52,6 +52,9 @@ class App(JobControl):
     :param keep_failed: how long failed and cancelled jobs are kept (None: forever).
     :param write_concern: write concern of every state change (default ``"majority"``,
         so a failover cannot roll back a claim).
+    :param connect_timeout: seconds any call waits for an unreachable MongoDB server
+        before it raises :class:`~mongosched.errors.StoreUnavailable` (default 5; the
+        URI's ``serverSelectionTimeoutMS`` wins). Runners keep retrying with backoff.
     :param eager: run tasks inline at ``schedule()`` (tests; see :mod:`mongosched.testing`).
     """
 
@@ -68,6 +71,7 @@ class App(JobControl):
         keep_completed: timedelta | float | None = timedelta(days=7),
         keep_failed: timedelta | float | None = timedelta(days=30),
         write_concern: str | int | None = "majority",
+        connect_timeout: float | timedelta = 5.0,
         eager: bool = False,
     ) -> None:
         self.lease_duration = validate.seconds(
@@ -88,8 +92,13 @@ class App(JobControl):
             raise ConfigurationError(f"App: eager must be True or False, not {eager!r}")
         self.eager = eager
         self.uri = uri
+        timeout = validate.seconds(connect_timeout, what="App: connect_timeout", strict=True)
         self.store: Store = open_store(
-            uri, database=database, collection=collection, write_concern=write_concern
+            uri,
+            database=database,
+            collection=collection,
+            write_concern=write_concern,
+            connect_timeout=timeout,
         )
         """Where this app's jobs are stored (see :mod:`mongosched.store`)."""
         self.tasks: dict[str, Task[Any, Any]] = {}

@@ -203,10 +203,12 @@ def open_store(
     database: Any = None,
     collection: str = "mongosched_jobs",
     write_concern: str | int | None = "majority",
+    connect_timeout: float = 5.0,
 ) -> Store:
     """The store a URI names: ``memory://[name]`` or a MongoDB URI (which must name
     the database), or a pymongo ``Database`` given as ``database``. Connecting is
-    lazy: nothing is contacted here."""
+    lazy: nothing is contacted here. ``connect_timeout`` bounds how long any call waits
+    for an unreachable server (a URI's ``serverSelectionTimeoutMS`` wins)."""
     if (uri is None) == (database is None):
         raise ConfigurationError("App: give exactly one of uri or database")
     if database is not None:
@@ -223,7 +225,12 @@ def open_store(
     if scheme in ("mongodb", "mongodb+srv"):
         from .mongo import MongoStore
 
-        return MongoStore(uri=uri, collection=collection, write_concern=write_concern)
+        return MongoStore(
+            uri=uri,
+            collection=collection,
+            write_concern=write_concern,
+            connect_timeout=connect_timeout,
+        )
     raise ConfigurationError(
         f"App: unknown store URI {uri!r}: use mongodb://host/dbname, mongodb+srv://..., "
         "or memory:// (in-process, for demos and tests)"

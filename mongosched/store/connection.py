@@ -21,6 +21,7 @@ from pymongo.errors import (
     DuplicateKeyError,
     InvalidURI,
     PyMongoError,
+    ServerSelectionTimeoutError,
 )
 from pymongo.errors import ConfigurationError as DriverConfigurationError
 
@@ -45,11 +46,15 @@ class MongoConnection:
         database: Any = None,
         collection: str = "mongosched_jobs",
         write_concern: str | int | None = "majority",
+        connect_timeout: float = 5.0,
         retries: int = 3,
         retry_pause: float = 0.1,
     ) -> None:
+        self.connect_timeout = connect_timeout
         if uri is not None:
-            _check_uri(uri)
+            uri_timeout = _check_uri(uri)
+            if uri_timeout is not None:  # the URI's own setting wins
+                self.connect_timeout = uri_timeout
         self.uri = uri
         self.collection_name = collection
         self.write_concern = write_concern
@@ -71,7 +76,15 @@ class MongoConnection:
             if self._database is None:
                 import pymongo
 
-                self._client = pymongo.MongoClient(self.uri, tz_aware=True, connect=False)
+                # Server selection bounds a call on an unreachable server. (Not the
+                # connect timeout: the driver's monitor uses it for its own replies,
+                # and a busy server would then look down and cancel operations.)
+                self._client = pymongo.MongoClient(
+                    self.uri,
+                    tz_aware=True,
+                    connect=False,
+                    serverSelectionTimeoutMS=max(1, int(self.connect_timeout * 1000)),
+                )
                 self._database = self._client.get_default_database()
             return self._database
 
@@ -119,14 +132,17 @@ class MongoConnection:
     # Plumbing -------------------------------------------------------------------------------
     def _retrying(self, what: str, op: Callable[[int], T]) -> T:
         """Run ``op(attempt)``; after a transient error run it again (attempt > 0),
-        up to ``retries`` more times. ``op`` must be safe to repeat. Driver errors
-        leave as :class:`StoreUnavailable` or :class:`StoreError`."""
+        up to ``retries`` more times while ``connect_timeout`` allows: a server that
+        cannot be reached costs one timeout, not one per retry. ``op`` must be safe to
+        repeat. Driver errors leave as :class:`StoreUnavailable` or :class:`StoreError`."""
         attempt = 0
+        deadline = time.monotonic() + self.connect_timeout
         while True:
             try:
                 return op(attempt)
             except ConnectionFailure as exc:
-                if attempt >= self.retries:
+                late = time.monotonic() + self.retry_pause * (attempt + 1) >= deadline
+                if attempt >= self.retries or late or isinstance(exc, ServerSelectionTimeoutError):
                     raise StoreUnavailable(f"{what}: {_first_line(exc)}") from exc
                 attempt += 1
                 log.debug("%s: %s; retrying (%d/%d)", what, exc, attempt, self.retries)
@@ -182,7 +198,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _check_uri(uri: str) -> None:
+def _check_uri(uri: str) -> float | None:
+    """Refuse a URI pymongo cannot use or that names no database; its own server
+    selection timeout in seconds, if it sets one."""
     from pymongo.uri_parser import parse_uri
 
     try:
@@ -193,6 +211,9 @@ def _check_uri(uri: str) -> None:
         raise ConfigurationError(
             "App: the URI names no database; use mongodb://host/dbname or App(database=...)"
         )
+    options = {str(k).lower(): v for k, v in parsed.get("options", {}).items()}
+    timeout = options.get("serverselectiontimeoutms")  # pymongo gives it in seconds
+    return None if timeout is None else float(timeout)
 
 
 def redact(uri: str) -> str:
