@@ -79,6 +79,7 @@ class Runner(RunnerSteps):
         self._pool: ThreadPoolExecutor | None = None
         self._heartbeats: Heartbeats | None = None
         self._dispatcher: threading.Thread | None = None
+        self._ready = threading.Event()
         self._last_reap = 0.0
         self._last_unknown_check = 0.0
         self._last_poll: float | None = None
@@ -97,12 +98,14 @@ class Runner(RunnerSteps):
             return len(self._claims)
 
     def start(self) -> Runner:
-        """Start the dispatcher and workers in background threads; returns at once."""
+        """Start the dispatcher and workers in background threads; returns at once,
+        without waiting for the database: the dispatcher prepares (indexes, declared
+        schedules, permits) before it claims, retrying with backoff while the database
+        cannot be reached. :attr:`ready` says when it has."""
         if self.is_running:
             raise ConfigurationError(f"runner {self.name} is already started")
-        self.prepare()
-        self.check_clock()
         self._stopping.clear()
+        self._ready.clear()
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mongosched-worker")
         self._heartbeats = Heartbeats(self.workers, self.heartbeat_interval, self.name)
         self._heartbeats.start()
@@ -202,9 +205,42 @@ class Runner(RunnerSteps):
                 signal.signal(sig, old)
 
     # Dispatcher -------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """Whether the runner has prepared its database and is claiming."""
+        return self._ready.is_set()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until :attr:`ready` (or ``timeout`` seconds); returns :attr:`ready`."""
+        return self._ready.wait(timeout)
+
+    def _prepare_with_backoff(self) -> bool:
+        """Prepare, retrying while the database cannot be reached; False if stopped."""
+        backoff = 0.0
+        while not self._stopping.is_set():
+            try:
+                self.prepare()
+                self.check_clock()
+            except StoreError as exc:
+                self._last_error = f"database: {exc}"
+                backoff = min(max(backoff * 2, self.poll_interval), 30.0)
+                log.warning(
+                    "runner %s: waiting for the database (%s); retrying in %.1f s",
+                    self.name,
+                    exc,
+                    backoff,
+                )
+                self._stopping.wait(backoff)
+                continue
+            self._last_error = None
+            self._ready.set()
+            return True
+        return False
+
     def _dispatch(self) -> None:
         try:
-            self._dispatch_loop()
+            if self._prepare_with_backoff():
+                self._dispatch_loop()
         except BaseException as exc:  # never expected: say so where operators look
             self._last_error = f"dispatcher died: {type(exc).__name__}: {exc}"
             log.critical("runner %s: %s; this runner claims nothing more", self.name, exc)
@@ -257,6 +293,7 @@ class Runner(RunnerSteps):
         return {
             "name": self.name,
             "running": alive,
+            "ready": self.ready,
             "healthy": (alive or not started) and not stale,
             "in_flight": self.in_flight,
             "claimed": self.claimed,

@@ -9,6 +9,10 @@ import pytest
 
 from mongosched import App
 from mongosched.errors import MongoschedError, StoreUnavailable
+from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db
+from tests.support.waiting import wait_for
+
+__all__ = ["mongo_server", "shared_db"]
 
 
 def _closed_port() -> int:
@@ -41,3 +45,28 @@ def test_an_unreachable_server_costs_one_timeout_and_a_store_unavailable(
         assert isinstance(caught.value, MongoschedError) and "Connection refused" in str(
             caught.value
         )
+
+
+@pytest.mark.processes
+def test_a_runner_starts_at_once_without_the_database_and_works_when_it_comes(
+    shared_db: SharedDatabase,
+) -> None:
+    server = shared_db.server
+    if server is None:
+        pytest.skip("needs the wire-protocol server to take the database away")
+    app = App(shared_db.uri(), connect_timeout=0.5, poll_interval=0.05, lease_duration=3)
+    app.task(name="t")(lambda: "done")
+    server.stop()
+    try:
+        started = time.monotonic()
+        runner = app.runner(workers=1).start()
+        assert time.monotonic() - started < 0.2  # start() never waits on the database
+        wait_for(lambda: runner.health()["last_error"] is not None, message="tried")
+        health = runner.health()
+        assert health["running"] and not health["ready"] and health["healthy"]
+    finally:
+        server.start()
+    assert runner.wait_ready(timeout=30)
+    job = app.schedule("t")
+    assert job.wait(timeout=10).result == "done"
+    assert runner.stop(timeout=5)
