@@ -11,12 +11,14 @@ written for it (every write is fenced on the lease token anyway).
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import inspect
 import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -182,7 +184,10 @@ class Claim:
                 try:
                     with self._lock:
                         self._worker_thread = threading.get_ident()
-                    return fn(*self.ctx.args, **self.ctx.kwargs), None
+                    result = fn(*self.ctx.args, **self.ctx.kwargs)
+                    if inspect.iscoroutine(result):  # an async def task: its own loop
+                        result = asyncio.run(_bounded(result, self.task.timeout))
+                    return result, None
                 finally:
                     self._disarm()
         except BaseException as exc:  # the task's own, or an interrupt we raised
@@ -205,6 +210,15 @@ class Claim:
 
     def __repr__(self) -> str:
         return f"<Claim {self.job_id} {self.task.name} attempt {self.record.attempts}>"
+
+
+async def _bounded(run: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+    """Await an async task's coroutine within its timeout (the interrupt the heartbeat
+    raises cannot reach a thread waiting in the event loop's selector)."""
+    try:
+        return await asyncio.wait_for(run, timeout)
+    except asyncio.TimeoutError:
+        raise JobTimeout(f"exceeded its timeout of {timeout} s") from None
 
 
 class Heartbeats:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
+import uuid
+from collections.abc import Callable
+from datetime import date
+from decimal import Decimal
 
 import pytest
 
-from mongosched import App
-from mongosched.errors import MongoschedError, StoreUnavailable
+from mongosched import App, JobStatus, current_job
+from mongosched.errors import MongoschedError, SerializationError, StoreUnavailable
+from mongosched.testing import drain
 from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db
 from tests.support.waiting import wait_for
 
@@ -70,3 +76,41 @@ def test_a_runner_starts_at_once_without_the_database_and_works_when_it_comes(
     job = app.schedule("t")
     assert job.wait(timeout=10).result == "done"
     assert runner.stop(timeout=5)
+
+
+def test_payloads_users_pass_round_trip(make_app: Callable[..., App]) -> None:
+    app = make_app()
+    seen: list[tuple[object, ...]] = []
+    app.task(name="t")(lambda *args: seen.append(args) or list(args))
+    ident, amount = uuid.uuid4(), Decimal("0.10")
+    job = app.schedule("t", ident, amount, (1, 2))
+    drain(app)
+    assert seen == [(ident, amount, [1, 2])]  # tuples come back as lists, as BSON keeps them
+    assert job.refresh().result == [ident, amount, [1, 2]]
+    with pytest.raises(SerializationError, match="task 't': argument 0 .*isoformat"):
+        app.schedule("t", date(2026, 1, 1))
+
+
+def test_async_tasks_run_in_their_own_event_loop(make_app: Callable[..., App]) -> None:
+    app = make_app()
+
+    @app.task(name="fetch")
+    async def fetch(n: int) -> int:
+        await asyncio.sleep(0.01)
+        ctx = current_job()
+        assert ctx is not None and not ctx.is_cancelled()
+        return n * 2
+
+    @app.task(name="hang", timeout=0.3, retry=1)
+    async def hang() -> None:
+        await asyncio.sleep(30)
+
+    done, stuck = app.schedule("fetch", 21), app.schedule("hang")
+    runner = app.runner(workers=2).start()
+    try:
+        assert done.wait(timeout=10).result == 42
+        stuck.wait(timeout=10)
+    finally:
+        runner.stop(timeout=5)
+    assert stuck.status is JobStatus.FAILED and stuck.error is not None
+    assert stuck.error.type == "JobTimeout"

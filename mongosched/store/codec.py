@@ -8,11 +8,13 @@ never pickles.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 import bson
-from bson import ObjectId
-from bson.codec_options import CodecOptions
+from bson import Decimal128, ObjectId
+from bson.binary import UuidRepresentation
+from bson.codec_options import CodecOptions, TypeCodec, TypeRegistry
 from bson.errors import InvalidId
 
 from ..errors import InvalidJobId, ResultTooLarge, SerializationError
@@ -29,7 +31,28 @@ __all__ = [
     "schedule_id",
 ]
 
-CODEC_OPTIONS: CodecOptions[Any] = CodecOptions(tz_aware=True)
+
+class DecimalCodec(TypeCodec):
+    """``decimal.Decimal`` stored as BSON Decimal128, read back as ``Decimal``."""
+
+    python_type = Decimal
+    bson_type = Decimal128
+
+    def transform_python(self, value: Any) -> Decimal128:
+        return Decimal128(value)
+
+    def transform_bson(self, value: Any) -> Decimal:
+        return value.to_decimal()  # type: ignore[no-any-return]
+
+
+CODEC_OPTIONS: CodecOptions[Any] = CodecOptions(
+    tz_aware=True,
+    uuid_representation=UuidRepresentation.STANDARD,
+    type_registry=TypeRegistry([DecimalCodec()]),
+)
+"""What every store reads and writes with: aware UTC datetimes, UUIDs in the standard
+representation, ``Decimal`` as Decimal128 (round-tripping to the same types). Tuples
+come back as lists, as from any BSON store."""
 MAX_PAYLOAD_BYTES = 15 * 1024 * 1024  # a document may not exceed 16 MiB
 MAX_VALUE_BYTES = 1024 * 1024
 """Largest result a job keeps (1 MiB as BSON): a result is a summary, not a data store."""
@@ -42,7 +65,10 @@ _ENCODE_ERRORS = (
     TypeError,
     ValueError,
 )
-HINT = "pass ids and plain data (str, int, float, bool, None, datetime, list, dict)"
+HINT = (
+    "pass ids and plain data (str, int, float, bool, None, datetime, UUID, Decimal, bytes, "
+    "list, dict); a date as a datetime or its isoformat()"
+)
 
 
 def encode_payload(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:

@@ -133,6 +133,12 @@ class _Cursor:
         self.close()
 
 
+def _plain_codec_options(options: Any) -> Any:
+    from bson.codec_options import CodecOptions
+
+    return CodecOptions(tz_aware=options.tz_aware, tzinfo=options.tzinfo)
+
+
 class _Locked:
     """Wraps a mongomock object so that each method call holds the server lock."""
 
@@ -154,6 +160,18 @@ class _Locked:
         lock = self._lock
         if name == "create_index":
             return self._create_index
+        if name in ("get_collection", "with_options"):
+
+            def plain(*args: Any, **kwargs: Any) -> Any:
+                """mongomock keeps Python objects as they are (UUIDs, Decimals) and
+                refuses codec options it does not implement: pass on only tz_aware."""
+                options = kwargs.pop("codec_options", None)
+                if options is not None:
+                    kwargs["codec_options"] = _plain_codec_options(options)
+                with lock:
+                    return self._wrap(value(*args, **kwargs))
+
+            return plain
         if name in _CURSOR_METHODS:
 
             def cursor_method(*args: Any, **kwargs: Any) -> _Cursor:
