@@ -114,7 +114,6 @@ class Runner(RunnerSteps):
         )
         self.app.attach(self)
         _at_exit.add(self)
-        self._dispatcher.start()
         log.info(
             "runner %s started: %d worker(s), queues %s, tasks %s",
             self.name,
@@ -122,6 +121,7 @@ class Runner(RunnerSteps):
             "all" if self.queues is None else ",".join(self.queues),
             ",".join(sorted(self.app.tasks)) or "none",
         )
+        self._dispatcher.start()
         self.app.emit("runner:start", runner=self)
         return self
 
