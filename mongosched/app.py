@@ -297,7 +297,7 @@ class App(JobControl):
     def _created(self, job: Job) -> None:
         self.emit("job:created", job=job)
         for runner in list(self.runners):
-            runner.wake()
+            runner.wake(job.run_at)
 
     # Events ---------------------------------------------------------------------------------------
     def on(self, event: str, listener: Listener | None = None) -> Any:

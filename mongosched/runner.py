@@ -19,6 +19,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from types import FrameType
 from typing import Any
 
@@ -80,6 +81,7 @@ class Runner(RunnerSteps):
         self._heartbeats: Heartbeats | None = None
         self._dispatcher: threading.Thread | None = None
         self._ready = threading.Event()
+        self._next_due: datetime | None = None
         self._last_reap = 0.0
         self._last_unknown_check = 0.0
         self._last_poll: float | None = None
@@ -125,9 +127,26 @@ class Runner(RunnerSteps):
         self.app.emit("runner:start", runner=self)
         return self
 
-    def wake(self) -> None:
-        """Claim now instead of at the end of the idle wait."""
+    def wake(self, at: datetime | None = None) -> None:
+        """Claim now instead of at the end of the idle wait; with ``at`` (a job's due
+        time), also claim again at that time rather than up to a poll interval later."""
+        if at is not None:
+            with self._idle:
+                if self._next_due is None or at < self._next_due:
+                    self._next_due = at
         self._wake.set()
+
+    def _idle_wait(self) -> float:
+        """How long an idle dispatcher waits: a poll interval, or less when a job this
+        process scheduled becomes due sooner."""
+        with self._idle:
+            due = self._next_due
+            if due is None:
+                return self.poll_interval
+            left = (due - self.app.now()).total_seconds()
+            if left <= 0:
+                self._next_due = None
+            return min(self.poll_interval, max(0.0, left))
 
     def stop(self, graceful: bool = True, timeout: float | None = 30.0) -> bool:
         """Stop claiming, then wait up to ``timeout`` seconds for the jobs in flight.
@@ -277,7 +296,7 @@ class Runner(RunnerSteps):
                 self._last_error = None
             if not claimed:
                 self._free.release()
-                self._wake.wait(self.poll_interval)
+                self._wake.wait(self._idle_wait())
                 self._wake.clear()
 
     def health(self) -> dict[str, Any]:

@@ -114,3 +114,18 @@ def test_async_tasks_run_in_their_own_event_loop(make_app: Callable[..., App]) -
         runner.stop(timeout=5)
     assert stuck.status is JobStatus.FAILED and stuck.error is not None
     assert stuck.error.type == "JobTimeout"
+
+
+def test_a_delayed_job_starts_when_due_not_a_poll_interval_later(
+    make_app: Callable[..., App],
+) -> None:
+    """An idle runner of this process waits until the next job it knows of is due."""
+    app = make_app(poll_interval=30)
+    app.task(name="t")(lambda: "ran")
+    runner = app.runner(workers=1).start()
+    try:
+        assert runner.wait_ready(timeout=10)
+        job = app.get_task("t").configure(delay=0.3).schedule()
+        assert job.wait(timeout=10).result == "ran"  # not 30 s later
+    finally:
+        runner.stop(timeout=5)

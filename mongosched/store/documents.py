@@ -53,10 +53,19 @@ CLAIM_SORT = [("priority", ASCENDING), ("run_at", ASCENDING)]
 
 Index = tuple[list[tuple[str, int]], dict[str, Any]]
 INDEXES: list[Index] = [
-    # Claim, Equality-Sort-Range: status (E), queue (E, $in), priority+run_at (S), run_at (R).
-    ([("status", 1), ("queue", 1), ("priority", 1), ("run_at", 1)], {"name": "claim"}),
-    # Claim by a runner that serves every queue (no queue equality to lead with).
-    ([("status", 1), ("priority", 1), ("run_at", 1)], {"name": "claim_any_queue"}),
+    # Claim, Equality-Sort-Range: status (E), queue and task ($in: a few point ranges,
+    # merged in sort order), priority+run_at (S), run_at (R). The task is in the index,
+    # so a runner serving some tasks never examines other tasks' due jobs.
+    (
+        [("status", 1), ("queue", 1), ("task", 1), ("priority", 1), ("run_at", 1)],
+        {"name": "claim"},
+    ),
+    # Claim by a runner that serves every queue (no queue to lead with).
+    ([("status", 1), ("task", 1), ("priority", 1), ("run_at", 1)], {"name": "claim_any_queue"}),
+    # The job due longest (stats(), the dashboard's lateness), and due jobs of any task.
+    ([("status", 1), ("run_at", 1)], {"name": "due"}),
+    # Purge: finished jobs by status and age.
+    ([("status", 1), ("finished_at", 1)], {"name": "finished"}),
     # Reaper: running jobs whose lease ran out.
     ([("status", 1), ("lease.until", 1)], {"name": "reap"}),
     # Queries: by task, by task and status, by status; each newest first.

@@ -38,12 +38,14 @@ def test_the_documented_query_filters_lead_an_index(mongo_store: MongoStore) -> 
         (["task"], "updated_at"),
         (["task", "status"], "updated_at"),
         (["status"], "updated_at"),
-        (["status", "queue", "priority"], "run_at"),  # claim, queues listed
-        (["status", "priority"], "run_at"),  # claim, every queue
+        (["status", "queue", "task", "priority"], "run_at"),  # claim, queues listed
+        (["status", "task", "priority"], "run_at"),  # claim, every queue
+        (["status"], "run_at"),  # the job due longest
+        (["status"], "finished_at"),  # purge
         (["status"], "lease.until"),  # expired, running
     ]:
         assert any(f[: len(filters) + 1] == [*filters, sort] for f in fields), (filters, fields)
-    assert [f for f, _ in keys(info["claim"])] == ["status", "queue", "priority", "run_at"]
+    assert [f for f, _ in keys(info["claim"])] == ["status", "queue", "task", "priority", "run_at"]
 
 
 def test_reads_create_no_index(mongo_store: MongoStore) -> None:
@@ -160,3 +162,34 @@ def test_a_claim_uses_its_index(
     assert "SORT" not in kinds, explained["queryPlanner"]["winningPlan"]  # the index sorts
     expected = "claim" if queues is not None else "claim_any_queue"
     assert indexes == {expected}, explained["queryPlanner"]["winningPlan"]
+
+
+def test_a_claim_examines_about_one_key_at_a_large_backlog(
+    mongo_store: MongoStore, substrate: str
+) -> None:
+    """100,000 due jobs of another task in front: the claim of this task's one due job
+    still examines a handful of index keys (the task is in the claim index)."""
+    if substrate != "mongodb":
+        pytest.skip("query plans need a real server (MONGOSCHED_TEST_URI)")
+    store = mongo_store
+    store.prepare()
+    for chunk in range(10):
+        add(
+            store,
+            *[job("other", priority=1, at=T0 - sec(chunk * 10_000 + n)) for n in range(10_000)],
+        )
+    add(store, job())
+    recording = Recording(store.jobs)
+    store.jobs = recording
+    assert store.claim(owner="me", tasks=("t",), queues=None, now=LATER, lease_duration=30)
+    [call] = recording.calls
+    command = {
+        "findAndModify": recording.collection.name,
+        "query": call["query"],
+        "update": call["update"],
+        "sort": dict(call.get("sort") or []),
+        "new": True,
+    }
+    explained = store.database.command("explain", command, verbosity="executionStats")
+    stats = explained["executionStats"]
+    assert stats["totalKeysExamined"] <= 3 and stats["totalDocsExamined"] <= 2, stats
