@@ -46,7 +46,6 @@ from ..records import (
     Settlement,
 )
 from . import codec
-from .connection import MongoConnection
 from .documents import (
     CLAIM_SORT,
     DEDUPE_FIELDS,
@@ -60,6 +59,7 @@ from .documents import (
     to_document,
     to_record,
 )
+from .permits import MongoPermits
 
 __all__ = ["MongoStore"]
 
@@ -68,7 +68,7 @@ log = logging.getLogger("mongosched.store")
 T = TypeVar("T")
 
 
-class MongoStore(MongoConnection):
+class MongoStore(MongoPermits):
     """Jobs in one MongoDB collection, permits for concurrency limits beside it."""
 
     def parse_id(self, value: Any) -> Any:
@@ -534,70 +534,3 @@ class MongoStore(MongoConnection):
             query["task"] = task
         result = self._retrying("purge", lambda _: self.jobs.delete_many(query))
         return int(result.deleted_count)
-
-    # Concurrency permits ------------------------------------------------------------------------
-    def ensure_permits(self, task: str, limit: int) -> None:
-        docs = [
-            {
-                "_id": f"{task}#{i}",
-                "task": task,
-                "index": i,
-                "token": None,
-                "job": None,
-                "until": None,
-            }
-            for i in range(limit)
-        ]
-        try:
-            self._retrying("permits", lambda _: self.permits.insert_many(docs, ordered=False))
-        except BulkWriteError as exc:
-            if any(e.get("code") != 11000 for e in exc.details.get("writeErrors", [])):
-                raise StoreError(f"permits of {task!r}: {exc}") from exc
-
-    def take_permit(
-        self,
-        task: str,
-        limit: int,
-        token: str,
-        job_id: Any,
-        owner: str,
-        now: datetime,
-        until: datetime,
-    ) -> bool:
-        update = {"$set": {"token": token, "job": job_id, "owner": owner, "until": ms(until)}}
-        query = {
-            "task": task,
-            "index": {"$lt": limit},
-            "$or": [{"token": None}, {"until": {"$lt": now}}],
-        }
-
-        def attempt(_: int) -> bool:
-            # The token's own permit first: taking again (after a lost reply, or a
-            # caller's retry) never takes a second one.
-            if self.permits.find_one({"task": task, "token": token}, {"_id": 1}) is not None:
-                return True
-            return self.permits.find_one_and_update(query, update) is not None
-
-        return self._retrying("take permit", attempt)
-
-    def renew_permit(self, task: str, token: str, until: datetime) -> bool:
-        result = self._retrying(
-            "renew permit",
-            lambda _: self.permits.update_one(
-                {"task": task, "token": token}, {"$set": {"until": ms(until)}}
-            ),
-        )
-        return bool(result.matched_count)
-
-    def release_permit(self, task: str, token: str) -> None:
-        self._retrying(
-            "release permit",
-            lambda _: self.permits.update_one(
-                {"task": task, "token": token},
-                {"$set": {"token": None, "job": None, "owner": None, "until": None}},
-            ),
-        )
-
-    def permit_holders(self, task: str, now: datetime) -> int:
-        query = {"task": task, "token": {"$ne": None}, "until": {"$gte": now}}
-        return int(self._retrying("permits", lambda _: self.permits.count_documents(query)))
