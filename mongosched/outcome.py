@@ -28,6 +28,7 @@ __all__ = [
     "cancelled",
     "decide",
     "error_info",
+    "finished",
     "given_back",
     "malformed",
     "shorten",
@@ -112,6 +113,26 @@ def error_info(exc: BaseException, *, with_traceback: bool = True) -> ErrorInfo:
     )
 
 
+def finished(
+    status: JobStatus,
+    now: datetime,
+    retention: Retention,
+    *,
+    attempts: int | None = None,
+    result: object = None,
+    error: ErrorInfo | None = None,
+) -> Settlement:
+    """A job ends in the final ``status``, kept as long as the retention says."""
+    return Settlement(
+        status=status,
+        now=now,
+        attempts=attempts,
+        result=result,
+        error=error,
+        expire_at=retention.expire_at(status, now),
+    )
+
+
 def cancelled(
     now: datetime,
     retention: Retention,
@@ -121,13 +142,7 @@ def cancelled(
 ) -> Settlement:
     """A job ends cancelled (a pending one, or a running one whose function returned,
     keeping what its last run returned or raised)."""
-    return Settlement(
-        status=JobStatus.CANCELLED,
-        now=now,
-        result=result,
-        error=error,
-        expire_at=retention.expire_at(JobStatus.CANCELLED, now),
-    )
+    return finished(JobStatus.CANCELLED, now, retention, result=result, error=error)
 
 
 def malformed(job: JobRecord, why: str, now: datetime, retention: Retention) -> Decision:
@@ -135,13 +150,8 @@ def malformed(job: JobRecord, why: str, now: datetime, retention: Retention) -> 
     timezone this host lacks, a next slot past the year 9999...): it fails alone, for
     good, with a :class:`~mongosched.errors.MalformedJob` error saying why."""
     error = MalformedJob(f"job {job.id} ({job.task}): {why}")
-    settlement = Settlement(
-        status=JobStatus.FAILED,
-        now=now,
-        error=error_info(error, with_traceback=False),
-        expire_at=retention.expire_at(JobStatus.FAILED, now),
-    )
-    return Decision("job:fail", settlement, error)
+    info = error_info(error, with_traceback=False)
+    return Decision("job:fail", finished(JobStatus.FAILED, now, retention, error=info), error)
 
 
 def given_back(job: JobRecord, now: datetime) -> Settlement:
@@ -207,14 +217,8 @@ def _decide(
     if ending is Ending.SUCCESS:
         if job.repeat:
             return Decision("job:success", _next_slot(job, now, slot, JobStatus.COMPLETED, result))
-        settlement = Settlement(
-            status=JobStatus.COMPLETED,
-            now=now,
-            attempts=job.attempts,
-            result=result,
-            expire_at=retention.expire_at(JobStatus.COMPLETED, now),
-        )
-        return Decision("job:success", settlement)
+        done = finished(JobStatus.COMPLETED, now, retention, attempts=job.attempts, result=result)
+        return Decision("job:success", done)
     if ending is Ending.LEASE_EXPIRED:
         owner = job.lease.owner if job.lease else None
         until = job.lease.until if job.lease else None
@@ -261,14 +265,8 @@ def _failure(
         return Decision("job:retry", settlement, error, delay)
     if job.repeat:
         return Decision("job:fail", _next_slot(job, now, slot, JobStatus.FAILED, None, info), error)
-    settlement = Settlement(
-        status=JobStatus.FAILED,
-        now=now,
-        attempts=job.attempts,
-        error=info,
-        expire_at=retention.expire_at(JobStatus.FAILED, now),
-    )
-    return Decision("job:fail", settlement, error)
+    failed = finished(JobStatus.FAILED, now, retention, attempts=job.attempts, error=info)
+    return Decision("job:fail", failed, error)
 
 
 def _next_slot(
