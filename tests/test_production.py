@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 import uuid
 from collections.abc import Callable
 from datetime import date
 from decimal import Decimal
+from unittest.mock import ANY
 
 import pytest
 
 from mongosched import App, JobStatus, current_job
+from mongosched.cli import main
 from mongosched.errors import MongoschedError, SerializationError, StoreUnavailable
 from mongosched.testing import drain
 from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db
@@ -129,3 +132,13 @@ def test_a_delayed_job_starts_when_due_not_a_poll_interval_later(
         assert job.wait(timeout=10).result == "ran"  # not 30 s later
     finally:
         runner.stop(timeout=5)
+
+
+def test_mongosched_ping_for_probes(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--uri", "memory://ping-test", "ping", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"ok": True, "ms": ANY, "running": 0}
+    down = f"mongodb://127.0.0.1:{_closed_port()}/db"
+    started = time.monotonic()
+    assert main(["--uri", down, "--timeout", "0.5", "ping"]) == 4  # cannot connect
+    assert time.monotonic() - started < 3
+    assert "cannot connect" in capsys.readouterr().err

@@ -12,6 +12,7 @@ Usage::
     mongosched [--app MODULE:APP | --uri URI] jobs purge --older-than 7d [--status completed]
     mongosched [--app MODULE:APP | --uri URI] schedules [--json]
     mongosched [--app MODULE:APP | --uri URI] stats [--json]
+    mongosched [--app MODULE:APP | --uri URI] ping [--json]
 
 ``--app`` and ``--uri`` may also come from the environment (``MONGOSCHED_APP``,
 ``MONGOSCHED_URI``) and may be given after the verb. A URI (``mongodb://host/dbname``)

@@ -229,4 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats = verb(commands, "stats", "counts by task and status, lateness, running leases")
     json_flag(stats)
     stats.set_defaults(run=verbs.stats)
+    ping = verb(commands, "ping", "check the database answers (exit 0, or 4): for probes")
+    json_flag(ping)
+    ping.set_defaults(run=verbs.ping)
     return parser

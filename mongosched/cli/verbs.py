@@ -8,13 +8,14 @@ entry point turns into exit codes).
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from ..app import App, Cancellation
 from ..job import Job
-from ..records import JobStatus
+from ..records import JobQuery, JobStatus
 from .exits import EXIT_NOT_FOUND, EXIT_OK, CommandError
 from .output import cell, job_json, listing, out, print_json, table, to_json
 
@@ -25,6 +26,7 @@ __all__ = [
     "jobs_purge",
     "jobs_retry",
     "jobs_show",
+    "ping",
     "schedules",
     "stats",
     "worker",
@@ -42,6 +44,19 @@ SCHEDULE_COLUMNS = {
     "LAST RUN (UTC)": "last_run",
     "LAST": "last_status",
 }
+
+
+def ping(app: App, args: argparse.Namespace) -> int:
+    """The connection check already passed (every verb makes it): time one more read,
+    for probes (``mongosched ping`` exits 0, or 4 when the database cannot be reached)."""
+    started = time.monotonic()
+    running = app.store.count(JobQuery(statuses=(JobStatus.RUNNING,)))
+    elapsed = (time.monotonic() - started) * 1000
+    if getattr(args, "json", False):
+        print_json({"ok": True, "ms": round(elapsed, 1), "running": running})
+    else:
+        out(f"ok: the database answered in {elapsed:.1f} ms ({running} job(s) running)")
+    return EXIT_OK
 
 
 def worker(app: App, args: argparse.Namespace) -> int:
