@@ -52,16 +52,22 @@ DEDUPE_FIELDS = {"active": "dedupe_active", "pending": "dedupe_pending"}
 CLAIM_SORT = [("priority", ASCENDING), ("run_at", ASCENDING)]
 
 Index = tuple[list[tuple[str, int]], dict[str, Any]]
+# Index names never change meaning: a changed index gets a new name (the server refuses
+# new keys under an existing name). Dropped ones, for an upgrade note: claim,
+# claim_any_queue (0.1: without the task).
 INDEXES: list[Index] = [
     # Claim, Equality-Sort-Range: status (E), queue and task ($in: a few point ranges,
     # merged in sort order), priority+run_at (S), run_at (R). The task is in the index,
     # so a runner serving some tasks never examines other tasks' due jobs.
     (
         [("status", 1), ("queue", 1), ("task", 1), ("priority", 1), ("run_at", 1)],
-        {"name": "claim"},
+        {"name": "claim_by_task"},
     ),
     # Claim by a runner that serves every queue (no queue to lead with).
-    ([("status", 1), ("task", 1), ("priority", 1), ("run_at", 1)], {"name": "claim_any_queue"}),
+    (
+        [("status", 1), ("task", 1), ("priority", 1), ("run_at", 1)],
+        {"name": "claim_by_task_any_queue"},
+    ),
     # The job due longest (stats(), the dashboard's lateness), and due jobs of any task.
     ([("status", 1), ("run_at", 1)], {"name": "due"}),
     # Purge: finished jobs by status and age.
@@ -89,7 +95,10 @@ INDEXES: list[Index] = [
     ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
 ]
 
-PERMIT_INDEXES: list[Index] = [
+PERMIT_# Index names never change meaning: a changed index gets a new name (the server refuses
+# new keys under an existing name). Dropped ones, for an upgrade note: claim,
+# claim_any_queue (0.1: without the task).
+INDEXES: list[Index] = [
     ([("task", 1), ("index", 1)], {"name": "task_index"}),
     ([("task", 1), ("token", 1)], {"name": "task_token"}),
 ]

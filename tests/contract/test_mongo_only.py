@@ -45,7 +45,7 @@ def test_the_documented_query_filters_lead_an_index(mongo_store: MongoStore) -> 
         (["status"], "lease.until"),  # expired, running
     ]:
         assert any(f[: len(filters) + 1] == [*filters, sort] for f in fields), (filters, fields)
-    assert [f for f, _ in keys(info["claim"])] == ["status", "queue", "task", "priority", "run_at"]
+    assert [f for f, _ in keys(info["claim_by_task"])] == ["status", "queue", "task", "priority", "run_at"]
 
 
 def test_reads_create_no_index(mongo_store: MongoStore) -> None:
@@ -62,7 +62,7 @@ def test_reads_create_no_index(mongo_store: MongoStore) -> None:
     assert set(store.permits.index_information()) <= {"_id_"}
     assert store.database.list_collection_names() == []
     store.prepare()
-    assert "claim" in store.index_names()
+    assert "claim_by_task" in store.index_names()
 
 
 def test_prepare_creates_every_index_with_its_options(mongo_store: MongoStore) -> None:
@@ -160,7 +160,7 @@ def test_a_claim_uses_its_index(
     indexes = {stage.get("indexName") for stage in winning if stage["stage"] == "IXSCAN"}
     assert "COLLSCAN" not in kinds, explained["queryPlanner"]["winningPlan"]
     assert "SORT" not in kinds, explained["queryPlanner"]["winningPlan"]  # the index sorts
-    expected = "claim" if queues is not None else "claim_any_queue"
+    expected = "claim_by_task" if queues is not None else "claim_by_task_any_queue"
     assert indexes == {expected}, explained["queryPlanner"]["winningPlan"]
 
 
