@@ -95,10 +95,7 @@ INDEXES: list[Index] = [
     ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
 ]
 
-PERMIT_# Index names never change meaning: a changed index gets a new name (the server refuses
-# new keys under an existing name). Dropped ones, for an upgrade note: claim,
-# claim_any_queue (0.1: without the task).
-INDEXES: list[Index] = [
+PERMIT_INDEXES: list[Index] = [
     ([("task", 1), ("index", 1)], {"name": "task_index"}),
     ([("task", 1), ("token", 1)], {"name": "task_token"}),
 ]
