@@ -87,12 +87,12 @@ def main() -> None:
 
     emails = [send_email.schedule(uid, template="welcome") for uid in range(1, 7)]
     report = build_report.schedule("Q3")
-    later = send_email.schedule(99, delay=1.0)
-    first = send_email.schedule(7, dedupe_key="email:7")
-    again = send_email.schedule(7, dedupe_key="email:7")
+    later = send_email.configure(delay=1.0).schedule(99)
+    first = send_email.configure(dedupe_key="email:7").schedule(7)
+    again = send_email.configure(dedupe_key="email:7").schedule(7)
     log.info("dedupe: second schedule returned the same job: %s", first.id == again.id)
     export = slow_export.schedule()
-    poller = poll_feed.schedule("news", repeat=Every(seconds=0.5))
+    poller = poll_feed.configure(repeat=Every(seconds=0.5)).schedule("news")
     images = [resize.schedule(n) for n in range(6)]
     stuck = stuck_loop.schedule()
 

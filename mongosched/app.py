@@ -226,18 +226,21 @@ class App(JobControl):
             ) from None
 
     # Scheduling -------------------------------------------------------------------------------
-    def schedule(self, task: str | Task[Any, Any], *args: Any, **kwargs: Any) -> Job:
-        """Schedule a task by name (or Task); same arguments as :meth:`Task.schedule`."""
+    def schedule(self, task: str | Task[Any, Any], *args: Any, **kwargs: Any) -> Job[Any]:
+        """Schedule a task by name (or Task), as :meth:`Task.schedule`: every argument
+        is payload (not checked against the function's parameters). With options:
+        ``app.get_task(name).configure(delay=60).schedule(...)``."""
         target = self.get_task(task) if isinstance(task, str) else task
         return target.schedule(*args, **kwargs)
 
-    def schedule_spec(self, spec: JobSpec) -> Job:
+    def schedule_spec(self, spec: JobSpec) -> Job[Any]:
         """Schedule one job made by ``task.job(...)`` (what :meth:`Task.schedule` does)."""
         return self.schedule_bulk([spec])[0]
 
-    def schedule_bulk(self, specs: Iterable[JobSpec]) -> list[Job]:
-        """Schedule many jobs in one round trip (``[task.job(...), ...]``). Returns the
-        jobs in order; where a dedupe key was held, the job holding it."""
+    def schedule_bulk(self, specs: Iterable[JobSpec]) -> list[Job[Any]]:
+        """Schedule many jobs in one round trip: ``[task.job(...),
+        task.configure(delay=60).job(...), ...]``. Returns the jobs in order; where a
+        dedupe key was held, the job holding it."""
         now = self.now()
         specs = list(specs)
         for spec in specs:

@@ -17,7 +17,6 @@ from .job import Job
 from .outcome import Retention
 from .records import SORTABLE, JobQuery, JobStatus, PendingChanges
 from .store import Store
-from .task import SCHEDULE_OPTIONS
 
 __all__ = ["Cancellation", "JobControl"]
 
@@ -160,9 +159,6 @@ class JobControl:
         if kwargs is not None:
             if not isinstance(kwargs, dict):
                 raise ConfigurationError(f"task {name!r}: kwargs must be a dict")
-            clash = SCHEDULE_OPTIONS & set(kwargs)
-            if clash:
-                raise ConfigurationError(f"task {name!r}: kwargs may not use {sorted(clash)}")
         args = changes.get("args")
         update = PendingChanges(
             priority=None

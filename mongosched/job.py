@@ -10,10 +10,20 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, cast
 
 from .errors import ConfigurationError, JobNotFound, WaitTimeout
 from .records import ErrorInfo, JobRecord, JobStatus, LastRun, LeaseInfo, Progress
+
+if TYPE_CHECKING:
+    # A default (PEP 696) for the type checker only: a bare ``Job`` is ``Job[Any]``.
+    from typing_extensions import TypeVar
+
+    R = TypeVar("R", default=Any)
+else:
+    from typing import TypeVar
+
+    R = TypeVar("R")
 
 __all__ = [
     "ErrorInfo",
@@ -33,11 +43,14 @@ class JobSource(Protocol):
     def get(self, job_id: Any) -> JobRecord | None: ...
 
 
-class Job:
+class Job(Generic[R]):
     """A read-only view of one job, as of when it was read.
 
     :meth:`refresh` reads it again; :meth:`wait` blocks until it reaches a final status.
     Change a job through the app (:meth:`App.cancel`, :meth:`App.update_job`, …).
+
+    ``Job[R]`` is a job of a task whose function returns ``R`` (what ``task.schedule()``
+    returns); a bare ``Job`` is ``Job[Any]``.
     """
 
     __slots__ = ("_record", "_source")
@@ -97,8 +110,11 @@ class Job:
         return self._record.max_attempts
 
     @property
-    def result(self) -> Any:
-        return self._record.result
+    def result(self) -> R | None:
+        """What the function returned, once a run returned (None until then; for a
+        repeating job, the last run's), as stored: through BSON, so a tuple comes back
+        as a list."""
+        return cast("R | None", self._record.result)
 
     @property
     def error(self) -> ErrorInfo | None:
@@ -172,7 +188,7 @@ class Job:
         data["args"] = list(self._record.args)
         return data
 
-    def refresh(self) -> Job:
+    def refresh(self) -> Job[R]:
         """Read the job again; returns ``self``. Raises :class:`JobNotFound` if it is gone."""
         if self._source is None:
             raise JobNotFound(f"job {self.id} ({self.task}) is not bound to an app to read from")
@@ -182,7 +198,7 @@ class Job:
         self._record = record
         return self
 
-    def wait(self, timeout: float | None = None, *, interval: float = 0.05) -> Job:
+    def wait(self, timeout: float | None = None, *, interval: float = 0.05) -> Job[R]:
         """Block until the job reaches a final status; returns ``self``.
 
         Polls with a growing interval (from ``interval`` up to one second). Raises

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypedDict, TypeVar
 
 from . import validate
 from .errors import ConfigurationError, InvalidSchedule
@@ -17,6 +16,9 @@ from .schedule import Cron, Every, Misfire, Rule
 from .store import schedule_id
 
 if TYPE_CHECKING:
+    # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
+    from typing_extensions import Unpack
+
     from .job import Job
 
 __all__ = [
@@ -24,8 +26,10 @@ __all__ = [
     "DEDUPE_SCOPES",
     "JobSpec",
     "SCHEDULE_OPTIONS",
+    "ScheduleOptions",
     "Scheduler",
     "Task",
+    "TaskOptions",
     "schedule_id",
 ]
 
@@ -33,21 +37,59 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEDUPE_SCOPES = ("active", "pending")
-SCHEDULE_OPTIONS = frozenset(
-    {"delay", "run_at", "priority", "queue", "dedupe_key", "dedupe_scope", "repeat"}
-)
-"""Keyword arguments of :meth:`Task.schedule` that are options, not payload."""
+
+
+class ScheduleOptions(TypedDict, total=False):
+    """The options of :meth:`Task.configure` (each optional; unset: the task's default).
+
+    ``delay`` (seconds or timedelta) or ``run_at`` (aware datetime): when the job is due
+    (default: now). ``priority`` (1 first … 10 last) and ``queue`` override the task's.
+    ``dedupe_key`` with ``dedupe_scope`` ``"active"`` (the default: no second job while
+    one is pending or running; the existing job is returned) or ``"pending"`` (at most
+    one waiting behind a running one). ``repeat``: a :class:`~mongosched.Cron` or
+    :class:`~mongosched.Every` rule to run the job repeatedly until cancelled.
+    """
+
+    delay: float | timedelta
+    run_at: datetime
+    priority: int
+    queue: str
+    dedupe_key: str
+    dedupe_scope: Literal["active", "pending"]
+    repeat: Rule
+
+
+SCHEDULE_OPTIONS = frozenset(ScheduleOptions.__optional_keys__)
+"""The names of :class:`ScheduleOptions` (what :meth:`Task.configure` takes)."""
+
+
+class TaskOptions(TypedDict, total=False):
+    """The options of ``@app.task(...)`` (see :meth:`mongosched.App.task`), for
+    wrappers that pass them on, as the Flask extension's ``@sched.task(...)``."""
+
+    name: str | None
+    queue: str
+    priority: int
+    retry: Retry | int | None
+    timeout: float | timedelta | None
+    concurrency: int | None
+    cron: str | None
+    every: float | timedelta | None
+    timezone: str | None
+    misfire: str
+    misfire_grace: float | timedelta | None
+    max_catchup: int
 
 
 class Scheduler(Protocol):
     """What a task schedules through (an :class:`~mongosched.App`)."""
 
-    def schedule_spec(self, spec: JobSpec) -> Job: ...
+    def schedule_spec(self, spec: JobSpec) -> Job[Any]: ...
 
 
 @dataclass(frozen=True)
-class ScheduleOptions:
-    """Options of one scheduling call; ``None`` means "the task's default"."""
+class BoundOptions:
+    """The :class:`ScheduleOptions` bound so far; ``None`` means "the task's default"."""
 
     delay: float | timedelta | None = None
     run_at: datetime | None = None
@@ -57,7 +99,9 @@ class ScheduleOptions:
     dedupe_scope: str = "active"
     repeat: Rule | None = None
 
-    def merged(self, **options: Any) -> ScheduleOptions:
+    def merged(self, options: Mapping[str, Any]) -> BoundOptions:
+        """These options with ``options`` bound over them (unknown names refused: the
+        type checker sees them, but not every caller is type-checked)."""
         unknown = set(options) - SCHEDULE_OPTIONS
         if unknown:
             raise ConfigurationError(
@@ -69,12 +113,13 @@ class ScheduleOptions:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One job to schedule: made by :meth:`Task.job`, taken by :meth:`App.schedule_bulk`."""
+    """One job to schedule: made by :meth:`Task.job` (or ``task.configure(...).job(...)``),
+    taken by :meth:`App.schedule_bulk`."""
 
     task: Task[Any, Any]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
-    options: ScheduleOptions = field(default_factory=ScheduleOptions)
+    options: BoundOptions = field(default_factory=BoundOptions)
 
     def build(self, now: datetime) -> JobRecord:
         """The new job, its options validated (the store checks the payload when it
@@ -125,7 +170,6 @@ class Task(Generic[P, R]):
         )
         self.rule = _rule_from_options(task, cron, every, timezone)
         self.misfire = _misfire(task, misfire, misfire_grace, max_catchup)
-        self._check_signature()
         functools.update_wrapper(self, fn)
 
     # Calling and scheduling ----------------------------------------------------------
@@ -133,40 +177,34 @@ class Task(Generic[P, R]):
         """Run the function inline, in this thread (no job is made)."""
         return self.fn(*args, **kwargs)
 
-    def schedule(self, *args: Any, **kwargs: Any) -> Job:
-        """Schedule a run; returns the :class:`~mongosched.Job`.
+    def schedule(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """Schedule a run, due now with the task's queue and priority; returns the
+        :class:`~mongosched.Job`.
 
-        Positional and keyword arguments are the payload passed to the function,
-        except these scheduling options:
-
-        ``delay`` (seconds or timedelta) or ``run_at`` (aware datetime): when it is
-        due (default: now). ``priority`` (1 first … 10 last) and ``queue`` override
-        the task's. ``dedupe_key`` with ``dedupe_scope`` ``"active"`` (no second job
-        while one is pending or running: the existing job is returned) or
-        ``"pending"`` (at most one waiting behind a running one). ``repeat``: a
-        :class:`~mongosched.Cron` or :class:`~mongosched.Every` rule to run the job
-        repeatedly until cancelled.
+        Every argument is payload, passed to the function when the job runs (whatever
+        the parameters are called, ``delay`` or ``queue`` included). Scheduling options
+        go through :meth:`configure`: ``task.configure(delay=60).schedule(user_id)``.
         """
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in SCHEDULE_OPTIONS}
-        return self.configure(**options).schedule(*args, **kwargs)
+        return self.app.schedule_spec(JobSpec(self, args, kwargs))
 
-    def configure(self, **options: Any) -> ConfiguredTask:
-        """The same task with scheduling options bound, for payloads whose own
-        keyword names you would rather keep apart: ``task.configure(delay=5).schedule(x)``."""
-        return ConfiguredTask(self, ScheduleOptions().merged(**options))
+    def configure(self, **options: Unpack[ScheduleOptions]) -> ConfiguredTask[P, R]:
+        """The task with scheduling options bound (see :class:`ScheduleOptions`):
+        ``task.configure(delay=5, priority=1).schedule(x)``. An unknown option raises
+        :class:`~mongosched.errors.ConfigurationError`; the options' values are checked
+        when the job is scheduled."""
+        return ConfiguredTask(self, BoundOptions().merged(options))
 
-    def job(self, *args: Any, **kwargs: Any) -> JobSpec:
-        """A job to pass to :meth:`App.schedule_bulk` (takes the same options as
-        :meth:`schedule`)."""
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in SCHEDULE_OPTIONS}
-        return self.configure(**options).job(*args, **kwargs)
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """A job to pass to :meth:`App.schedule_bulk` (every argument is payload; bind
+        options with ``task.configure(...).job(...)``)."""
+        return JobSpec(self, args, kwargs)
 
     # New jobs ----------------------------------------------------------------------------------
     def new_job(
         self,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
-        options: ScheduleOptions,
+        options: BoundOptions,
         now: datetime,
     ) -> JobRecord:
         """A new job of this task (not yet stored), its options validated."""
@@ -229,51 +267,34 @@ class Task(Generic[P, R]):
             return None
         return {**self.rule.to_document(), "misfire": self.misfire.to_document()}
 
-    def _check_signature(self) -> None:
-        try:
-            parameters = inspect.signature(self.fn).parameters
-        except (TypeError, ValueError):  # builtins without a signature
-            return
-        clash = sorted(
-            name
-            for name, p in parameters.items()
-            if name in SCHEDULE_OPTIONS
-            and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.POSITIONAL_ONLY)
-        )
-        if clash:
-            raise ConfigurationError(
-                f"task {self.name!r}: parameter(s) {', '.join(map(repr, clash))} collide with "
-                f"scheduling options of schedule() ({', '.join(sorted(SCHEDULE_OPTIONS))}). "
-                "Rename the parameter; scheduling options can also be bound apart from the "
-                "payload with configure(), e.g. task.configure(delay=5).schedule(...)"
-            )
-
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
 
 
-class ConfiguredTask:
-    """A task with scheduling options bound (see :meth:`Task.configure`)."""
+class ConfiguredTask(Generic[P, R]):
+    """A task with scheduling options bound (what :meth:`Task.configure` returns)."""
 
-    def __init__(self, task: Task[Any, Any], options: ScheduleOptions) -> None:
+    def __init__(self, task: Task[P, R], options: BoundOptions) -> None:
         self.task = task
         self.options = options
 
-    def configure(self, **options: Any) -> ConfiguredTask:
-        return ConfiguredTask(self.task, self.options.merged(**options))
+    def configure(self, **options: Unpack[ScheduleOptions]) -> ConfiguredTask[P, R]:
+        """More options bound over these (a later value wins)."""
+        return ConfiguredTask(self.task, self.options.merged(options))
 
-    def job(self, *args: Any, **kwargs: Any) -> JobSpec:
-        return JobSpec(self.task, tuple(args), dict(kwargs), self.options)
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """A job with these options, to pass to :meth:`App.schedule_bulk`."""
+        return JobSpec(self.task, args, kwargs, self.options)
 
-    def schedule(self, *args: Any, **kwargs: Any) -> Job:
-        """Schedule with the bound options; every keyword argument is payload."""
+    def schedule(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """Schedule a run with these options; every argument is payload."""
         return self.task.app.schedule_spec(self.job(*args, **kwargs))
 
     def __repr__(self) -> str:
         return f"<ConfiguredTask {self.task.name} {self.options}>"
 
 
-def _due_time(task: str, options: ScheduleOptions, now: datetime) -> datetime:
+def _due_time(task: str, options: BoundOptions, now: datetime) -> datetime:
     if options.delay is not None and options.run_at is not None:
         raise ConfigurationError(f"task {task!r}: give either delay or run_at, not both")
     if options.run_at is not None:

@@ -145,7 +145,7 @@ def assert_one_line_error(stderr: str, *fragments: str) -> None:
 # jobs list ----------------------------------------------------------------------------------
 def test_jobs_list_prints_an_aligned_table(sched: App, cli: Callable[..., Run]) -> None:
     first = sched.schedule("cli.add", 1, 2)
-    second = sched.schedule("cli.add", 3, 4, queue="emails", priority=2)
+    second = sched.get_task("cli.add").configure(queue="emails", priority=2).schedule(3, 4)
 
     run = cli("jobs", "list", app=sched)
 
@@ -165,7 +165,7 @@ def test_jobs_list_prints_an_aligned_table(sched: App, cli: Callable[..., Run]) 
 def test_jobs_list_filters_and_json(sched: App, cli: Callable[..., Run]) -> None:
     done = sched.schedule("cli.add", 1, 2)
     failed = sched.schedule("cli.boom")
-    later = sched.schedule("cli.add", 5, 6, queue="emails", delay=60)
+    later = sched.get_task("cli.add").configure(queue="emails", delay=60).schedule(5, 6)
     drain(sched)
 
     run = cli("jobs", "list", "--status", "failed", "--json", app=sched)
@@ -453,7 +453,7 @@ def test_stats(
     drain(sched)
     due = sched.schedule("cli.add", 3, 4)
     clock.advance(seconds=2)
-    sched.schedule("cli.add", 5, 6, delay=60)
+    sched.get_task("cli.add").configure(delay=60).schedule(5, 6)
     other = make_app(clock=clock)  # another app's task, on the same store
     other.task(name="cli.elsewhere")(lambda: None)
     other.schedule("cli.elsewhere")

@@ -22,14 +22,15 @@ from tests.support.waiting import wait_for
 
 def test_dedupe_active_returns_the_existing_job_until_it_finishes(app: App) -> None:
     app.task(name="email")(lambda uid: uid)
-    first = app.schedule("email", 1, dedupe_key="email:1")
-    second = app.schedule("email", 1, dedupe_key="email:1")
+    first = app.get_task("email").configure(dedupe_key="email:1").schedule(1)
+    second = app.get_task("email").configure(dedupe_key="email:1").schedule(1)
     assert second.id == first.id and app.count_jobs() == 1
-    other_task = app.task(name="sms")(lambda uid: uid).schedule(1, dedupe_key="email:1")
+    other_task = app.task(name="sms")(lambda uid: uid).configure(dedupe_key="email:1").schedule(1)
     assert other_task.id != first.id  # keys are per task
     drain(app)
     assert first.refresh().status is JobStatus.COMPLETED
-    third = app.schedule("email", 1, dedupe_key="email:1")  # the key is free again
+    # the key is free again
+    third = app.get_task("email").configure(dedupe_key="email:1").schedule(1)
     assert third.id != first.id and third.status is JobStatus.PENDING
 
 
@@ -42,10 +43,11 @@ def test_dedupe_holds_while_running(app: App) -> None:
         inside.set()
         release.wait(10)
 
-    job = sync.schedule(dedupe_key="k")
+    job = sync.configure(dedupe_key="k").schedule()
     runner = app.runner(workers=1).start()
     assert inside.wait(10)
-    assert sync.schedule(dedupe_key="k").id == job.id  # active scope: running holds the key
+    # active scope: running holds the key
+    assert sync.configure(dedupe_key="k").schedule().id == job.id
     release.set()
     job.wait(timeout=10)
     runner.stop()
@@ -60,12 +62,12 @@ def test_dedupe_pending_scope_allows_one_waiting_behind_one_running(app: App) ->
         release.wait(10)
         return n
 
-    running = sync.schedule(1, dedupe_key="user:9", dedupe_scope="pending")
+    running = sync.configure(dedupe_key="user:9", dedupe_scope="pending").schedule(1)
     runner = app.runner(workers=1).start()
     assert inside.wait(10)
-    waiting = sync.schedule(2, dedupe_key="user:9", dedupe_scope="pending")
+    waiting = sync.configure(dedupe_key="user:9", dedupe_scope="pending").schedule(2)
     assert waiting.id != running.id  # the running one does not hold the pending key
-    again = sync.schedule(3, dedupe_key="user:9", dedupe_scope="pending")
+    again = sync.configure(dedupe_key="user:9", dedupe_scope="pending").schedule(3)
     assert again.id == waiting.id  # single-flight: coalesced into the waiting one
     release.set()
     assert waiting.wait(timeout=10).result == 2
@@ -81,7 +83,7 @@ def test_sixteen_threads_scheduling_one_key_make_one_job(app: App) -> None:
 
     def schedule() -> None:
         barrier.wait()
-        job = app.schedule("once", dedupe_key="the-key")
+        job = app.get_task("once").configure(dedupe_key="the-key").schedule()
         with lock:
             ids.append(job.id)
 
@@ -96,13 +98,13 @@ def test_sixteen_threads_scheduling_one_key_make_one_job(app: App) -> None:
 
 def test_schedule_bulk_is_one_insert_and_resolves_dedupe(app: App) -> None:
     task = app.task(name="t")(lambda n: n)
-    existing = task.schedule(0, dedupe_key="dup")
+    existing = task.configure(dedupe_key="dup").schedule(0)
     jobs = app.schedule_bulk(
         [
             task.job(1),
-            task.job(2, delay=5),
-            task.job(3, dedupe_key="dup"),
-            task.job(4, dedupe_key="dup"),
+            task.configure(delay=5).job(2),
+            task.configure(dedupe_key="dup").job(3),
+            task.configure(dedupe_key="dup").job(4),
         ]
     )
     assert [j.args for j in jobs[:2]] == [[1], [2]]
@@ -168,13 +170,13 @@ def test_cancel_pending_job_never_starts(app: App) -> None:
     app.task(name="t")(lambda: ran.append(1))
     cancelled: list[Event] = []
     app.on("job:cancel", cancelled.append)
-    job = app.schedule("t", dedupe_key="k")
+    job = app.get_task("t").configure(dedupe_key="k").schedule()
     assert app.cancel(job.id) is Cancellation.CANCELLED
     assert drain(app) == 0 and ran == []
     job.refresh()
     assert job.status is JobStatus.CANCELLED and job.finished_at is not None
     assert [e.job.id for e in cancelled] == [job.id]
-    assert app.schedule("t", dedupe_key="k").id != job.id  # key released
+    assert app.get_task("t").configure(dedupe_key="k").schedule().id != job.id  # key released
     assert app.cancel(job.id) is Cancellation.ALREADY_FINISHED
     with pytest.raises(JobNotFound):
         app.cancel("0123456789abcdef01234567")
@@ -285,7 +287,7 @@ def test_update_job_changes_pending_jobs_only(app: App) -> None:
         inside.set()
         release.wait(10)
 
-    job = app.schedule("t", 1, delay=3600)
+    job = app.get_task("t").configure(delay=3600).schedule(1)
     updated = app.update_job(job.id, priority=2, args=[5], delay=0)
     assert (updated.priority, updated.args) == (2, [5]) and updated.run_at <= app.now()
     with pytest.raises(ConfigurationError, match="priority"):
@@ -351,7 +353,7 @@ def test_stats_counts_by_task_and_status(app: App) -> None:
     for _ in range(3):
         app.schedule("ok")
     app.schedule("bad")
-    app.schedule("ok", delay=3600)
+    app.get_task("ok").configure(delay=3600).schedule()
     drain(app)
     stats = app.stats()
     assert stats["by_task"] == {"ok": {"completed": 3, "pending": 1}, "bad": {"failed": 1}}
@@ -368,7 +370,8 @@ def test_finished_jobs_get_expire_at_from_the_retention_settings(
     app = make_app(clock=clock, keep_completed=timedelta(hours=1), keep_failed=timedelta(days=2))
     app.task(name="ok")(lambda: 1)
     app.task(name="bad", retry=1)(lambda: 1 / 0)
-    ok, bad, waiting = app.schedule("ok"), app.schedule("bad"), app.schedule("ok", delay=60)
+    ok, bad = app.schedule("ok"), app.schedule("bad")
+    waiting = app.get_task("ok").configure(delay=60).schedule()
     drain(app)
     assert ok.refresh().expire_at == ok.finished_at + timedelta(hours=1)
     assert bad.refresh().expire_at == bad.finished_at + timedelta(days=2)
@@ -390,7 +393,7 @@ def test_purge_deletes_old_finished_jobs_only(
     clock.advance(days=8)
     recent = app.schedule("ok")
     drain(app)
-    waiting = app.schedule("ok", delay=60)
+    waiting = app.get_task("ok").configure(delay=60).schedule()
     assert app.purge(status="completed", older_than=timedelta(days=7)) == 1
     assert app.get_job(old.id) is None
     assert app.get_job(recent.id) is not None and app.get_job(waiting.id) is not None

@@ -141,7 +141,7 @@ def act_schedule(w: World) -> None:
     if w.rng.random() < 0.4:
         options["dedupe_key"] = f"k{w.rng.randrange(3)}"
     try:
-        job = w.app.schedule(task, w.marker, **options)
+        job = w.app.get_task(task).configure(**options).schedule(w.marker)
     except MongoschedError:
         w.raised_markers.append(w.marker)
         w.stats["schedule raised"] += 1

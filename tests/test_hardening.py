@@ -214,7 +214,7 @@ def test_malformed_pending_documents_never_stop_the_claims(database: Any) -> Non
 
 
 def _second_is_refused(app: App, first: Any) -> None:
-    again = app.schedule("d", 2, dedupe_key="k", dedupe_scope="pending")
+    again = app.get_task("d").configure(dedupe_key="k", dedupe_scope="pending").schedule(2)
     assert again.id == first.id, "a second job took a key its holder should have held"
 
 
@@ -227,7 +227,7 @@ def test_a_pending_scope_key_is_held_again_after_a_retry(make_app: Callable[...,
         attempts.append(n)
         raise RuntimeError("again later")
 
-    first = app.schedule("d", 1, dedupe_key="k", dedupe_scope="pending")
+    first = app.get_task("d").configure(dedupe_key="k", dedupe_scope="pending").schedule(1)
     drain(app)
     assert attempts == [1] and first.refresh().status is JobStatus.PENDING
     _second_is_refused(app, first)
@@ -238,7 +238,7 @@ def test_a_pending_scope_key_is_held_again_after_a_reap(
 ) -> None:
     app = make_app(clock=clock)
     app.task(name="d", retry=3)(lambda n: n)
-    first = app.schedule("d", 1, dedupe_key="k", dedupe_scope="pending")
+    first = app.get_task("d").configure(dedupe_key="k", dedupe_scope="pending").schedule(1)
     assert app.runner(workers=1).claim_next() is not None  # its holder dies
     clock.advance(seconds=60)
     assert app.runner(workers=1).reap() == 1
@@ -257,7 +257,7 @@ def test_a_pending_scope_key_is_held_again_when_a_stop_gives_the_job_back(
         while True:  # interrupted by the non-graceful stop
             time.sleep(0.01)
 
-    first = app.schedule("d", 1, dedupe_key="k", dedupe_scope="pending")
+    first = app.get_task("d").configure(dedupe_key="k", dedupe_scope="pending").schedule(1)
     runner = app.runner(workers=1).start()
     assert inside.wait(10)
     assert runner.stop(graceful=False, timeout=10)
@@ -268,7 +268,7 @@ def test_a_pending_scope_key_is_held_again_when_a_stop_gives_the_job_back(
 def test_a_pending_scope_key_is_held_again_by_retry_job(make_app: Callable[..., App]) -> None:
     app = make_app()
     app.task(name="d", retry=1)(lambda n: 1 / 0)
-    first = app.schedule("d", 1, dedupe_key="k", dedupe_scope="pending")
+    first = app.get_task("d").configure(dedupe_key="k", dedupe_scope="pending").schedule(1)
     drain(app)
     assert first.refresh().status is JobStatus.FAILED
     app.retry_job(first.id)
@@ -319,7 +319,7 @@ def test_scheduling_options_that_make_no_sense_are_refused(
     app = App("memory://")
     app.task(name="t")(lambda x: x)
     with pytest.raises(ConfigurationError, match=f"task 't': {field}"):
-        app.schedule("t", 1, **options)  # type: ignore[arg-type]
+        app.get_task("t").configure(**options).schedule(1)  # type: ignore[arg-type]
     assert app.count_jobs() == 0
 
 

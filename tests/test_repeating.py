@@ -233,10 +233,11 @@ def test_dynamic_repeating_jobs_with_payload_and_dedupe(
         ctx = current_job()
         seen.append((feed, ctx.scheduled_for if ctx else None))
 
-    job = poll.schedule("news", repeat=Every(seconds=30), dedupe_key="poll:news")
-    again = poll.schedule("news", repeat=Every(seconds=30), dedupe_key="poll:news")
+    news = poll.configure(repeat=Every(seconds=30), dedupe_key="poll:news")
+    job = news.schedule("news")
+    again = news.schedule("news")
     assert again.id == job.id
-    daily = poll.schedule("sports", repeat=Cron("0 6 * * 1"))
+    daily = poll.configure(repeat=Cron("0 6 * * 1")).schedule("sports")
     assert job.run_at == START + timedelta(seconds=30)
     assert daily.run_at == START.replace(day=10, hour=6)  # next Monday 06:00
     clock.advance(seconds=61)
@@ -246,7 +247,7 @@ def test_dynamic_repeating_jobs_with_payload_and_dedupe(
     rows = {row["task"] + ":" + str(row["id"]): row for row in app.schedules()}
     assert len(rows) == 2
     assert app.cancel(job.id) is Cancellation.CANCELLED
-    assert poll.schedule("news", repeat=Every(seconds=30), dedupe_key="poll:news").id != job.id
+    assert news.schedule("news").id != job.id
 
 
 def test_schedules_lists_every_repeating_job(
@@ -285,7 +286,7 @@ def test_bad_rules_are_refused_at_decoration(app: App, options: dict, message: s
 def test_repeat_must_be_a_rule(app: App) -> None:
     app.task(name="t")(lambda: None)
     with pytest.raises(ConfigurationError, match="repeat must be a Cron or Every"):
-        app.schedule("t", repeat="0 9 * * *")
+        app.get_task("t").configure(repeat="0 9 * * *").schedule()
 
 
 def test_ensure_schedules_creates_once_and_only_for_the_queues_asked(

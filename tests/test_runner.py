@@ -66,11 +66,11 @@ def test_priority_first_then_fifo_by_due_time(
     def t(label: str) -> None:
         order.append(label)
 
-    t.schedule("p5-second", delay=2)
-    t.schedule("p5-first", delay=1)
-    t.schedule("p1", priority=1, delay=3)
-    t.schedule("p10", priority=10)
-    t.schedule("p5-future", delay=60)
+    t.configure(delay=2).schedule("p5-second")
+    t.configure(delay=1).schedule("p5-first")
+    t.configure(priority=1, delay=3).schedule("p1")
+    t.configure(priority=10).schedule("p10")
+    t.configure(delay=60).schedule("p5-future")
     clock.advance(seconds=5)
     assert drain(app) == 4
     assert order == ["p1", "p5-first", "p5-second", "p10"]  # the future one waits
