@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import click
 from flask import Flask, current_app, has_app_context
@@ -51,8 +51,11 @@ from ..app import App
 from ..errors import ConfigurationError
 from ..job import Job
 from ..runner import Runner
-from ..task import ConfiguredTask, JobSpec, Task
+from ..task import ConfiguredTask, JobSpec, ScheduleOptions, Task, TaskOptions
 from . import app_from_settings, cli_arguments, positive_int, run_cli
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["MongoSched", "SchedTask"]
 
@@ -81,7 +84,7 @@ class SchedTask(Generic[P, R]):
     (or of the only one, outside an app context); calling it runs the function inline.
     """
 
-    def __init__(self, sched: MongoSched, fn: Callable[P, R], options: dict[str, Any]) -> None:
+    def __init__(self, sched: MongoSched, fn: Callable[P, R], options: TaskOptions) -> None:
         self.sched = sched
         self.fn = fn
         self.options = options
@@ -98,13 +101,15 @@ class SchedTask(Generic[P, R]):
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
 
-    def schedule(self, *args: Any, **kwargs: Any) -> Job:
+    def schedule(self, *args: P.args, **kwargs: P.kwargs) -> Job[R]:
+        """As :meth:`mongosched.Task.schedule`: every argument is payload."""
         return self.task.schedule(*args, **kwargs)
 
-    def configure(self, **options: Any) -> ConfiguredTask:
+    def configure(self, **options: Unpack[ScheduleOptions]) -> ConfiguredTask[P, R]:
+        """As :meth:`mongosched.Task.configure`: the scheduling options."""
         return self.task.configure(**options)
 
-    def job(self, *args: Any, **kwargs: Any) -> JobSpec:
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         return self.task.job(*args, **kwargs)
 
     def __repr__(self) -> str:
@@ -115,7 +120,7 @@ class MongoSched:
     """The Flask extension: ``MongoSched(app)`` or ``sched.init_app(app)``."""
 
     def __init__(self, app: Flask | None = None) -> None:
-        self._declared: list[tuple[Callable[..., Any], dict[str, Any]]] = []
+        self._declared: list[tuple[Callable[..., Any], TaskOptions]] = []
         self._states: list[_State] = []
         if app is not None:
             self.init_app(app)
@@ -143,10 +148,12 @@ class MongoSched:
     def task(self, fn: Callable[P, R], /) -> SchedTask[P, R]: ...
 
     @overload
-    def task(self, **options: Any) -> Callable[[Callable[P, R]], SchedTask[P, R]]: ...
+    def task(
+        self, **options: Unpack[TaskOptions]
+    ) -> Callable[[Callable[P, R]], SchedTask[P, R]]: ...
 
     def task(  # type: ignore[misc]  # as App.task: mypy cannot match **options
-        self, fn: Callable[..., Any] | None = None, /, **options: Any
+        self, fn: Callable[..., Any] | None = None, /, **options: Unpack[TaskOptions]
     ) -> Any:
         """Declare a task (bare or with the options of :meth:`mongosched.App.task`),
         before or after :meth:`init_app`."""
@@ -154,8 +161,8 @@ class MongoSched:
         def declare(function: Callable[..., Any]) -> SchedTask[Any, Any]:
             for state in self._states:
                 state.app.task(**options)(function)
-            self._declared.append((function, dict(options)))
-            return SchedTask(self, function, dict(options))
+            self._declared.append((function, TaskOptions(**options)))
+            return SchedTask(self, function, TaskOptions(**options))
 
         if fn is not None:
             if options:
