@@ -148,8 +148,8 @@ class _Locked:
 
     def _wrap(self, value: Any) -> Any:
         mongomock = _import_mongomock()
-        if isinstance(value, (mongomock.Collection, mongomock.Database)):
-            return type(self)(value, self._lock)
+        if isinstance(value, (mongomock.Collection, mongomock.Database, mongomock.MongoClient)):
+            return type(self)(value, self._lock)  # db.client too: its databases stay locked
         return value
 
     def __getattr__(self, name: str) -> Any:
