@@ -108,6 +108,9 @@ class App(JobControl):
         self._prepared = False
         self._lock = threading.RLock()
         self._in_process_runner: Runner | None = None
+        self._in_process_options: dict[str, Any] = {}
+        self._running_at_fork = False
+        self._warned_fork = False
         self._eager_runner: Runner | None = None
         _apps.add(self)
 
@@ -141,12 +144,40 @@ class App(JobControl):
         self.store.close()
         self._prepared = False
 
+    def _before_fork(self) -> None:
+        self._running_at_fork = self.in_process_runner is not None
+
+    def _after_fork_in_parent(self) -> None:
+        """A process that forks while its in-process runner runs copies live threads
+        into the child (where they are dead) and goes on running jobs itself: right for
+        a web worker that forks now and then, wrong for a server's master. Say so, once."""
+        forked_running, self._running_at_fork = self._running_at_fork, False
+        if forked_running and not self._warned_fork:
+            self._warned_fork = True
+            log.warning(
+                "process %d forked while its in-process runner was running: the child "
+                "starts its own, and this one keeps its own. If this is a server's master "
+                "that forks its workers (gunicorn --preload, uWSGI without lazy-apps), start "
+                "the runner in the workers instead (gunicorn's post_worker_init; see the "
+                "deployment docs)",
+                os.getpid(),
+            )
+
     def _after_fork(self) -> None:
-        """In a forked child: the parent's runners do not survive a fork."""
+        """In a forked child: the parent's runners do not survive a fork (their threads
+        are not copied). A child whose parent was running an in-process runner starts
+        its own, with the same options: a pre-forking server's workers each run one."""
+        restart = self._running_at_fork
+        self._running_at_fork = False
         self._lock = threading.RLock()
         self.runners = weakref.WeakSet()
         self._in_process_runner = None
         self._eager_runner = None
+        if restart:
+            try:
+                self.start_runner(**self._in_process_options)
+            except Exception:  # a fork handler must not raise; say so where operators look
+                log.exception("could not start the in-process runner in child %d", os.getpid())
 
     # Registry -----------------------------------------------------------------------------
     @overload
@@ -346,9 +377,12 @@ class App(JobControl):
     def start_runner(
         self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any
     ) -> Runner:
-        """Start one runner in background daemon threads of this process, once (again
-        in a forked child); for running inside a web server process. Cheap once it runs,
-        so a framework may call it on every request."""
+        """Start one runner in background daemon threads of this process, once; for
+        running inside a web server process. Cheap once it runs, so a framework may call
+        it on every request. A process forked while it runs (a pre-forking server's
+        worker) starts its own at the fork, with the same options; the parent keeps its
+        own (so start it in the workers, not in a server's master: see
+        :doc:`/deployment`)."""
         running = self.in_process_runner
         if running is not None:
             return running
@@ -358,6 +392,7 @@ class App(JobControl):
                 runner = self.runner(workers=workers, queues=queues, **options)
                 runner.start()
                 self._in_process_runner = runner
+                self._in_process_options = {"workers": workers, "queues": queues, **options}
             return runner
 
     @property
@@ -385,10 +420,22 @@ def _keep(value: Any, name: str) -> timedelta | None:
 _apps: weakref.WeakSet[App] = weakref.WeakSet()
 
 
+def _before_fork() -> None:
+    for app in list(_apps):
+        app._before_fork()
+
+
 def _reset_after_fork() -> None:
     for app in list(_apps):
         app._after_fork()
 
 
+def _after_fork_in_parent() -> None:
+    for app in list(_apps):
+        app._after_fork_in_parent()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_reset_after_fork
+    )

@@ -482,10 +482,11 @@ assert parent_runner is not None and parent_runner.is_running
 # child's own: only the child's runner can run the job the child schedules).
 pid = os.fork()
 if pid == 0:
-    ok = get_app().in_process_runner is None  # the parent's runner is not the child's
-    Client().get("/ping/")
+    # The child runs a runner of its own from the fork on, before any request.
     runner = get_app().in_process_runner
-    ok = ok and runner is not None and runner is not parent_runner and runner.is_running
+    ok = runner is not None and runner is not parent_runner and runner.is_running
+    Client().get("/ping/")
+    ok = ok and get_app().in_process_runner is runner  # a request starts no other
     job = get_app().get_task("tests.djangoproject.testapp.tasks.add").schedule(20, 22)
     ok = ok and job.wait(timeout=20).result == 42
     os._exit(0 if ok else 1)

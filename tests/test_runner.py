@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable
 from datetime import timedelta
@@ -15,7 +16,7 @@ from mongosched.errors import StoreUnavailable
 from mongosched.testing import FakeClock, drain
 from tests.support.stalls import LostHeartbeats
 from tests.support.tasks import Recorder
-from tests.support.waiting import wait_for
+from tests.support.waiting import wait_child, wait_for
 
 
 def test_a_job_runs_and_its_result_is_stored(app: App) -> None:
@@ -378,4 +379,35 @@ def test_start_runner_starts_one_per_process_and_stop_runner_stops_it(app: App) 
     assert app.in_process_runner is None
     second = app.start_runner(workers=1)
     assert second is not first and second.is_running
+    app.stop_runner()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_starts_its_own_in_process_runner(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pre-forking server's worker runs jobs without calling start_runner itself."""
+
+    @app.task(name="where")
+    def where() -> int:
+        return os.getpid()
+
+    parent_runner = app.start_runner(workers=1, poll_interval=0.05)
+    with caplog.at_level(logging.WARNING, logger="mongosched"):
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit code only
+            code = 1
+            try:
+                runner = app.in_process_runner
+                started = runner is not None and runner is not parent_runner
+                assert runner is not None and started and runner.is_running
+                assert (runner.workers, runner.poll_interval) == (1, 0.05)  # same options
+                done = where.schedule().wait(timeout=10)
+                code = 0 if done.status is JobStatus.COMPLETED else 2
+            finally:
+                os._exit(code)
+        code = wait_child(pid)
+    assert code == 0, "the child did not start a runner of its own, or it ran no job"
+    assert app.in_process_runner is parent_runner and parent_runner.is_running
+    assert "forked while its in-process runner was running" in caplog.text
     app.stop_runner()
