@@ -12,7 +12,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from . import validate
 from .control import Cancellation, JobControl
-from .errors import ConfigurationError, TaskNotRegistered
+from .errors import ConfigurationError, StoreError, TaskNotRegistered
 from .events import Listener, Listeners
 from .job import Job
 from .outcome import Retention
@@ -106,6 +106,8 @@ class App(JobControl):
         """The runners of this app running in this process."""
         self._listeners = Listeners(self)
         self._prepared = False
+        self._prepare_failures = 0
+        self._prepare_error: StoreError | None = None
         self._lock = threading.RLock()
         self._in_process_runner: Runner | None = None
         self._in_process_options: dict[str, Any] = {}
@@ -130,11 +132,22 @@ class App(JobControl):
 
     def _writable(self) -> Store:
         """The store, prepared for writes once (reads need no indexes, so a read-only
-        database user can list and count jobs)."""
+        database user can list and count jobs). A caller that waited while another
+        thread tried and failed (a runner starting, another request) gets that failure:
+        an unreachable database costs it one ``connect_timeout``, not one more."""
         if not self._prepared:
+            failures = self._prepare_failures
             with self._lock:
                 if not self._prepared:
-                    self.ensure_indexes()
+                    failed = self._prepare_error
+                    if self._prepare_failures != failures and failed is not None:
+                        raise type(failed)(str(failed)) from failed
+                    try:
+                        self.ensure_indexes()
+                    except StoreError as exc:
+                        self._prepare_failures += 1
+                        self._prepare_error = exc
+                        raise
         return self.store
 
     def close(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -54,6 +55,36 @@ def test_an_unreachable_server_costs_one_timeout_and_a_store_unavailable(
         assert isinstance(caught.value, MongoschedError) and "Connection refused" in str(
             caught.value
         )
+
+
+def test_a_schedule_behind_a_starting_runner_costs_one_timeout_not_two(
+    make_app: Callable[..., App], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner starting in a web process prepares the store while the database is
+    down; a request that schedules meanwhile waits for that attempt and gets its
+    failure, rather than waiting for it and then trying again (two timeouts)."""
+    app = make_app()
+    app.task(name="t")(lambda: None)
+    attempts: list[str] = []
+
+    def unreachable() -> None:  # what preparing costs when the server is down
+        attempts.append(threading.current_thread().name)
+        time.sleep(0.5)
+        raise StoreUnavailable("create index: connection refused")
+
+    monkeypatch.setattr(app.store, "prepare", unreachable)
+    runner = app.start_runner(workers=1)  # its dispatcher prepares at once, again and again
+    try:
+        wait_for(lambda: attempts, message="the runner to try")
+        for call in range(4):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="connection refused"):
+                app.schedule("t")
+            elapsed = time.monotonic() - started
+            assert elapsed < 0.75, (call, elapsed)  # one attempt (0.5 s), never two
+        assert runner.is_running and not runner.ready
+    finally:
+        app.stop_runner(timeout=5)
 
 
 @pytest.mark.processes
