@@ -150,6 +150,31 @@ class App(JobControl):
                         raise
         return self.store
 
+    def reconfigure(self, source: App) -> None:
+        """Take ``source``'s store and options (``uri``, ``lease_duration``,
+        ``poll_interval``, ``clock``, ``queues``, retention, ``eager``) and keep this
+        app's tasks and listeners: for integrations whose settings change while tasks
+        registered at import stay bound to this app (Django's ``override_settings`` in
+        tests). The in-process runner, if running, stops and starts again on the new
+        store; other runners keep the store they started with. The previous store is
+        closed unless one of them uses it. ``source`` is not to be used afterwards."""
+        with self._lock:
+            restart = self.in_process_runner is not None
+        if restart:
+            self.stop_runner(graceful=False, timeout=5.0)
+        with self._lock:
+            previous = self.store
+            self.store, self.uri = source.store, source.uri
+            self.lease_duration, self.poll_interval = source.lease_duration, source.poll_interval
+            self._clock, self.queues = source._clock, source.queues
+            self.retention, self.eager = source.retention, source.eager
+            self._prepared, self._prepare_error = source._prepared, None
+            self._eager_runner = None
+        if previous is not self.store and all(r.store is not previous for r in self.runners):
+            previous.close()
+        if restart:
+            self.start_runner(**self._in_process_options)
+
     def close(self) -> None:
         """Stop this app's runners and close its connections."""
         for runner in list(self.runners):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 
 from mongosched import App, Event, Fail, JobStatus, Retry, current_job, outcome
 from mongosched.errors import StoreUnavailable
+from mongosched.store.memory import MemoryStore
 from mongosched.testing import FakeClock, drain
 from tests.support.stalls import LostHeartbeats
 from tests.support.tasks import Recorder
@@ -411,3 +413,35 @@ def test_a_forked_child_starts_its_own_in_process_runner(
     assert app.in_process_runner is parent_runner and parent_runner.is_running
     assert "forked while its in-process runner was running" in caplog.text
     app.stop_runner()
+
+
+def test_reconfigure_moves_an_app_to_another_store_keeping_tasks_and_listeners() -> None:
+    names = [f"reconfigure-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    app = App(f"memory://{names[0]}", poll_interval=0.05)
+    created: list[Event] = []
+    app.on("job:created", created.append)
+
+    @app.task(name="t")
+    def t() -> str:
+        return "done"
+
+    before = app.start_runner(workers=1)
+    try:
+        app.reconfigure(App(f"memory://{names[1]}", poll_interval=0.02, lease_duration=3))
+        assert (app.uri, app.poll_interval, app.lease_duration) == (
+            f"memory://{names[1]}",
+            0.02,
+            3,
+        )
+        assert not before.is_running  # it held the old store
+        runner = app.in_process_runner
+        assert runner is not None and runner.store is app.store and runner.poll_interval == 0.02
+        job = t.schedule()  # a task registered before follows its app
+        assert job.wait(timeout=10).result == "done"
+        assert [event.job.id for event in created] == [job.id]
+        assert App(f"memory://{names[1]}").get_job(job.id) is not None
+        assert App(f"memory://{names[0]}").get_job(job.id) is None
+    finally:
+        app.stop_runner(timeout=5)
+        for name in names:
+            MemoryStore.forget(name)
