@@ -194,9 +194,11 @@ def test_bad_settings_fail_clearly(project: App) -> None:
 
     from mongosched.contrib.django import conf
 
-    with override_settings(MONGOSCHED={"URI": "memory://", "WORKERS": 0}):
-        with pytest.raises(ImproperlyConfigured, match="WORKERS"):
-            conf.options()
+    # The shared App follows the setting: bad settings fail at override_settings.
+    with pytest.raises(ImproperlyConfigured, match="WORKERS"):
+        with override_settings(MONGOSCHED={"URI": "memory://", "WORKERS": 0}):
+            pass  # pragma: no cover
+    assert conf.options()["WORKERS"] == 2  # and leave the settings as they were
     from mongosched.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="unknown setting.*LEASE"):
@@ -207,9 +209,48 @@ def test_bad_settings_fail_clearly(project: App) -> None:
         app_from_settings({"URI": "mongomock://x/y"}, where="settings.MONGOSCHED")
     with pytest.raises(ConfigurationError, match="settings.MONGOSCHED: .*unknown store URI"):
         app_from_settings({"URI": "sqlite://x"}, where="settings.MONGOSCHED")
-    with override_settings(MONGOSCHED=None):
-        with pytest.raises(ImproperlyConfigured, match="MONGOSCHED is not set"):
-            conf.options()
+    with pytest.raises(ImproperlyConfigured, match="MONGOSCHED is not set"):
+        with override_settings(MONGOSCHED=None):
+            pass  # pragma: no cover
+    with pytest.raises(ImproperlyConfigured, match="URI mongomock:// is no longer supported"):
+        with override_settings(MONGOSCHED={"URI": "mongomock://x/y"}):
+            pass  # pragma: no cover
+    assert project.uri == conf.options()["URI"]
+
+
+def test_the_shared_app_follows_override_settings(app: App, client: Any) -> None:
+    """Tests that override MONGOSCHED write where the override says, with the tasks
+    registered at import (``@app.task`` in tasks.py), views and runners alike."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    from mongosched.contrib.django import get_app, start_runner
+    from tests.djangoproject.testapp.tasks import add
+
+    project_uri = app.uri
+    name = f"override-{uuid.uuid4().hex[:8]}"
+    try:
+        with override_settings(MONGOSCHED={**settings.MONGOSCHED, "URI": f"memory://{name}"}):
+            assert get_app() is app and app.uri == f"memory://{name}"
+            viewed = client.get("/add/", {"x": 1, "y": 2}).json()["id"]
+            direct = add.schedule(3, 4)
+            assert app.count_jobs() == 2
+            assert {str(job.id) for job in App(f"memory://{name}").get_jobs()} == {
+                viewed,
+                str(direct.id),
+            }
+            assert drain(app) == 2 and direct.refresh().result == 7
+            runner = start_runner()  # runs on the overriding store too
+            assert runner.store is app.store
+            assert add.schedule(5, 6).wait(timeout=10).result == 11
+        assert app.uri == project_uri and app.count_jobs() == 0  # nothing written there
+        assert app.in_process_runner is not None and app.in_process_runner.store is app.store
+    finally:
+        MemoryStore.forget(name)
+
+    with override_settings(MONGOSCHED={**settings.MONGOSCHED, "EAGER": True}):
+        assert add.schedule(20, 22).result == 42  # ran inline
+    assert not app.eager
 
 
 def test_database_setting_replaces_the_uri_database() -> None:

@@ -1,4 +1,10 @@
-"""The project's shared :class:`~mongosched.App`, made from ``settings.MONGOSCHED``."""
+"""The project's shared :class:`~mongosched.App`, made from ``settings.MONGOSCHED``.
+
+It follows the setting: when ``MONGOSCHED`` changes (``override_settings`` in tests),
+the same App takes the new store and options (:meth:`~mongosched.App.reconfigure`),
+so tasks registered on it at import follow, and tests never write into the database
+of the development settings.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 
 from ...app import App
 from ...errors import ConfigurationError
@@ -24,8 +31,12 @@ DEFAULTS: dict[str, Any] = {
     "AUTODISCOVER": True,
 }
 OWN_KEYS = ("TASK_MODULES", "AUTODISCOVER")
+PROCESS_KEYS = ("WORKERS", "RUN_IN_PROCESS", *OWN_KEYS)
+"""Settings that say how processes use the App, not what the App is."""
 
 _app: App | None = None
+_made_from: dict[str, Any] | None = None
+"""The settings ``_app`` is configured from (but :data:`PROCESS_KEYS`)."""
 _lock = threading.Lock()
 
 
@@ -58,16 +69,47 @@ def get_app() -> App:
     Every ``@app.task`` of the project registers on it, so the web processes and the
     ``manage.py mongosched worker`` processes know the same tasks.
     """
-    global _app
+    global _app, _made_from
     app = _app
     if app is not None:
         return app
     with _lock:
         if _app is None:
-            try:
-                made = app_from_settings(options(), where="settings.MONGOSCHED", ignore=OWN_KEYS)
-            except ConfigurationError as exc:
-                raise ImproperlyConfigured(str(exc)) from None
+            merged = options()
+            made = _make(merged)
             register(made)
-            _app = made
+            _app, _made_from = made, _app_settings(merged)
         return _app
+
+
+def _app_settings(merged: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in merged.items() if key not in PROCESS_KEYS}
+
+
+def _make(merged: Mapping[str, Any]) -> App:
+    try:
+        return app_from_settings(merged, where="settings.MONGOSCHED", ignore=OWN_KEYS)
+    except ConfigurationError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
+
+
+def follow_settings(*, setting: str, **kwargs: Any) -> None:
+    """``setting_changed`` receiver: when ``MONGOSCHED`` changes, the shared App takes
+    the store and options of the new settings (its tasks and listeners stay). Bad new
+    settings raise :class:`ImproperlyConfigured` here, so ``override_settings`` fails at
+    once and the App is left as it was."""
+    global _made_from
+    if setting != SETTING:
+        return
+    with _lock:
+        if _app is None:
+            return  # made from the settings of the moment when first used
+        merged = options()
+        wanted = _app_settings(merged)
+        if wanted == _made_from:
+            return  # WORKERS or RUN_IN_PROCESS changed: nothing the App holds
+        _app.reconfigure(_make(merged))
+        _made_from = wanted
+
+
+setting_changed.connect(follow_settings, dispatch_uid="mongosched.follow_settings")
