@@ -30,7 +30,7 @@ unit: venv
 ## needs Python 3.12). make py310: the fast tests on Python 3.10, the oldest supported.
 ## Each runs where that Python is installed, and says so where it is not.
 django6:
-	@.ci/other-python 3.12 .venv-django6 "-e .[testing] django>=6 pytest pytest-timeout" \
+	@.ci/other-python 3.12 .venv-django6 "-e .[testing] django>=6 pytest pytest-timeout mockupdb gunicorn" \
 		-W "ignore:datetime.datetime.utcnow:DeprecationWarning" tests/test_django.py
 
 py310:

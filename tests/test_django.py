@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -35,16 +36,19 @@ FRAMEWORK = tasks_framework.__name__
 
 from mongosched import App, JobStatus  # noqa: E402
 from mongosched.contrib import app_from_settings, cli_arguments, with_database  # noqa: E402
-from mongosched.errors import ConfigurationError  # noqa: E402
+from mongosched.errors import ConfigurationError, MongoschedError, StoreUnavailable  # noqa: E402
 from mongosched.store.memory import MemoryStore  # noqa: E402
 from mongosched.testing import drain  # noqa: E402
 from tests.conftest import TEST_URI  # noqa: E402
+from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MANAGE = ROOT / "tests" / "djangoproject" / "manage.py"
 SETTINGS = "tests.djangoproject.settings"
 RUN_TASK = "mongosched.contrib.django.run_task"
+
+__all__ = ["mongo_server", "shared_db"]  # fixtures of the wire-protocol server
 
 
 def project_uri() -> str:
@@ -470,6 +474,46 @@ def test_run_in_process_starts_one_runner_on_first_request(app: App, client: Any
         assert not starts[0].is_running
         client.get("/ping/")  # a later request starts a new one
         assert len(starts) == 2 and starts[1].is_running
+
+
+def test_a_database_outage_costs_only_the_pages_that_schedule(
+    app: App, client: Any, shared_db: SharedDatabase
+) -> None:
+    """MongoDB down, RUN_IN_PROCESS on: pages that do not schedule answer at once (the
+    runner starts and waits for the database in its own thread); a page that schedules
+    gets a StoreUnavailable after about CONNECT_TIMEOUT, not a 500 after minutes."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    server = shared_db.server
+    if server is None:
+        pytest.skip("needs the wire-protocol server to take the database away")
+    down = {
+        **settings.MONGOSCHED,
+        "URI": shared_db.uri(),
+        "CONNECT_TIMEOUT": 0.5,
+        "RUN_IN_PROCESS": True,
+    }
+    server.stop()
+    with override_settings(MONGOSCHED=down):
+        pages = []
+        for _ in range(3):
+            started = time.monotonic()
+            assert client.get("/ping/").status_code == 200
+            pages.append(time.monotonic() - started)
+        runner = app.in_process_runner
+        assert runner is not None and not runner.ready  # started; waits for the database
+        schedules = []
+        for _ in range(2):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable) as caught:
+                client.get("/add/", {"x": 1, "y": 2})
+            schedules.append(time.monotonic() - started)
+            assert isinstance(caught.value, MongoschedError)
+        print(f"database down: /ping/ {pages}, /add/ {schedules}")
+        assert max(pages) < 0.25, pages
+        assert max(schedules) < 1.5, schedules  # about CONNECT_TIMEOUT (0.5 s)
+        assert runner.is_running and runner.health()["last_error"] is not None
 
 
 def _run(

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,11 +28,14 @@ from flask import Flask, jsonify, request  # noqa: E402
 from mongosched import App, JobStatus  # noqa: E402
 from mongosched.contrib import with_database  # noqa: E402
 from mongosched.contrib.flask import MongoSched, SchedTask  # noqa: E402
-from mongosched.errors import ConfigurationError  # noqa: E402
+from mongosched.errors import ConfigurationError, MongoschedError, StoreUnavailable  # noqa: E402
 from tests.conftest import TEST_URI  # noqa: E402
+from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+
+__all__ = ["mongo_server", "shared_db"]  # fixtures of the wire-protocol server
 
 
 def store_config(store_target: dict[str, Any]) -> dict[str, Any]:
@@ -232,6 +236,56 @@ def test_run_in_process(make_flask: Callable[..., tuple[Flask, MongoSched]]) -> 
     job = sched.app.get_job(job_id)
     assert job is not None and job.wait(timeout=10).result == 7
     assert sched.stop_runner() is True and not starts[0].is_running
+
+
+def test_a_database_outage_costs_only_the_pages_that_schedule(shared_db: SharedDatabase) -> None:
+    """MongoDB down, MONGOSCHED_RUN_IN_PROCESS on: pages that do not schedule answer at
+    once; a page that schedules gets a StoreUnavailable after about the connect
+    timeout."""
+    server = shared_db.server
+    if server is None:
+        pytest.skip("needs the wire-protocol server to take the database away")
+    server.stop()
+    flask_app = Flask(f"test_flask_{uuid.uuid4().hex[:6]}")
+    flask_app.config.update(
+        TESTING=True,  # the test client raises what a view raised
+        MONGOSCHED_URI=shared_db.uri(),
+        MONGOSCHED_CONNECT_TIMEOUT=0.5,
+        MONGOSCHED_RUN_IN_PROCESS=True,
+        MONGOSCHED_POLL_INTERVAL=0.05,
+    )
+    sched = MongoSched(flask_app)
+    add = declare_add(sched)
+
+    @flask_app.get("/ping")
+    def ping() -> str:
+        return "pong"
+
+    @flask_app.get("/add")
+    def schedule_add() -> Any:
+        return jsonify(id=str(add.schedule(1, 2).id)), 202
+
+    client = flask_app.test_client()
+    try:
+        pages = []
+        for _ in range(3):
+            started = time.monotonic()
+            assert client.get("/ping").status_code == 200
+            pages.append(time.monotonic() - started)
+        runner = sched.app.in_process_runner
+        assert runner is not None and not runner.ready  # started; waits for the database
+        schedules = []
+        for _ in range(2):
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable) as caught:
+                client.get("/add")
+            schedules.append(time.monotonic() - started)
+            assert isinstance(caught.value, MongoschedError)
+        print(f"database down: /ping {pages}, /add {schedules}")
+        assert max(pages) < 0.25, pages
+        assert max(schedules) < 1.5, schedules  # about the connect timeout (0.5 s)
+    finally:
+        sched.stop_runner(graceful=False, timeout=5)
 
 
 FORK_SCRIPT = r"""

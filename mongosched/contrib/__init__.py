@@ -33,6 +33,7 @@ APP_OPTIONS: dict[str, str] = {
     "KEEP_COMPLETED": "keep_completed",
     "KEEP_FAILED": "keep_failed",
     "WRITE_CONCERN": "write_concern",
+    "CONNECT_TIMEOUT": "connect_timeout",
     "EAGER": "eager",
     "CLOCK": "clock",
 }

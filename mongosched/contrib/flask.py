@@ -25,6 +25,7 @@ name replacing the URI's, or a pymongo Database object instead of a URI),
 ``MONGOSCHED_COLLECTION``, ``MONGOSCHED_WORKERS`` (4: threads of the in-process
 runner, and the default of ``worker --workers``), ``MONGOSCHED_QUEUES`` (None: all),
 ``MONGOSCHED_RUN_IN_PROCESS`` (False) and the other App options
+``MONGOSCHED_CONNECT_TIMEOUT`` (5: seconds a call waits for an unreachable server),
 ``MONGOSCHED_LEASE_DURATION``, ``_POLL_INTERVAL``, ``_KEEP_COMPLETED``,
 ``_KEEP_FAILED``, ``_WRITE_CONCERN``, ``_EAGER``, ``_CLOCK``.
 

@@ -12,6 +12,7 @@ Settings (``settings.MONGOSCHED``, a dict)::
         "RUN_IN_PROCESS": False,   # run a runner inside each web process
         "TASK_MODULES": [],        # modules to import besides each app's tasks.py
         "AUTODISCOVER": True,      # import each installed app's tasks.py
+        "CONNECT_TIMEOUT": 5,      # seconds a call waits for an unreachable server
         # and the other App options: LEASE_DURATION, POLL_INTERVAL, KEEP_COMPLETED,
         # KEEP_FAILED, WRITE_CONCERN, EAGER, CLOCK
     }
