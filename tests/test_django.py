@@ -15,10 +15,12 @@ import importlib
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -476,6 +478,30 @@ def test_run_in_process_starts_one_runner_on_first_request(app: App, client: Any
         assert len(starts) == 2 and starts[1].is_running
 
 
+def test_loading_the_wsgi_or_asgi_application_starts_the_runner(app: App) -> None:
+    """What a server does at start: with RUN_IN_PROCESS, the runner runs before any
+    request (a worker recycled by --max-requests may never get one)."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    from mongosched.contrib.django import stop_runner
+    from mongosched.contrib.django.asgi import get_asgi_application
+    from mongosched.contrib.django.wsgi import get_wsgi_application
+
+    starts = _runner_starts(app)
+    assert callable(get_wsgi_application()) and starts == []  # RUN_IN_PROCESS is off
+    with override_settings(MONGOSCHED={**settings.MONGOSCHED, "RUN_IN_PROCESS": True}):
+        for load in (get_wsgi_application, get_asgi_application):
+            assert callable(load())
+            runner = app.in_process_runner
+            assert runner is not None and runner.workers == 2  # MONGOSCHED["WORKERS"]
+            assert starts == [runner]
+            job = app.get_task("tests.djangoproject.testapp.tasks.add").schedule(2, 3)
+            assert job.wait(timeout=10).result == 5
+            assert stop_runner() is True
+            starts.clear()
+
+
 def test_a_database_outage_costs_only_the_pages_that_schedule(
     app: App, client: Any, shared_db: SharedDatabase
 ) -> None:
@@ -541,7 +567,13 @@ def subprocess_env(tmp_path: Path) -> Iterator[dict[str, str]]:
 
 def test_management_commands_start_no_runner(subprocess_env: dict[str, str]) -> None:
     log = Path(subprocess_env["MONGOSCHED_DJANGO_RUNNER_LOG"])
-    for command in (["migrate", "-v", "0"], ["check"], ["mongosched", "stats", "--json"]):
+    commands = (
+        ["migrate", "-v", "0"],
+        ["check"],
+        ["shell", "-c", "import tests.djangoproject.views"],
+        ["mongosched", "stats", "--json"],
+    )
+    for command in commands:
         done = _run([sys.executable, str(MANAGE), *command], subprocess_env)
         assert done.returncode == 0, done.stderr
         assert not log.exists(), f"manage.py {command[0]} started a runner"
@@ -591,6 +623,106 @@ def test_run_in_process_once_per_process_and_after_fork(subprocess_env: dict[str
     assert child_code == 0, "the child did not start its own runner or run a job with it"
     lines = Path(subprocess_env["MONGOSCHED_DJANGO_RUNNER_LOG"]).read_text().split()
     assert sorted(map(int, lines)) == sorted([parent, child])
+
+
+# Real server processes: gunicorn -------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _served_by(url: str, deadline: float) -> int:
+    """The pid of the gunicorn worker that answers ``url`` (waiting while none listens:
+    the server starting, or every worker being replaced)."""
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return int(json.loads(response.read())["pid"])
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _runner_pids(log: Path) -> list[int]:
+    return [int(line) for line in log.read_text().split()] if log.exists() else []
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("preload", [False, True], ids=["wsgi-py", "preload"])
+def test_gunicorn_workers_recycled_without_traffic_run_the_jobs(
+    shared_db: SharedDatabase, tmp_path: Path, preload: bool
+) -> None:
+    """gunicorn, 2 workers, --max-requests 5: a burst of requests recycles the workers
+    until the ones alive have served nothing; then jobs scheduled from here, with no
+    more requests, all run, in those workers. The master runs no runner: the project's
+    wsgi.py starts one in each process that loads the application; with --preload the
+    master loads Django's own application and each worker starts its runner in
+    post_worker_init (the recipe of the docs)."""
+    pytest.importorskip("gunicorn")
+    if sys.platform == "win32":  # pragma: no cover
+        pytest.skip("gunicorn runs on POSIX")
+    log, port = tmp_path / "runners.log", _free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": SETTINGS,
+        "MONGOSCHED_DJANGO_URI": shared_db.uri(),
+        "MONGOSCHED_DJANGO_RUN_IN_PROCESS": "1",
+        "MONGOSCHED_DJANGO_RUNNER_LOG": str(log),
+        "PYTHONPATH": str(ROOT),
+    }
+    if preload:
+        served_app = ["-c", "python:tests.djangoproject.gunicorn_preload"]
+        served_app.append("django.core.wsgi:get_wsgi_application()")
+    else:
+        served_app = ["tests.djangoproject.wsgi:application"]
+    command = [sys.executable, "-m", "gunicorn", "--workers", "2", "--max-requests", "5"]
+    command += ["--bind", f"127.0.0.1:{port}", "--graceful-timeout", "5", *served_app]
+    output = tmp_path / "gunicorn.log"
+    started = time.monotonic()
+    with output.open("w") as sink:
+        server = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=sink, stderr=sink, start_new_session=True
+        )
+    try:
+        # The burst: until at least two workers were recycled and every worker that
+        # served a request has served 5 and exited: those alive have served nothing.
+        served: dict[int, int] = {}
+        deadline = time.monotonic() + 30
+        while True:
+            pid = _served_by(f"http://127.0.0.1:{port}/pid/", deadline)
+            served[pid] = served.get(pid, 0) + 1
+            if len(served) >= 2 and all(count == 5 for count in served.values()):
+                break
+            assert time.monotonic() < deadline, f"no quiet state after {served}"
+        requests = sum(served.values())
+
+        app = App(shared_db.uri(), poll_interval=0.05)
+        app.task(name="testapp.where")(os.getpid)  # by name: the workers run the real one
+        jobs = [app.schedule("testapp.where") for _ in range(10)]
+        finished = [job.wait(timeout=15) for job in jobs]
+        app.close()
+        assert [job.status for job in finished] == [JobStatus.COMPLETED] * 10
+        ran = {job.result for job in finished}
+        starts = _runner_pids(log)
+        print(
+            f"gunicorn {'--preload' if preload else 'wsgi.py'}: {requests} requests, "
+            f"{len(served)} workers recycled, runners started in {len(starts)} processes; "
+            f"10 jobs run by {sorted(ran)} (served no request) in "
+            f"{time.monotonic() - started:.1f} s"
+        )
+        assert not ran & set(served)  # by workers that served no request
+        assert ran <= set(starts) and len(starts) == len(set(starts))  # one per process
+        assert server.pid not in starts  # never in the master
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a stuck server
+            os.killpg(server.pid, 9)  # SIGKILL
+            server.wait(timeout=15)
+    assert server.returncode == 0, output.read_text()
 
 
 # manage.py mongosched ------------------------------------------------------------------------

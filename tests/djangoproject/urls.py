@@ -4,6 +4,7 @@ from . import views
 
 urlpatterns = [
     path("ping/", views.ping),
+    path("pid/", views.pid),
     path("add/", views.schedule_add),
     path("jobs/<str:job_id>/", views.job_detail),
     path("multiply/", views.enqueue_multiply),

@@ -1,3 +1,5 @@
+import os
+
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
 from mongosched.contrib.django import get_app
@@ -7,6 +9,11 @@ from .testapp.tasks import add, multiply
 
 def ping(request: HttpRequest) -> HttpResponse:
     return HttpResponse("pong")
+
+
+def pid(request: HttpRequest) -> JsonResponse:
+    """Which process served the request (the gunicorn tests)."""
+    return JsonResponse({"pid": os.getpid()})
 
 
 def schedule_add(request: HttpRequest) -> JsonResponse:

@@ -9,7 +9,7 @@ Settings (``settings.MONGOSCHED``, a dict)::
         "COLLECTION": "mongosched_jobs",
         "WORKERS": 4,              # in-process runner threads; default of `worker --workers`
         "QUEUES": None,            # queues runners serve (None: all)
-        "RUN_IN_PROCESS": False,   # run a runner inside each web process
+        "RUN_IN_PROCESS": False,   # run a runner inside each web process (see below)
         "TASK_MODULES": [],        # modules to import besides each app's tasks.py
         "AUTODISCOVER": True,      # import each installed app's tasks.py
         "CONNECT_TIMEOUT": 5,      # seconds a call waits for an unreachable server
@@ -29,11 +29,16 @@ Tasks register on the project's shared :class:`~mongosched.App`::
 verbs work the same way). For Django's tasks framework, set
 ``TASKS = {"default": {"BACKEND": "mongosched.contrib.django.TasksBackend"}}``.
 
+With ``RUN_IN_PROCESS``, each web server process runs a runner: the project's
+``wsgi.py`` (or ``asgi.py``) loads the application through
+``mongosched.contrib.django.wsgi.get_wsgi_application`` (``.asgi.get_asgi_application``),
+which starts it in every process that loads it (see :mod:`.inprocess`).
+
 Modules import one way: ``conf`` (the App) → ``taskrun`` (the task that runs
 tasks-framework tasks) → ``framework`` (the tasks framework, loaded on use); ``backend``
 imports those three; ``inprocess``, ``apps`` and the management command import
-``conf``. Nothing imports ``backend`` but the tasks framework (and this package, for
-``TasksBackend``, on access).
+``conf``; ``wsgi`` and ``asgi`` import ``inprocess``. Nothing imports ``backend`` but
+the tasks framework (and this package, for ``TasksBackend``, on access).
 """
 
 from __future__ import annotations
