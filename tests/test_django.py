@@ -15,12 +15,10 @@ import importlib
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -44,6 +42,7 @@ from mongosched.testing import drain  # noqa: E402
 from tests.conftest import TEST_URI  # noqa: E402
 from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
+from tests.support.web import gunicorn, recycle_workers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MANAGE = ROOT / "tests" / "djangoproject" / "manage.py"
@@ -626,25 +625,6 @@ def test_run_in_process_once_per_process_and_after_fork(subprocess_env: dict[str
 
 
 # Real server processes: gunicorn -------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _served_by(url: str, deadline: float) -> int:
-    """The pid of the gunicorn worker that answers ``url`` (waiting while none listens:
-    the server starting, or every worker being replaced)."""
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=10) as response:
-                return int(json.loads(response.read())["pid"])
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
 def _runner_pids(log: Path) -> list[int]:
     return [int(line) for line in log.read_text().split()] if log.exists() else []
 
@@ -663,66 +643,43 @@ def test_gunicorn_workers_recycled_without_traffic_run_the_jobs(
     pytest.importorskip("gunicorn")
     if sys.platform == "win32":  # pragma: no cover
         pytest.skip("gunicorn runs on POSIX")
-    log, port = tmp_path / "runners.log", _free_port()
+    log = tmp_path / "runners.log"
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": SETTINGS,
         "MONGOSCHED_DJANGO_URI": shared_db.uri(),
         "MONGOSCHED_DJANGO_RUN_IN_PROCESS": "1",
         "MONGOSCHED_DJANGO_RUNNER_LOG": str(log),
-        "PYTHONPATH": str(ROOT),
     }
     if preload:
         served_app = ["-c", "python:tests.djangoproject.gunicorn_preload"]
         served_app.append("django.core.wsgi:get_wsgi_application()")
     else:
         served_app = ["tests.djangoproject.wsgi:application"]
-    command = [sys.executable, "-m", "gunicorn", "--workers", "2", "--max-requests", "5"]
-    command += ["--bind", f"127.0.0.1:{port}", "--graceful-timeout", "5", *served_app]
-    output = tmp_path / "gunicorn.log"
     started = time.monotonic()
-    with output.open("w") as sink:
-        server = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=sink, stderr=sink, start_new_session=True
-        )
-    try:
-        # The burst: until at least two workers were recycled and every worker that
-        # served a request has served 5 and exited: those alive have served nothing.
-        served: dict[int, int] = {}
-        deadline = time.monotonic() + 30
-        while True:
-            pid = _served_by(f"http://127.0.0.1:{port}/pid/", deadline)
-            served[pid] = served.get(pid, 0) + 1
-            if len(served) >= 2 and all(count == 5 for count in served.values()):
-                break
-            assert time.monotonic() < deadline, f"no quiet state after {served}"
-        requests = sum(served.values())
-
+    output = tmp_path / "gunicorn.log"
+    with gunicorn(served_app, env, output, "--workers", "2", "--max-requests", "5") as (
+        server,
+        url,
+    ):
+        served = recycle_workers(f"{url}/pid/", max_requests=5)
         app = App(shared_db.uri(), poll_interval=0.05)
         app.task(name="testapp.where")(os.getpid)  # by name: the workers run the real one
         jobs = [app.schedule("testapp.where") for _ in range(10)]
         finished = [job.wait(timeout=15) for job in jobs]
         app.close()
-        assert [job.status for job in finished] == [JobStatus.COMPLETED] * 10
-        ran = {job.result for job in finished}
-        starts = _runner_pids(log)
-        print(
-            f"gunicorn {'--preload' if preload else 'wsgi.py'}: {requests} requests, "
-            f"{len(served)} workers recycled, runners started in {len(starts)} processes; "
-            f"10 jobs run by {sorted(ran)} (served no request) in "
-            f"{time.monotonic() - started:.1f} s"
-        )
-        assert not ran & set(served)  # by workers that served no request
-        assert ran <= set(starts) and len(starts) == len(set(starts))  # one per process
-        assert server.pid not in starts  # never in the master
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a stuck server
-            os.killpg(server.pid, 9)  # SIGKILL
-            server.wait(timeout=15)
-    assert server.returncode == 0, output.read_text()
+    assert [job.status for job in finished] == [JobStatus.COMPLETED] * 10
+    ran = {job.result for job in finished}
+    starts = _runner_pids(log)
+    print(
+        f"gunicorn {'--preload' if preload else 'wsgi.py'}: {sum(served.values())} "
+        f"requests, {len(served)} workers recycled, runners started in {len(starts)} "
+        f"processes; 10 jobs run by {sorted(ran)} (served no request) in "
+        f"{time.monotonic() - started:.1f} s"
+    )
+    assert not ran & set(served)  # by workers that served no request
+    assert ran <= set(starts) and len(starts) == len(set(starts))  # one per process
+    assert server.pid not in starts  # never in the master
 
 
 # manage.py mongosched ------------------------------------------------------------------------

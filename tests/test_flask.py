@@ -23,6 +23,7 @@ import pytest
 
 pytest.importorskip("flask")
 
+import click  # noqa: E402
 from flask import Flask, jsonify, request  # noqa: E402
 
 from mongosched import App, JobStatus  # noqa: E402
@@ -32,6 +33,7 @@ from mongosched.errors import ConfigurationError, MongoschedError, StoreUnavaila
 from tests.conftest import TEST_URI  # noqa: E402
 from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
+from tests.support.web import gunicorn, recycle_workers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -219,23 +221,87 @@ def test_run_in_process(make_flask: Callable[..., tuple[Flask, MongoSched]]) -> 
     declare_add(off_sched)
     off_starts = runner_starts(off_sched.app)
     off_app.test_client().get("/ping")
-    assert off_starts == []
+    assert off_starts == [] and off_sched.app.in_process_runner is None
 
-    flask_app, sched = make_flask(
-        sched=MongoSched(), MONGOSCHED_RUN_IN_PROCESS=True, MONGOSCHED_WORKERS=2
-    )
+    sched = MongoSched()
     declare_add(sched)
+    flask_app, _ = make_flask(sched=sched, MONGOSCHED_RUN_IN_PROCESS=True, MONGOSCHED_WORKERS=2)
+    runner = sched.app.in_process_runner  # started by init_app, before any request
+    assert runner is not None and runner.workers == 2
     starts = runner_starts(sched.app)
     listed = flask_app.test_cli_runner().invoke(args=["mongosched", "stats", "--json"])
-    assert listed.exit_code == 0 and starts == []  # commands serve no request: no runner
+    assert listed.exit_code == 0
     client = flask_app.test_client()
     job_id = client.get("/add?x=3&y=4").get_json()["id"]
     for _ in range(3):
         client.get("/ping")
-    assert len(starts) == 1 and starts[0].is_running and starts[0].workers == 2
+    assert starts == [] and sched.app.in_process_runner is runner  # no other
     job = sched.app.get_job(job_id)
     assert job is not None and job.wait(timeout=10).result == 7
-    assert sched.stop_runner() is True and not starts[0].is_running
+    assert sched.stop_runner() is True and not runner.is_running
+    client.get("/ping")  # the fallback: a request starts it when it is not running
+    assert len(starts) == 1 and starts[0].is_running
+
+
+def test_run_in_process_starts_no_runner_inside_a_flask_command(
+    make_flask: Callable[..., tuple[Flask, MongoSched]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with click.Context(click.Command("some-command")):  # what a click command runs in
+        _, sched = make_flask(MONGOSCHED_RUN_IN_PROCESS=True)
+    assert sched.app.in_process_runner is None
+    monkeypatch.setenv("FLASK_RUN_FROM_CLI", "true")  # what the flask command sets
+    flask_app, sched = make_flask(MONGOSCHED_RUN_IN_PROCESS=True)
+    assert sched.app.in_process_runner is None
+    flask_app.test_client().get("/ping")  # flask run: on the first request
+    assert sched.app.in_process_runner is not None
+
+
+def _site_env(uri: str) -> dict[str, str]:
+    return {**os.environ, "SITE_URI": uri, "SITE_RUN_IN_PROCESS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def test_flask_commands_start_no_runner() -> None:
+    env = _site_env(f"memory://site-{uuid.uuid4().hex[:8]}")
+    flask = [sys.executable, "-m", "flask", "--app", "tests.support.flask_site"]
+    for command, expected in ((["runner"], "none"), (["mongosched", "stats", "--json"], "")):
+        done = subprocess.run(
+            [*flask, *command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert expected in done.stdout
+    probe = "from tests.support.flask_site import create_app, sched; "
+    probe += "print(sched.get_app(create_app()).in_process_runner is not None)"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.stdout.strip() == "True", done.stderr  # what a server's worker does
+
+
+@pytest.mark.processes
+def test_gunicorn_workers_recycled_without_traffic_run_the_jobs(
+    shared_db: SharedDatabase, tmp_path: Path
+) -> None:
+    """gunicorn, 2 workers, --max-requests 5: once the workers alive have served no
+    request, jobs scheduled from here all run, in those workers."""
+    pytest.importorskip("gunicorn")
+    with gunicorn(
+        ["tests.support.flask_site:create_app()"],
+        _site_env(shared_db.uri()),
+        tmp_path / "gunicorn.log",
+        "--workers",
+        "2",
+        "--max-requests",
+        "5",
+    ) as (_, url):
+        served = recycle_workers(f"{url}/pid", max_requests=5)
+        app = App(shared_db.uri(), poll_interval=0.05)
+        app.task(name="site.where")(os.getpid)  # by name: the workers run the real one
+        finished = [app.schedule("site.where").wait(timeout=15) for _ in range(10)]
+        app.close()
+    assert [job.status for job in finished] == [JobStatus.COMPLETED] * 10
+    ran = {job.result for job in finished}
+    print(f"flask on gunicorn: {sum(served.values())} requests; jobs run by {sorted(ran)}")
+    assert not ran & set(served)  # by workers that served no request
 
 
 def test_a_database_outage_costs_only_the_pages_that_schedule(shared_db: SharedDatabase) -> None:
@@ -299,7 +365,9 @@ flask_app.config.update(
     MONGOSCHED_URI=os.environ["URI"], MONGOSCHED_RUN_IN_PROCESS=True,
     MONGOSCHED_POLL_INTERVAL=0.05, MONGOSCHED_LEASE_DURATION=5.0,
 )
-sched = MongoSched(flask_app)
+sched = MongoSched(flask_app)  # starts this process's runner
+parent_runner = sched.app.in_process_runner
+assert parent_runner is not None
 starts = []
 sched.app.on("runner:start", lambda e: starts.append(os.getpid()))
 
@@ -313,14 +381,17 @@ def ping():
 
 client = flask_app.test_client()
 client.get("/ping"); client.get("/ping")
-assert starts == [os.getpid()], starts
+assert starts == [], starts
 pid = os.fork()  # while the parent's runner polls
 if pid == 0:
     ok = True
     try:
+        runner = sched.app.in_process_runner  # the child's own, from the fork on
+        ok = runner is not None and runner is not parent_runner and runner.is_running
         flask_app.test_client().get("/ping")
         flask_app.test_client().get("/ping")
-        ok = starts[1:] == [os.getpid()] and add.schedule(1, 2).wait(timeout=20).result == 3
+        ok = ok and starts == [os.getpid()] and sched.app.in_process_runner is runner
+        ok = ok and add.schedule(1, 2).wait(timeout=20).result == 3
     except BaseException as exc:
         print(repr(exc), file=sys.stderr)
         ok = False
@@ -329,7 +400,7 @@ client.get("/ping")
 code = wait_child(pid)
 if code is None:
     sys.exit("child hung")
-assert starts == [os.getpid()], starts  # the parent started no second runner
+assert starts == [] and sched.app.in_process_runner is parent_runner  # the parent's own
 sys.exit(code)
 """
 

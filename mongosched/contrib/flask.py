@@ -29,10 +29,16 @@ runner, and the default of ``worker --workers``), ``MONGOSCHED_QUEUES`` (None: a
 ``MONGOSCHED_LEASE_DURATION``, ``_POLL_INTERVAL``, ``_KEEP_COMPLETED``,
 ``_KEEP_FAILED``, ``_WRITE_CONCERN``, ``_EAGER``, ``_CLOCK``.
 
-With ``MONGOSCHED_RUN_IN_PROCESS``, a runner starts on the first request a process
-serves, once per process and again in a forked child on its first request; Flask
-commands (``flask db upgrade``, ``flask mongosched ...``) serve no requests and start
-none.
+With ``MONGOSCHED_RUN_IN_PROCESS``, each web server process runs a runner in daemon
+threads: :meth:`MongoSched.init_app` starts it in every process that creates the app (a
+gunicorn or uWSGI worker, with or without traffic), except inside a ``flask`` command
+(``flask db upgrade``, ``flask shell``, ``flask mongosched worker`` start none; under
+``flask run`` it starts on the first request). A child forked from a process running
+one starts its own, and the first request starts it if it is not running. A server
+that creates the app once in a master and forks its workers from it (gunicorn
+``--preload``) must not run one in the master: leave ``MONGOSCHED_RUN_IN_PROCESS`` off
+and call :meth:`MongoSched.start_runner` in each worker (gunicorn's
+``post_worker_init``); see :doc:`/deployment`.
 
 Each Flask app given to :meth:`MongoSched.init_app` gets its own
 :class:`~mongosched.App`, with every task of the extension registered on it.
@@ -40,6 +46,7 @@ Each Flask app given to :meth:`MongoSched.init_app` gets its own
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
@@ -129,7 +136,11 @@ class MongoSched:
     # Set-up --------------------------------------------------------------------------
     def init_app(self, app: Flask) -> None:
         """Make the App from ``app.config``, register the tasks on it, add the
-        ``flask mongosched`` command and (if configured) the in-process runner."""
+        ``flask mongosched`` command and, with ``MONGOSCHED_RUN_IN_PROCESS``, start the
+        in-process runner (not inside a ``flask`` command; it waits for the database in
+        its own thread, so this returns at once). Declare the tasks (import the modules
+        declaring them) first: a repeating schedule declared later is put in place only
+        by the next runner to start."""
         settings = {
             key[len(PREFIX) :]: value for key, value in app.config.items() if key.startswith(PREFIX)
         }
@@ -143,6 +154,8 @@ class MongoSched:
         app.extensions[EXTENSION] = state
         app.cli.add_command(mongosched_command)
         app.before_request(self._before_request)
+        if state.run_in_process and not in_flask_command():
+            self.start_runner(app)
 
     # Tasks -------------------------------------------------------------------------------
     @overload
@@ -201,8 +214,9 @@ class MongoSched:
 
     # In-process runner -----------------------------------------------------------------
     def start_runner(self, flask_app: Flask | None = None) -> Runner:
-        """Start the in-process runner of this Flask app's App (once per process; again
-        in a forked child); returns it."""
+        """Start the in-process runner of this Flask app's App now (once per process),
+        with ``MONGOSCHED_WORKERS`` threads, whatever ``MONGOSCHED_RUN_IN_PROCESS`` says;
+        returns it. For a server's worker hook, e.g. gunicorn's ``post_worker_init``."""
         state = self._state(flask_app)
         return state.app.start_runner(workers=state.workers)
 
@@ -213,8 +227,20 @@ class MongoSched:
         return self._state(flask_app).app.stop_runner(graceful=graceful, timeout=timeout)
 
     def _before_request(self) -> None:
-        if self._state().run_in_process:
+        """The fallback: start the runner on a request when it is not running (one
+        attribute check once it runs)."""
+        state = self._state()
+        if state.run_in_process and state.app.in_process_runner is None:
             self.start_runner()
+
+
+def in_flask_command() -> bool:
+    """Whether this process runs a ``flask`` command (which sets ``FLASK_RUN_FROM_CLI``
+    for the whole process) or another click command: not a web server's process."""
+    return (
+        os.environ.get("FLASK_RUN_FROM_CLI") == "true"
+        or click.get_current_context(silent=True) is not None
+    )
 
 
 @click.command(
