@@ -332,6 +332,120 @@ def test_backend_failure_is_recorded_not_retried(app: App, signals: dict[str, li
     assert finished[0].errors[0].exception_class is LookupError
 
 
+@pytest.mark.parametrize(
+    ("exponent_or_size", "error"),
+    [(70, "SerializationError"), (2_000_000, "ResultTooLarge")],
+    ids=["not-bson", "too-large"],
+)
+def test_backend_a_return_value_that_cannot_be_stored_finishes_failed(
+    app: App, signals: dict[str, list[Any]], exponent_or_size: int, error: str
+) -> None:
+    """task_finished says what is stored: FAILED, with the error, never SUCCESSFUL
+    first (the value is valid JSON, which is all Django checks)."""
+    TaskResultStatus = tasks_framework.TaskResultStatus
+
+    from tests.djangoproject.testapp.tasks import power, text
+
+    task = power if error == "SerializationError" else text
+    result = task.enqueue(exponent_or_size)
+    assert drain(app) == 1
+    finished = [r for _, r in signals["finished"]]
+    assert [r.status for r in finished] == [TaskResultStatus.FAILED]
+    assert finished[0].errors[-1].exception_class.__name__ == error
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED and len(result.errors) == 1
+    assert result.errors[0].exception_class.__name__ == error
+    assert "testapp.tasks" in result.errors[0].traceback  # names the Django task
+    job = app.get_job(result.id)
+    assert job is not None and job.attempts == 1 and job.error is not None
+    assert job.error.type == error
+
+
+def test_backend_an_argument_that_cannot_be_stored_names_the_django_task(app: App) -> None:
+    from mongosched.errors import SerializationError
+    from tests.djangoproject.testapp.tasks import multiply
+
+    with pytest.raises(SerializationError) as caught:
+        multiply.enqueue(2, 2**70)
+    message = str(caught.value)
+    assert "tests.djangoproject.testapp.tasks.multiply" in message and "argument 1" in message
+    assert "run_task" not in message and "'args'" not in message
+    with pytest.raises(SerializationError, match="keyword argument 'b'.*multiply|multiply.*'b'"):
+        multiply.enqueue(2, b=2**70)
+    assert app.count_jobs() == 0
+
+
+def test_backend_a_cancelled_task_reads_failed_with_an_error(
+    app: App, signals: dict[str, list[Any]]
+) -> None:
+    TaskResultStatus = tasks_framework.TaskResultStatus
+
+    from mongosched.contrib.django.backend import TaskCancelled
+    from tests.djangoproject.testapp.tasks import multiply
+
+    result = multiply.enqueue(2, 3)
+    app.cancel(result.id)
+    cancelled = multiply.get_result(result.id)
+    assert cancelled.status == TaskResultStatus.FAILED and cancelled.is_finished
+    assert [e.exception_class for e in cancelled.errors] == [TaskCancelled]
+    assert "cancelled" in cancelled.errors[-1].traceback
+    with pytest.raises(ValueError, match="failed"):
+        cancelled.return_value  # noqa: B018
+
+    # Cancelled while it runs: task_finished says FAILED with the same error.
+    from tests.djangoproject.testapp.tasks import wait_for_cancel
+
+    running = wait_for_cancel.enqueue()
+    runner = app.runner(workers=1).start()
+    try:
+        wait_for(
+            lambda: (
+                (job := app.get_job(running.id)) is not None and job.status is JobStatus.RUNNING
+            ),
+            message="the task to run",
+        )
+        app.cancel(running.id)
+        job = app.get_job(running.id)
+        assert job is not None and job.wait(timeout=10).status is JobStatus.CANCELLED
+    finally:
+        runner.stop(timeout=5)
+    finished = [r for _, r in signals["finished"] if r.id == running.id]
+    assert [r.status for r in finished] == [TaskResultStatus.FAILED]
+    assert [e.exception_class for e in finished[0].errors] == [TaskCancelled]
+    assert [e.exception_class for e in wait_for_cancel.get_result(running.id).errors] == [
+        TaskCancelled
+    ]
+
+
+def test_backend_eager_mode_sends_the_signals_in_order(
+    app: App, signals: dict[str, list[Any]]
+) -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    from tests.djangoproject.testapp.tasks import multiply
+
+    order: list[str] = []
+    for name in ("enqueued", "started", "finished"):
+        signals[name] = _Recording(order, name)
+    with override_settings(MONGOSCHED={**settings.MONGOSCHED, "EAGER": True}):
+        result = multiply.enqueue(6, 7)
+    assert result.return_value == 42
+    assert order == ["enqueued", "started", "finished"]
+
+
+class _Recording(list):  # type: ignore[type-arg]
+    """A signal's list of received results that also notes the order of signals."""
+
+    def __init__(self, order: list[str], name: str) -> None:
+        super().__init__()
+        self.order, self.name = order, name
+
+    def append(self, item: Any) -> None:
+        self.order.append(self.name)
+        super().append(item)
+
+
 def test_backend_priority_orders_runs(app: App) -> None:
     from mongosched.contrib.django.backend import to_mongosched_priority
     from tests.djangoproject.testapp.tasks import ORDER, record
@@ -355,7 +469,7 @@ def test_backend_run_after_defers(app: App) -> None:
 
     from tests.djangoproject.testapp.tasks import multiply
 
-    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    later = (datetime.now(timezone.utc) + timedelta(hours=1)).replace(microsecond=123456)
     deferred = multiply.using(run_after=later).enqueue(2, 2)
     job = app.get_job(deferred.id)
     assert job is not None and job.run_at is not None
@@ -365,9 +479,8 @@ def test_backend_run_after_defers(app: App) -> None:
     assert multiply.get_result(past.id).return_value == 9
     deferred_now = multiply.get_result(deferred.id)
     assert deferred_now.status == TaskResultStatus.READY
-    assert deferred_now.task.run_after == later.replace(
-        microsecond=later.microsecond // 1000 * 1000
-    )
+    assert deferred_now.task.run_after == later  # as given, to the microsecond
+    assert deferred_now.task.run_after.tzinfo is not None
 
 
 def test_backend_context_queue_and_async(app: App) -> None:

@@ -15,9 +15,15 @@ in-process runner. ``django.tasks`` (Django 6) is used when present, else the
   onto mongosched's 1 (first) .. 10 (last), default 5, by :func:`to_mongosched_priority`.
 * ``supports_get_result``: the result id is the job id; statuses map as
   pending → READY, running → RUNNING, completed → SUCCESSFUL, failed and cancelled →
-  FAILED. The return value must be JSON-like (as Django requires).
-* ``task_enqueued`` is sent by ``enqueue()``; ``task_started`` and ``task_finished`` in
-  the worker, around the function.
+  FAILED (a cancelled task's last error is :class:`TaskCancelled`). ``run_after``
+  reads back as given.
+* Arguments and the return value must be JSON-like (as Django requires) and storable
+  (BSON: no integer beyond 64 bits; a return value of at most 1 MiB): an argument that
+  is not raises :class:`~mongosched.errors.SerializationError` from ``enqueue()``,
+  naming the task and the argument; a return value that is not fails the task.
+* ``task_enqueued`` is sent when the job is stored (in eager mode, before it runs);
+  ``task_started`` and ``task_finished`` in the worker, around the function;
+  ``task_finished`` reports the outcome that is stored.
 * An exception fails the task (no retries: Django's semantics); a run cut short by a
   dead worker runs again (at-least-once), up to three attempts.
 * The backend's ``QUEUES`` (default ``["default"]``) lists the queue names tasks may
@@ -29,20 +35,22 @@ from __future__ import annotations
 import dataclasses
 import math
 import traceback
+from datetime import datetime
 from typing import Any
 
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ...app import App
-from ...errors import Fail, JobNotFound, WorkerShutdown
+from ...errors import Fail, JobNotFound, MongoschedError, WorkerShutdown
 from ...job import Job, current_job
 from ...records import ErrorInfo, JobStatus
+from ...store.codec import encode_payload, encode_value
 from .conf import get_app
 from .framework import load
-from .taskrun import RUN_TASK, JobBackend
+from .taskrun import RUN_TASK, JobBackend, enqueuing
 
-__all__ = ["STATUSES", "TasksBackend", "to_mongosched_priority"]
+__all__ = ["STATUSES", "TaskCancelled", "TasksBackend", "to_mongosched_priority"]
 
 fw = load()
 BaseTaskBackend: Any = fw.BaseTaskBackend
@@ -56,6 +64,11 @@ STATUSES: dict[JobStatus, Any] = {
     JobStatus.FAILED: Status.FAILED,
     JobStatus.CANCELLED: Status.FAILED,
 }
+
+
+class TaskCancelled(MongoschedError):
+    """The error a cancelled task's result carries: the tasks framework has no
+    cancelled status, so it reads FAILED, with this as its last error (never raised)."""
 
 
 def to_mongosched_priority(priority: int) -> int:
@@ -87,30 +100,40 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
         self.validate_task(task)
         normalize = fw.normalize_json
         payload_args, payload_kwargs = normalize(list(args)), normalize(dict(kwargs))
+        # The store checks the payload too, but would name the job's own arguments.
+        encode_payload(task.module_path, payload_args, payload_kwargs)
         options: dict[str, Any] = {
             "queue": task.queue_name,
             "priority": to_mongosched_priority(task.priority),
         }
         run_after = task.run_after
         if run_after is not None:
-            if timezone.is_naive(run_after):  # only accepted with USE_TZ = False
-                run_after = timezone.make_aware(run_after)
-            options["run_at"] = run_after
-        job = (
-            self.app.get_task(RUN_TASK)
-            .configure(**options)
-            .schedule(
-                path=task.module_path,
-                args=payload_args,
-                kwargs=payload_kwargs,
-                backend=self.alias,
-                django_priority=task.priority,
-                run_after=run_after,
+            aware = run_after if timezone.is_aware(run_after) else timezone.make_aware(run_after)
+            options["run_at"] = aware  # (naive only with USE_TZ = False)
+        with enqueuing(self, task) as under_way:
+            job = (
+                self.app.get_task(RUN_TASK)
+                .configure(**options)
+                .schedule(
+                    path=task.module_path,
+                    args=payload_args,
+                    kwargs=payload_kwargs,
+                    backend=self.alias,
+                    django_priority=task.priority,
+                    # as given (a stored datetime keeps milliseconds only)
+                    run_after=None if run_after is None else run_after.isoformat(),
+                )
             )
-        )
-        result = self._result(job, task=task)
-        fw.task_enqueued.send(sender=type(self), task_result=result)
-        return result
+        if under_way.error is not None:
+            raise under_way.error
+        if under_way.job is None:  # pragma: no cover - the App always reports a new job
+            self.created(job, task)
+        return self._result(job, task=task)
+
+    def created(self, job: Job, task: Any) -> None:
+        """``task_enqueued``, as soon as the job is stored (before an eager App runs
+        it); see :func:`.taskrun.enqueuing`."""
+        fw.task_enqueued.send(sender=type(self), task_result=self._result(job, task=task))
 
     # Results ---------------------------------------------------------------------------
     def get_result(self, result_id: str) -> Any:
@@ -131,7 +154,7 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
         return task.using(
             priority=kw.get("django_priority", 0),
             queue_name=job.queue,
-            run_after=kw.get("run_after"),
+            run_after=_run_after(kw.get("run_after")),
             backend=kw.get("backend", self.alias),
         )
 
@@ -142,6 +165,8 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
         errors = []
         if job.error is not None and job.status is not JobStatus.COMPLETED:
             errors.append(_task_error(job.error))
+        if job.status is JobStatus.CANCELLED:
+            errors.append(_cancelled(job.finished_at))
         worker = job.lease.owner if job.lease is not None else "mongosched"
         result = fw.TaskResult(
             task=task if task is not None else self._task_of(job),
@@ -184,6 +209,7 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
             else:
                 value = task.call(*running.args, **running.kwargs)
             value = fw.normalize_json(value)
+            encode_value(task.module_path, "return value", value)  # what the store refuses
         except WorkerShutdown:
             raise  # back to pending: not finished
         except BaseException as exc:
@@ -194,8 +220,9 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
             self._finished(running, Status.FAILED, errors=[*running.errors, error])
             raise
         ctx = current_job()
-        if ctx is not None and ctx.cancel_reason == "cancelled":
-            self._finished(running, Status.FAILED)  # ends cancelled
+        if ctx is not None and ctx.cancel_reason == "cancelled":  # ends cancelled
+            cancelled = _cancelled(timezone.now())
+            self._finished(running, Status.FAILED, errors=[*running.errors, cancelled])
         else:
             self._finished(running, Status.SUCCESSFUL, value=value)
         return value
@@ -215,6 +242,20 @@ def _class_path(error: ErrorInfo) -> str:
     """Import path of the exception class a job failed with (a job reaped after its
     worker died records :class:`~mongosched.errors.LeaseLost`)."""
     return error.path if error.module else "builtins.Exception"
+
+
+def _cancelled(when: datetime | None) -> Any:
+    at = f" at {when.isoformat()}" if when is not None else ""
+    return fw.TaskError(
+        exception_class_path=f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}",
+        traceback=f"{TaskCancelled.__qualname__}: the task was cancelled{at}",
+    )
+
+
+def _run_after(value: Any) -> datetime | None:
+    """``run_after`` as enqueued: stored as ISO text (jobs of earlier versions hold a
+    datetime, to the millisecond)."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
 def _task_error(error: ErrorInfo) -> Any:

@@ -12,17 +12,21 @@ when that backend is a :class:`JobBackend`.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigurationError, Fail
-from ...job import current_job
+from ...events import Event
+from ...job import Job, current_job
 from ...retry import Retry
 
 if TYPE_CHECKING:
     from ...app import App
 
-__all__ = ["RETRY", "RUN_TASK", "JobBackend", "register", "run_task"]
+__all__ = ["RETRY", "RUN_TASK", "Enqueue", "JobBackend", "enqueuing", "register", "run_task"]
 
 RUN_TASK = "mongosched.contrib.django.run_task"
 """Name of the mongosched task every Django task's job runs under."""
@@ -40,6 +44,51 @@ class JobBackend:
         """Run the Django task of the running job ``job_id``; its return value."""
         raise NotImplementedError
 
+    def created(self, job: Job, task: Any) -> None:
+        """The job that enqueues ``task`` was just stored, before anything ran it (an
+        eager App runs it inside ``schedule()``): see :func:`enqueuing`."""
+
+
+class Enqueue:
+    """One enqueue under way in this thread: the job it created, once stored, and
+    what :meth:`JobBackend.created` raised (to raise from the enqueue)."""
+
+    def __init__(self, backend: JobBackend, task: Any) -> None:
+        self.backend = backend
+        self.task = task
+        self.job: Job | None = None
+        self.error: BaseException | None = None
+
+
+_local = threading.local()
+
+
+@contextmanager
+def enqueuing(backend: JobBackend, task: Any) -> Iterator[Enqueue]:
+    """While ``backend`` schedules the job of ``task`` in this thread: the App's
+    ``job:created`` event (sent before an eager App runs the job) reaches
+    ``backend.created``."""
+    current, previous = Enqueue(backend, task), getattr(_local, "enqueue", None)
+    _local.enqueue = current
+    try:
+        yield current
+    finally:
+        _local.enqueue = previous
+
+
+def announce_created(event: Event) -> None:
+    """``job:created`` listener: hand the job of the enqueue under way in this thread
+    to its backend, once."""
+    current: Enqueue | None = getattr(_local, "enqueue", None)
+    job = event.job
+    if current is None or current.job is not None or job is None or job.task != RUN_TASK:
+        return
+    current.job = job
+    try:
+        current.backend.created(job, current.task)
+    except BaseException as exc:  # the enqueue raises it (listeners' errors are logged)
+        current.error = exc
+
 
 def run_task(
     path: str,
@@ -47,7 +96,7 @@ def run_task(
     kwargs: dict[str, Any],
     backend: str,
     django_priority: int = 0,
-    run_after: datetime | None = None,
+    run_after: str | datetime | None = None,
 ) -> Any:
     """Run the Django task at ``path`` through the backend ``backend`` (the job's
     payload says how it was enqueued; the backend reads it from the job)."""
@@ -66,5 +115,6 @@ def run_task(
 
 
 def register(app: App) -> None:
-    """Register :data:`RUN_TASK` on ``app``."""
+    """Register :data:`RUN_TASK` on ``app``, and the listener of :func:`enqueuing`."""
     app.task(name=RUN_TASK, retry=RETRY)(run_task)
+    app.on("job:created", announce_created)

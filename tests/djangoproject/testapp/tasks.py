@@ -1,13 +1,14 @@
 """Tasks of the test app: found by autodiscovery (this is the app's tasks.py)."""
 
 import os
+import time
 
 try:  # Django 6
     from django.tasks import task  # type: ignore[import-not-found]
 except ImportError:
     from django_tasks import task
 
-from mongosched import Event
+from mongosched import Event, current_job
 from mongosched.contrib.django import app
 
 # mongosched tasks -----------------------------------------------------------------------
@@ -56,3 +57,24 @@ def with_context(context, tag: str) -> dict:  # type: ignore[no-untyped-def]
 @task
 async def async_double(x: int) -> int:
     return 2 * x
+
+
+@task
+def power(exponent: int) -> int:
+    """2 ** 70 is valid JSON, and too large an integer for BSON."""
+    return 2**exponent
+
+
+@task
+def text(size: int) -> str:
+    return "x" * size
+
+
+@task
+def wait_for_cancel() -> str:
+    """Runs until its job is cancelled (at most 10 s)."""
+    ctx = current_job()
+    deadline = time.monotonic() + 10
+    while ctx is not None and not ctx.is_cancelled() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return "stopped"
