@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -35,21 +35,23 @@ except ImportError:
 FRAMEWORK = tasks_framework.__name__
 
 from mongosched import App, JobStatus  # noqa: E402
-from mongosched.contrib import app_from_settings, cli_arguments, with_database  # noqa: E402
+from mongosched.contrib import app_from_settings, with_database  # noqa: E402
 from mongosched.errors import ConfigurationError, MongoschedError, StoreUnavailable  # noqa: E402
 from mongosched.store.memory import MemoryStore  # noqa: E402
 from mongosched.testing import drain  # noqa: E402
 from tests.conftest import TEST_URI  # noqa: E402
-from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 from tests.support.web import gunicorn, recycle_workers  # noqa: E402
+
+if TYPE_CHECKING:
+    from tests.support.server_fixtures import SharedDatabase
 
 ROOT = Path(__file__).resolve().parents[1]
 MANAGE = ROOT / "tests" / "djangoproject" / "manage.py"
 SETTINGS = "tests.djangoproject.settings"
 RUN_TASK = "mongosched.contrib.django.run_task"
 
-__all__ = ["mongo_server", "shared_db"]  # fixtures of the wire-protocol server
+pytest_plugins = ["tests.support.server_fixtures"]  # shared_db: the wire-protocol server
 
 
 def project_uri() -> str:
@@ -269,9 +271,6 @@ def test_database_setting_replaces_the_uri_database() -> None:
     made = app_from_settings({"URI": "memory://x", "DATABASE": name}, where="settings")
     assert made.uri == f"memory://{name}"
     MemoryStore.forget(name)
-    assert cli_arguments(["worker"], workers=3) == ["worker", "--workers", "3"]
-    assert cli_arguments(["worker", "--workers=5"], workers=3) == ["worker", "--workers=5"]
-    assert cli_arguments(["stats"], workers=3) == ["stats"]
 
 
 # The tasks framework backend ----------------------------------------------------------------
@@ -808,6 +807,29 @@ def test_management_command_forwards_to_the_cli(app: App) -> None:
     with pytest.raises(SystemExit) as exc:
         call_command("mongosched", "jobs", "show", "0123456789abcdef01234567", stderr=io.StringIO())
     assert exc.value.code == 3  # not found
+
+
+def test_management_command_help_shows_the_project_defaults(app: App) -> None:
+    """``manage.py mongosched worker --help`` shows what applies here: this project's
+    WORKERS as the default of --workers, no option to choose another app."""
+    from django.core.management import call_command
+
+    from mongosched.contrib.django.management.commands.mongosched import Command
+
+    out = io.StringIO()
+    call_command("mongosched", "worker", "--help", stdout=out)
+    text = out.getvalue()
+    assert text.startswith("usage: manage.py mongosched worker")
+    assert "threads (default 2)" in text  # MONGOSCHED["WORKERS"], not the CLI's 4
+    assert "--queues" in text and "--lease-duration" in text and "--timeout" in text
+    assert "MODULE:APP" not in text and "--app" not in text and "--uri" not in text
+    top = Command().create_parser("manage.py", "mongosched").format_help()
+    for verb in ("worker", "jobs", "schedules", "stats", "ping"):
+        assert f"\n  {verb} " in top, verb
+    assert "MONGOSCHED['WORKERS'] (2)" in top and "exit codes:" in top
+    run = io.StringIO()
+    call_command("mongosched", "worker", "--workers", "3", "--help", stdout=run)
+    assert "--workers N" in run.getvalue()
 
 
 def test_management_command_runs_a_worker(app: App) -> None:

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,13 +31,15 @@ from mongosched.contrib import with_database  # noqa: E402
 from mongosched.contrib.flask import MongoSched, SchedTask  # noqa: E402
 from mongosched.errors import ConfigurationError, MongoschedError, StoreUnavailable  # noqa: E402
 from tests.conftest import TEST_URI  # noqa: E402
-from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 from tests.support.web import gunicorn, recycle_workers  # noqa: E402
 
+if TYPE_CHECKING:
+    from tests.support.server_fixtures import SharedDatabase
+
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["mongo_server", "shared_db"]  # fixtures of the wire-protocol server
+pytest_plugins = ["tests.support.server_fixtures"]  # shared_db: the wire-protocol server
 
 
 def store_config(store_target: dict[str, Any]) -> dict[str, Any]:
@@ -214,6 +216,22 @@ def test_cli_commands(make_flask: Callable[..., tuple[Flask, MongoSched]]) -> No
         thread.join(timeout=10)
     assert not thread.is_alive()
     assert outcome[0].exit_code == 0, outcome[0].output
+
+
+def test_cli_help_shows_the_configured_defaults(
+    make_flask: Callable[..., tuple[Flask, MongoSched]],
+) -> None:
+    flask_app, _ = make_flask(MONGOSCHED_WORKERS=3)
+    cli = flask_app.test_cli_runner()
+    worker = cli.invoke(args=["mongosched", "worker", "--help"])
+    assert worker.exit_code == 0, worker.output
+    assert "mongosched worker [-h]" in worker.output
+    assert "threads (default 3)" in worker.output  # MONGOSCHED_WORKERS, not the CLI's 4
+    assert "--queues" in worker.output and "--timeout" in worker.output
+    for option in ("MODULE:APP", "--app", "--uri", "--collection"):
+        assert option not in worker.output, option
+    top = cli.invoke(args=["mongosched", "--help"])
+    assert top.exit_code == 0 and "ping" in top.output and "--uri" not in top.output
 
 
 def test_run_in_process(make_flask: Callable[..., tuple[Flask, MongoSched]]) -> None:

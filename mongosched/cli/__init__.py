@@ -83,12 +83,21 @@ def _configure_logging(level: str) -> Callable[[], None]:
     return undo
 
 
-def main(argv: Sequence[str] | None = None, *, app: App | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    app: App | None = None,
+    prog: str = "mongosched",
+    workers: int = 4,
+) -> int:
     """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
 
-    Framework integrations pass their ``app``; then ``--app`` and ``--uri`` are not used.
+    Framework integrations pass their ``app`` (then ``--app``, ``--uri``,
+    ``--collection`` and ``worker MODULE:APP`` are refused, and not in the help), the
+    name of their command (``prog``, for the help and errors) and their configured
+    ``workers`` (the default of ``worker --workers``).
     """
-    parser = build_parser()
+    parser = build_parser(prog=prog, choose_app=app is None, workers=workers)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: --help, --version (0) or a usage error (2)

@@ -12,9 +12,9 @@ from .. import __version__
 from ..records import JobStatus
 from . import verbs
 
-__all__ = ["EXIT_CODES_HELP", "build_parser", "parse_duration"]
+__all__ = ["EXIT_CODES", "EXIT_CODES_HELP", "VERBS", "build_parser", "parse_duration"]
 
-EXIT_CODES_HELP = """\
+EXIT_CODES = """\
 exit codes:
   0    done
   1    operation failed, or the job is in the wrong state for it
@@ -23,10 +23,23 @@ exit codes:
   4    cannot connect: bad URI, unreachable server, or an app path that does
        not import or does not name a mongosched App
   130  interrupted (worker instead stops gracefully on SIGINT/SIGTERM: 0)
-
+"""
+EXIT_CODES_HELP = (
+    EXIT_CODES
+    + """
 environment:
   MONGOSCHED_APP  default for --app      MONGOSCHED_URI  default for --uri
 """
+)
+
+VERBS = {
+    "worker": "run a worker until SIGTERM or SIGINT (then stop gracefully)",
+    "jobs": "list, show, cancel, retry or purge jobs",
+    "schedules": "list repeating jobs (cron and interval)",
+    "stats": "counts by task and status, lateness, running leases",
+    "ping": "check the database answers (exit 0, or 4): for probes",
+}
+"""The verbs and what each does (the command's help, and the frameworks' commands')."""
 
 FINAL = [s.value for s in JobStatus if s.is_final]
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -99,23 +112,29 @@ def _names(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-def _connection_options(defaults: bool) -> argparse.ArgumentParser:
+def _connection_options(defaults: bool, choose_app: bool) -> argparse.ArgumentParser:
     """Options accepted before and after the verb. After it, they are SUPPRESSed unless
-    given, so they do not overwrite what was given before it."""
+    given, so they do not overwrite what was given before it. Without ``choose_app``
+    (the app is given), the options that choose one are left out of the help (and
+    refused with a clear error, by :func:`~mongosched.cli.connect.resolve_app`)."""
     parser = argparse.ArgumentParser(
         add_help=False, argument_default=None if defaults else argparse.SUPPRESS
     )
     group = parser.add_argument_group("connection")
+
+    def shown(text: str) -> str:
+        return text if choose_app else argparse.SUPPRESS
+
     group.add_argument(
-        "--app", metavar="MODULE:APP", help="the App to use, e.g. myproject.tasks:app"
+        "--app", metavar="MODULE:APP", help=shown("the App to use, e.g. myproject.tasks:app")
     )
     group.add_argument(
-        "--uri", metavar="URI", help="instead of --app: a MongoDB URI naming the database"
+        "--uri", metavar="URI", help=shown("instead of --app: a MongoDB URI naming the database")
     )
     group.add_argument(
         "--collection",
         metavar="NAME",
-        help="job collection, with --uri (default mongosched_jobs)",
+        help=shown("job collection, with --uri (default mongosched_jobs)"),
     )
     group.add_argument(
         "--timeout",
@@ -133,17 +152,26 @@ def _connection_options(defaults: bool) -> argparse.ArgumentParser:
     return parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(
+    *, prog: str = "mongosched", choose_app: bool = True, workers: int = 4
+) -> argparse.ArgumentParser:
     """The command's argument parser. Each verb's parser sets ``run``: the function of
-    :mod:`~mongosched.cli.verbs` that carries it out."""
-    common = _connection_options(defaults=False)
+    :mod:`~mongosched.cli.verbs` that carries it out.
+
+    A framework's command (``manage.py mongosched``, ``flask mongosched``) passes its
+    ``prog``, ``choose_app=False`` (its app is the project's: the help shows no
+    ``--app``, ``--uri``, ``--collection`` nor ``worker MODULE:APP``) and its configured
+    ``workers``, the default of ``worker --workers``: the help shows what applies.
+    """
+    common = _connection_options(defaults=False, choose_app=choose_app)
     formatter = argparse.RawDescriptionHelpFormatter
+    epilog = EXIT_CODES_HELP if choose_app else EXIT_CODES
     parser = argparse.ArgumentParser(
-        prog="mongosched",
+        prog=prog,
         description="Run mongosched workers and inspect or change jobs.",
-        epilog=EXIT_CODES_HELP,
+        epilog=epilog,
         formatter_class=formatter,
-        parents=[_connection_options(defaults=True)],
+        parents=[_connection_options(defaults=True, choose_app=choose_app)],
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="verb", metavar="VERB")
@@ -154,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
             help=help,
             description=help,
             parents=[common],
-            epilog=EXIT_CODES_HELP,
+            epilog=epilog,
             formatter_class=formatter,
         )
         return sub
@@ -174,10 +202,19 @@ def build_parser() -> argparse.ArgumentParser:
     def json_flag(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--json", action="store_true", help="print JSON for scripts")
 
-    worker = verb(commands, "worker", "run a worker until SIGTERM or SIGINT (then stop gracefully)")
-    worker.add_argument("app_path", nargs="?", metavar="MODULE:APP", help="the App to run")
+    worker = verb(commands, "worker", VERBS["worker"])
     worker.add_argument(
-        "--workers", type=_positive_int, default=4, metavar="N", help="threads (default 4)"
+        "app_path",
+        nargs="?",
+        metavar="MODULE:APP",
+        help="the App to run" if choose_app else argparse.SUPPRESS,
+    )
+    worker.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=workers,
+        metavar="N",
+        help=f"threads (default {workers})",
     )
     worker.add_argument(
         "--queues", type=_names, metavar="a,b", help="queues to serve (default: the app's)"
@@ -190,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     worker.set_defaults(run=verbs.worker)
 
-    jobs = verb(commands, "jobs", "list, show, cancel, retry or purge jobs")
+    jobs = verb(commands, "jobs", VERBS["jobs"])
     actions = jobs.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = verb(actions, "list", "list jobs, most recently updated first")
     status_option(listing, verbs.STATUSES, "only these statuses")
@@ -223,13 +260,13 @@ def build_parser() -> argparse.ArgumentParser:
     purge.add_argument("--task", metavar="NAME", help="only jobs of this task")
     purge.set_defaults(run=verbs.jobs_purge)
 
-    schedules = verb(commands, "schedules", "list repeating jobs (cron and interval)")
+    schedules = verb(commands, "schedules", VERBS["schedules"])
     json_flag(schedules)
     schedules.set_defaults(run=verbs.schedules)
-    stats = verb(commands, "stats", "counts by task and status, lateness, running leases")
+    stats = verb(commands, "stats", VERBS["stats"])
     json_flag(stats)
     stats.set_defaults(run=verbs.stats)
-    ping = verb(commands, "ping", "check the database answers (exit 0, or 4): for probes")
+    ping = verb(commands, "ping", VERBS["ping"])
     json_flag(ping)
     ping.set_defaults(run=verbs.ping)
     return parser

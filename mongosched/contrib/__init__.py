@@ -18,7 +18,6 @@ from ..errors import ConfigurationError
 __all__ = [
     "APP_OPTIONS",
     "app_from_settings",
-    "cli_arguments",
     "positive_int",
     "queue_list",
     "run_cli",
@@ -117,17 +116,6 @@ def app_from_settings(
         raise ConfigurationError(f"{where}: {exc}") from None
 
 
-def cli_arguments(args: Sequence[str], *, workers: int | None) -> list[str]:
-    """The ``mongosched`` command's arguments, with the framework's configured worker
-    count as the default of ``worker --workers``."""
-    out = list(args)
-    if workers is not None and out[:1] == ["worker"]:
-        given = any(a == "--workers" or a.startswith("--workers=") for a in out[1:])
-        if not given:
-            out += ["--workers", str(workers)]
-    return out
-
-
 def positive_int(value: Any, *, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigurationError(f"{what} must be an int >= 1, not {value!r}")
@@ -144,10 +132,11 @@ def queue_list(value: Any, *, what: str) -> list[str] | None:
     raise ConfigurationError(f"{what} must be a list of queue names, not {value!r}")
 
 
-def run_cli(args: Sequence[str], app: App) -> int:
-    """Run the ``mongosched`` command for ``app`` (imported here: the command line is
-    loaded only when a framework command runs it)."""
+def run_cli(args: Sequence[str], app: App, *, prog: str, workers: int) -> int:
+    """Run the ``mongosched`` command for ``app`` as the framework's command ``prog``,
+    with its configured ``workers`` as the default of ``worker --workers`` (imported
+    here: the command line is loaded only when a framework command runs it)."""
     from ..cli import main as cli_main
 
     main: Callable[..., int] = cli_main
-    return main(list(args), app=app)
+    return main(list(args), app=app, prog=prog, workers=workers)

@@ -60,7 +60,7 @@ from ..errors import ConfigurationError
 from ..job import Job
 from ..runner import Runner
 from ..task import ConfiguredTask, JobSpec, ScheduleOptions, Task, TaskOptions
-from . import app_from_settings, cli_arguments, positive_int, run_cli
+from . import app_from_settings, positive_int, run_cli
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -255,7 +255,8 @@ def mongosched_command(args: tuple[str, ...]) -> None:
     state = current_app.extensions.get(EXTENSION)
     if not isinstance(state, _State):
         raise click.UsageError("MongoSched is not initialised for this app")
-    code = run_cli(cli_arguments(args, workers=state.workers), state.app)
+    prog = click.get_current_context().command_path  # "flask mongosched"
+    code = run_cli(args, state.app, prog=prog, workers=state.workers)
     sys.stdout.flush()
     if code:
         raise SystemExit(code)
