@@ -38,7 +38,7 @@ from mongosched import App, JobStatus  # noqa: E402
 from mongosched.contrib import app_from_settings, with_database  # noqa: E402
 from mongosched.errors import ConfigurationError, MongoschedError, StoreUnavailable  # noqa: E402
 from mongosched.store.memory import MemoryStore  # noqa: E402
-from mongosched.testing import drain  # noqa: E402
+from mongosched.testing import FakeClock, drain  # noqa: E402
 from tests.conftest import TEST_URI  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 from tests.support.web import gunicorn, recycle_workers  # noqa: E402
@@ -258,6 +258,18 @@ def test_the_shared_app_follows_override_settings(app: App, client: Any) -> None
     with override_settings(MONGOSCHED={**settings.MONGOSCHED, "EAGER": True}):
         assert add.schedule(20, 22).result == 42  # ran inline
     assert not app.eager
+
+    # What the docs show: a fresh store per override, a fake clock, drain.
+    clock = FakeClock()
+    with override_settings(MONGOSCHED={"URI": "memory://", "CLOCK": clock}):
+        assert app.count_jobs() == 0
+        later = add.configure(delay=timedelta(days=1)).schedule(1, 1)
+        assert drain(app) == 0
+        clock.advance(days=1)
+        assert drain(app) == 1 and later.refresh().result == 2
+    with override_settings(MONGOSCHED={"URI": "memory://"}):
+        assert app.count_jobs() == 0
+    assert app.uri == project_uri
 
 
 def test_database_setting_replaces_the_uri_database() -> None:

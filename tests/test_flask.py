@@ -16,6 +16,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ from mongosched import App, JobStatus  # noqa: E402
 from mongosched.contrib import with_database  # noqa: E402
 from mongosched.contrib.flask import MongoSched, SchedTask  # noqa: E402
 from mongosched.errors import ConfigurationError, MongoschedError, StoreUnavailable  # noqa: E402
+from mongosched.testing import FakeClock, drain  # noqa: E402
 from tests.conftest import TEST_URI  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 from tests.support.web import gunicorn, recycle_workers  # noqa: E402
@@ -234,6 +236,29 @@ def test_cli_help_shows_the_configured_defaults(
     assert top.exit_code == 0 and "ping" in top.output and "--uri" not in top.output
 
 
+def test_testing_recipes_of_the_docs() -> None:
+    sched = MongoSched()
+    add = declare_add(sched)
+
+    def create_app(config: dict[str, Any]) -> Flask:
+        flask_app = Flask(f"test_flask_{uuid.uuid4().hex[:6]}")
+        flask_app.config.update(config)
+        sched.init_app(flask_app)
+        return flask_app
+
+    eager_app = create_app({"MONGOSCHED_URI": "memory://", "MONGOSCHED_EAGER": True})
+    with eager_app.app_context():
+        assert add.schedule(1, 2).result == 3  # ran inline
+    clock = FakeClock()
+    later_app = create_app({"MONGOSCHED_URI": "memory://", "MONGOSCHED_CLOCK": clock})
+    with later_app.app_context():
+        assert sched.app.count_jobs() == 0  # a new store for each app
+        job = add.configure(delay=timedelta(days=1)).schedule(2, 3)
+        assert drain(sched.app) == 0
+        clock.advance(days=1)
+        assert drain(sched.app) == 1 and job.refresh().result == 5
+
+
 def test_run_in_process(make_flask: Callable[..., tuple[Flask, MongoSched]]) -> None:
     off_app, off_sched = make_flask()
     declare_add(off_sched)
@@ -274,8 +299,13 @@ def test_run_in_process_starts_no_runner_inside_a_flask_command(
     assert sched.app.in_process_runner is not None
 
 
-def _site_env(uri: str) -> dict[str, str]:
-    return {**os.environ, "SITE_URI": uri, "SITE_RUN_IN_PROCESS": "1", "PYTHONPATH": str(ROOT)}
+def _site_env(uri: str, run_in_process: bool = True) -> dict[str, str]:
+    return {
+        **os.environ,
+        "SITE_URI": uri,
+        "SITE_RUN_IN_PROCESS": "1" if run_in_process else "0",
+        "PYTHONPATH": str(ROOT),
+    }
 
 
 def test_flask_commands_start_no_runner() -> None:
@@ -296,16 +326,20 @@ def test_flask_commands_start_no_runner() -> None:
 
 
 @pytest.mark.processes
+@pytest.mark.parametrize("preload", [False, True], ids=["init-app", "preload"])
 def test_gunicorn_workers_recycled_without_traffic_run_the_jobs(
-    shared_db: SharedDatabase, tmp_path: Path
+    shared_db: SharedDatabase, tmp_path: Path, preload: bool
 ) -> None:
     """gunicorn, 2 workers, --max-requests 5: once the workers alive have served no
-    request, jobs scheduled from here all run, in those workers."""
+    request, jobs scheduled from here all run, in those workers. With --preload, as
+    the docs advise: RUN_IN_PROCESS off, the runner started in post_worker_init."""
     pytest.importorskip("gunicorn")
+    config = ["-c", "python:tests.support.flask_gunicorn_preload"] if preload else []
     with gunicorn(
         ["tests.support.flask_site:create_app()"],
-        _site_env(shared_db.uri()),
+        _site_env(shared_db.uri(), run_in_process=not preload),
         tmp_path / "gunicorn.log",
+        *config,
         "--workers",
         "2",
         "--max-requests",
