@@ -26,12 +26,13 @@ typecheck: venv
 unit: venv
 	$(BIN)/python -m pytest -m "not soak" $(PYTEST_ARGS)
 
-## make django6: the Django integration on Django 6's built-in django.tasks (Django 6
-## needs Python 3.12). make py310: the fast tests on Python 3.10, the oldest supported.
+## make django6: the Django integration and the tasks backend's conformance on Django 6's
+## built-in django.tasks (Django 6 needs Python 3.12). make py310: the fast tests on
+## Python 3.10, the oldest supported.
 ## Each runs where that Python is installed, and says so where it is not.
 django6:
 	@.ci/other-python 3.12 .venv-django6 "-e .[testing] django>=6 pytest pytest-timeout mockupdb gunicorn" \
-		-W "ignore:datetime.datetime.utcnow:DeprecationWarning" tests/test_django.py
+		-W "ignore:datetime.datetime.utcnow:DeprecationWarning" tests/test_django.py tests/test_django_conformance.py
 
 py310:
 	@.ci/other-python 3.10 .venv-py310 "-e .[tests]" -m "not soak and not processes" \

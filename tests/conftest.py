@@ -25,6 +25,9 @@ from mongosched.store.memory import MemoryStore
 from mongosched.testing import FakeClock
 from tests.support.waiting import wait_for
 
+# Imported by the Django test modules before pytest loads it as their plugin.
+pytest.register_assert_rewrite("tests.djangoproject.fixtures")
+
 TEST_URI = os.environ.get("MONGOSCHED_TEST_URI")
 TEST_STORE = os.environ.get("MONGOSCHED_TEST_STORE", "memory")
 

@@ -39,7 +39,7 @@ from mongosched.contrib import app_from_settings, with_database  # noqa: E402
 from mongosched.errors import ConfigurationError, MongoschedError, StoreUnavailable  # noqa: E402
 from mongosched.store.memory import MemoryStore  # noqa: E402
 from mongosched.testing import FakeClock, drain  # noqa: E402
-from tests.conftest import TEST_URI  # noqa: E402
+from tests.djangoproject.fixtures import SETTINGS, drop, empty, project_uri  # noqa: E402
 from tests.support.waiting import wait_for  # noqa: E402
 from tests.support.web import gunicorn, recycle_workers  # noqa: E402
 
@@ -48,69 +48,10 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 MANAGE = ROOT / "tests" / "djangoproject" / "manage.py"
-SETTINGS = "tests.djangoproject.settings"
 RUN_TASK = "mongosched.contrib.django.run_task"
 
-pytest_plugins = ["tests.support.server_fixtures"]  # shared_db: the wire-protocol server
-
-
-def project_uri() -> str:
-    name = f"mongosched_django_{uuid.uuid4().hex[:12]}"
-    if TEST_URI:
-        return with_database(TEST_URI, name)
-    return f"memory://{name}"
-
-
-def drop(uri: str) -> None:
-    if TEST_URI and uri.startswith("mongodb"):
-        import pymongo
-
-        client: Any = pymongo.MongoClient(uri)
-        try:
-            client.drop_database(client.get_default_database().name)
-        finally:
-            client.close()
-
-
-@pytest.fixture(scope="module")
-def project() -> Iterator[App]:
-    """The test project, set up (once per process); yields its shared App."""
-    import django
-    from django.conf import settings
-
-    if settings.configured and os.environ.get("DJANGO_SETTINGS_MODULE") != SETTINGS:
-        pytest.skip("Django is already configured with other settings in this process")
-    uri = project_uri()
-    saved = {k: os.environ.get(k) for k in ("DJANGO_SETTINGS_MODULE", "MONGOSCHED_DJANGO_URI")}
-    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-    os.environ["MONGOSCHED_DJANGO_URI"] = uri
-    try:
-        django.setup()
-        from mongosched.contrib.django import get_app
-
-        app = get_app()
-        yield app
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    from mongosched.contrib.django import stop_runner
-
-    stop_runner(graceful=False, timeout=5)
-    app.close()
-    drop(app.uri or "")
-
-
-def empty(app: App) -> None:
-    """Delete every job of ``app`` (whose runners are stopped): cancel the unfinished
-    ones, then purge every final status."""
-    for job in app.get_jobs(limit=0):
-        if not job.is_finished:
-            app.cancel(job)
-    app.purge(status=[status for status in JobStatus if status.is_final])
-    assert app.count_jobs() == 0, [job.to_dict() for job in app.get_jobs(limit=0)]
+# shared_db: the wire-protocol server; project, app: the test project (one per session)
+pytest_plugins = ["tests.support.server_fixtures", "tests.djangoproject.fixtures"]
 
 
 @pytest.fixture
