@@ -79,9 +79,9 @@ def test_named_stores_are_shared_and_unnamed_ones_private(name: str) -> None:
 # Values as MongoDB keeps them ---------------------------------------------------------------------
 def test_records_never_alias_what_is_stored(store: MemoryStore) -> None:
     nested: list[Any] = [1, [2, 3]]
-    stored = add(store, job(args=(nested, (4, 5)), kwargs={"d": {"k": [6]}}))[0]
+    stored = add(store, job(args=(nested, [4, 5]), kwargs={"d": {"k": [6]}}))[0]
     nested[1].append("from the caller")
-    assert stored.args == ([1, [2, 3]], [4, 5])  # tuples come back as lists
+    assert stored.args == ([1, [2, 3]], [4, 5])
     reader: Any = stored
     reader.args[0][1].append("from a reader")
     reader.kwargs["d"]["k"].append(7)

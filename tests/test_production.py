@@ -117,12 +117,15 @@ def test_payloads_users_pass_round_trip(make_app: Callable[..., App]) -> None:
     seen: list[tuple[object, ...]] = []
     app.task(name="t")(lambda *args: seen.append(args) or list(args))
     ident, amount = uuid.uuid4(), Decimal("0.10")
-    job = app.schedule("t", ident, amount, (1, 2))
+    job = app.schedule("t", ident, amount, [1, 2])
     drain(app)
-    assert seen == [(ident, amount, [1, 2])]  # tuples come back as lists, as BSON keeps them
+    assert seen == [(ident, amount, [1, 2])]
     assert job.refresh().result == [ident, amount, [1, 2]]
     with pytest.raises(SerializationError, match="task 't': argument 0 .*isoformat"):
         app.schedule("t", date(2026, 1, 1))
+    with pytest.raises(SerializationError, match="task 't': argument 2 holds a tuple.*a list"):
+        app.schedule("t", ident, amount, (1, 2))  # it would reach the task as a list
+    assert app.count_jobs() == 1
 
 
 def test_async_tasks_run_in_their_own_event_loop(make_app: Callable[..., App]) -> None:

@@ -51,8 +51,9 @@ CODEC_OPTIONS: CodecOptions[Any] = CodecOptions(
     type_registry=TypeRegistry([DecimalCodec()]),
 )
 """What every store reads and writes with: aware UTC datetimes, UUIDs in the standard
-representation, ``Decimal`` as Decimal128 (round-tripping to the same types). Tuples
-come back as lists, as from any BSON store."""
+representation, ``Decimal`` as Decimal128 (round-tripping to the same types). BSON has no
+tuples: a payload holding one is refused (it would reach the task as a list); a result's
+tuples are read back as lists."""
 MAX_PAYLOAD_BYTES = 15 * 1024 * 1024  # a document may not exceed 16 MiB
 MAX_VALUE_BYTES = 1024 * 1024
 """Largest result a job keeps (1 MiB as BSON): a result is a summary, not a data store."""
@@ -72,7 +73,18 @@ HINT = (
 
 
 def encode_payload(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:
-    """The payload as BSON, or :class:`SerializationError` naming the argument at fault."""
+    """The payload as BSON, or :class:`SerializationError` naming the argument at fault
+    (a tuple too: BSON would keep it as a list, so the task would get another type)."""
+    for what, value in [
+        *((f"argument {i}", v) for i, v in enumerate(args)),
+        *((f"keyword argument {k!r}", v) for k, v in kwargs.items()),
+    ]:
+        where = _tuple_in(value)
+        if where is not None:
+            raise SerializationError(
+                f"task {task!r}: {what} holds a tuple{where}; it would come back as a list "
+                "(BSON has no tuples): pass a list"
+            )
     try:
         data = bson.encode(
             {"args": list(args), "kwargs": dict(kwargs)}, codec_options=CODEC_OPTIONS
@@ -92,6 +104,23 @@ def encode_payload(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) ->
             f"task {task!r}: payload is {len(data)} bytes; the limit is {MAX_PAYLOAD_BYTES}"
         )
     return data
+
+
+def _tuple_in(value: Any, path: str = "") -> str | None:
+    """Where in ``value`` a tuple is (``""``: the value itself), or None."""
+    if isinstance(value, tuple):
+        return path
+    if isinstance(value, list):
+        items: Any = enumerate(value)
+    elif isinstance(value, dict):
+        items = value.items()
+    else:
+        return None
+    for key, item in items:
+        found = _tuple_in(item, f"{path}[{key!r}]")
+        if found is not None:
+            return found
+    return None
 
 
 def encode_value(task: str, what: str, value: Any, limit: int = MAX_VALUE_BYTES) -> bytes:

@@ -78,8 +78,8 @@ class MongoStore(MongoPermits):
     def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
         docs = []
         for job in jobs:
-            # The payload as BSON keeps it (tuples become lists, times milliseconds),
-            # so the record returned is the job as stored.
+            # The payload as BSON keeps it (times in milliseconds), so the record
+            # returned is the job as stored.
             stored = codec.decode(codec.encode_payload(job.task, job.args, job.kwargs))
             job = replace(
                 job,

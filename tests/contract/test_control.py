@@ -97,7 +97,7 @@ def test_update_pending_changes_a_waiting_job(store: Store) -> None:
 
 def test_update_pending_of_kwargs_alone_keeps_the_args(store: Store) -> None:
     queued = add(store, job(args=(1, 2), kwargs={"a": 1}))[0]
-    changed = store.update_pending(queued, PendingChanges(kwargs={"b": (2,)}), LATER)
+    changed = store.update_pending(queued, PendingChanges(kwargs={"b": [2]}), LATER)
     assert changed is not None and changed.args == (1, 2) and changed.kwargs == {"b": [2]}
 
 
