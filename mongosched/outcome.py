@@ -81,6 +81,14 @@ class Decision:
     def status(self) -> JobStatus:
         return self.settlement.status
 
+    def as_landed(self, status: JobStatus) -> Decision:
+        """The decision that took effect, given the status the store wrote: a cancel
+        requested meanwhile made it write ``settlement.on_cancel`` instead."""
+        if status is not JobStatus.CANCELLED or self.status is JobStatus.CANCELLED:
+            return self
+        landed = self.settlement.on_cancel or self.settlement
+        return replace(self, event="job:cancel", settlement=landed)
+
 
 MAX_MESSAGE = 4 * 1024
 """Characters of an error message a job keeps."""

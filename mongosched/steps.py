@@ -10,7 +10,6 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -19,7 +18,6 @@ from .claim import Claim
 from .errors import ConfigurationError, JobTimeout, SerializationError, StoreError, WorkerShutdown
 from .job import Job
 from .outcome import Decision, Ending, Retention
-from .records import JobStatus
 from .retry import Retry
 from .store import Store
 from .task import Task
@@ -213,7 +211,7 @@ class RunnerSteps:
             if stored is not None:
                 reaped += 1
                 log.warning("job %s (%s): %s", record.id, record.task, decision.settlement.error)
-                event = "job:cancel" if stored.status is JobStatus.CANCELLED else decision.event
+                event = decision.as_landed(stored.status).event
                 self.app.emit(event, job=self._job(stored), runner=self)
         return reaped
 
@@ -347,12 +345,7 @@ class RunnerSteps:
             claim.lose("outcome write was fenced off")
             log.warning("job %s (%s): outcome rejected: lease lost", claim.job_id, task.name)
             return None
-        if stored.status is JobStatus.CANCELLED and decision.status is not JobStatus.CANCELLED:
-            decision = replace(
-                decision,
-                event="job:cancel",
-                settlement=decision.settlement.on_cancel or decision.settlement,
-            )
+        decision = decision.as_landed(stored.status)
         _log_decision(claim, decision, seconds)
         self.app.emit(decision.event, job=self._job(stored), error=decision.error, runner=self)
         return decision
