@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from pymongo import WriteConcern
+from pymongo import ReadPreference, WriteConcern
 from pymongo.collection import Collection
 from pymongo.errors import (
     BulkWriteError,
@@ -64,6 +64,7 @@ class MongoConnection:
         self._client: Any = None
         self._database: Any = database
         self._jobs: Collection[dict[str, Any]] | None = None
+        self._queries: Collection[dict[str, Any]] | None = None
         self._permits: Collection[dict[str, Any]] | None = None
         self._lock = threading.Lock()
         _connections.add(self)
@@ -89,7 +90,12 @@ class MongoConnection:
             return self._database
 
     def _collection(self, name: str) -> Collection[dict[str, Any]]:
-        options: dict[str, Any] = {"codec_options": codec.CODEC_OPTIONS}
+        # Claims, fenced writes and reads by id decide what runs: always the primary,
+        # whatever read preference the URI asks for (see :attr:`queries`).
+        options: dict[str, Any] = {
+            "codec_options": codec.CODEC_OPTIONS,
+            "read_preference": ReadPreference.PRIMARY,
+        }
         if self.write_concern is not None:
             options["write_concern"] = WriteConcern(w=self.write_concern)
         return self.database.get_collection(name, **options)  # type: ignore[no-any-return]
@@ -103,6 +109,21 @@ class MongoConnection:
     @jobs.setter
     def jobs(self, collection: Any) -> None:  # tests wrap the collection (fault injection)
         self._jobs = collection
+        self._queries = None
+
+    @property
+    def queries(self) -> Collection[dict[str, Any]]:
+        """The job collection for listings and counts (``get_jobs``, ``count_jobs``,
+        ``stats``, schedules, the dashboard): these honour the URI's ``readPreference``
+        (for example ``secondaryPreferred``, to keep an operator's queries off the
+        primary); they may then lag the primary by the replication delay."""
+        if self._queries is None:
+            preference = self.database.client.read_preference
+            if getattr(preference, "mode", 0) == ReadPreference.PRIMARY.mode:
+                self._queries = self.jobs
+            else:
+                self._queries = self.jobs.with_options(read_preference=preference)
+        return self._queries
 
     @property
     def permits(self) -> Collection[dict[str, Any]]:

@@ -188,7 +188,7 @@ class MongoStore(MongoPermits):
         self, query: Mapping[str, Any], sort: Sequence[tuple[str, int]], limit: int, skip: int = 0
     ) -> list[JobRecord]:
         def run(_: int) -> list[dict[str, Any]]:
-            return list(self.jobs.find(dict(query), sort=list(sort), skip=skip, limit=limit))
+            return list(self.queries.find(dict(query), sort=list(sort), skip=skip, limit=limit))
 
         return [to_record(doc) for doc in self._retrying("find", run)]
 
@@ -208,12 +208,14 @@ class MongoStore(MongoPermits):
 
     def count(self, query: JobQuery) -> int:
         return int(
-            self._retrying("count", lambda _: self.jobs.count_documents(query_document(query)))
+            self._retrying(
+                "count", lambda _: self.queries.count_documents(query_document(query))
+            )
         )
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
         pipeline = [{"$group": {"_id": {"task": "$task", "status": "$status"}, "n": {"$sum": 1}}}]
-        rows = self._retrying("stats", lambda _: list(self.jobs.aggregate(pipeline)))
+        rows = self._retrying("stats", lambda _: list(self.queries.aggregate(pipeline)))
         return {(r["_id"]["task"], JobStatus(r["_id"]["status"])): r["n"] for r in rows}
 
     def oldest_due(self, now: datetime) -> JobRecord | None:
@@ -230,7 +232,7 @@ class MongoStore(MongoPermits):
             {"$sort": {"n": -1}},
             {"$limit": 20},
         ]
-        rows = self._retrying("unknown tasks", lambda _: list(self.jobs.aggregate(pipeline)))
+        rows = self._retrying("unknown tasks", lambda _: list(self.queries.aggregate(pipeline)))
         return {row["_id"]: row["n"] for row in rows}
 
     def schedules(self) -> list[JobRecord]:

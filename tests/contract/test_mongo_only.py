@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -14,6 +14,11 @@ from mongosched.store.documents import INDEXES, PERMIT_INDEXES
 from mongosched.store.mongo import MongoStore
 
 from .helpers import LATER, T0, add, claimed, job, sec
+
+if TYPE_CHECKING:
+    from tests.support.server_fixtures import SharedDatabase
+
+pytest_plugins = ["tests.support.server_fixtures"]
 
 
 def keys(info: Mapping[str, Any]) -> list[tuple[str, int]]:
@@ -193,3 +198,22 @@ def test_a_claim_examines_about_one_key_at_a_large_backlog(
     explained = store.database.command("explain", command, verbosity="executionStats")
     stats = explained["executionStats"]
     assert stats["totalKeysExamined"] <= 3 and stats["totalDocsExamined"] <= 2, stats
+
+
+def test_the_uri_read_preference_applies_to_listings_only(shared_db: SharedDatabase) -> None:
+    """``readPreference=secondaryPreferred`` in the URI moves listings and counts off the
+    primary; claims, fenced writes and reads by id stay on it (they decide what runs)."""
+    from pymongo import ReadPreference
+
+    store = MongoStore(uri=shared_db.uri(readPreference="secondaryPreferred"))
+    try:
+        assert store.jobs.read_preference == ReadPreference.PRIMARY
+        assert store.permits.read_preference == ReadPreference.PRIMARY
+        assert store.queries.read_preference == ReadPreference.SECONDARY_PREFERRED
+        store.prepare()
+        (added,) = add(store, job())
+        assert store.get(added.id) == added  # by id: the primary, read your write
+        assert [r.id for r in store.find(JobQuery())] == [added.id]
+        assert store.count(JobQuery()) == 1
+    finally:
+        store.close()
