@@ -2,8 +2,8 @@
 
 Usage::
 
-    mongosched worker MODULE:APP [--workers N] [--queues a,b]
-                      [--lease-duration S] [--poll-interval S]
+    mongosched worker MODULE:APP [--workers N] [--queues a,b] [--processes N]
+                      [--lease-duration S] [--poll-interval S] [--shutdown-timeout S]
     mongosched [--app MODULE:APP | --uri URI] jobs list [--status S ...] [--task NAME]
                                                   [--queue Q] [--limit N] [--json]
     mongosched [--app MODULE:APP | --uri URI] jobs show ID [--json]
@@ -105,6 +105,8 @@ def main(
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.framework = app is not None
     level = args.log_level or ("INFO" if args.verb == "worker" else "WARNING")
     undo_logging = _configure_logging(level)
     chosen: App | None = None

@@ -225,6 +225,21 @@ def build_parser(
     worker.add_argument(
         "--poll-interval", type=_positive_float, metavar="S", help="override the app's"
     )
+    worker.add_argument(
+        "--processes",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="worker processes, each with --workers threads, under one supervisor that "
+        "restarts any that dies (default 1: this process runs the worker itself)",
+    )
+    worker.add_argument(
+        "--shutdown-timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="S",
+        help="seconds jobs in flight get to finish after SIGTERM/SIGINT (default 30)",
+    )
     worker.set_defaults(run=verbs.worker)
 
     jobs = verb(commands, "jobs", VERBS["jobs"])

@@ -8,19 +8,22 @@ entry point turns into exit codes).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from ..app import App, Cancellation
 from ..job import Job
 from ..records import JobQuery, JobStatus
-from .exits import EXIT_NOT_FOUND, EXIT_OK, CommandError
+from ..supervisor import Supervisor, watch_supervisor
+from .exits import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CommandError
 from .output import cell, job_json, listing, out, print_json, table, to_json
 
 __all__ = [
     "STATUSES",
+    "child_command",
     "jobs_cancel",
     "jobs_list",
     "jobs_purge",
@@ -60,7 +63,17 @@ def ping(app: App, args: argparse.Namespace) -> int:
 
 
 def worker(app: App, args: argparse.Namespace) -> int:
-    options: dict[str, Any] = {"workers": args.workers}
+    """Run a runner in this process until a signal, or (``--processes`` > 1) supervise
+    that many processes that each run one (:mod:`mongosched.supervisor`)."""
+    if args.processes > 1:
+        supervisor = Supervisor(
+            child_command(args.argv, framework=args.framework),
+            args.processes,
+            shutdown_timeout=args.shutdown_timeout,
+        )
+        return supervisor.run()
+    watch_supervisor()  # in a supervised child: stop if the supervisor is gone
+    options: dict[str, Any] = {"workers": args.workers, "shutdown_timeout": args.shutdown_timeout}
     if args.queues:
         options["queues"] = args.queues
     if args.lease_duration is not None:
@@ -69,6 +82,26 @@ def worker(app: App, args: argparse.Namespace) -> int:
         options["poll_interval"] = args.poll_interval
     app.runner(**options).run_forever()
     return EXIT_OK
+
+
+def child_command(argv: Sequence[str], *, framework: bool) -> list[str]:
+    """The command line of a supervised child: the one that started this process (so
+    ``python manage.py mongosched worker ...`` and the console script start their own
+    kind), or, when ``main`` was called with arguments of its own, ``python -m
+    mongosched`` with them; ``--processes 1`` added (the last one given counts)."""
+    argv = list(argv)
+    started = list(getattr(sys, "orig_argv", None) or [])
+    if started and argv and started[-len(argv) :] == argv:
+        base = [sys.executable, *started[1:]]
+    elif not framework:
+        base = [sys.executable, "-m", "mongosched", *argv]
+    else:
+        raise CommandError(
+            "--processes: the worker processes are started with the command line that "
+            "started this one, and this one was not started from a command line",
+            EXIT_USAGE,
+        )
+    return [*base, "--processes", "1"]
 
 
 def _require(app: App, job_id: str) -> Job:
