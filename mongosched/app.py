@@ -11,6 +11,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, ParamSpec, TypeVar, overload
 
 from . import validate
+from .admin import Admin, declaration, schedule_row
+from .bulk import BulkControl
 from .control import Cancellation, JobControl
 from .errors import ConfigurationError, StoreError, TaskNotRegistered
 from .events import Listener, Listeners
@@ -34,7 +36,7 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class App(JobControl):
+class App(JobControl, BulkControl, Admin):
     """A mongosched application: where tasks are registered and jobs are stored.
 
     :param uri: where jobs are stored: a MongoDB URI naming the database
@@ -354,6 +356,10 @@ class App(JobControl):
         Every runner does this when it starts, for the queues it serves (``queues``;
         None: every queue). Call it from a deploy step to have the schedules before any
         runner starts. Returns the names of the tasks whose schedule was created.
+
+        A schedule an operator edited (:meth:`update_schedule`) keeps the edit as long
+        as the code declares it as it did before the edit; once the declaration in code
+        changes, the code wins and the edit is dropped. Both cases are logged.
         """
         store = self._writable()
         now = self.now()
@@ -361,10 +367,45 @@ class App(JobControl):
         for task in self.tasks.values():
             if task.rule is None or (queues is not None and task.queue not in queues):
                 continue
-            if store.upsert_schedule(task.schedule_record(now), now):
+            record = task.schedule_record(now)
+            if not self._code_wins(record):
+                continue
+            if store.upsert_schedule(record, now):
                 log.info("schedule for %s created (%s)", task.name, task.rule)
                 created.append(task.name)
         return created
+
+    def _code_wins(self, declared: JobRecord) -> bool:
+        """Whether a schedule's declaration in code is to be applied (see
+        :meth:`ensure_schedules`): not over an operator's edit made since the code last
+        changed it."""
+        current = self.store.get(declared.id)
+        if current is None or current.edit is None:
+            return True
+        code = declaration(
+            declared.repeat, declared.queue, declared.priority, declared.max_attempts
+        )
+        if code == current.edit.declared:
+            log.info(
+                "schedule %s keeps the operator's edit of %s (%s, queue %s, priority %s) "
+                "over its declaration in code, which has not changed since",
+                declared.task,
+                current.edit.at,
+                schedule_row(current, False)["rule"],
+                current.queue,
+                current.priority,
+            )
+            return False
+        log.warning(
+            "schedule %s: its declaration in code changed since an operator edited it at %s; "
+            "the code's (%s, queue %s, priority %s) replaces the edit",
+            declared.task,
+            current.edit.at,
+            schedule_row(declared, False)["rule"],
+            declared.queue,
+            declared.priority,
+        )
+        return True
 
     def _created(self, job: Job) -> None:
         self.emit("job:created", job=job)

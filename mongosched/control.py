@@ -13,9 +13,10 @@ from typing import Any
 
 from . import outcome, validate
 from .errors import ConfigurationError, JobNotFound, JobStateError
+from .filters import StatusFilter, job_query, statuses
 from .job import Job
 from .outcome import Retention
-from .records import SORTABLE, JobQuery, JobStatus, PendingChanges
+from .records import SORTABLE, JobStatus, PendingChanges
 from .store import Store
 
 __all__ = ["Cancellation", "JobControl"]
@@ -74,13 +75,23 @@ class JobControl:
         self,
         *,
         task: str | None = None,
-        status: str | JobStatus | Iterable[str | JobStatus] | None = None,
+        status: StatusFilter = None,
         queue: str | None = None,
+        error_type: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        finished_after: datetime | None = None,
+        finished_before: datetime | None = None,
         sort: tuple[str, int] = ("updated_at", -1),
         limit: int = 50,
         skip: int = 0,
     ) -> list[Job]:
         """Jobs matching every filter given, sorted (then by id, so pages are stable).
+
+        ``error_type`` is the type name of the job's last error as stored
+        (``job.error.type``, e.g. ``"ValueError"``); the time ranges are half-open
+        (``*_after`` inclusive, ``*_before`` exclusive) and match only jobs that have
+        that time (an unfinished job matches no ``finished_*`` range).
 
         Filters and sorts use indexes: ``task`` (with ``status``) and ``status`` lead an
         index each, sorted by ``updated_at``.
@@ -92,8 +103,18 @@ class JobControl:
             )
         validate.whole(limit, what="get_jobs: limit", minimum=0)
         validate.whole(skip, what="get_jobs: skip", minimum=0)
+        query = job_query(
+            task=task,
+            status=status,
+            queue=queue,
+            error_type=error_type,
+            created_after=created_after,
+            created_before=created_before,
+            finished_after=finished_after,
+            finished_before=finished_before,
+        )
         records = self.store.find(
-            _query(task, status, queue),
+            query,
             sort=field,
             descending=direction == -1,
             skip=skip,
@@ -105,11 +126,27 @@ class JobControl:
         self,
         *,
         task: str | None = None,
-        status: str | JobStatus | Iterable[str | JobStatus] | None = None,
+        status: StatusFilter = None,
         queue: str | None = None,
+        error_type: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        finished_after: datetime | None = None,
+        finished_before: datetime | None = None,
     ) -> int:
         """How many jobs match the filters (as :meth:`get_jobs`)."""
-        return self.store.count(_query(task, status, queue))
+        return self.store.count(
+            job_query(
+                task=task,
+                status=status,
+                queue=queue,
+                error_type=error_type,
+                created_after=created_after,
+                created_before=created_before,
+                finished_after=finished_after,
+                finished_before=finished_before,
+            )
+        )
 
     # Control ------------------------------------------------------------------------------------
     def cancel(self, job_id: Any) -> Cancellation:
@@ -203,13 +240,13 @@ class JobControl:
     ) -> int:
         """Delete finished jobs of the given final statuses that finished more than
         ``older_than`` ago. Returns how many were deleted."""
-        statuses = _statuses(status)
-        bad = [s.value for s in statuses if not s.is_final]
+        chosen = statuses(status)
+        bad = [s.value for s in chosen if not s.is_final]
         if bad:
             raise ConfigurationError(f"purge: only final statuses can be purged, not {bad}")
         age = validate.seconds(older_than, what="purge: older_than")
-        deleted = self.store.purge(statuses, self.now() - timedelta(seconds=age), task)
-        log.info("purged %d %s job(s)", deleted, "/".join(s.value for s in statuses))
+        deleted = self.store.purge(chosen, self.now() - timedelta(seconds=age), task)
+        log.info("purged %d %s job(s)", deleted, "/".join(s.value for s in chosen))
         return deleted
 
     def stats(self) -> dict[str, Any]:
@@ -249,46 +286,3 @@ class JobControl:
             ],
             "unknown_tasks": self.store.unknown_due_tasks(self.tasks, now),
         }
-
-    def schedules(self) -> list[dict[str, Any]]:
-        """Every repeating job: task, rule, timezone, status, next run, last run."""
-        rows = []
-        for record in self.store.schedules():
-            repeat = record.repeat or {}
-            last = record.last_run
-            rows.append(
-                {
-                    "id": record.id,
-                    "task": record.task,
-                    "rule": repeat.get("cron") or f"every {repeat.get('every')}s",
-                    "timezone": repeat.get("timezone"),
-                    "status": record.status.value,
-                    "next_run": record.run_at if record.status is JobStatus.PENDING else None,
-                    "last_run": last.finished_at if last else None,
-                    "last_status": last.status.value if last else None,
-                    "last_error": last.error if last else None,
-                }
-            )
-        return rows
-
-
-def _statuses(status: Any) -> list[JobStatus]:
-    items = [status] if isinstance(status, (str, JobStatus)) else list(status)
-    out = []
-    for item in items:
-        try:
-            out.append(JobStatus(item))
-        except ValueError:
-            raise ConfigurationError(
-                f"unknown status {item!r}; known: {', '.join(s.value for s in JobStatus)}"
-            ) from None
-    return out
-
-
-def _query(task: str | None, status: Any, queue: str | None) -> JobQuery:
-    if task is not None and not isinstance(task, str):
-        raise ConfigurationError(f"task must be a task name, not {task!r}")
-    if queue is not None and not isinstance(queue, str):
-        raise ConfigurationError(f"queue must be a queue name, not {queue!r}")
-    statuses = None if status is None else tuple(_statuses(status))
-    return JobQuery(task=task, statuses=statuses, queue=queue)

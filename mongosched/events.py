@@ -13,6 +13,7 @@ from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .job import Job
+    from .records import Pause
 
 __all__ = ["EVENTS", "Event", "Listeners"]
 
@@ -29,6 +30,9 @@ EVENTS = frozenset(
         "job:lease_lost",
         "runner:start",
         "runner:stop",
+        "control:pause",
+        "control:resume",
+        "schedule:update",
     }
 )
 """Names accepted by :meth:`App.on`."""
@@ -39,8 +43,11 @@ class Event:
     """What a listener receives.
 
     ``job`` is the job as stored after the change the event reports (for ``job:*``
-    events), ``error`` the exception (for ``job:retry`` and ``job:fail`` of a run),
-    ``runner`` the runner involved (if any), ``app`` the app that sent it.
+    events, and the schedule for ``schedule:update``), ``error`` the exception (for
+    ``job:retry`` and ``job:fail`` of a run), ``runner`` the runner involved (if any),
+    ``pause`` what was paused or resumed (``control:pause``, ``control:resume``),
+    ``app`` the app that sent it. ``control:*`` and ``schedule:update`` events are sent
+    in the process that made the change.
     """
 
     name: str
@@ -48,6 +55,7 @@ class Event:
     job: Job | None = None
     error: BaseException | None = None
     runner: Any = None
+    pause: Pause | None = None
 
 
 Listener = Callable[[Event], Any]

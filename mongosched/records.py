@@ -20,11 +20,16 @@ __all__ = [
     "JobStatus",
     "LastRun",
     "LeaseInfo",
+    "Pause",
+    "PAUSE_KINDS",
     "PendingChanges",
     "Progress",
     "Renewal",
+    "ScheduleChanges",
+    "ScheduleEdit",
     "Settlement",
     "SORTABLE",
+    "WorkerInfo",
 ]
 
 
@@ -33,7 +38,8 @@ class JobStatus(str, enum.Enum):
 
     ``pending`` → ``running`` → one of ``completed``, ``failed``, ``cancelled``
     (the *final* statuses). A retry or the next slot of a repeating job takes it from
-    ``running`` back to ``pending``.
+    ``running`` back to ``pending``. A repeating schedule paused by an operator
+    (:meth:`App.pause`) waits ``paused`` (not final, never claimed) until it is resumed.
     """
 
     PENDING = "pending"
@@ -41,6 +47,7 @@ class JobStatus(str, enum.Enum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    PAUSED = "paused"
 
     @property
     def is_final(self) -> bool:
@@ -106,6 +113,17 @@ class LastRun:
 
 
 @dataclass(frozen=True)
+class ScheduleEdit:
+    """An operator's edit of a declared schedule (:meth:`App.update_schedule`): when,
+    and what the code declared before it (a fingerprint, see
+    :func:`mongosched.schedules.declaration`), so that a deploy can tell an edit it
+    must keep from a declaration that changed since."""
+
+    at: datetime
+    declared: str
+
+
+@dataclass(frozen=True)
 class JobRecord:
     """One job as stored. ``id`` is ``None`` only for a job not yet inserted."""
 
@@ -136,6 +154,8 @@ class JobRecord:
     finished_at: datetime | None = None
     expire_at: datetime | None = None
     last_run: LastRun | None = None
+    edit: ScheduleEdit | None = None
+    """For a declared schedule an operator edited: the edit (see :class:`ScheduleEdit`)."""
 
 
 @dataclass(frozen=True)
@@ -174,11 +194,18 @@ class Renewal:
 
 @dataclass(frozen=True)
 class JobQuery:
-    """A filter over jobs: every field given must match (``None``: any)."""
+    """A filter over jobs: every field given must match (``None``: any). Time ranges
+    are half-open: ``*_after`` inclusive, ``*_before`` exclusive."""
 
     task: str | None = None
     statuses: tuple[JobStatus, ...] | None = None
     queue: str | None = None
+    error_type: str | None = None
+    """The type name of the job's last error, as stored (``ErrorInfo.type``)."""
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    finished_after: datetime | None = None
+    finished_before: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -190,3 +217,49 @@ class PendingChanges:
     run_at: datetime | None = None
     args: tuple[Any, ...] | None = None
     kwargs: Mapping[str, Any] | None = None
+
+
+
+@dataclass(frozen=True)
+class ScheduleChanges:
+    """A schedule edit as the store applies it (``None``: unchanged)."""
+
+    repeat: Mapping[str, Any] | None = None
+    run_at: datetime | None = None
+    """The next slot (and ``scheduled_for``), recomputed for a new rule."""
+    priority: int | None = None
+    queue: str | None = None
+    edit: ScheduleEdit | None = None
+
+
+PAUSE_KINDS = ("queue", "task", "schedule")
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A queue, task or repeating schedule that no runner claims until it is resumed.
+    ``name`` is the queue's, the task's, or the schedule's job id (as a string)."""
+
+    kind: str
+    name: str
+    since: datetime
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A runner as it registered itself (:meth:`App.workers`). ``stale``: it has not
+    refreshed its entry for several refresh periods (it may have died)."""
+
+    id: str
+    name: str
+    host: str
+    pid: int
+    queues: tuple[str, ...] | None
+    """Queues it serves (None: every queue)."""
+    tasks: tuple[str, ...]
+    workers: int
+    in_flight: int
+    started_at: datetime
+    last_seen: datetime
+    version: str
+    stale: bool = False

@@ -26,6 +26,7 @@ from typing import Any
 from . import validate
 from .claim import Claim, Heartbeats
 from .errors import ConfigurationError, MongoschedError, StoreError, WorkerShutdown
+from .registry import Registration
 from .steps import RunnerHost, RunnerSteps
 
 __all__ = ["Runner", "RunnerHost"]
@@ -87,6 +88,8 @@ class Runner(RunnerSteps):
         self._last_poll: float | None = None
         self._last_error: str | None = None
         self.finished = 0
+        self.registration = Registration(self.store, self)
+        """This runner's entry in the registry of live workers (:meth:`App.workers`)."""
 
     # Lifecycle -------------------------------------------------------------------------------
     @property
@@ -98,6 +101,10 @@ class Runner(RunnerSteps):
         """Jobs this runner holds leases for."""
         with self._idle:
             return len(self._claims)
+
+    def registered_tasks(self) -> list[str]:
+        """The tasks this runner can run."""
+        return sorted(self.app.tasks)
 
     def start(self) -> Runner:
         """Start the dispatcher and workers in background threads; returns at once,
@@ -177,6 +184,7 @@ class Runner(RunnerSteps):
             self._heartbeats.stop()
         _at_exit.discard(self)
         self.app.detach(self)
+        self.registration.remove()
         if done:
             log.info("runner %s stopped", self.name)
         else:
@@ -379,7 +387,9 @@ class Runner(RunnerSteps):
             log.exception("runner %s: maintenance failed", self.name)
 
     def _maintain(self) -> None:
-        """Periodic work: reap expired leases; report due jobs of unknown tasks."""
+        """Periodic work: refresh this runner's worker entry (every few seconds), reap
+        expired leases, report due jobs of unknown tasks."""
+        self.registration.refresh()
         clock = time.monotonic()
         if clock - self._last_reap >= self.reap_interval:
             self._last_reap = clock

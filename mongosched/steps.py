@@ -18,6 +18,7 @@ from .claim import Claim
 from .errors import ConfigurationError, JobTimeout, SerializationError, StoreError, WorkerShutdown
 from .job import Job
 from .outcome import Decision, Ending, Retention
+from .pauseset import PauseSet
 from .retry import Retry
 from .store import Store
 from .task import Task
@@ -103,6 +104,8 @@ class RunnerSteps:
         self.reap_interval = _duration(reap_interval, third, "reap_interval")
         self._saturated: dict[str, float] = {}
         self.claimed = 0
+        self.pause_set = PauseSet(self.store, self.poll_interval)
+        """What is paused, as this runner last read it (once per poll interval)."""
 
     # What a claim needs (LeaseKeeper) ---------------------------------------------------------
     def now(self) -> datetime:
@@ -217,10 +220,13 @@ class RunnerSteps:
 
     # Claiming ---------------------------------------------------------------------------------
     def _claimable(self) -> list[str]:
-        """Registered tasks, less those whose concurrency permits were all taken a moment
-        ago. (A task's jobs may sit in any queue: the claim filters on queues.)"""
+        """Registered tasks, less the paused ones and those whose concurrency permits
+        were all taken a moment ago. (A task's jobs may sit in any queue: the claim
+        filters on queues.) Reads the pause set once per poll interval."""
         now = time.monotonic()
-        return [name for name in self.app.tasks if self._saturated.get(name, 0.0) <= now]
+        self.pause_set.refresh(every_queue=self.queues is None)
+        names = [name for name in self.app.tasks if self._saturated.get(name, 0.0) <= now]
+        return self.pause_set.claimable_tasks(names)
 
     def _take(self, job_id: Any = None) -> tuple[Claim | None, bool]:
         """One claim: ``(claim, True)``; ``(None, True)`` when the job was given back
@@ -229,7 +235,7 @@ class RunnerSteps:
         record = self.store.claim(
             owner=self.name,
             tasks=self._claimable() if job_id is None else list(self.app.tasks),
-            queues=self.queues if job_id is None else None,
+            queues=self.pause_set.claimable_queues(self.queues) if job_id is None else None,
             now=now,
             lease_duration=self.lease_duration,
             job_id=job_id,
@@ -238,6 +244,10 @@ class RunnerSteps:
             return None, False
         task = self.app.tasks[record.task]
         claim = Claim(self, record, task)
+        if job_id is None and self.pause_set.holds(record.id):  # paused since we read
+            self._give_back(claim)
+            self.store.hold_schedules([record.id], self.app.now())
+            return None, True
         arrived = self.app.now()
         if arrived + timedelta(seconds=self.heartbeat_interval) >= claim.until:
             # The reply came so late that the lease ran out (or will before the first

@@ -5,14 +5,22 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from .. import __version__
 from ..records import JobStatus
 from . import verbs
+from .parser_ops import OPERATION_VERBS, add_operation_verbs
 
-__all__ = ["EXIT_CODES", "EXIT_CODES_HELP", "VERBS", "build_parser", "parse_duration"]
+__all__ = [
+    "EXIT_CODES",
+    "EXIT_CODES_HELP",
+    "VERBS",
+    "build_parser",
+    "parse_duration",
+    "parse_when",
+]
 
 EXIT_CODES = """\
 exit codes:
@@ -38,6 +46,7 @@ VERBS = {
     "schedules": "list repeating jobs (cron and interval)",
     "stats": "counts by task and status, lateness, running leases",
     "ping": "check the database answers (exit 0, or 4): for probes",
+    **OPERATION_VERBS,
 }
 """The verbs and what each does (the command's help, and the frameworks' commands')."""
 
@@ -53,6 +62,23 @@ def parse_duration(text: str) -> timedelta:
             f"invalid duration {text!r}: use a number and a unit, e.g. 30s, 15m, 12h, 7d"
         )
     return timedelta(seconds=float(match[1]) * _UNITS[match[2] or "s"])
+
+
+def parse_when(text: str) -> datetime | timedelta:
+    """A duration ago (``30m``, ``2h``, ``7d``) or an ISO 8601 time (UTC unless it says
+    otherwise)."""
+    try:
+        return parse_duration(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid time {text!r}: give a duration ago (30m, 2h, 7d) or an ISO 8601 time "
+            "(2026-11-23T10:00Z)"
+        ) from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def _number(kind: Callable[[str], float], *, minimum: float, strict: bool) -> Callable[[str], Any]:
@@ -284,4 +310,11 @@ def build_parser(
     ping = verb(commands, "ping", VERBS["ping"])
     json_flag(ping)
     ping.set_defaults(run=verbs.ping)
+    add_operation_verbs(
+        commands,
+        verb,
+        status_option,
+        json_flag,
+        {"positive_int": _positive_int, "duration": parse_duration, "when": parse_when},
+    )
     return parser

@@ -43,6 +43,7 @@ SCHEDULE_COLUMNS = {
     "RULE": "rule",
     "TIMEZONE": "timezone",
     "STATUS": "status",
+    "PAUSED": "paused",
     "NEXT RUN (UTC)": "next_run",
     "LAST RUN (UTC)": "last_run",
     "LAST": "last_status",

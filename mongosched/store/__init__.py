@@ -33,7 +33,17 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError
-from ..records import JobQuery, JobRecord, JobStatus, PendingChanges, Renewal, Settlement
+from ..records import (
+    JobQuery,
+    JobRecord,
+    JobStatus,
+    Pause,
+    PendingChanges,
+    Renewal,
+    ScheduleChanges,
+    Settlement,
+    WorkerInfo,
+)
 from .codec import schedule_id
 
 __all__ = ["Store", "open_store", "schedule_id"]
@@ -171,6 +181,67 @@ class Store(Protocol):
         self, statuses: Sequence[JobStatus], finished_before: datetime, task: str | None
     ) -> int:
         """Delete jobs of the final ``statuses`` that finished before the given time."""
+
+    # Bulk operations (by filter, a bounded batch of ids at a time) ---------------------------
+    def select_ids(self, query: JobQuery, *, after: Any = None, limit: int = 500) -> list[Any]:
+        """Ids of up to ``limit`` jobs matching ``query``, in id order, after the id
+        ``after`` (None: from the first): one page of a walk over every match that
+        later pages continue whatever was written meanwhile (keyset, not skip)."""
+
+    def retry_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus], now: datetime) -> int:
+        """:meth:`retry_finished` for each of ``ids`` that is still in one of the final
+        ``statuses`` (a job run again meanwhile is left alone); a job whose dedupe key
+        another job holds now stays as it is. Returns how many went back to pending."""
+
+    def cancel_many(self, ids: Sequence[Any], settlement: Settlement) -> tuple[int, int]:
+        """Cancel each of ``ids`` as it stands: one neither running nor finished is
+        settled with ``settlement`` (cancelled, its key released); a running one is
+        marked for cancellation (:meth:`request_cancel`); a finished one is left alone.
+        Returns ``(cancelled, requested)``."""
+
+    def purge_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus]) -> int:
+        """Delete each of ``ids`` that is in one of the final ``statuses`` (declared
+        schedules stay: their tombstones keep them off). Returns how many."""
+
+    def finished_counts(
+        self, since: datetime, bucket: float
+    ) -> dict[tuple[int, JobStatus], int]:
+        """Jobs completed or failed since ``since``: how many per (bucket number,
+        status), bucket ``n`` covering ``since + n * bucket`` seconds onwards."""
+
+    # Pauses, schedule edits, live workers ---------------------------------------------------
+    def add_pause(self, pause: Pause) -> bool:
+        """Record a pause (its ``since`` kept if it exists). True if it is new."""
+
+    def remove_pause(self, kind: str, name: str) -> bool:
+        """Drop a pause; True if it existed."""
+
+    def pauses(self) -> list[Pause]:
+        """Every pause, by kind and name."""
+
+    def pending_queues(self) -> list[str]:
+        """The queues that hold pending jobs (from the claim index: cheap)."""
+
+    def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
+        """Move each of the repeating jobs ``ids`` that is pending to ``paused``."""
+
+    def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
+        """A paused repeating job back to pending, due as it was; None if not paused."""
+
+    def update_schedule(
+        self, job: JobRecord, changes: ScheduleChanges, now: datetime
+    ) -> JobRecord | None:
+        """Apply ``changes`` to the repeating job ``job`` if it is pending or paused and
+        unchanged since it was read (its ``updated_at``): a run of it that starts, or
+        another edit, fences this one off (None)."""
+
+    def save_worker(self, worker: WorkerInfo, expire_at: datetime) -> None:
+        """Register or refresh a runner's entry, kept until ``expire_at``."""
+
+    def remove_worker(self, worker_id: str) -> None: ...
+
+    def workers(self, now: datetime) -> list[WorkerInfo]:
+        """Registered runners whose entry has not expired at ``now``, by name."""
 
     # Concurrency permits ----------------------------------------------------------------------
     def ensure_permits(self, task: str, limit: int) -> None:

@@ -27,7 +27,7 @@ from pymongo.errors import ConfigurationError as DriverConfigurationError
 
 from ..errors import ConfigurationError, StoreError, StoreUnavailable
 from . import codec
-from .documents import INDEXES, PERMIT_INDEXES, aware
+from .documents import INDEXES, PAUSE_INDEXES, PERMIT_INDEXES, WORKER_INDEXES, aware
 
 __all__ = ["MongoConnection", "redact"]
 
@@ -66,6 +66,8 @@ class MongoConnection:
         self._jobs: Collection[dict[str, Any]] | None = None
         self._queries: Collection[dict[str, Any]] | None = None
         self._permits: Collection[dict[str, Any]] | None = None
+        self._pauses: Collection[dict[str, Any]] | None = None
+        self._workers: Collection[dict[str, Any]] | None = None
         self._lock = threading.Lock()
         _connections.add(self)
 
@@ -135,20 +137,32 @@ class MongoConnection:
     def permits(self, collection: Any) -> None:
         self._permits = collection
 
+    @property
+    def pauses_collection(self) -> Collection[dict[str, Any]]:
+        if self._pauses is None:
+            self._pauses = self._collection(f"{self.collection_name}_pauses")
+        return self._pauses
+
+    @property
+    def workers_collection(self) -> Collection[dict[str, Any]]:
+        if self._workers is None:
+            self._workers = self._collection(f"{self.collection_name}_workers")
+        return self._workers
+
     def close(self) -> None:
         with self._lock:
             if self._client is not None:
                 self._client.close()
             self._client = None
             self._database = self._given_database
-            self._jobs = self._permits = None
+            self._jobs = self._permits = self._pauses = self._workers = None
 
     def after_fork(self) -> None:
         """In a forked child: the parent's client does not survive a fork."""
         self._lock = threading.Lock()
         self._client = None
         self._database = self._given_database
-        self._jobs = self._permits = None
+        self._jobs = self._permits = self._pauses = self._workers = None
 
     # Plumbing -------------------------------------------------------------------------------
     def _retrying(self, what: str, op: Callable[[int], T]) -> T:
@@ -175,7 +189,12 @@ class MongoConnection:
 
     def prepare(self) -> None:
         """Create every index (idempotent: existing ones are left as they are)."""
-        for collection, indexes in ((self.jobs, INDEXES), (self.permits, PERMIT_INDEXES)):
+        for collection, indexes in (
+            (self.jobs, INDEXES),
+            (self.permits, PERMIT_INDEXES),
+            (self.pauses_collection, PAUSE_INDEXES),
+            (self.workers_collection, WORKER_INDEXES),
+        ):
             for keys, options in indexes:
 
                 def create(_: int, c: Any = collection, k: Any = keys, o: Any = options) -> str:

@@ -22,6 +22,7 @@ from ..records import (
     LastRun,
     LeaseInfo,
     Progress,
+    ScheduleEdit,
     Settlement,
 )
 from .codec import is_schedule_id
@@ -31,12 +32,16 @@ __all__ = [
     "DEDUPE_FIELDS",
     "INDEXES",
     "PENDING",
+    "PAUSE_INDEXES",
     "PERMIT_INDEXES",
+    "WORKER_INDEXES",
     "RUNNING",
     "aware",
     "check_document",
     "malformed_update",
     "dedupe_hold",
+    "edit_document",
+    "edit_record",
     "ms",
     "query_document",
     "settle_update",
@@ -86,12 +91,29 @@ INDEXES: list[Index] = [
         )
         for name in DEDUPE_FIELDS.values()
     ),
+    # Bulk operations (retry/cancel/purge by filter) walk the matches in _id order, a
+    # batch at a time (keyset: _id > the last one). Equality-Sort-Range: the status
+    # ($in: point ranges merged in _id order) and task (E), _id (S), then finished_at
+    # (R: "finished before/after" is checked on the index keys, before any fetch). A
+    # filter on queue, error type or creation time is checked on the fetched document:
+    # each batch reads at most what it scans, and a walk scans each candidate once.
+    ([("status", 1), ("_id", 1), ("finished_at", 1)], {"name": "bulk_by_status"}),
+    (
+        [("task", 1), ("status", 1), ("_id", 1), ("finished_at", 1)],
+        {"name": "bulk_by_task"},
+    ),
     # Repeating jobs, for schedules().
     (
         [("task", 1)],
         {"name": "repeating", "partialFilterExpression": {"repeat": {"$exists": True}}},
     ),
     # Retention: finished jobs carry expire_at; the server deletes them after it.
+    ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
+]
+
+PAUSE_INDEXES: list[Index] = []  # a handful of documents, by _id
+WORKER_INDEXES: list[Index] = [
+    # A runner that stopped refreshing its entry is deleted by the server after this.
     ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
 ]
 
@@ -240,7 +262,18 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
             finished_at=aware(last.get("finished_at")),
             error=error_record(last.get("error")),
         ),
+        edit=edit_record(doc.get("edit")),
     )
+
+
+def edit_record(doc: Any) -> ScheduleEdit | None:
+    if not isinstance(doc, Mapping):
+        return None
+    return ScheduleEdit(at=aware(doc.get("at")), declared=str(doc.get("declared", "")))
+
+
+def edit_document(edit: ScheduleEdit) -> dict[str, Any]:
+    return {"at": ms(edit.at), "declared": edit.declared}
 
 
 def to_document(job: JobRecord) -> dict[str, Any]:
@@ -334,4 +367,17 @@ def query_document(query: JobQuery) -> dict[str, Any]:
         out["status"] = values[0] if len(values) == 1 else {"$in": values}
     if query.queue is not None:
         out["queue"] = query.queue
+    if query.error_type is not None:
+        out["error.type"] = query.error_type
+    for name, low, high in (
+        ("created_at", query.created_after, query.created_before),
+        ("finished_at", query.finished_after, query.finished_before),
+    ):
+        bounds: dict[str, Any] = {}
+        if low is not None:
+            bounds["$gte"] = ms(low)
+        if high is not None:
+            bounds["$lt"] = ms(high)
+        if bounds:
+            out[name] = bounds
     return out

@@ -40,6 +40,7 @@ from ..records import (
 from . import codec
 from .memory_index import JobIndexes
 from .memory_jobs import (
+    PAUSED,
     PENDING,
     RUNNING,
     SCOPE_STATUSES,
@@ -47,11 +48,13 @@ from .memory_jobs import (
     StoredJob,
     decode_value,
     encode_result,
+    matches,
     ms,
     ms_in,
     opt_ms,
     sort_key,
 )
+from .memory_ops import MemoryOperations
 
 __all__ = ["MemoryStore"]
 
@@ -74,12 +77,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class MemoryStore:
+class MemoryStore(MemoryOperations):
     """An in-process :class:`~mongosched.store.Store` (whose docstrings say what each
     method does). ``MemoryStore()`` is private to its creator; :meth:`named` shares one
     store per name within the process."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.name: str | None = None
         self._lock = threading.Lock()
         self._counter = itertools.count()  # seqs and versions
@@ -161,11 +165,11 @@ class MemoryStore:
             )
             if old == (rule, job.queue, job.priority, job.max_attempts):
                 return False
-            if current.status is PENDING and old[0] != rule:
+            if current.status in (PENDING, PAUSED) and old[0] != rule:
                 current.run_at, current.scheduled_for = ms(job.run_at), opt_ms(job.scheduled_for)
             current.repeat, current.queue = encoded[1], job.queue
             current.priority, current.max_attempts = job.priority, job.max_attempts
-            current.updated_at = ms(now)
+            current.updated_at, current.edit = ms(now), None
             self._refresh(current)
             return False
 
@@ -343,23 +347,26 @@ class MemoryStore:
             return stored.record()
 
     def retry_finished(self, job_id: Any, status: JobStatus, now: datetime) -> JobRecord | None:
-        now = ms(now)
         with self._lock:
             job = self._find(job_id, JobStatus(status))
             if job is None:
                 return None
-            if self._holder(job) is not None:
-                raise JobStateError(
-                    f"job {job.id} ({job.task}): dedupe key {job.dedupe_key!r} is held by "
-                    "another job now"
-                )
-            job.status, job.attempts, job.run_at, job.updated_at = PENDING, 0, now, now
-            if job.repeat is not None:
-                job.scheduled_for = now
-            job.finished_at = job.expire_at = job.result = None
-            job.cancel_requested = False
-            self._refresh(job, hold=True)
+            self._retry(job, ms(now))
             return job.record()
+
+    def _retry(self, job: StoredJob, now: datetime) -> None:
+        """A finished job back to pending (see :meth:`retry_finished`)."""
+        if self._holder(job) is not None:
+            raise JobStateError(
+                f"job {job.id} ({job.task}): dedupe key {job.dedupe_key!r} is held by "
+                "another job now"
+            )
+        job.status, job.attempts, job.run_at, job.updated_at = PENDING, 0, now, now
+        if job.repeat is not None:
+            job.scheduled_for = now
+        job.finished_at = job.expire_at = job.result = None
+        job.cancel_requested = False
+        self._refresh(job, hold=True)
 
     def purge(
         self, statuses: Sequence[JobStatus], finished_before: datetime, task: str | None
@@ -453,6 +460,7 @@ class MemoryStore:
             finished_at=opt_ms(r.finished_at),
             expire_at=opt_ms(r.expire_at),
             last_run=ms_in(r.last_run),
+            edit=r.edit,
             payload=encoded[0],
             repeat=encoded[1],
             result=encoded[2],
@@ -479,12 +487,7 @@ class MemoryStore:
         else:
             statuses = {JobStatus(s) for s in query.statuses}
             jobs = itertools.chain.from_iterable(self._by_status[s].values() for s in statuses)
-        return [
-            j
-            for j in jobs
-            if (query.task is None or j.task == query.task)
-            and (query.queue is None or j.queue == query.queue)
-        ]
+        return [j for j in jobs if matches(j, query)]
 
     def _holding(self, job_id: Any, token: str) -> StoredJob | None:
         """The job if ``token`` holds its lease (the fence), else None."""

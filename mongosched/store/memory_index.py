@@ -95,6 +95,17 @@ class JobIndexes:
         due = [entry for entry in heads if entry is not None and entry[0] <= now]
         return self._jobs[min(due)[3]] if due else None
 
+    def pending_queues(self) -> list[str]:
+        """The queues holding pending jobs: one look at the heads of each bucket."""
+        queues: set[str] = set()
+        for by_queue in self._claims.values():
+            for queue, by_priority in by_queue.items():
+                if queue not in queues and any(
+                    self._claim_head(heap) is not None for heap in by_priority.values()
+                ):
+                    queues.add(queue)
+        return sorted(queues)
+
     def expired(self, now: datetime, limit: int) -> list[StoredJob]:
         """Running jobs whose lease ran out before ``now``, oldest first."""
         heap, found = self._leases, list[Entry]()

@@ -9,11 +9,22 @@ from typing import Any, TypeVar
 
 from bson import ObjectId
 
-from ..records import ErrorInfo, JobRecord, JobStatus, LastRun, LeaseInfo, Progress, Settlement
+from ..records import (
+    ErrorInfo,
+    JobQuery,
+    JobRecord,
+    JobStatus,
+    LastRun,
+    LeaseInfo,
+    Progress,
+    ScheduleEdit,
+    Settlement,
+)
 from . import codec
 
 __all__ = [
     "Entry",
+    "PAUSED",
     "PENDING",
     "Permit",
     "Permits",
@@ -22,15 +33,17 @@ __all__ = [
     "StoredJob",
     "decode_value",
     "encode_result",
+    "matches",
     "ms",
     "ms_in",
     "opt_ms",
     "sort_key",
 ]
 
-PENDING, RUNNING = JobStatus.PENDING, JobStatus.RUNNING
-SCOPE_STATUSES = {"active": (PENDING, RUNNING), "pending": (PENDING,)}
-"""While its job is in one of these statuses, a dedupe key is held in that scope."""
+PENDING, RUNNING, PAUSED = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.PAUSED
+SCOPE_STATUSES = {"active": (PENDING, RUNNING, PAUSED), "pending": (PENDING, PAUSED)}
+"""While its job is in one of these statuses, a dedupe key is held in that scope (a
+paused schedule keeps its key, as the job document keeps its field in MongoDB)."""
 
 Entry = tuple[datetime, int, int, Any]
 """An index entry: (run_at or lease expiry, job seq, job version, job id)."""
@@ -113,6 +126,7 @@ class StoredJob:
     finished_at: datetime | None
     expire_at: datetime | None
     last_run: LastRun | None
+    edit: ScheduleEdit | None
     payload: bytes  # {"args": [...], "kwargs": {...}}
     repeat: bytes | None  # {"v": rule}
     result: bytes | None  # {"v": value}
@@ -137,6 +151,31 @@ class StoredJob:
             repeat=decode_value(self.repeat),
             result=decode_value(self.result),
         )
+
+
+def matches(job: StoredJob, query: JobQuery) -> bool:
+    """Whether ``job`` matches every field of ``query`` (ranges: ``after`` inclusive,
+    ``before`` exclusive; a job without the time matches no range on it)."""
+    q = query
+    if q.statuses is not None and job.status not in q.statuses:
+        return False
+    if q.task is not None and job.task != q.task:
+        return False
+    if q.queue is not None and job.queue != q.queue:
+        return False
+    if q.error_type is not None and (job.error is None or job.error.type != q.error_type):
+        return False
+    for value, low, high in (
+        (job.created_at, q.created_after, q.created_before),
+        (job.finished_at, q.finished_after, q.finished_before),
+    ):
+        if low is None and high is None:
+            continue
+        if value is None or (low is not None and value < ms(low)):
+            return False
+        if high is not None and value >= ms(high):
+            return False
+    return True
 
 
 @dataclass(slots=True)

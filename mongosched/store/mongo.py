@@ -59,7 +59,7 @@ from .documents import (
     to_document,
     to_record,
 )
-from .permits import MongoPermits
+from .mongo_ops import MongoOperations
 
 __all__ = ["MongoStore"]
 
@@ -68,7 +68,7 @@ log = logging.getLogger("mongosched.store")
 T = TypeVar("T")
 
 
-class MongoStore(MongoPermits):
+class MongoStore(MongoOperations):
     """Jobs in one MongoDB collection, permits for concurrency limits beside it."""
 
     def parse_id(self, value: Any) -> Any:
@@ -165,7 +165,11 @@ class MongoStore(MongoPermits):
         self._retrying(
             "update schedule",
             lambda _: self.jobs.update_one(
-                {"_id": doc["_id"], "status": PENDING, "repeat": {"$ne": doc["repeat"]}},
+                {
+                    "_id": doc["_id"],
+                    "status": {"$in": [PENDING, JobStatus.PAUSED.value]},
+                    "repeat": {"$ne": doc["repeat"]},
+                },
                 {"$set": {"run_at": doc["run_at"], "scheduled_for": doc["scheduled_for"]}},
             ),
         )
@@ -174,7 +178,7 @@ class MongoStore(MongoPermits):
             "update schedule",
             lambda _: self.jobs.update_one(
                 {"_id": doc["_id"], "$or": [{k: {"$ne": v}} for k, v in fields.items()]},
-                {"$set": {**fields, "updated_at": now}},
+                {"$set": {**fields, "updated_at": now}, "$unset": {"edit": ""}},
             ),
         )
         return False

@@ -1,0 +1,267 @@
+"""Operations beyond one job: select_ids (walks by filter), retry_many, cancel_many,
+purge_many, finished_counts; pauses, pending_queues, hold/release of schedules,
+update_schedule; the worker registry."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mongosched.errors import JobStateError
+from mongosched.records import (
+    JobQuery,
+    JobStatus,
+    Pause,
+    ScheduleChanges,
+    ScheduleEdit,
+    WorkerInfo,
+)
+from mongosched.store import Store, schedule_id
+
+from .helpers import LATER, T0, add, cancelled, claim, claimed, ids, job, raised, sec, succeeded
+
+PENDING, RUNNING, PAUSED = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.PAUSED
+CANCELLED, COMPLETED, FAILED = JobStatus.CANCELLED, JobStatus.COMPLETED, JobStatus.FAILED
+EVERY = {"every": 60.0, "misfire": {"policy": "coalesce", "grace": None, "max_catchup": 100}}
+
+
+def failed(store: Store, task: str = "t", n: int = 1, error: Exception | None = None) -> list:
+    """``n`` jobs of ``task`` that ran once and failed."""
+    add(store, *(job(task) for _ in range(n)))
+    out = []
+    for _ in range(n):
+        running = claimed(store, tasks=(task,))
+        ended = store.settle(running, raised(running, error=error))
+        assert ended is not None and ended.status is FAILED
+        out.append(ended)
+    return out
+
+
+def walk(store: Store, query: JobQuery, page: int) -> list:
+    found, after = [], None
+    while True:
+        batch = store.select_ids(query, after=after, limit=page)
+        assert len(batch) <= page
+        found.extend(batch)
+        if len(batch) < page:
+            return found
+        after = batch[-1]
+
+
+# select_ids -----------------------------------------------------------------------------------
+def test_select_ids_walks_every_match_in_id_order_in_pages(store: Store) -> None:
+    jobs = add(store, *(job("a" if i % 3 else "b", queue=f"q{i % 2}") for i in range(23)))
+    declared = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
+    everything = walk(store, JobQuery(), page=5)
+    assert sorted(map(str, everything)) == sorted(map(str, ids([*jobs, declared])))
+    assert everything[0] == declared.id  # string ids sort before ObjectIds, as in MongoDB
+    assert everything[1:] == sorted(everything[1:])
+    of_a = walk(store, JobQuery(task="a", queue="q1"), page=4)
+    expected = [j.id for j in jobs if j.task == "a" and j.queue == "q1"]
+    assert of_a == sorted(expected)
+    assert store.count(JobQuery(task="a", queue="q1")) == len(expected)
+    assert walk(store, JobQuery(task="a"), page=1)[0] == declared.id
+    assert store.select_ids(JobQuery(task="nothing")) == []
+
+
+def test_select_ids_and_counts_filter_by_error_type_and_time_ranges(store: Store) -> None:
+    value_errors = failed(store, "t", 2, ValueError("v"))
+    key_error = failed(store, "t", 1, KeyError("k"))[0]
+    query = JobQuery(statuses=(FAILED,), error_type="ValueError")
+    assert sorted(walk(store, query, 10)) == sorted(ids(value_errors))
+    assert store.count(query) == 2
+    assert store.count(JobQuery(error_type="KeyError")) == 1
+    assert ids(store.find(JobQuery(error_type="KeyError"))) == [key_error.id]
+    assert store.count(JobQuery(finished_after=LATER)) == 3  # after: inclusive
+    assert store.count(JobQuery(finished_before=LATER)) == 0  # before: exclusive
+    assert store.count(JobQuery(finished_before=LATER + sec(1))) == 3
+    add(store, replace(job("t"), created_at=T0 + sec(10)))
+    assert store.count(JobQuery(created_after=T0 + sec(10))) == 1
+    assert store.count(JobQuery(created_before=T0 + sec(10))) == 3
+    assert store.count(JobQuery(statuses=(PENDING,), finished_before=LATER)) == 0
+
+
+# retry_many ---------------------------------------------------------------------------------------
+def test_retry_many_takes_back_only_jobs_still_in_those_statuses(store: Store) -> None:
+    first, second, third = failed(store, "t", 3)
+    keyed = add(store, job("t", dedupe_key="k"))[0]
+    running = claimed(store)
+    assert running.id == keyed.id
+    store.settle(running, raised(running))
+    # meanwhile the second was retried and runs again: the bulk write leaves it alone
+    assert store.retry_finished(second.id, FAILED, LATER) is not None
+    rerun = claimed(store)
+    assert rerun.id == second.id
+    pending = add(store, job("t"))[0]
+    all_ids = [first.id, second.id, third.id, keyed.id, pending.id]
+    assert store.retry_many(all_ids, [FAILED], LATER + sec(5)) == 3
+    for record in (store.get(first.id), store.get(third.id), store.get(keyed.id)):
+        assert record is not None and record.status is PENDING and record.attempts == 0
+        assert record.run_at == LATER + sec(5) and record.finished_at is None
+        assert record.expire_at is None
+    now_running = store.get(second.id)
+    assert now_running is not None and now_running.status is RUNNING
+    assert store.insert([job("t", dedupe_key="k")])[0][1] is False  # its key is held again
+    assert store.retry_many([], [FAILED], LATER) == 0
+
+
+def test_retry_many_leaves_a_job_whose_key_another_job_holds(store: Store) -> None:
+    add(store, job("t", dedupe_key="k"))
+    running = claimed(store)
+    store.settle(running, raised(running))
+    holder = add(store, job("t", dedupe_key="k"))[0]
+    plain = failed(store, "u", 1)[0]
+    try:
+        retried = store.retry_many([running.id, plain.id], [FAILED], LATER)
+    except JobStateError:  # pragma: no cover - the contract: it is skipped, not raised
+        raise AssertionError("retry_many must skip the job, not raise") from None
+    assert retried == 1
+    still = store.get(running.id)
+    assert still is not None and still.status is FAILED
+    assert store.get(holder.id) is not None
+
+
+def test_retry_many_restarts_a_cancelled_declared_schedule_at_now(store: Store) -> None:
+    sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
+    assert store.cancel_many([sched.id], cancelled(LATER)) == (1, 0)
+    assert store.retry_many([sched.id], [CANCELLED], LATER + sec(1)) == 1
+    back = store.get(sched.id)
+    assert back is not None and back.status is PENDING
+    assert back.scheduled_for == back.run_at == LATER + sec(1)
+
+
+# cancel_many / purge_many -------------------------------------------------------------------------
+def test_cancel_many_ends_waiting_jobs_and_marks_running_ones(store: Store) -> None:
+    waiting, other = add(store, job("t", dedupe_key="k", priority=9), job("t", priority=1))
+    running = claimed(store)
+    assert running.id == other.id
+    done = failed(store, "u", 1)[0]
+    result = store.cancel_many([waiting.id, running.id, done.id], cancelled(LATER + sec(1)))
+    assert result == (1, 1)
+    ended = store.get(waiting.id)
+    assert ended is not None and ended.status is CANCELLED and ended.finished_at is not None
+    assert ended.expire_at is not None
+    marked = store.get(running.id)
+    assert marked is not None and marked.status is RUNNING and marked.cancel_requested
+    untouched = store.get(done.id)
+    assert untouched == done
+    assert store.insert([job("t", dedupe_key="k")])[0][1] is True  # its key is free
+    assert store.cancel_many([running.id], cancelled(LATER + sec(2))) == (0, 0)  # once
+
+
+def test_cancel_many_keeps_a_declared_schedule_as_its_tombstone(store: Store) -> None:
+    sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
+    assert store.cancel_many([sched.id], cancelled(LATER)) == (1, 0)
+    tomb = store.get(sched.id)
+    assert tomb is not None and tomb.status is CANCELLED and tomb.expire_at is None
+    assert store.purge_many([sched.id], [CANCELLED]) == 0
+    assert store.get(sched.id) is not None
+
+
+def test_purge_many_deletes_only_jobs_in_final_statuses(store: Store) -> None:
+    gone = failed(store, "t", 2)
+    add(store, job("u"))
+    running = claimed(store, tasks=("u",))
+    done = store.settle(running, succeeded(running))
+    assert done is not None and done.status is COMPLETED
+    waiting = add(store, job("v"))[0]
+    doomed = [*ids(gone), done.id, waiting.id]
+    assert store.purge_many(doomed, [FAILED]) == 2
+    assert [store.get(i) for i in ids(gone)] == [None, None]
+    assert store.get(done.id) is not None and store.get(waiting.id) is not None
+    assert store.purge_many([done.id, waiting.id], [COMPLETED, PENDING]) == 1
+    assert store.get(waiting.id) is not None
+
+
+def test_finished_counts_buckets_completed_and_failed_jobs(store: Store) -> None:
+    failed(store, "t", 2)  # finished at LATER
+    add(store, job("u"))
+    running = claimed(store, tasks=("u",))
+    store.settle(running, succeeded(running, now=LATER + sec(70)))
+    counts = store.finished_counts(LATER - sec(30), 60.0)
+    assert counts == {(0, FAILED): 2, (1, COMPLETED): 1}
+    assert store.finished_counts(LATER + sec(71), 60.0) == {}
+
+
+# Pauses and schedules ------------------------------------------------------------------------------
+def test_pauses_are_stored_once_and_removed(store: Store) -> None:
+    assert store.pauses() == []
+    assert store.add_pause(Pause("queue", "mail", T0)) is True
+    assert store.add_pause(Pause("queue", "mail", LATER)) is False  # since is kept
+    assert store.add_pause(Pause("task", "t", LATER)) is True
+    assert store.pauses() == [Pause("queue", "mail", T0), Pause("task", "t", LATER)]
+    assert store.remove_pause("queue", "mail") is True
+    assert store.remove_pause("queue", "mail") is False
+    assert store.pauses() == [Pause("task", "t", LATER)]
+
+
+def test_pending_queues_lists_queues_holding_pending_jobs(store: Store) -> None:
+    add(store, job("t", queue="a"), job("t", queue="b"), job("u", queue="c"))
+    assert store.pending_queues() == ["a", "b", "c"]
+    running = claimed(store, queues=("c",), tasks=("u",))
+    store.settle(running, succeeded(running))
+    assert store.pending_queues() == ["a", "b"]
+
+
+def test_hold_and_release_a_schedule(store: Store) -> None:
+    sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
+    plain = add(store, job("a"))[0]
+    assert store.hold_schedules([sched.id, plain.id], LATER) == 1
+    held = store.get(sched.id)
+    assert held is not None and held.status is PAUSED and held.run_at == T0
+    assert claim(store, tasks=("a",)).id == plain.id  # type: ignore[union-attr]
+    assert claim(store, tasks=("a",)) is None  # the paused schedule is never claimed
+    assert store.hold_schedules([sched.id], LATER) == 0
+    released = store.release_schedule(sched.id, LATER + sec(1))
+    assert released is not None and released.status is PENDING and released.run_at == T0
+    assert store.release_schedule(sched.id, LATER) is None
+    again = claim(store, tasks=("a",))
+    assert again is not None and again.id == sched.id
+
+
+def test_update_schedule_is_fenced_on_the_job_as_read(store: Store) -> None:
+    sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
+    rule = {**EVERY, "every": 30.0}
+    edit = ScheduleEdit(at=LATER, declared="code")
+    changes = ScheduleChanges(repeat=rule, run_at=LATER, priority=2, queue="q", edit=edit)
+    edited = store.update_schedule(sched, changes, LATER)
+    assert edited is not None and edited.repeat == rule and edited.edit == edit
+    assert edited.run_at == edited.scheduled_for == LATER
+    assert (edited.priority, edited.queue, edited.updated_at) == (2, "q", LATER)
+    assert store.update_schedule(sched, ScheduleChanges(priority=3), LATER) is None  # stale
+    running = claimed(store, tasks=("a",), queues=("q",), now=LATER + sec(1))
+    assert store.update_schedule(running, ScheduleChanges(priority=3), LATER) is None
+    store.settle(running, succeeded(running, now=LATER + sec(2)))
+    after = store.get(sched.id)
+    assert after is not None and after.edit == edit and after.priority == 2
+    # A declaration upserted with other values replaces the edit, and clears its mark.
+    store.upsert_schedule(replace(sched, priority=4), LATER + sec(3))
+    redeclared = store.get(sched.id)
+    assert redeclared is not None and redeclared.edit is None and redeclared.priority == 4
+
+
+# Workers ---------------------------------------------------------------------------------------------
+def worker(name: str, seen: int = 0) -> WorkerInfo:
+    return WorkerInfo(
+        id=f"id-{name}",
+        name=name,
+        host="h",
+        pid=7,
+        queues=None if name == "a" else ("q",),
+        tasks=("t", "u"),
+        workers=4,
+        in_flight=1,
+        started_at=T0,
+        last_seen=T0 + sec(seen),
+        version="1",
+    )
+
+
+def test_workers_register_refresh_expire_and_leave(store: Store) -> None:
+    store.save_worker(worker("b"), T0 + sec(60))
+    store.save_worker(worker("a"), T0 + sec(60))
+    assert store.workers(T0) == [worker("a"), worker("b")]
+    store.save_worker(worker("b", seen=50), T0 + sec(110))
+    assert store.workers(T0 + sec(61)) == [worker("b", seen=50)]  # a expired
+    store.remove_worker("id-b")
+    assert store.workers(T0) == [worker("a")]
+    store.remove_worker("id-nothing")

@@ -1,0 +1,151 @@
+"""The operator's verbs of the command: bulk retry/cancel/purge, pause, resume, pauses,
+schedule-edit, workers, and the paused column of schedules."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from mongosched import App, JobStatus
+from mongosched.cli import main
+from mongosched.testing import FakeClock, drain
+from tests.support.waiting import wait_for
+
+START = datetime(2031, 3, 3, 8, 0, tzinfo=timezone.utc)
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Run]:
+    def run(*argv: str, app: App) -> Run:
+        capsys.readouterr()
+        code = main(list(argv), app=app)
+        captured = capsys.readouterr()
+        return Run(code, captured.out, captured.err)
+
+    return run
+
+
+@pytest.fixture
+def ops(make_app: Callable[..., App], clock: FakeClock) -> App:
+    app = make_app(clock=clock)
+    app.task(name="ok")(lambda: None)
+
+    @app.task(name="boom", retry=1)
+    def boom(kind: str = "value") -> None:
+        raise {"value": ValueError, "key": KeyError}[kind](kind)
+
+    return app
+
+
+def test_bulk_retry_cancel_purge(ops: App, clock: FakeClock, cli: Callable[..., Run]) -> None:
+    for _ in range(3):
+        ops.schedule("boom")
+    ops.schedule("boom", "key")
+    drain(ops)
+    run = cli("retry", app=ops)
+    assert run.code == 2 and "give a filter" in run.err and "--all" in run.err
+    run = cli("retry", "--error-type", "ValueError", "--dry-run", app=ops)
+    assert (run.code, run.out.strip()) == (0, "would retry 3 job(s)")
+    assert ops.count_jobs(status="failed") == 4
+    run = cli("retry", "--task", "boom", "--since", "1h", "--batch-size", "2", "--json", app=ops)
+    assert run.code == 0, run.err
+    assert run.json() == {"action": "retry", "dry_run": False, "count": 4}
+    assert ops.count_jobs(status="pending") == 4
+    run = cli("cancel", "--task", "boom", "--status", "pending", app=ops)
+    assert (run.code, run.out.strip()) == (0, "cancelled (or asked to cancel) 4 job(s)")
+    clock.advance(hours=2)
+    assert cli("purge", "--since", "1h", app=ops).out.strip() == "deleted 0 job(s)"
+    run = cli("purge", "--before", "1h", "--status", "cancelled", app=ops)
+    assert run.out.strip() == "deleted 4 job(s)" and ops.count_jobs() == 0
+    run = cli("purge", "--status", "pending", "--all", app=ops)
+    assert run.code == 2 and "invalid status 'pending'" in run.err
+    run = cli("retry", "--since", "yesterday", app=ops)
+    assert run.code == 2 and "invalid time 'yesterday'" in run.err
+    when = (START + timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    assert cli("cancel", "--created-before", when, "--dry-run", app=ops).out.strip() == (
+        "would cancel 0 job(s)"
+    )
+
+
+def test_pause_resume_pauses_and_schedules(
+    ops: App, clock: FakeClock, cli: Callable[..., Run]
+) -> None:
+    ops.task(name="tick", every=60)(lambda: None)
+    ops.ensure_schedules()
+    assert cli("pauses", app=ops).out.strip() == "nothing is paused"
+    run = cli("pause", "--queue", "default", app=ops)
+    assert run.code == 0 and run.out.startswith("queue default paused")
+    assert cli("pause", "--schedule", "tick", app=ops).code == 0
+    run = cli("pause", "--queue", "a", "--task", "b", app=ops)
+    assert run.code == 2 and "not allowed with" in run.err
+    assert cli("pause", app=ops).code == 2
+    rows = cli("pauses", "--json", app=ops).json()
+    assert [(r["kind"], r["name"]) for r in rows] == [
+        ("queue", "default"),
+        ("schedule", "schedule:tick"),
+    ]
+    (row,) = cli("schedules", "--json", app=ops).json()
+    assert (row["paused"], row["status"]) == (True, "paused")
+    header = cli("schedules", app=ops).out.splitlines()[0]
+    assert header.split()[:6] == ["ID", "TASK", "RULE", "TIMEZONE", "STATUS", "PAUSED"]
+    job = ops.schedule("ok")
+    assert drain(ops) == 0
+    assert cli("resume", "--queue", "default", app=ops).out.strip() == "queue default resumed"
+    assert cli("resume", "--schedule", "schedule:tick", app=ops).code == 0
+    assert drain(ops) == 1 and job.refresh().status is JobStatus.COMPLETED
+    run = cli("resume", "--schedule", "nothing", app=ops)
+    assert run.code == 3 and "no repeating schedule 'nothing'" in run.err
+
+
+def test_schedule_edit(ops: App, cli: Callable[..., Run]) -> None:
+    ops.task(name="tick", cron="0 * * * *")(lambda: None)
+    ops.ensure_schedules()
+    run = cli("schedule-edit", "tick", "--cron", "*/5 * * * *", "--timezone", "Asia/Tokyo", app=ops)
+    assert run.code == 0, run.err
+    assert "*/5 * * * * in Asia/Tokyo" in run.out and "next run 2031-03-03 08:05:00" in run.out
+    row = cli("schedule-edit", "tick", "--every", "90s", "--priority", "2", "--json", app=ops).json()
+    assert (row["rule"], row["priority"], row["timezone"]) == ("every 90.0s", 2, None)
+    run = cli("schedule-edit", "tick", "--cron", "* * * * *", "--every", "1m", app=ops)
+    assert run.code == 2
+    run = cli("schedule-edit", "tick", "--cron", "61 * * * *", app=ops)
+    assert run.code == 1 and "invalid cron expression" in run.err
+
+
+def test_workers_lists_live_runners(make_app: Callable[..., App], cli: Callable[..., Run]) -> None:
+    app = make_app()
+    assert cli("workers", app=app).out.strip() == "no workers registered"
+    runner = app.runner(workers=3, queues=["a", "b"], name="w1").start()
+    wait_for(lambda: app.workers())
+    run = cli("workers", app=app)
+    header, row = run.out.splitlines()
+    assert header.split()[:3] == ["NAME", "HOST", "PID"]
+    assert row.split()[0] == "w1" and "a,b" in row
+    (data,) = cli("workers", "--json", app=app).json()
+    assert (data["name"], data["workers"], data["queues"], data["stale"]) == (
+        "w1",
+        3,
+        ["a", "b"],
+        False,
+    )
+    runner.stop()
+    assert app.workers() == []
