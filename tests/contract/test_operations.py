@@ -263,5 +263,8 @@ def test_workers_register_refresh_expire_and_leave(store: Store) -> None:
     store.save_worker(worker("b", seen=50), T0 + sec(110))
     assert store.workers(T0 + sec(61)) == [worker("b", seen=50)]  # a expired
     store.remove_worker("id-b")
-    assert store.workers(T0) == [worker("a")]
+    assert store.workers(T0 + sec(61)) == []
+    store.save_worker(worker("c"), T0 + sec(200))
     store.remove_worker("id-nothing")
+    assert store.workers(T0 + sec(61)) == [worker("c")]
+
