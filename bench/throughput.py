@@ -127,19 +127,26 @@ def memory_delay(jobs: int, workers: int) -> dict[str, float]:
 def phase_of(name: str, cmd: dict[str, Any]) -> str:
     """A command's phase, by the first rule that matches its name and shape: setup
     (indexes, the clock check: per app or runner, not per job); insert: scheduling;
-    permits: claiming; ``last_write`` set (a settle) or looked for: finishing; filter
-    ``status: pending`` and set ``status: running``: a claim (an idle poll if it found
-    nothing); only ``lease.*`` set (a renewal): heartbeats; find by ``lease.token`` (after
-    a retried claim): claiming; filter on ``lease.until`` (reaper) or aggregate (report of
+    permits: claiming; ``last_write`` set (a settle, or a bulk write of settles) or looked
+    for: finishing; filter ``status: pending`` and set ``status: running`` (or a bulk
+    write of such updates), or a read of due pending jobs (a batched claim's candidates):
+    a claim (an idle poll if it found nothing); only ``lease.*`` set (a renewal):
+    heartbeats; find by ``lease.token`` (a batched claim's read back, or after a retried
+    claim): claiming; filter on ``lease.until`` (reaper) or aggregate (report of
     unknown tasks): maintenance."""
     query = cmd.get("query") or cmd.get("filter") or {}
     fields = (cmd.get("update") or {}).get("$set", {}) if name == "findAndModify" else {}
+    updates = (cmd.get("updates") or []) if name == "update" else []
+    sets = [(u.get("u") or {}).get("$set") or {} for u in updates]
     rules = [
         (name in SETUP, "setup"),
         (name == "insert", "scheduling"),
         (str(cmd.get(name, "")).endswith("_permits"), "claiming"),
         ("last_write" in fields or (name == "find" and "last_write" in query), "finishing"),
+        (any("last_write" in f for f in sets), "finishing"),
         (query.get("status") == "pending" and fields.get("status") == "running", "claim"),
+        (any(f.get("status") == "running" for f in sets), "claiming"),
+        (name == "find" and query.get("status") == "pending" and "run_at" in query, "claim"),
         (bool(fields) and all(k.startswith("lease.") for k in fields), "heartbeats"),
         (name == "find" and "lease.token" in query, "claiming"),
         ("lease.until" in query or name == "aggregate", "maintenance"),
@@ -166,13 +173,35 @@ class Phases(monitoring.CommandListener):
             if isinstance(event, monitoring.CommandFailedEvent):
                 phase = f"failed: {phase}"
             elif phase == "claim":
-                phase = "claiming" if event.reply.get("value") else "idle polls"
+                reply = event.reply
+                found = reply.get("value") or (reply.get("cursor") or {}).get("firstBatch")
+                phase = "claiming" if found else "idle polls"
             self.counts[phase] += 1
 
     failed = succeeded
 
 
-def wire_run(uri: str, jobs: int, workers: int) -> dict[str, Any]:
+def lone_jobs(app: App, noop: Any, phases: Phases, jobs: int, workers: int) -> dict[str, float]:
+    """Round trips per job, by phase, of ``jobs`` jobs scheduled one at a time, each
+    after the last finished, to an idle runner of ``workers`` workers."""
+    done = threading.Event()
+    app.on("job:success", lambda _: done.set())
+    runner = app.runner(workers=workers).start()
+    runner.wait_ready(30)
+    with phases.lock:
+        phases.counts.clear()
+    for _ in range(jobs):
+        done.clear()
+        noop.schedule()
+        if not done.wait(60):
+            raise SystemExit("a lone job did not finish in 60 s")
+    runner.stop(graceful=True)
+    with phases.lock:
+        counts = dict(phases.counts)
+    return {p: counts.pop(p, 0) / jobs for p in PHASES}
+
+
+def wire_run(uri: str, jobs: int, workers: int, lone: int = 20) -> dict[str, Any]:
     phases = Phases()
     client: Any = pymongo.MongoClient(uri, tz_aware=True, event_listeners=[phases])
     plain: Any = pymongo.MongoClient(uri)
@@ -190,6 +219,7 @@ def wire_run(uri: str, jobs: int, workers: int) -> dict[str, Any]:
         seconds, cpu = run(app, workers, jobs)
         with phases.lock:
             counts, setup = dict(phases.counts), +phases.setup
+        lone_trips = lone_jobs(app, noop, phases, lone, workers)
         app.close()
     finally:
         client.drop_database(name)
@@ -204,6 +234,7 @@ def wire_run(uri: str, jobs: int, workers: int) -> dict[str, Any]:
         "schedule_jobs_per_s": jobs / schedule_s,
         "schedule_cpu_us_per_job": schedule_cpu / jobs * 1e6,
         "round_trips_per_job": {p: counts.pop(p, 0) / jobs for p in PHASES},
+        "lone_round_trips_per_job": lone_trips,
         "setup_round_trips": dict(setup),
         "unclassified": counts,
     }
@@ -212,10 +243,16 @@ def wire_run(uri: str, jobs: int, workers: int) -> dict[str, Any]:
 def report_wire(label: str, r: dict[str, Any], workers: int, stand_in: bool) -> None:
     trips = r["round_trips_per_job"]
     by_phase = ", ".join(f"{p} {trips[p]:.3f}" for p in PHASES)
+    lone = r["lone_round_trips_per_job"]
+    lone_phases = ", ".join(f"{p} {lone[p]:.2f}" for p in PHASES if lone[p])
     setup = ", ".join(f"{n} {name}" for name, n in r["setup_round_trips"].items())
     say(
         f"{label}, {r['jobs']:,} jobs, {workers} workers:",
-        f"  round trips per job: {by_phase}; total {sum(trips.values()):.3f}",
+        f"  round trips per job: {by_phase}; total {sum(trips.values()):.3f}; claiming + "
+        f"finishing {trips['claiming'] + trips['finishing']:.3f} (goal <= 1.2)",
+        f"  a lone job (scheduled to an idle runner): {lone_phases}; claiming + finishing "
+        f"{lone['claiming'] + lone['finishing']:.2f} (goal <= 2.0), total "
+        f"{sum(lone.values()):.2f}",
         f"  setup round trips (per app/runner start, not per job): {setup}",
         *([f"  unclassified round trips: {r['unclassified']}"] if r["unclassified"] else []),
         f"  schedule_bulk: {r['schedule_jobs_per_s']:,.0f} jobs/s, "

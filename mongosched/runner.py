@@ -87,6 +87,8 @@ class Runner(RunnerSteps):
         self._last_unknown_check = 0.0
         self._last_poll: float | None = None
         self._last_error: str | None = None
+        self._held = 0  # free workers' places the dispatcher holds
+        self._batching = False  # the last claim found a backlog: claim in batches
         self.finished = 0
         self.registration = Registration(self.store, self)
         """This runner's entry in the registry of live workers (:meth:`App.workers`)."""
@@ -279,11 +281,13 @@ class Runner(RunnerSteps):
             if not self._free.acquire(timeout=self.poll_interval):
                 self._maintain_safely()
                 continue
+            self._held = 1
             try:
                 self._maintain()
                 claimed = self._claim_and_submit()
             except StoreError as exc:
-                self._free.release()
+                self._release_held()
+                self._batching = False
                 self._last_error = f"database: {exc}"
                 backoff = min(max(backoff * 2, self.poll_interval), 30.0)
                 log.warning(
@@ -292,7 +296,8 @@ class Runner(RunnerSteps):
                 self._stopping.wait(backoff)
                 continue
             except Exception as exc:
-                self._free.release()
+                self._release_held()
+                self._batching = False
                 self._last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("runner %s: unexpected error in the dispatcher", self.name)
                 self._stopping.wait(self.poll_interval)
@@ -303,7 +308,6 @@ class Runner(RunnerSteps):
                 backoff = 0.0
                 self._last_error = None
             if not claimed:
-                self._free.release()
                 self._wake.wait(self._idle_wait())
                 self._wake.clear()
 
@@ -330,15 +334,35 @@ class Runner(RunnerSteps):
         }
 
     def _claim_and_submit(self) -> bool:
-        """Claim one job and hand it to a worker. True if a job was claimed (even one
-        given back), so the dispatcher re-polls at once."""
+        """Claim jobs for the free workers and hand them over; on entry the dispatcher
+        holds one free worker's place (``_held``). True if a job was claimed (even one
+        given back), so the dispatcher re-polls at once.
+
+        One free worker claims one job (the least latency). When more are free and the
+        last claim found as many jobs as it asked for (a backlog), one batched claim
+        takes a job for each of them in a few round trips."""
         if self._stopping.is_set():
+            self._release_held()
             return False
-        claim, claimed = self._take()
-        if claim is None:
-            if claimed:
-                self._free.release()
-            return claimed
+        if self._batching:
+            while self._held < self.workers and self._free.acquire(blocking=False):
+                self._held += 1
+        claims, claimed = self._take_batch(self._held)
+        self._batching = claimed >= self._held
+        self._held -= len(claims)  # each claim's worker releases its place
+        self._release_held()
+        for claim in claims:
+            self._submit(claim)
+        return claimed > 0
+
+    def _release_held(self) -> None:
+        """Give back the free workers' places the dispatcher holds."""
+        held, self._held = self._held, 0
+        if held:
+            self._free.release(held)
+
+    def _submit(self, claim: Claim) -> None:
+        """Hand a claim (holding one free worker's place) to a worker."""
         assert self._pool is not None and self._heartbeats is not None
         with self._idle:
             self._claims[claim.job_id] = claim
@@ -348,10 +372,10 @@ class Runner(RunnerSteps):
             log.info("runner %s: workers are shut; giving job %s back", self.name, claim.job_id)
             self._stopping.set()
             self._forget(claim)
+            self._free.release()
             self._give_back(claim)
-            return False
+            return
         self._heartbeats.watch(claim)
-        return True
 
     def _work(self, claim: Claim) -> None:
         try:

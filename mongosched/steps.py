@@ -19,6 +19,7 @@ from .errors import ConfigurationError, JobTimeout, SerializationError, StoreErr
 from .job import Job
 from .outcome import Decision, Ending, Retention
 from .pauseset import PauseSet
+from .records import JobRecord
 from .retry import Retry
 from .store import Store
 from .task import Task
@@ -160,6 +161,12 @@ class RunnerSteps:
         because its task's concurrency permits are all taken."""
         return self._take(job_id)[0]
 
+    def claim_batch(self, limit: int) -> list[Claim]:
+        """Claim up to ``limit`` due jobs of this runner's tasks and queues at once (in a
+        few round trips whatever ``limit``), in claim order; fewer when fewer are due.
+        With ``limit`` 1, as :meth:`claim_next`."""
+        return self._take_batch(validate.whole(limit, what="claim_batch: limit"))[0]
+
     def run_claim(self, claim: Claim) -> Decision | None:
         """Run a claimed job in this thread and record its outcome; returns the
         decision, or None when it did not run to a recorded outcome (its repeating
@@ -219,6 +226,9 @@ class RunnerSteps:
         return reaped
 
     # Claiming ---------------------------------------------------------------------------------
+    # A claim is three steps: which tasks and queues may be claimed from now (_scope),
+    # the store's claim, and what happens to each job claimed before it runs (_admit).
+
     def _claimable(self) -> list[str]:
         """Registered tasks, less the paused ones and those whose concurrency permits
         were all taken a moment ago. (A task's jobs may sit in any queue: the claim
@@ -228,26 +238,82 @@ class RunnerSteps:
         names = [name for name in self.app.tasks if self._saturated.get(name, 0.0) <= now]
         return self.pause_set.claimable_tasks(names)
 
+    def _scope(self) -> tuple[list[str], Sequence[str] | None]:
+        """The tasks and queues a claim may take jobs of, now (not paused)."""
+        return self._claimable(), self.pause_set.claimable_queues(self.queues)
+
     def _take(self, job_id: Any = None) -> tuple[Claim | None, bool]:
         """One claim: ``(claim, True)``; ``(None, True)`` when the job was given back
-        because its task's permits are all held; ``(None, False)`` when nothing is due."""
+        (see :meth:`_admit`); ``(None, False)`` when nothing is due."""
         now = self.app.now()
+        tasks, queues = self._scope() if job_id is None else (list(self.app.tasks), None)
         record = self.store.claim(
             owner=self.name,
-            tasks=self._claimable() if job_id is None else list(self.app.tasks),
-            queues=self.pause_set.claimable_queues(self.queues) if job_id is None else None,
+            tasks=tasks,
+            queues=queues,
             now=now,
             lease_duration=self.lease_duration,
             job_id=job_id,
         )
         if record is None:
             return None, False
+        return self._admit(record, now, by_id=job_id is not None), True
+
+    def _take_batch(self, limit: int) -> tuple[list[Claim], int]:
+        """Up to ``limit`` claims at once: ``(claims, jobs claimed)``, the jobs claimed
+        counting those given back. Jobs of tasks with a concurrency limit are claimed
+        one at a time (a batch would take more than their permits allow, only to give
+        them back): when such tasks may be claimed, the last place is a single claim
+        over every task, so they are not starved."""
+        if limit <= 1:
+            claim, taken = self._take()
+            return ([] if claim is None else [claim]), int(taken)
+        tasks, queues = self._scope()
+        unlimited = [name for name in tasks if self.app.tasks[name].concurrency is None]
+        single = len(unlimited) < len(tasks)
+        now = self.app.now()
+        records = self.store.claim_batch(
+            owner=self.name,
+            tasks=unlimited,
+            queues=queues,
+            now=now,
+            lease_duration=self.lease_duration,
+            limit=limit - single,
+        )
+        claims = []
+        for record in records:
+            try:
+                claim = self._admit(record, now)
+            except StoreError as exc:  # the others still run
+                log.warning(
+                    "job %s (%s): could not give it back (%s); it runs again once its "
+                    "lease expires",
+                    record.id,
+                    record.task,
+                    exc,
+                )
+                continue
+            if claim is not None:
+                claims.append(claim)
+        claimed = len(records)
+        if single:
+            claim, taken = self._take()
+            claimed += int(taken)
+            if claim is not None:
+                claims.append(claim)
+        return claims, claimed
+
+    def _admit(self, record: JobRecord, now: datetime, by_id: bool = False) -> Claim | None:
+        """A claimed job, about to run: its :class:`Claim`, or None when it was given
+        back (its schedule was paused since the pauses were read, its lease would end
+        before the first heartbeat, or its task's concurrency permits are all held).
+        ``by_id``: claimed by its id (pauses do not apply)."""
         task = self.app.tasks[record.task]
         claim = Claim(self, record, task)
-        if job_id is None and self.pause_set.holds(record.id):  # paused since we read
+        if not by_id and self.pause_set.holds(record.id):  # paused since we read
             self._give_back(claim)
             self.store.hold_schedules([record.id], self.app.now())
-            return None, True
+            return None
         arrived = self.app.now()
         if arrived + timedelta(seconds=self.heartbeat_interval) >= claim.until:
             # The reply came so late that the lease ran out (or will before the first
@@ -261,17 +327,17 @@ class RunnerSteps:
                 claim.until,
             )
             self._give_back(claim)
-            return None, True
+            return None
         if task.concurrency is not None:
             if not self.store.take_permit(
                 task.name, task.concurrency, claim.token, claim.job_id, self.name, now, claim.until
             ):
                 self._give_back(claim)
                 self._saturated[task.name] = time.monotonic() + self.poll_interval
-                return None, True
+                return None
             claim.has_permit = True
         self.claimed += 1
-        return claim, True
+        return claim
 
     def _give_back(self, claim: Claim) -> None:
         """A claim that will not run: pending again, uncounted, in its place in line."""

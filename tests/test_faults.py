@@ -151,26 +151,30 @@ def act_schedule(w: World) -> None:
     assert stored == 1, "schedule returned a job that is not stored"
 
 
-def act_claim(w: World, worker: int) -> None:
+def act_claim(w: World, worker: int, batch: int = 1) -> None:
+    """A runner claims one job, or (``batch`` > 1) up to that many in one batched claim."""
     runner = w.runners[worker]
     now = w.clock()
     try:
-        claim = runner.claim_next()
+        claims = runner.claim_batch(batch) if batch > 1 else [runner.claim_next()]
     except StoreError:
         w.stats["claim raised"] += 1
         return
-    if claim is None:
-        return
-    for earlier in w.holders[claim.job_id]:
-        assert earlier.done or earlier.until < now, (
-            f"job {claim.job_id} claimed by w{worker} while w{earlier.worker}'s lease "
-            f"(until {earlier.until}) was live at {now}"
-        )
-    holder = Holder(worker, claim, claim.until)
-    w.holders[claim.job_id].append(holder)
-    w.stats["claims"] += 1
-    check_limit(w)
-    w.active[worker].append(holder)
+    claims = [claim for claim in claims if claim is not None]
+    assert len(claims) <= batch, f"a batch of {len(claims)} for a limit of {batch}"
+    assert len({claim.token for claim in claims}) == len(claims), "a token shared in a batch"
+    for claim in claims:
+        for earlier in w.holders[claim.job_id]:
+            assert earlier.done or earlier.until < now, (
+                f"job {claim.job_id} claimed by w{worker} while w{earlier.worker}'s lease "
+                f"(until {earlier.until}) was live at {now}"
+            )
+        holder = Holder(worker, claim, claim.until)
+        w.holders[claim.job_id].append(holder)
+        w.stats["claims"] += 1
+        w.stats["batched claims"] += batch > 1
+        check_limit(w)
+        w.active[worker].append(holder)
 
 
 def act_heartbeat(w: World, holder: Holder) -> None:
@@ -430,8 +434,10 @@ def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Coun
         holders = w.active[worker]
         if roll < 0.25:
             act_schedule(w)
-        elif roll < 0.45:
+        elif roll < 0.35:
             act_claim(w, worker)
+        elif roll < 0.45:
+            act_claim(w, worker, batch=w.rng.randint(2, 4))
         elif roll < 0.65 and holders:
             act_finish(w, w.rng.choice(holders))
         elif roll < 0.72 and holders:
@@ -521,8 +527,9 @@ def report(runs: int, seed: int, totals: Counter[str]) -> None:
     lost = sum(v for k, v in totals.items() if k.endswith(":after"))
     late = sum(v for k, v in totals.items() if k.endswith(":late"))
     print(
-        f"\nfault injection: {runs} runs, master seed {seed}; {totals['claims']} claims, "
-        f"{injected} faults injected ({lost} lost replies after the write applied), "
+        f"\nfault injection: {runs} runs, master seed {seed}; {totals['claims']} claims "
+        f"({totals['batched claims']} in batches), {injected} faults injected "
+        f"({lost} lost replies after the write applied), "
         f"{totals['crashes']} crashed holders, {totals['reaped']} reaped, "
         f"{totals['schedule raised']} schedule calls raised, "
         f"{totals['slots concluded']} repeating slots concluded, {totals['cancels']} cancels, "
@@ -535,6 +542,7 @@ def test_invariants_hold_under_randomized_faults() -> None:
     totals = run_many(RUNS, SEED)
     report(RUNS, SEED, totals)
     assert totals["claims"] > RUNS  # the runs did real work
+    assert totals["batched claims"] > RUNS // 2
     assert sum(v for k, v in totals.items() if k.endswith(":after")) > RUNS // 10
     assert totals["slots concluded"] > RUNS // 2  # the repeating job ran too
 

@@ -126,6 +126,21 @@ class Store(Protocol):
         fresh lease until ``now + lease_duration``, its attempts counted. With
         ``job_id``, that job if it is pending, due or not. None when there is none."""
 
+    def claim_batch(
+        self,
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        limit: int,
+    ) -> list[JobRecord]:
+        """Claim up to ``limit`` due pending jobs at once, in claim order: each as
+        :meth:`claim` takes one, under a lease and a token of its own. A small fixed
+        number of round trips whatever ``limit``; racing claimers never take one job
+        twice. Fewer (or none) when fewer are due or others took them first."""
+
     def renew(self, job_id: Any, token: str, now: datetime, until: datetime) -> Renewal:
         """Extend a held lease to ``until`` (fenced)."""
 

@@ -7,8 +7,8 @@ Every field name and update operator of the job collection is here or in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import datetime, timezone
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from pymongo import ASCENDING
@@ -38,6 +38,8 @@ __all__ = [
     "RUNNING",
     "aware",
     "check_document",
+    "claim_query",
+    "claim_update",
     "malformed_update",
     "dedupe_hold",
     "edit_document",
@@ -301,6 +303,41 @@ def to_document(job: JobRecord) -> dict[str, Any]:
         doc.update(dedupe_key=job.dedupe_key, dedupe_scope=scope)
         doc[DEDUPE_FIELDS[scope]] = job.dedupe_key
     return doc
+
+
+def claim_query(
+    tasks: Sequence[str], queues: Sequence[str] | None, now: datetime, job_id: Any = None
+) -> dict[str, Any]:
+    """The filter of a claim: pending jobs of ``tasks`` due by ``now`` in ``queues``
+    (None: any), or the pending job ``job_id`` (due or not, any queue)."""
+    query: dict[str, Any] = {"status": PENDING}
+    if job_id is not None:
+        query["_id"] = job_id
+    else:
+        query["run_at"] = {"$lte": now}
+        if queues is not None:
+            query["queue"] = {"$in": list(queues)}
+    query["task"] = {"$in": list(tasks)}
+    # A job whose attempts are not a number cannot be counted ($inc would fail the
+    # whole claim): quarantine() fails it instead.
+    query["attempts"] = {"$type": "number"}
+    return query
+
+
+def claim_update(owner: str, token: str, now: datetime, lease_duration: float) -> dict[str, Any]:
+    """The update of a claim: running under a lease ``token`` until ``now +
+    lease_duration``, the attempt counted, a pending-scope dedupe key released."""
+    lease = {
+        "owner": owner,
+        "token": token,
+        "until": ms(now + timedelta(seconds=lease_duration)),
+        "heartbeat_at": now,
+    }
+    return {
+        "$set": {"status": RUNNING, "lease": lease, "started_at": now, "updated_at": now},
+        "$inc": {"attempts": 1},
+        "$unset": {DEDUPE_FIELDS["pending"]: ""},
+    }
 
 
 def dedupe_hold(job: JobRecord) -> dict[str, Any]:

@@ -249,6 +249,7 @@ class MemoryStore(MemoryOperations):
         if not tasks:
             return None
         now = ms(now)
+        until = ms(now + timedelta(seconds=lease_duration))
         with self._lock:
             if job_id is not None:
                 job = self._find(job_id, PENDING)
@@ -258,12 +259,30 @@ class MemoryStore(MemoryOperations):
                 job = self._indexes.take_first_due(tasks, queues, now)
                 if job is None:
                     return None
-            until = ms(now + timedelta(seconds=lease_duration))
-            job.lease = LeaseInfo(owner, token=uuid.uuid4().hex, until=until, heartbeat_at=now)
-            job.status, job.started_at, job.updated_at = RUNNING, now, now
-            job.attempts += 1
-            self._refresh(job)  # releases a pending-scope key, indexes the lease
-            return job.record()
+            return self._start(job, owner, now, until)
+
+    def claim_batch(
+        self,
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        limit: int,
+    ) -> list[JobRecord]:
+        if not tasks:
+            return []
+        now = ms(now)
+        until = ms(now + timedelta(seconds=lease_duration))
+        claimed: list[JobRecord] = []
+        with self._lock:
+            while len(claimed) < limit:
+                job = self._indexes.take_first_due(tasks, queues, now)
+                if job is None:
+                    break
+                claimed.append(self._start(job, owner, now, until))
+        return claimed
 
     def renew(self, job_id: Any, token: str, now: datetime, until: datetime) -> Renewal:
         with self._lock:
@@ -488,6 +507,14 @@ class MemoryStore(MemoryOperations):
             statuses = {JobStatus(s) for s in query.statuses}
             jobs = itertools.chain.from_iterable(self._by_status[s].values() for s in statuses)
         return [j for j in jobs if matches(j, query)]
+
+    def _start(self, job: StoredJob, owner: str, now: datetime, until: datetime) -> JobRecord:
+        """Claim ``job``: running under a fresh lease, its attempt counted."""
+        job.lease = LeaseInfo(owner, token=uuid.uuid4().hex, until=until, heartbeat_at=now)
+        job.status, job.started_at, job.updated_at = RUNNING, now, now
+        job.attempts += 1
+        self._refresh(job)  # releases a pending-scope key, indexes the lease
+        return job.record()
 
     def _holding(self, job_id: Any, token: str) -> StoredJob | None:
         """The job if ``token`` holds its lease (the fence), else None."""

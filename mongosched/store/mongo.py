@@ -23,7 +23,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
@@ -46,13 +46,15 @@ from ..records import (
     Settlement,
 )
 from . import codec
+from .batches import MongoBatches
 from .documents import (
     CLAIM_SORT,
     DEDUPE_FIELDS,
     PENDING,
     RUNNING,
+    claim_query,
+    claim_update,
     dedupe_hold,
-    malformed_update,
     ms,
     query_document,
     settle_update,
@@ -68,7 +70,7 @@ log = logging.getLogger("mongosched.store")
 T = TypeVar("T")
 
 
-class MongoStore(MongoOperations):
+class MongoStore(MongoBatches, MongoOperations):
     """Jobs in one MongoDB collection, permits for concurrency limits beside it."""
 
     def parse_id(self, value: Any) -> Any:
@@ -256,28 +258,8 @@ class MongoStore(MongoOperations):
         if not tasks:
             return None
         token = uuid.uuid4().hex
-        query: dict[str, Any] = {"status": PENDING}
-        if job_id is not None:
-            query["_id"] = job_id
-        else:
-            query["run_at"] = {"$lte": now}
-            if queues is not None:
-                query["queue"] = {"$in": list(queues)}
-        query["task"] = {"$in": list(tasks)}
-        # A job whose attempts are not a number cannot be counted ($inc would fail the
-        # whole claim): quarantine() fails it instead.
-        query["attempts"] = {"$type": "number"}
-        lease = {
-            "owner": owner,
-            "token": token,
-            "until": ms(now + timedelta(seconds=lease_duration)),
-            "heartbeat_at": now,
-        }
-        update = {
-            "$set": {"status": RUNNING, "lease": lease, "started_at": now, "updated_at": now},
-            "$inc": {"attempts": 1},
-            "$unset": {DEDUPE_FIELDS["pending"]: ""},
-        }
+        query = claim_query(tasks, queues, now, job_id)
+        update = claim_update(owner, token, now, lease_duration)
 
         def attempt(n: int) -> dict[str, Any] | None:
             if n > 0:  # the last try may have landed: look for our token first
@@ -421,12 +403,6 @@ class MongoStore(MongoOperations):
             self._fail_malformed({"_id": doc["_id"], **query}, reason, now)
             reasons.append(reason)
         return reasons
-
-    def _fail_malformed(self, fence: dict[str, Any], reason: str, now: datetime) -> None:
-        update = malformed_update(reason, now)
-        result = self._retrying("malformed job", lambda _: self.jobs.update_one(fence, update))
-        if result.matched_count:
-            log.error("%s: failed alone, without running (MalformedJob)", reason)
 
     def reap(self, job: JobRecord, now: datetime, settlement: Settlement) -> JobRecord | None:
         """Fenced on the expired lease, re-checked in the same write. It does not touch

@@ -19,8 +19,8 @@ _LOCAL = frozenset({"name", "full_name", "database", "with_options", "index_info
 
 
 class FaultyCollection:
-    """``late``, if given, is called after an applied ``find_one_and_update`` with some
-    probability (``late_rate``): the reply arrived late (a test moves its clock on)."""
+    """``late``, if given, is called after an applied ``find_one_and_update`` or
+    ``bulk_write`` with some probability (``late_rate``): the reply arrived late (a test moves its clock on)."""
 
     def __init__(
         self,
@@ -57,7 +57,7 @@ class FaultyCollection:
             if (
                 self.enabled
                 and self.late is not None
-                and name == "find_one_and_update"
+                and name in ("find_one_and_update", "bulk_write")
                 and self.rng.random() < self.late_rate
             ):
                 self.injected[f"{name}:late"] += 1

@@ -160,6 +160,8 @@ class _Locked:
         lock = self._lock
         if name == "create_index":
             return self._create_index
+        if name == "bulk_write":
+            return self._bulk_write
         if name in ("get_collection", "with_options"):
 
             def plain(*args: Any, **kwargs: Any) -> Any:
@@ -197,6 +199,58 @@ class _Locked:
                 return str(name)
             return str(self._target.create_index(keys, **options))
 
+    def _bulk_write(self, requests: Any, ordered: bool = True, **options: Any) -> Any:
+        """A bulk write, atomically, as pymongo 4 describes it to a server (mongomock's
+        own does not know the options pymongo 4.10+ passes)."""
+        from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+        from pymongo.results import BulkWriteResult
+
+        ops = _BulkOps()
+        for request in requests:
+            request._add_to_bulk(ops)
+        totals = {"nInserted": 0, "nMatched": 0, "nModified": 0, "nRemoved": 0, "nUpserted": 0}
+        upserted: list[dict[str, Any]] = []
+        errors: list[dict[str, Any]] = []
+        with self._lock:
+            for index, (kind, args) in enumerate(ops.ops):
+                try:
+                    if kind == "insert":
+                        self._target.insert_one(*args)
+                        totals["nInserted"] += 1
+                        continue
+                    if kind == "delete":
+                        selector, limit = args
+                        many = self._target.delete_one if limit == 1 else self._target.delete_many
+                        totals["nRemoved"] += many(selector).deleted_count
+                        continue
+                    selector, update, multi, upsert = args
+                    if kind == "replace":
+                        result = self._target.replace_one(selector, update, upsert=upsert)
+                    elif multi:
+                        result = self._target.update_many(selector, update, upsert=upsert)
+                    else:
+                        result = self._target.update_one(selector, update, upsert=upsert)
+                except (DuplicateKeyError, OperationFailure) as exc:
+                    errors.append({"index": index, "code": exc.code or 2, "errmsg": str(exc)})
+                    if ordered:
+                        break
+                    continue
+                if result.upserted_id is not None:
+                    totals["nUpserted"] += 1
+                    upserted.append({"index": index, "_id": result.upserted_id})
+                else:
+                    totals["nMatched"] += result.matched_count
+                    totals["nModified"] += result.modified_count
+        details: dict[str, Any] = {
+            **totals,
+            "upserted": upserted,
+            "writeErrors": errors,
+            "writeConcernErrors": [],
+        }
+        if errors:
+            raise BulkWriteError(details)
+        return BulkWriteResult(details, True)
+
     def __getitem__(self, name: str) -> Any:
         with self._lock:
             return self._wrap(self._target[name])
@@ -211,6 +265,27 @@ class _Locked:
 
     def __repr__(self) -> str:
         return f"Embedded({self._target!r})"
+
+
+class _BulkOps:
+    """Collects the operations of a bulk write as pymongo's requests describe them."""
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[str, tuple[Any, ...]]] = []
+
+    def add_insert(self, document: Any) -> None:
+        self.ops.append(("insert", (document,)))
+
+    def add_update(
+        self, selector: Any, update: Any, multi: bool, upsert: bool, **options: Any
+    ) -> None:
+        self.ops.append(("update", (selector, update, multi, upsert)))
+
+    def add_replace(self, selector: Any, replacement: Any, upsert: bool, **options: Any) -> None:
+        self.ops.append(("replace", (selector, replacement, False, upsert)))
+
+    def add_delete(self, selector: Any, limit: int, **options: Any) -> None:
+        self.ops.append(("delete", (selector, limit)))
 
 
 class EmbeddedClient:
