@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test lint typecheck unit django6 py310 docs demo soak bench clean
+.PHONY: venv test lint typecheck unit django6 py310 docs demo soak bench bench-peers bench-processes clean
 
 venv: $(STAMP)
 
@@ -52,5 +52,16 @@ soak: venv
 bench: venv
 	$(BIN)/python bench/throughput.py
 
+## make bench-peers: mongosched beside Huey, Dramatiq, Celery, RQ and Procrastinate, 10,000
+## no-op jobs each (BENCH_ARGS="--jobs 3000" to change): jobs/s, worker CPU per job, round
+## trips per job. Makes .venv-peers; installs Debian's redis-server and postgresql when
+## missing and run as root (for the benchmark only: the library needs neither).
+bench-peers: venv
+	$(BIN)/python bench/peers.py $(BENCH_ARGS)
+
+## make bench-processes: a CPU-bound task with worker --processes 1 and 2.
+bench-processes: venv
+	$(BIN)/python bench/processes.py $(BENCH_ARGS)
+
 clean:
-	rm -rf $(VENV) .venv-django6 .venv-py310 docs/_build .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-django6 .venv-py310 .venv-peers docs/_build .pytest_cache .mypy_cache .ruff_cache *.egg-info
