@@ -97,6 +97,8 @@ class Measured:
     round_trips: float | None = None
     """Requests the storage received from the worker in the timed window, if counted."""
     trips_what: str = ""
+    server_cpu_us: float | None = None
+    """CPU per job of the storage's server processes (Redis, PostgreSQL, the stub)."""
     note: str = ""
     skipped: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -132,11 +134,14 @@ def measure(
     timeout: float = 600.0,
     interval: float = 0.01,
     log: Path | None = None,
+    servers: dict[str, int] | None = None,
 ) -> Measured:
     """Start the worker ``command``, time it from the first job taken to the last job
     done (``remaining()`` reaching 0), then stop it (SIGTERM, then SIGKILL).
     ``requests()``, if given, reads the storage's request counter; the requests of the
-    polling itself (``requests_per_poll`` each) are taken off."""
+    polling itself (``requests_per_poll`` each) are taken off. ``servers`` (name: pid)
+    are processes whose CPU per job is noted too (the storage's, for context)."""
+    servers = servers or {}
     out = open(log, "wb") if log else subprocess.DEVNULL  # noqa: SIM115
     worker = subprocess.Popen(
         list(command), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
@@ -152,6 +157,7 @@ def measure(
             time.sleep(interval)
             left = remaining()
         started, cpu = time.perf_counter(), tree_cpu(worker.pid)
+        server_cpu = {name: tree_cpu(pid) for name, pid in servers.items()}
         requests_before = requests() if requests else 0
         first_left, polls = left, 0
         while left > 0:
@@ -165,6 +171,13 @@ def measure(
         result.seconds = time.perf_counter() - started
         result.cpu_seconds = tree_cpu(worker.pid) - cpu
         result.jobs = first_left
+        result.server_cpu_us = (
+            sum(tree_cpu(pid) - server_cpu[name] for name, pid in servers.items())
+            / first_left
+            * 1e6
+            if servers
+            else None
+        )
         if requests:
             counted = requests() - requests_before - (polls + 1) * requests_per_poll
             result.round_trips = counted / first_left

@@ -195,6 +195,13 @@ def run(system: str, jobs: int, workers: int, processes: int, log: Path | None) 
         result.note = f"{workers} workers" + (f" x {processes} processes" if processes > 1 else "")
     else:
         raise SystemExit(f"unknown system {system!r}: choose from {', '.join(SYSTEMS)}")
+    servers = {}
+    for item in filter(None, os.environ.get("BENCH_SERVER_PIDS", "").split(",")):
+        service, _, pid = item.partition(":")
+        if service == {"SQLite": "", "Redis": "redis", "PostgreSQL": "postgresql"}.get(
+            storage, "stub"
+        ):
+            servers[service] = int(pid)
     per_poll = calibrate(remaining, requests) if requests else 0
     if requests and not result.trips_what:
         result.trips_what = "commands"
@@ -208,6 +215,7 @@ def run(system: str, jobs: int, workers: int, processes: int, log: Path | None) 
         requests=requests,
         requests_per_poll=per_poll,
         log=log,
+        servers=servers,
     )
 
 

@@ -128,7 +128,7 @@ def wait_until(check: object, what: str, timeout: float = 30.0) -> None:
 
 
 @contextmanager
-def redis_server(scratch: Path) -> Iterator[str]:
+def redis_server(scratch: Path) -> Iterator[tuple[str, int]]:
     binary = shutil.which("redis-server")
     if binary is None:
         why = apt_install("redis-server")
@@ -151,7 +151,7 @@ def redis_server(scratch: Path) -> Iterator[str]:
 
     try:
         wait_until(ready, "redis-server")
-        yield f"redis://127.0.0.1:{port}/0"
+        yield f"redis://127.0.0.1:{port}/0", process.pid
     finally:
         stop(process)
 
@@ -167,7 +167,7 @@ def postgres_bin() -> Path | None:
 
 
 @contextmanager
-def postgres_server(scratch: Path) -> Iterator[str]:
+def postgres_server(scratch: Path) -> Iterator[tuple[str, int]]:
     bindir = postgres_bin()
     if bindir is None:
         why = apt_install("postgresql")
@@ -201,16 +201,16 @@ def postgres_server(scratch: Path) -> Iterator[str]:
 
     try:
         wait_until(ready, "PostgreSQL")
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres", process.pid
     finally:
         stop(process)
 
 
 @contextmanager
-def stub_server() -> Iterator[str]:
+def stub_server() -> Iterator[tuple[str, int]]:
     process, uri = start_stub()
     try:
-        yield uri + "bench"
+        yield uri + "bench", process.pid
     finally:
         process.kill()
         process.wait()
@@ -235,15 +235,23 @@ def run_system(
 
 
 def table(rows: list[Measured]) -> list[str]:
-    headers = ["system (storage)", "jobs/s", "worker CPU µs/job", "round trips/job", "notes"]
+    headers = [
+        "system (storage)",
+        "jobs/s",
+        "worker CPU µs/job",
+        "round trips/job",
+        "server CPU µs/job",
+        "notes",
+    ]
     body = []
     for r in rows:
         label = f"{r.system} ({r.storage})"
         if r.skipped:
-            body.append([label, "—", "—", "—", f"skipped: {r.skipped}"])
+            body.append([label, "—", "—", "—", "—", f"skipped: {r.skipped}"])
             continue
         trips = "—" if r.round_trips is None else f"{r.round_trips:.2f} {r.trips_what}"
-        body.append([label, f"{r.rate:,.0f}", f"{r.cpu_us:,.0f}", trips, r.note])
+        server = "—" if r.server_cpu_us is None else f"{r.server_cpu_us:,.0f}"
+        body.append([label, f"{r.rate:,.0f}", f"{r.cpu_us:,.0f}", trips, server, r.note])
     widths = [max(len(str(row[i])) for row in [headers, *body]) for i in range(len(headers))]
     line = "  ".join("=" * w for w in widths)
     fmt = lambda row: "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()  # noqa: E731
@@ -288,7 +296,7 @@ def main() -> None:
         scratch = Path(tmp)
         logs = scratch / "logs"
         logs.mkdir()
-        services: dict[str, str] = {}
+        services: dict[str, tuple[str, int]] = {}
         broken: dict[str, str] = {}
         starters = {"redis": redis_server, "postgresql": postgres_server}
         for service in sorted({n for s in systems for n in NEEDS[s]}):
@@ -302,9 +310,10 @@ def main() -> None:
         env = {
             **os.environ,
             "BENCH_DIR": str(scratch),
-            "BENCH_REDIS_URL": services.get("redis", ""),
-            "BENCH_PG_DSN": services.get("postgresql", ""),
-            "BENCH_MONGO_URI": services.get("stub", ""),
+            "BENCH_REDIS_URL": services.get("redis", ("", 0))[0],
+            "BENCH_PG_DSN": services.get("postgresql", ("", 0))[0],
+            "BENCH_MONGO_URI": services.get("stub", ("", 0))[0],
+            "BENCH_SERVER_PIDS": ",".join(f"{n}:{pid}" for n, (_, pid) in services.items()),
         }
         for system in systems:
             missing = [broken[n] for n in NEEDS[system] if n in broken]

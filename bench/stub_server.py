@@ -24,6 +24,13 @@ dropIndexes, create, drop, dropDatabase, listCollections, listDatabases; and
 ``stubStats`` (commands received by name since the last ``{stubStats: 1, reset:
 true}``): the benchmark's round-trip count. Each command runs atomically under one lock.
 
+Checked against the store contract suite (every query and update mongosched makes)::
+
+    python bench/stub_server.py &    # prints mongodb://127.0.0.1:PORT/
+    MONGOSCHED_TEST_URI=mongodb://127.0.0.1:PORT/ pytest tests/contract -k mongodb
+
+all pass but the three that read query plans with ``explain`` (a real server's).
+
 Not a database: no persistence, transactions, change streams, auth or compression;
 OP_MSG (and OP_QUERY for the first handshake) only. Its own framing: the test
 stand-in's comes from mockupdb, whose pure-Python request parsing is what makes it slow.
@@ -110,12 +117,30 @@ class Collection:
         self.views: dict[tuple[str, Any, tuple[tuple[str, int], ...]], list[Any]] = {}
         self.indexes: dict[str, dict[str, Any]] = {"_id_": {"v": 2, "key": {"_id": 1}}}
         self.unique: dict[str, tuple[list[str], q.Matcher | None, dict[Any, Any]]] = {}
+        self.multikey: set[str] = set()
 
     # Indexes ----------------------------------------------------------------------------------
     def _values(self, doc: Mapping[str, Any], field: str) -> list[Any]:
         value = q.get_path(doc, field)
-        values = [value, *value] if isinstance(value, list) else [value]
-        return [hkey(v) for v in values]
+        if not isinstance(value, list):
+            return [hkey(value)]
+        self.multikey.add(field)
+        return [hkey(v) for v in [value, *value]]
+
+    def count(self, query: Mapping[str, Any] | None) -> int | None:
+        """The number of documents ``query`` matches from its index alone, when one
+        field's equalities are the whole query (and no document holds an array there,
+        which could sit in two of its buckets); else None."""
+        pinned = q.equalities(query)
+        if len(pinned) != 1 or len(query or {}) != 1:
+            return None
+        ((field, values),) = pinned.items()
+        if field == "_id":
+            return sum(hkey(v) in self.docs for v in set(map(hkey, values)))
+        index = self.hash_index(field)
+        if field in self.multikey:
+            return None
+        return sum(len(index.get(key, ())) for key in set(map(hkey, values)))
 
     def hash_index(self, field: str) -> dict[Any, dict[Any, dict[str, Any]]]:
         index = self.hashes.get(field)
@@ -427,10 +452,12 @@ class Engine:
 
     def _count(self, db: str, cmd: dict[str, Any]) -> dict[str, Any]:
         coll = self.collection(db, cmd, create=False)
-        docs = coll.select(
-            cmd.get("query"), None, int(cmd.get("limit") or 0), int(cmd.get("skip") or 0)
-        )
-        return {"n": len(docs)}
+        skip, limit = int(cmd.get("skip") or 0), int(cmd.get("limit") or 0)
+        n = coll.count(cmd.get("query"))
+        if n is None:
+            n = len(coll.select(cmd.get("query"), None, limit, skip)) + skip
+        n = max(0, n - skip)
+        return {"n": min(n, limit) if limit else n}
 
     def _distinct(self, db: str, cmd: dict[str, Any]) -> dict[str, Any]:
         coll = self.collection(db, cmd, create=False)
