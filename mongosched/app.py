@@ -23,6 +23,7 @@ from .retry import Retry
 from .runner import Runner
 from .store import Store, open_store
 from .task import JobSpec, Task
+from .wakeup import wake_mode
 
 __all__ = ["App", "Cancellation"]
 
@@ -58,6 +59,11 @@ class App(JobControl, BulkControl, Admin):
         before it raises :class:`~mongosched.errors.StoreUnavailable` (default 5; the
         URI's ``serverSelectionTimeoutMS`` wins). Runners keep retrying with backoff.
     :param eager: run tasks inline at ``schedule()`` (tests; see :mod:`mongosched.testing`).
+    :param wake: how an idle runner learns that a job became due in another process:
+        ``"auto"`` (default: a change stream when the server is a replica set or a
+        sharded cluster, else polling), ``"change_stream"`` (the same, warning when the
+        server cannot) or ``"poll"`` (every ``poll_interval``). ``memory://`` wakes
+        the runners of this process sharing the store. See :doc:`/running`.
     """
 
     def __init__(
@@ -75,6 +81,7 @@ class App(JobControl, BulkControl, Admin):
         write_concern: str | int | None = "majority",
         connect_timeout: float | timedelta = 5.0,
         eager: bool = False,
+        wake: str = "auto",
     ) -> None:
         self.lease_duration = validate.seconds(
             lease_duration, what="App: lease_duration", minimum=0.01
@@ -93,6 +100,7 @@ class App(JobControl, BulkControl, Admin):
         if not isinstance(eager, bool):
             raise ConfigurationError(f"App: eager must be True or False, not {eager!r}")
         self.eager = eager
+        self.wake = wake_mode(wake, what="App")
         self.uri = uri
         timeout = validate.seconds(connect_timeout, what="App: connect_timeout", strict=True)
         self.store: Store = open_store(
@@ -154,7 +162,7 @@ class App(JobControl, BulkControl, Admin):
 
     def reconfigure(self, source: App) -> None:
         """Take ``source``'s store and options (``uri``, ``lease_duration``,
-        ``poll_interval``, ``clock``, ``queues``, retention, ``eager``) and keep this
+        ``poll_interval``, ``clock``, ``queues``, retention, ``eager``, ``wake``) and keep this
         app's tasks and listeners: for integrations whose settings change while tasks
         registered at import stay bound to this app (Django's ``override_settings`` in
         tests). The in-process runner, if running, stops and starts again on the new
@@ -170,6 +178,7 @@ class App(JobControl, BulkControl, Admin):
             self.lease_duration, self.poll_interval = source.lease_duration, source.poll_interval
             self._clock, self.queues = source._clock, source.queues
             self.retention, self.eager = source.retention, source.eager
+            self.wake = source.wake
             self._prepared, self._prepare_error = source._prepared, None
             self._eager_runner = None
         if previous is not self.store and all(r.store is not previous for r in self.runners):

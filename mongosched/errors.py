@@ -25,6 +25,7 @@ __all__ = [
     "StoreUnavailable",
     "TaskNotRegistered",
     "WaitTimeout",
+    "WatchUnavailable",
     "WorkerShutdown",
 ]
 
@@ -84,6 +85,12 @@ class StoreError(MongoschedError):
 class StoreUnavailable(StoreError, ConnectionError):
     """The database could not be reached in time. Nothing is known to have happened;
     repeating the call is safe."""
+
+
+class WatchUnavailable(StoreError):
+    """The database cannot report changes as they happen (a standalone MongoDB server:
+    change streams need a replica set or a sharded cluster; or a user without the
+    ``changeStream`` privilege). Runners then find due jobs by polling."""
 
 
 class JobStateError(MongoschedError):

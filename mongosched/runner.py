@@ -5,7 +5,8 @@ a :class:`~concurrent.futures.ThreadPoolExecutor`, re-polls at once after a clai
 waits ``poll_interval`` when there was nothing to do. A heartbeat thread keeps each
 claim's lease alive (:mod:`mongosched.claim`). The dispatcher also reaps jobs whose
 lease ran out (their worker died). What it does with each job is the synchronous steps
-of :mod:`mongosched.steps`, public on the runner too.
+of :mod:`mongosched.steps`, public on the runner too. A watcher thread wakes the
+dispatcher when a job becomes due elsewhere (:mod:`mongosched.wakeup`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .claim import Claim, Heartbeats
 from .errors import ConfigurationError, MongoschedError, StoreError, WorkerShutdown
 from .registry import Registration
 from .steps import RunnerHost, RunnerSteps
+from .wakeup import WakeWatcher, wake_mode
 
 __all__ = ["Runner", "RunnerHost"]
 
@@ -47,6 +49,9 @@ class Runner(RunnerSteps):
     :param reap_interval: seconds between reaper passes (``lease_duration / 3``).
     :param shutdown_timeout: seconds a graceful stop (a signal, or the process
         exiting) waits for jobs in flight.
+    :param wake: how it learns of jobs that become due elsewhere: ``"auto"``,
+        ``"change_stream"`` or ``"poll"`` (default: the app's ``wake``; see
+        :mod:`mongosched.wakeup`).
     """
 
     def __init__(
@@ -61,6 +66,7 @@ class Runner(RunnerSteps):
         heartbeat_interval: float | None = None,
         reap_interval: float | None = None,
         shutdown_timeout: float = 30.0,
+        wake: str | None = None,
     ) -> None:
         super().__init__(
             app,
@@ -73,6 +79,10 @@ class Runner(RunnerSteps):
             reap_interval=reap_interval,
         )
         self.shutdown_timeout = validate.seconds(shutdown_timeout, what="Runner: shutdown_timeout")
+        self.wake_mode = wake_mode(
+            getattr(app, "wake", "auto") if wake is None else wake, what="Runner"
+        )
+        self._watcher: WakeWatcher | None = None
         self._free = threading.Semaphore(self.workers)
         self._stopping = threading.Event()
         self._wake = threading.Event()
@@ -133,6 +143,9 @@ class Runner(RunnerSteps):
             ",".join(sorted(self.app.tasks)) or "none",
         )
         self._dispatcher.start()
+        if self.wake_mode != "poll":
+            self._watcher = WakeWatcher(self, self.wake_mode)
+            self._watcher.start()
         self.app.emit("runner:start", runner=self)
         return self
 
@@ -169,6 +182,9 @@ class Runner(RunnerSteps):
         deadline = None if timeout is None else time.monotonic() + timeout
         self._stopping.set()
         self._wake.set()
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.stop()
         if not graceful:
             with self._idle:
                 claims = list(self._claims.values())
@@ -180,6 +196,8 @@ class Runner(RunnerSteps):
             # It may be waiting on an unreachable database: one deadline bounds it all.
             dispatcher.join(_remaining(deadline))
         done = self._wait_idle(_remaining(deadline))
+        if watcher is not None:  # its server cursor closes within a getMore's wait
+            watcher.join(1.0 if deadline is None else min(1.0, deadline - time.monotonic()))
         if self._pool is not None:
             self._pool.shutdown(wait=False)
         if done and self._heartbeats is not None:
@@ -330,6 +348,7 @@ class Runner(RunnerSteps):
             "claimed": self.claimed,
             "finished": self.finished,
             "seconds_since_poll": since,
+            "wake": "poll" if self._watcher is None else self._watcher.state,
             "last_error": self._last_error,
         }
 

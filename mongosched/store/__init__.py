@@ -45,8 +45,9 @@ from ..records import (
     WorkerInfo,
 )
 from .codec import schedule_id
+from .due import DueHint, DueWatch
 
-__all__ = ["Store", "open_store", "schedule_id"]
+__all__ = ["DueHint", "DueWatch", "Store", "open_store", "schedule_id"]
 
 
 @runtime_checkable
@@ -67,6 +68,10 @@ class Store(Protocol):
     def parse_id(self, value: Any) -> Any:
         """A job id from what a user passed (an id, or its string form). Raises
         :class:`~mongosched.errors.InvalidJobId` for anything else."""
+
+    def watch_due(self, queues: Sequence[str] | None) -> DueWatch:
+        """Watch for jobs of ``queues`` (None: every queue) becoming pending, anywhere
+        (not started until iterated; see :class:`DueWatch`)."""
 
     # Scheduling ----------------------------------------------------------------------------
     def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:

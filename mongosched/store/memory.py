@@ -55,6 +55,7 @@ from .memory_jobs import (
     sort_key,
 )
 from .memory_ops import MemoryOperations
+from .memory_watch import DueWatchers, MemoryDueWatch
 
 __all__ = ["MemoryStore"]
 
@@ -71,6 +72,7 @@ def _after_fork_in_child() -> None:
     _registry_lock = threading.Lock()
     for store in list(_stores):
         store._lock = threading.Lock()
+        store._watchers.after_fork()
 
 
 if hasattr(os, "register_at_fork"):
@@ -92,6 +94,7 @@ class MemoryStore(MemoryOperations):
         self._keys: dict[str, dict[tuple[str, str], Any]] = {"active": {}, "pending": {}}
         self._indexes = JobIndexes(self._jobs)
         self._permits = Permits()
+        self._watchers = DueWatchers()
         _stores.add(self)
 
     @property
@@ -140,6 +143,9 @@ class MemoryStore(MemoryOperations):
 
     def parse_id(self, value: Any) -> Any:
         return codec.parse_id(value)
+
+    def watch_due(self, queues: Sequence[str] | None) -> MemoryDueWatch:
+        return self._watchers.watch(queues)
 
     # Scheduling ----------------------------------------------------------------------------
     def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
@@ -597,6 +603,7 @@ class MemoryStore(MemoryOperations):
         if job.status is PENDING:
             pending = self._by_status[PENDING]
             self._indexes.add_pending(job, pending.values(), len(pending))
+            self._watchers.notify(job.task, job.queue, job.run_at)
         elif job.status is RUNNING and job.lease is not None:
             running = self._by_status[RUNNING]
             self._indexes.add_running(job, running.values(), len(running))

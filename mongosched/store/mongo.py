@@ -62,6 +62,7 @@ from .documents import (
     to_record,
 )
 from .mongo_ops import MongoOperations
+from .watch import MongoWatch
 
 __all__ = ["MongoStore"]
 
@@ -70,7 +71,7 @@ log = logging.getLogger("mongosched.store")
 T = TypeVar("T")
 
 
-class MongoStore(MongoBatches, MongoOperations):
+class MongoStore(MongoBatches, MongoOperations, MongoWatch):
     """Jobs in one MongoDB collection, permits for concurrency limits beside it."""
 
     def parse_id(self, value: Any) -> Any:
