@@ -51,6 +51,7 @@ soak: venv
 
 bench: venv
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/wake.py
 
 ## make bench-peers: mongosched beside Huey, Dramatiq, Celery, RQ and Procrastinate, 10,000
 ## no-op jobs each (BENCH_ARGS="--jobs 3000" to change): jobs/s, worker CPU per job, round

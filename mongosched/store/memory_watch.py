@@ -38,6 +38,8 @@ class MemoryDueWatch:
         self._signal.set()
 
     def __iter__(self) -> Iterator[DueHint]:
+        if self._closed.is_set():
+            return
         self._owner.add(self)
         try:
             yield DueHint()

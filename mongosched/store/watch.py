@@ -97,6 +97,13 @@ def hint_of(change: Mapping[str, Any]) -> DueHint:
     )
 
 
+def _gist(exc: PyMongoError) -> str:
+    """The server's message (not the reply document pymongo appends)."""
+    details = getattr(exc, "details", None)
+    message = details.get("errmsg") if isinstance(details, Mapping) else None
+    return str(message or str(exc).split(", full error")[0].split(", Timeout:")[0])
+
+
 def _kind(exc: BaseException) -> str:
     """``unavailable``, ``lost`` (the resume point) or ``transient``."""
     if isinstance(exc, OperationFailure) and not isinstance(exc, ConnectionFailure):
@@ -142,6 +149,7 @@ class MongoDueWatch:
             stream = None
             try:
                 stream = self._open(token)
+                token = stream.resume_token or token
                 if failures:
                     log.info("watching for due jobs again (resumed: %s)", token is not None)
                     failures = 0
@@ -156,16 +164,16 @@ class MongoDueWatch:
             except PyMongoError as exc:
                 kind = _kind(exc)
                 if kind == "unavailable":
-                    raise WatchUnavailable(f"watch: {exc}") from exc
+                    raise WatchUnavailable(f"watch: {_gist(exc)}") from exc
                 if kind == "lost":
-                    log.warning("watch: the stream lost its place (%s); starting afresh", exc)
+                    log.warning("watch: stream lost its place (%s); starting afresh", _gist(exc))
                     token, fresh = None, True
                     continue
                 failures += 1
                 if failures == 1:
-                    log.warning("watch: change stream failed (%s); resuming", exc)
+                    log.warning("watch: change stream failed (%s); resuming", _gist(exc))
                 else:
-                    log.debug("watch: change stream failed again (%s)", exc)
+                    log.debug("watch: change stream failed again (%s)", _gist(exc))
                 self._closed.wait(min(PAUSE_MAX, 0.05 * 2 ** min(failures, 10)))
             finally:
                 if stream is not None:

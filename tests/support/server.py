@@ -18,6 +18,7 @@ aggregation beyond what mongomock implements. It exists so that tests need no Mo
 
 from __future__ import annotations
 
+import functools
 import itertools
 import select
 import socket
@@ -33,10 +34,11 @@ from bson import Int64
 from mockupdb import Command, OpMsg, mock_server_receive_request
 from pymongo.errors import DuplicateKeyError, OperationFailure, WriteError
 
+from tests.support.changestreams import ChangeStreams
+from tests.support.server_admin import AdminCommands, CommandError
+
 __all__ = ["MockServer", "CommandError"]
 
-MAX_WIRE_VERSION = 17  # MongoDB 6.0; pymongo 4.20 needs 8 (4.2) or higher
-MAX_BSON = 16 * 1024 * 1024
 MAX_BATCH_BYTES = 4 * 1024 * 1024  # a getMore without batchSize returns up to this much
 DEFAULT_FIRST_BATCH = 101
 OP_MSG_MORE_TO_COME = 2
@@ -61,23 +63,6 @@ _GENERIC = frozenset(
         "startTransaction",
     }
 )
-
-
-class CommandError(Exception):
-    """A command failure, replied as ``{ok: 0, errmsg, code, codeName}``."""
-
-    def __init__(self, code: int, errmsg: str, code_name: str = "", **extra: Any) -> None:
-        super().__init__(errmsg)
-        self.code = code
-        self.errmsg = errmsg
-        self.code_name = code_name
-        self.extra = extra
-
-    def reply(self) -> dict[str, Any]:
-        doc = {"ok": 0, "errmsg": self.errmsg, "code": self.code, **self.extra}
-        if self.code_name:
-            doc["codeName"] = self.code_name
-        return doc
 
 
 def _aware(value: Any) -> Any:
@@ -106,7 +91,7 @@ def _write_error(index: int, exc: Exception) -> dict[str, Any]:
     return {"index": index, "code": code, "errmsg": msg}
 
 
-class Engine:
+class Engine(AdminCommands):
     """Executes commands on one mongomock client, each atomically under ``lock``.
     The data outlives the listening socket: a restarted server keeps it."""
 
@@ -117,6 +102,7 @@ class Engine:
         self._cursor_ids = itertools.count(1)
         self.started = datetime.now(timezone.utc)
         self.commands: dict[str, int] = {}
+        self.streams = ChangeStreams()
         self._handlers: dict[str, Callable[[str, dict[str, Any]], dict[str, Any]]] = {
             "hello": self._hello,
             "ismaster": self._hello,
@@ -149,6 +135,11 @@ class Engine:
         if not command:
             return CommandError(59, "empty command", "CommandNotFound").reply()
         name = next(iter(command))
+        if self.streams.owns(command):  # waits for changes: not under the lock
+            try:
+                return {**self.streams.get_more(command), "ok": 1}
+            except CommandError as exc:
+                return exc.reply()
         handler = self._handlers.get(name.lower())
         if handler is None:
             return CommandError(59, f"no such command: '{name}'", "CommandNotFound").reply()
@@ -181,67 +172,6 @@ class Engine:
                 73, f"collection name must be a string, not {name!r}", "InvalidNamespace"
             )
         return self.client[db][name]
-
-    # Handshake and admin ----------------------------------------------------------------
-    def _hello(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
-        return {
-            "helloOk": True,
-            "ismaster": True,
-            "isWritablePrimary": True,
-            "maxBsonObjectSize": MAX_BSON,
-            "maxMessageSizeBytes": 48_000_000,
-            "maxWriteBatchSize": 100_000,
-            "localTime": datetime.now(timezone.utc),
-            "logicalSessionTimeoutMinutes": 30,
-            "connectionId": 1,
-            "minWireVersion": 0,
-            "maxWireVersion": MAX_WIRE_VERSION,
-            "readOnly": False,
-        }
-
-    def _build_info(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
-        return {"version": "6.0.0-mongomock", "versionArray": [6, 0, 0, 0], "bits": 64}
-
-    def _drop_database(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
-        self.client.drop_database(db)
-        return {"dropped": db}
-
-    def _drop(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
-        name = cmd["drop"]
-        if name not in self.client[db].list_collection_names():
-            raise CommandError(26, f"ns not found: {db}.{name}", "NamespaceNotFound")
-        self.client[db].drop_collection(name)
-        return {"ns": f"{db}.{name}"}
-
-    def _create(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
-        if cmd["create"] in self.client[db].list_collection_names():
-            raise CommandError(
-                48, f"Collection {db}.{cmd['create']} already exists", "NamespaceExists"
-            )
-        self.client[db].create_collection(cmd["create"])
-        return {}
-
-    def _list_collections(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
-        names = self.client[db].list_collection_names()
-        docs = [
-            {"name": n, "type": "collection", "options": {}, "info": {"readOnly": False}}
-            for n in names
-        ]
-        if cmd.get("nameOnly"):
-            docs = [{"name": d["name"], "type": "collection"} for d in docs]
-        flt = cmd.get("filter") or {}
-        if flt:
-            docs = [d for d in docs if all(d.get(k) == v for k, v in flt.items())]
-        return self._cursor_reply(
-            f"{db}.$cmd.listCollections", docs, cmd.get("cursor", {}).get("batchSize")
-        )
-
-    def _list_databases(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
-        names = self.client.list_database_names()
-        return {
-            "databases": [{"name": n, "sizeOnDisk": 0, "empty": False} for n in names],
-            "totalSize": 0,
-        }
 
     # Cursors ---------------------------------------------------------------------------------
     def _cursor_reply(
@@ -281,8 +211,10 @@ class Engine:
 
     def _kill_cursors(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
         killed, missing = [], []
+        streams = self.streams.kill(cmd.get("cursors", []))
         for cursor_id in cmd.get("cursors", []):
-            (killed if self.cursors.pop(int(cursor_id), None) else missing).append(cursor_id)
+            found = cursor_id in streams or self.cursors.pop(int(cursor_id), None)
+            (killed if found else missing).append(cursor_id)
         return {
             "cursorsKilled": killed,
             "cursorsNotFound": missing,
@@ -316,64 +248,14 @@ class Engine:
     def _aggregate(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
         coll = self._collection(db, cmd)
         pipeline = list(cmd.get("pipeline") or [])
+        if pipeline and "$changeStream" in pipeline[0]:
+            return self.streams.open(db, coll.name, pipeline, cmd.get("cursor") or {})  # type: ignore[no-any-return]
         for stage in pipeline:
             if next(iter(stage), None) in ("$out", "$merge"):
                 raise CommandError(115, "$out/$merge are not supported here", "CommandNotSupported")
         docs = list(coll.aggregate(pipeline))
         cursor = cmd.get("cursor") or {}
         return self._cursor_reply(f"{db}.{coll.name}", docs, cursor.get("batchSize"))
-
-    # Indexes ----------------------------------------------------------------------------------
-    def _create_indexes(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
-        coll = self._collection(db, cmd)
-        existed = coll.name in self.client[db].list_collection_names()
-        before = len(coll.index_information()) if existed else 0
-        for spec in cmd.get("indexes", []):
-            keys = list(spec["key"].items())
-            name = spec.get("name") or "_".join(f"{k}_{d}" for k, d in keys)
-            info = coll.index_information() if existed else {}
-            if name in info:  # as a server does: an existing index is left alone
-                if [tuple(k) for k in info[name]["key"]] != keys:
-                    raise CommandError(
-                        86,
-                        f"An existing index has the same name ({name}) but different keys",
-                        "IndexKeySpecsConflict",
-                    )
-                continue
-            options = {k: v for k, v in spec.items() if k not in ("key", "v", "ns")}
-            options["name"] = name
-            coll.create_index(keys, **options)
-            existed = True
-        after = len(coll.index_information())
-        return {
-            "createdCollectionAutomatically": not existed and after > 0,
-            "numIndexesBefore": before,
-            "numIndexesAfter": after,
-        }
-
-    def _index_docs(self, coll: Any) -> list[dict[str, Any]]:
-        docs = []
-        for name, info in coll.index_information().items():
-            doc: dict[str, Any] = {"v": info.get("v", 2), "key": dict(info["key"]), "name": name}
-            doc.update({k: v for k, v in info.items() if k not in ("v", "key")})
-            docs.append(doc)
-        return docs
-
-    def _list_indexes(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
-        coll = self._collection(db, cmd)
-        if coll.name not in self.client[db].list_collection_names():
-            raise CommandError(26, f"ns does not exist: {db}.{coll.name}", "NamespaceNotFound")
-        batch = (cmd.get("cursor") or {}).get("batchSize")
-        return self._cursor_reply(f"{db}.{coll.name}", self._index_docs(coll), batch)
-
-    def _drop_indexes(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
-        coll = self._collection(db, cmd)
-        index = cmd.get("index")
-        if index == "*":
-            coll.drop_indexes()
-        else:
-            coll.drop_index(index if isinstance(index, str) else list(index.items()))
-        return {}
 
     # Writes -------------------------------------------------------------------------------------
     def _insert(self, db: str, cmd: Mapping[str, Any]) -> dict[str, Any]:
@@ -382,7 +264,9 @@ class Engine:
         n, errors = 0, []
         for index, doc in enumerate(cmd.get("documents", [])):
             try:
-                coll.insert_one(dict(doc))
+                doc = dict(doc)
+                coll.insert_one(doc)
+                self.streams.inserted(db, coll.name, doc)
                 n += 1
             except (DuplicateKeyError, WriteError, OperationFailure) as exc:
                 errors.append(_write_error(index, exc))
@@ -406,18 +290,18 @@ class Engine:
                     raise CommandError(115, "pipeline updates are not supported here")
                 if spec.get("arrayFilters"):
                     raise CommandError(115, "arrayFilters are not supported here")
-                if _is_replacement(update):
-                    if multi:
-                        raise CommandError(
-                            9,
-                            "multi update is not supported for replacement-style update",
-                            "FailedToParse",
-                        )
-                    result = coll.replace_one(query, dict(update), upsert=upsert)
-                elif multi:
-                    result = coll.update_many(query, dict(update), upsert=upsert)
-                else:
-                    result = coll.update_one(query, dict(update), upsert=upsert)
+                replace = _is_replacement(update)
+                if replace and multi:
+                    raise CommandError(
+                        9,
+                        "multi update is not supported for replacement-style update",
+                        "FailedToParse",
+                    )
+                write = (
+                    coll.replace_one if replace else coll.update_many if multi else coll.update_one
+                )
+                apply = functools.partial(write, query, dict(update), upsert=upsert)
+                result = self.streams.track(db, coll, query, multi, replace, apply)
             except CommandError as exc:
                 errors.append({"index": index, "code": exc.code, "errmsg": exc.errmsg})
                 if ordered:
@@ -473,18 +357,17 @@ class Engine:
             if remove:
                 coll.delete_one(by_id)
                 return {"lastErrorObject": {"n": 1}, "value": before}
-            if _is_replacement(update):
-                coll.replace_one(by_id, dict(update))
-            else:
-                coll.update_one(by_id, dict(update))
+            replace = _is_replacement(update)
+            write = coll.replace_one if replace else coll.update_one
+            self.streams.track(db, coll, by_id, False, replace, lambda: write(by_id, dict(update)))
             value = coll.find_one(by_id, projection) if new else before
             return {"lastErrorObject": {"n": 1, "updatedExisting": True}, "value": value}
         if remove or not upsert:
             return {"lastErrorObject": {"n": 0, "updatedExisting": False}, "value": None}
-        if _is_replacement(update):
-            result = coll.replace_one(query, dict(update), upsert=True)
-        else:
-            result = coll.update_one(query, dict(update), upsert=True)
+        write = coll.replace_one if _is_replacement(update) else coll.update_one
+        result = self.streams.track(
+            db, coll, query, False, False, lambda: write(query, dict(update), upsert=True)
+        )
         value = coll.find_one({"_id": result.upserted_id}, projection) if new else None
         return {
             "lastErrorObject": {"n": 1, "updatedExisting": False, "upserted": result.upserted_id},
@@ -505,10 +388,16 @@ class MockServer:
     """The wire-protocol server. ``start()`` listens on ``port`` (0: a free one, kept
     for restarts); ``stop()`` closes the listener and every connection, keeping data."""
 
-    def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, port: int = 0, host: str = "127.0.0.1", change_streams: bool = False
+    ) -> None:
         self.host = host
         self.port = port
         self.engine = Engine()
+        self.streams = self.engine.streams
+        """Change streams (tests/support/changestreams.py): on, the server is a replica
+        set's primary; off (the default), a standalone."""
+        self.streams.enabled = change_streams
         self.delay = 0.0
         self._drop_replies = 0
         self._drop_commands: frozenset[str] | None = None
@@ -542,6 +431,7 @@ class MockServer:
         listener.bind((self.host, self.port))
         listener.listen(128)
         self.port = listener.getsockname()[1]
+        self.streams.address = self.address
         self._listener = listener
         self._stopping.clear()
         thread = threading.Thread(
@@ -635,6 +525,8 @@ class MockServer:
                 if not isinstance(request, (OpMsg, Command)):
                     raise ConnectionError(f"unsupported legacy opcode {type(request).__name__}")
                 command = dict(request.doc)
+                if not self.streams.serving(conn, command):
+                    break  # refusing change streams for now: hang up
                 db = command.get("$db") or request.namespace or "admin"
                 reply = self.engine.execute(db, command)
                 name = next(iter(command), "")
@@ -650,6 +542,7 @@ class MockServer:
         finally:
             with self._connections_lock:
                 self._connections.discard(conn)
+            self.streams.closed(conn)
             try:
                 conn.close()
             except OSError:
@@ -657,10 +550,13 @@ class MockServer:
 
 
 def main() -> None:
-    """``python -m tests.support.server [PORT]``: serve until interrupted (prints the URI)."""
+    """``python -m tests.support.server [PORT] [--change-streams]``: serve until
+    interrupted (prints the URI); with ``--change-streams``, as a replica set."""
     import sys
 
-    server = MockServer(int(sys.argv[1]) if len(sys.argv) > 1 else 0).start()
+    args = [a for a in sys.argv[1:] if a != "--change-streams"]
+    streams = "--change-streams" in sys.argv[1:]
+    server = MockServer(int(args[0]) if args else 0, change_streams=streams).start()
     print(server.uri(), flush=True)
     try:
         while True:

@@ -1,0 +1,196 @@
+"""watch_due: a store reports jobs that become pending, written by anyone.
+
+Runs where a store can watch: ``memory``, the wire-protocol stand-in with change streams
+on (``wire_rs``), and a real server at ``MONGOSCHED_TEST_URI`` when it is a replica set
+or a sharded cluster. The writes come from a *second* store on the same database (another
+client, as another process would be), except on ``memory``, which no other process sees.
+Where a store cannot watch (a standalone server, mongomock), iterating raises
+WatchUnavailable at once.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from mongosched.errors import WatchUnavailable
+from mongosched.records import JobStatus
+from mongosched.store import DueHint, DueWatch, Store
+from mongosched.store.memory import MemoryStore
+from mongosched.store.mongo import MongoStore
+from tests.support.server import MockServer
+
+from .conftest import TEST_URI
+from .helpers import LATER, T0, add, claimed, given_back, job, raised, sec, succeeded, token
+
+WATCHING = ["memory", "wire_rs", *(["mongodb"] if TEST_URI else [])]
+QUIET = 0.6  # seconds without a hint that show a change was not reported
+
+
+class Hints:
+    """Reads a watch in a thread, as a runner's watcher does."""
+
+    def __init__(self, watch: DueWatch) -> None:
+        self.watch = watch
+        self.queue: queue.Queue[DueHint | BaseException] = queue.Queue()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for hint in self.watch:
+                self.queue.put(hint)
+        except BaseException as exc:  # handed to the test
+            self.queue.put(exc)
+
+    def next(self, timeout: float = 5.0) -> DueHint:
+        item = self.queue.get(timeout=timeout)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def none_within(self, seconds: float = QUIET) -> bool:
+        try:
+            item = self.queue.get(timeout=seconds)
+        except queue.Empty:
+            return True
+        raise AssertionError(f"unexpected hint {item!r}")
+
+    def close(self) -> float:
+        """Close the watch; seconds until its reader ended."""
+        start = time.monotonic()
+        self.watch.close()
+        self.thread.join(5)
+        assert not self.thread.is_alive()
+        return time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def replica_server() -> Iterator[MockServer]:
+    server = MockServer(change_streams=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=WATCHING)
+def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Store, Store]]:
+    """A store that watches and one that writes, on one database."""
+    if request.param == "memory":
+        store = MemoryStore()
+        yield store, store
+        return
+    if request.param == "wire_rs":
+        server: MockServer = request.getfixturevalue("replica_server")
+        uri = server.uri(f"watch_{id(request)}", serverSelectionTimeoutMS=5000)
+    else:
+        assert TEST_URI
+        from tests.support.server_fixtures import with_database
+
+        uri = with_database(TEST_URI, f"watch_{id(request)}")
+    watcher, writer = MongoStore(uri=uri), MongoStore(uri=uri)
+    hello = watcher.database.command("hello")
+    if not hello.get("setName") and hello.get("msg") != "isdbgrid":
+        pytest.skip("change streams need a replica set or a sharded cluster")
+    writer.prepare()
+    try:
+        yield watcher, writer
+    finally:
+        writer.database.client.drop_database(writer.database.name)
+        watcher.close()
+        writer.close()
+
+
+@pytest.fixture
+def hints(pair: tuple[Store, Store]) -> Iterator[Hints]:
+    reader = Hints(pair[0].watch_due(None))
+    first = reader.next()
+    assert first == DueHint()  # established: claim now
+    yield reader
+    reader.close()
+
+
+def test_an_inserted_job_is_reported_with_its_due_time_and_task(
+    pair: tuple[Store, Store], hints: Hints
+) -> None:
+    writer = pair[1]
+    add(writer, job("soon", at=T0))
+    assert hints.next() == DueHint(at=T0, task="soon")
+    add(writer, job("later", at=T0 + sec(3600)))
+    assert hints.next() == DueHint(at=T0 + sec(3600), task="later")
+
+
+def test_claims_heartbeats_and_finishes_are_not_reported(
+    pair: tuple[Store, Store], hints: Hints
+) -> None:
+    writer = pair[1]
+    queued = add(writer, job())[0]
+    hints.next()
+    running = claimed(writer)
+    assert writer.renew(queued.id, token(running), LATER, LATER + sec(60)).held
+    writer.settle(running, succeeded(running))
+    assert hints.none_within()
+
+
+def test_jobs_that_become_pending_again_are_reported(
+    pair: tuple[Store, Store], hints: Hints
+) -> None:
+    writer = pair[1]
+    queued = add(writer, job(max_attempts=3))[0]
+    hints.next()
+    running = claimed(writer)
+    retrying = writer.settle(running, raised(running))  # a retry
+    assert retrying is not None and retrying.status is JobStatus.PENDING
+    assert hints.next().at in (None, retrying.run_at)
+    running = claimed(writer, now=retrying.run_at + sec(1))
+    assert writer.settle(running, given_back(running)) is not None  # given back
+    assert hints.next().at in (None, retrying.run_at)
+    running = claimed(writer, now=retrying.run_at + sec(1))
+    done = writer.settle(running, succeeded(running))
+    assert done is not None and done.status is JobStatus.COMPLETED
+    assert hints.none_within()
+    retried = writer.retry_finished(queued.id, JobStatus.COMPLETED, LATER + sec(5))  # by hand
+    assert retried is not None
+    assert hints.next().at in (None, LATER + sec(5))
+
+
+def test_a_watch_of_some_queues_is_not_told_of_new_jobs_of_others(
+    pair: tuple[Store, Store],
+) -> None:
+    watcher, writer = pair
+    reader = Hints(watcher.watch_due(["mine"]))
+    try:
+        assert reader.next() == DueHint()
+        add(writer, job("theirs", queue="other"), job("ours", queue="mine"))
+        assert reader.next() == DueHint(at=T0, task="ours")
+        assert reader.none_within()
+    finally:
+        reader.close()
+
+
+def test_close_ends_the_watch_promptly(pair: tuple[Store, Store], hints: Hints) -> None:
+    assert hints.close() < 2.0
+
+
+def test_a_watch_closed_before_it_is_read_reports_nothing(pair: tuple[Store, Store]) -> None:
+    watch = pair[0].watch_due(None)
+    watch.close()
+    assert list(watch) == []
+
+
+def test_a_store_that_cannot_watch_says_so_at_once(store: Store, substrate: str) -> None:
+    watch = store.watch_due(None)
+    try:
+        first = next(iter(watch))
+    except WatchUnavailable:
+        assert substrate != "memory"
+    else:
+        assert first == DueHint()
+        assert substrate not in ("mongomock", "wire")  # a standalone stand-in, no streams
+    finally:
+        watch.close()

@@ -1,0 +1,211 @@
+"""Waking runners when a job becomes due elsewhere (App(wake=...), mongosched.wakeup).
+
+On the wire-protocol stand-in with change streams on (a one-member replica set, see
+tests/support/changestreams.py) or off (a standalone). Poll intervals are long here (30 s),
+so a job that starts within a couple of seconds was started by a wake-up, not a poll;
+latency figures are printed by bench/wake.py, not asserted here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mongosched import App
+from mongosched.errors import ConfigurationError
+from mongosched.store import DueHint
+from tests.contract.helpers import T0, add, job, sec
+from tests.contract.test_watch import Hints
+from tests.support import worker_app
+from tests.support.server import MockServer
+from tests.support.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+LONG_POLL = 30.0
+PROMPT = 2.5  # seconds: well under LONG_POLL, with room for a loaded machine
+
+
+@pytest.fixture
+def replica() -> Iterator[MockServer]:
+    server = MockServer(change_streams=True).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def standalone() -> Iterator[MockServer]:
+    server = MockServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _apps(uri: str, **options: object) -> tuple[App, App, threading.Event]:
+    """A runner's app and a scheduler's app (two clients) sharing task ``t``."""
+    ran = threading.Event()
+    runner_app = App(uri, poll_interval=LONG_POLL, **options)  # type: ignore[arg-type]
+    other = App(uri, poll_interval=LONG_POLL)
+
+    @runner_app.task(name="t")
+    def t() -> None:
+        ran.set()
+
+    other.task(name="t")(lambda: None)
+    return runner_app, other, ran
+
+
+def test_a_job_scheduled_by_another_process_starts_at_once(
+    replica: MockServer, tmp_path: Path
+) -> None:
+    uri = replica.uri("wake_processes")
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.worker_app", uri, "--poll", str(LONG_POLL)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    app = worker_app.build(uri, 1.5, LONG_POLL)
+    try:
+        wait_for(lambda: "started" in log.read_text(), 30, message="the worker to start")
+        wait_for(lambda: replica.streams.open_streams, 30, message="the worker to watch")
+        runs = worker_app.side_collection(uri)
+        for n in range(3):
+            before = time.time()
+            job_id = app.get_task("record").schedule().id
+            run = wait_for(lambda i=job_id: runs.find_one({"job": i}), 20, message=f"run {n}")
+            assert run["start"] - before < PROMPT, log.read_text()[-2000:]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        app.close()
+
+
+def test_a_runner_of_another_app_on_a_replica_set_starts_a_job_at_once(
+    replica: MockServer,
+) -> None:
+    runner_app, other, ran = _apps(replica.uri("wake_apps"))
+    runner = runner_app.runner(workers=1).start()
+    try:
+        assert runner.wait_ready(10)
+        wait_for(lambda: runner.health()["wake"] == "watching", message="watching")
+        other.get_task("t").schedule()
+        assert ran.wait(PROMPT)
+    finally:
+        runner.stop(timeout=5)
+        runner_app.close()
+        other.close()
+
+
+def test_runners_of_a_shared_memory_store_wake_each_other() -> None:
+    runner_app, other, ran = _apps("memory://wake_memory")
+    runner = runner_app.runner(workers=1).start()
+    try:
+        assert runner.wait_ready(10)
+        wait_for(lambda: runner.health()["wake"] == "watching", message="watching")
+        other.get_task("t").schedule()
+        assert ran.wait(PROMPT)
+    finally:
+        runner.stop(timeout=5)
+
+
+def test_a_standalone_server_falls_back_to_polling(
+    standalone: MockServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner_app, other, ran = _apps(standalone.uri("wake_standalone"), wake="change_stream")
+    runner = runner_app.runner(workers=1, poll_interval=0.1).start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="mongosched"):
+            wait_for(lambda: runner.health()["wake"] == "polling", message="polling")
+        assert "cannot watch for due jobs" in caplog.text and "replica sets" in caplog.text
+        other.get_task("t").schedule()
+        assert ran.wait(5)  # by polling
+        assert standalone.streams.open_streams == 0
+    finally:
+        runner.stop(timeout=5)
+        runner_app.close()
+        other.close()
+
+
+def test_a_dropped_stream_resumes_without_missing_a_job(replica: MockServer) -> None:
+    runner_app, other, ran = _apps(replica.uri("wake_resume"))
+    runner = runner_app.runner(workers=1).start()
+    try:
+        assert runner.wait_ready(10)
+        wait_for(lambda: runner.health()["wake"] == "watching", message="watching")
+        assert replica.streams.drop(refuse_for=1.0) >= 1
+        # Scheduled while the stream is down, due after any claim in progress: only the
+        # resumed stream's report (with its due time) can start it before a poll.
+        other.get_task("t").configure(delay=1.5).schedule()
+        assert ran.wait(1.5 + PROMPT)
+        assert replica.streams.resumed >= 1
+    finally:
+        runner.stop(timeout=5)
+        runner_app.close()
+        other.close()
+
+
+def test_a_resumed_watch_reports_what_changed_while_it_was_down(replica: MockServer) -> None:
+    """Resuming uses the stream's token: a job due in an hour, inserted while the stream
+    was down, is reported with its due time (a fresh stream would not report it)."""
+    uri = replica.uri("wake_resume_store")
+    watching, writing = App(uri), App(uri)
+    writing.ensure_indexes()
+    hints = Hints(watching.store.watch_due(None))
+    try:
+        assert hints.next() == DueHint()
+        replica.streams.drop(refuse_for=1.0)
+        add(writing.store, job("later", at=T0 + sec(3600)))
+        assert hints.next(10) == DueHint(at=T0 + sec(3600), task="later")
+        assert replica.streams.resumed >= 1
+    finally:
+        hints.close()
+        watching.close()
+        writing.close()
+
+
+def test_stopping_a_runner_closes_its_stream(replica: MockServer) -> None:
+    runner_app, other, _ = _apps(replica.uri("wake_stop"))
+    runner = runner_app.runner(workers=1).start()
+    try:
+        wait_for(lambda: replica.streams.open_streams == 1, message="a stream")
+        assert runner.stop(timeout=5)
+        wait_for(lambda: replica.streams.open_streams == 0, 2, message="the stream closed")
+        assert replica.streams.killed == 1
+        assert runner.health()["wake"] == "stopped"
+    finally:
+        runner_app.close()
+        other.close()
+
+
+def test_wake_poll_never_watches(replica: MockServer) -> None:
+    runner_app, other, ran = _apps(replica.uri("wake_poll"), wake="poll")
+    runner = runner_app.runner(workers=1).start()
+    try:
+        assert runner.wait_ready(5) and runner.health()["wake"] == "poll"
+        assert runner_app.runner(wake="auto").wake_mode == "auto"  # a runner's own choice
+        assert replica.streams.opened == 0
+    finally:
+        runner.stop(timeout=5)
+        runner_app.close()
+        other.close()
+
+
+def test_wake_must_be_a_known_mode() -> None:
+    with pytest.raises(ConfigurationError, match="wake must be one of"):
+        App("memory://", wake="push")
+    with pytest.raises(ConfigurationError, match="Runner: wake"):
+        App("memory://").runner(wake="sometimes")
