@@ -13,6 +13,7 @@ Usage::
     mongosched [--app MODULE:APP | --uri URI] schedules [--json]
     mongosched [--app MODULE:APP | --uri URI] stats [--json]
     mongosched [--app MODULE:APP | --uri URI] ping [--json]
+    mongosched [--app MODULE:APP | --uri URI] dashboard --token T [--host H] [--port N]
 
 ``--app`` and ``--uri`` may also come from the environment (``MONGOSCHED_APP``,
 ``MONGOSCHED_URI``) and may be given after the verb. A URI (``mongodb://host/dbname``)
@@ -107,7 +108,7 @@ def main(
         return EXIT_USAGE
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.framework = app is not None
-    level = args.log_level or ("INFO" if args.verb == "worker" else "WARNING")
+    level = args.log_level or ("INFO" if args.verb in ("worker", "dashboard") else "WARNING")
     undo_logging = _configure_logging(level)
     chosen: App | None = None
     made_here = False

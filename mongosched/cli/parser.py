@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import __version__
 from ..records import JobStatus
-from . import verbs
+from . import dashboard, verbs
 from .parser_ops import OPERATION_VERBS, add_operation_verbs
 
 __all__ = [
@@ -37,6 +37,7 @@ EXIT_CODES_HELP = (
     + """
 environment:
   MONGOSCHED_APP  default for --app      MONGOSCHED_URI  default for --uri
+  MONGOSCHED_DASHBOARD_TOKEN  default for dashboard --token
 """
 )
 
@@ -47,6 +48,7 @@ VERBS = {
     "stats": "counts by task and status, lateness, running leases",
     "ping": "check the database answers (exit 0, or 4): for probes",
     **OPERATION_VERBS,
+    "dashboard": "serve the web dashboard (needs a token; binds 127.0.0.1 by default)",
 }
 """The verbs and what each does (the command's help, and the frameworks' commands')."""
 
@@ -173,7 +175,7 @@ def _connection_options(defaults: bool, choose_app: bool) -> argparse.ArgumentPa
         metavar="LEVEL",
         type=str.upper,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="debug, info, warning or error (default: info for worker, else warning)",
+        help="debug, info, warning or error (default: info for worker and dashboard, else warning)",
     )
     return parser
 
@@ -317,4 +319,5 @@ def build_parser(
         json_flag,
         {"positive_int": _positive_int, "duration": parse_duration, "when": parse_when},
     )
+    dashboard.add_arguments(verb(commands, "dashboard", VERBS["dashboard"]))
     return parser

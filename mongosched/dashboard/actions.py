@@ -1,0 +1,248 @@
+"""The dashboard's writes, each behind a confirmation page.
+
+A link (GET) shows what will happen — for a bulk action, how many jobs the filter
+matches now (a dry run) — and a form; the form POSTs (with the CSRF token, checked
+before any of this runs) and the answer redirects to a page that says what was done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import MongoschedError
+from ..job import Job
+from ..records import JobStatus
+from .data import BULK_ACTIONS, PAUSE_KINDS, Filters, Operations
+from .http import Request, Response, query_string, redirect
+from .render import Context, Markup, fmt, hidden_fields, join
+
+__all__ = ["JOB_ACTIONS", "bulk_action", "job_action", "pause_action", "safe_next"]
+
+JOB_ACTIONS = ("retry", "cancel", "purge")
+
+Page = tuple[str, Markup, int]
+"""A page to show: title, body, HTTP status."""
+
+
+def safe_next(value: str, default: str = "/") -> str:
+    """A path under the dashboard to go back to; anything else (another site, a
+    scheme) becomes ``default``."""
+    if not value.startswith("/") or value.startswith("//") or "\\" in value or "\n" in value:
+        return default
+    return value
+
+
+def _done(ctx: Context, path: str, code: str, n: int | None = None) -> Response:
+    """See the page at ``path`` (which may carry a query), saying what was done."""
+    params = query_string([("done", code)] + ([("n", str(n))] if n is not None else []))
+    return redirect(ctx.url(path) + ("&" + params[1:] if "?" in path else params))
+
+
+def _confirm(
+    ctx: Context,
+    title: str,
+    text: Markup,
+    button: str,
+    *,
+    back: str,
+    fields: list[tuple[str, str]] | None = None,
+    danger: bool = False,
+    error: str | None = None,
+) -> Page:
+    problem = fmt('<div class="warning" role="alert">{}</div>', error) if error else Markup("")
+    body = fmt(
+        '{}<section class="panel confirm"><p>{}</p>'
+        '<form method="post" action="{}">{}{}'
+        '<button type="submit" class="button {}">{}</button> '
+        '<a class="button" href="{}">Go back</a></form></section>',
+        problem,
+        text,
+        ctx.url(ctx.request.path),
+        ctx.csrf(),
+        hidden_fields(fields or []),
+        "danger" if danger else "primary",
+        button,
+        ctx.url(back),
+    )
+    return title, body, 409 if error else 200
+
+
+# One job -----------------------------------------------------------------------------------
+def job_action(ops: Operations, ctx: Context, job: Job, action: str) -> Page | Response:
+    """Retry, cancel or delete one job: the confirmation (GET) or the deed (POST)."""
+    path = f"/jobs/{job.id}"
+    describe = fmt('<strong>{}</strong> <span class="mono">{}</span>', job.task, job.id)
+    purge = ops.job_purge_method()
+
+    def retry() -> Response:
+        ops.app.retry_job(job.id)
+        return _done(ctx, path, "retried")
+
+    def cancel() -> Response:
+        return _done(ctx, path, str(ops.app.cancel(job.id)))
+
+    def delete() -> Response:
+        if purge is not None:
+            purge(job.id)
+        return _done(ctx, "/jobs", "purged")
+
+    steps: dict[str, tuple[str, Markup, str, bool, Callable[[], Response]]] = {
+        "retry": (
+            "Retry job",
+            fmt(
+                "Run {} again now? It is {}; its attempts start again from zero.",
+                describe,
+                job.status.value,
+            ),
+            "Retry",
+            False,
+            retry,
+        ),
+        "cancel": (
+            "Cancel job",
+            fmt(
+                "Cancel {}? It is {}: {}",
+                describe,
+                job.status.value,
+                "a running job stops at its next heartbeat."
+                if job.status is JobStatus.RUNNING
+                else "it will never start."
+                + (" A repeating schedule stops for good." if job.repeat else ""),
+            ),
+            "Cancel job",
+            True,
+            cancel,
+        ),
+        "purge": (
+            "Delete job",
+            fmt("Delete {} for good? It is {}.", describe, job.status.value),
+            "Delete",
+            True,
+            delete,
+        ),
+    }
+    if action == "purge" and purge is None:
+        return "Not available", Markup("<p>This app cannot delete single jobs.</p>"), 404
+    title, text, button, danger, deed = steps[action]
+    if ctx.request.method == "POST":
+        try:
+            return deed()
+        except MongoschedError as exc:
+            return _confirm(ctx, title, text, button, back=path, danger=danger, error=str(exc))
+    return _confirm(ctx, title, text, button, back=path, danger=danger)
+
+
+# Bulk ---------------------------------------------------------------------------------------
+def describe_filter(filters: Filters) -> Markup:
+    parts = []
+    if filters.task:
+        parts.append(fmt("task <strong>{}</strong>", filters.task))
+    if filters.queue:
+        parts.append(fmt("queue <strong>{}</strong>", filters.queue))
+    if filters.statuses:
+        parts.append(fmt("status <strong>{}</strong>", " or ".join(filters.statuses)))
+    if filters.error_type:
+        parts.append(fmt("error type <strong>{}</strong>", filters.error_type))
+    if not parts:
+        return Markup("<strong>every job</strong> (no filter)")
+    return Markup("jobs with ") + join(parts, ", ")
+
+
+BULK_WORDS = {
+    "retry": ("Retry jobs", "Run again", "failed or cancelled", False),
+    "cancel": ("Cancel jobs", "Cancel", "pending or running", True),
+    "purge": ("Delete jobs", "Delete", "finished", True),
+}
+
+
+def bulk_action(ops: Operations, ctx: Context, action: str) -> Page | Response:
+    """Retry, cancel or delete every job the filter matches (the filter comes from the
+    query on the confirmation page, from hidden fields on the POST)."""
+    if action not in BULK_ACTIONS or not ops.supports(BULK_ACTIONS[action]):
+        return "Not available", Markup("<p>This app has no such bulk action.</p>"), 404
+    request: Request = ctx.request
+    if request.method == "POST":
+        filters = Filters.read(request.field, lambda name: request.form.get(name, []))
+    else:
+        filters = Filters.read(request.arg, request.args)
+    title, button, which, danger = BULK_WORDS[action]
+    back = ctx.url("/jobs", filters.pairs())[len(ctx.request.root) :]
+    try:
+        if request.method == "POST":
+            n = ops.bulk(action, filters, dry_run=False)
+            return _done(ctx, back, f"bulk-{action}", n)
+        count = ops.bulk(action, filters, dry_run=True)
+    except (MongoschedError, LookupError) as exc:
+        return _confirm(ctx, title, Markup(""), button, back=back, error=str(exc))
+    if count == 0:
+        text = fmt("No {} job matches {}: nothing to do.", which, describe_filter(filters))
+        body = fmt(
+            '<section class="panel confirm"><p>{}</p>'
+            '<a class="button" href="{}">Go back</a></section>',
+            text,
+            ctx.url(back),
+        )
+        return title, body, 200
+    text = fmt(
+        "{} <strong>{}</strong> {} job{} matching {}?",
+        button,
+        f"{count:,}",
+        which,
+        "" if count == 1 else "s",
+        describe_filter(filters),
+    )
+    return _confirm(
+        ctx,
+        title,
+        text,
+        f"{button} {count:,} job{'' if count == 1 else 's'}",
+        back=back,
+        fields=filters.pairs(),
+        danger=danger,
+    )
+
+
+# Pause, resume -----------------------------------------------------------------------------
+PAUSE_TEXT = {
+    "queue": "Runners stop claiming jobs of queue {} within a poll interval; running jobs finish.",
+    "task": "Runners stop claiming jobs of task {} within a poll interval; running jobs finish.",
+    "schedule": "The repeating schedule {} stops starting new runs; a running one finishes.",
+}
+RESUME_TEXT = {
+    "queue": "Runners claim jobs of queue {} again; what is due runs.",
+    "task": "Runners claim jobs of task {} again; what is due runs.",
+    "schedule": "The schedule {} runs again; missed slots follow its misfire policy.",
+}
+
+
+def pause_action(ops: Operations, ctx: Context, resume: bool) -> Page | Response:
+    """Pause or resume a queue, a task or a schedule (``kind`` and ``name``)."""
+    request = ctx.request
+    get: Callable[[str], Any] = request.field if request.method == "POST" else request.arg
+    kind, name = get("kind"), get("name")
+    back = safe_next(get("next"))
+    if not ops.can_pause:
+        return "Not available", Markup("<p>This app cannot pause.</p>"), 404
+    if kind not in PAUSE_KINDS or not name:
+        return (
+            "Bad request",
+            Markup("<p>Say what to pause: a queue, a task or a schedule, by name.</p>"),
+            400,
+        )
+    verb = "Resume" if resume else "Pause"
+    text = (RESUME_TEXT if resume else PAUSE_TEXT)[kind]
+    what = fmt("<strong>{}</strong>", name)
+    title = f"{verb} {kind}"
+    fields = [("kind", kind), ("name", name), ("next", back)]
+    if request.method == "POST":
+        try:
+            ops.pause(kind, name, resume=resume)
+        except (MongoschedError, ValueError) as exc:
+            return _confirm(
+                ctx, title, fmt(text, what), verb, back=back, fields=fields, error=str(exc)
+            )
+        return _done(ctx, back, "resumed" if resume else "paused")
+    return _confirm(
+        ctx, title, fmt(text, what), f"{verb} {kind}", back=back, fields=fields, danger=not resume
+    )

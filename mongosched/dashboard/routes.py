@@ -1,0 +1,171 @@
+"""The dashboard's routes: which view answers which path, the CSRF check of every POST,
+the error pages. :class:`Dashboard` knows nothing of how the request was authenticated:
+its host (the standalone server, Django, Flask) does that and passes a
+:class:`~.csrf.Session`."""
+
+from __future__ import annotations
+
+import logging
+import re
+import urllib.parse
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..errors import StoreError
+from .actions import JOB_ACTIONS, bulk_action, job_action, pause_action
+from .csrf import Session, refusal
+from .data import Operations
+from .http import Request, Response
+from .render import Context, Markup, fmt, page
+from .static import asset
+from .views import (
+    job_page,
+    jobs_page,
+    notice,
+    overview_page,
+    schedules_page,
+    workers_page,
+)
+
+if TYPE_CHECKING:
+    from ..app import App
+
+__all__ = ["Dashboard"]
+
+log = logging.getLogger("mongosched")
+
+READS: dict[str, Callable[[Operations, Context], tuple[str, Markup]]] = {
+    "/": overview_page,
+    "/jobs": jobs_page,
+    "/schedules": schedules_page,
+    "/workers": workers_page,
+}
+JOB_PATH = re.compile(r"^/jobs/([^/]+)(?:/([a-z]+))?/?$")
+
+
+class Dashboard:
+    """The dashboard of one :class:`~mongosched.App`, independent of the web framework.
+
+    :meth:`handle` answers one :class:`~.http.Request` for a host that has already
+    authenticated it; the :class:`~.csrf.Session` says how its forms are protected.
+    """
+
+    def __init__(self, app: App, *, title: str = "mongosched") -> None:
+        self.app = app
+        self.ops = Operations(app)
+        self.title = title
+
+    def handle(self, request: Request, session: Session) -> Response:
+        ctx = Context(
+            request=request,
+            csrf_field=session.csrf_field,
+            csrf_token=session.csrf_token,
+            user=session.user,
+            logout=session.logout,
+            title=self.title,
+        )
+        if request.method not in ("GET", "HEAD", "POST"):
+            return Response(
+                "method not allowed", 405, "text/plain; charset=utf-8", [("Allow", "GET, POST")]
+            )
+        if request.method == "POST":
+            why = refusal(request, session)
+            if why is not None:
+                log.warning("dashboard: POST %s refused: %s", request.path, why)
+                return self._page(ctx, "Refused", fmt("<p>Refused: {}.</p>", why), 403)
+        try:
+            return self._route(ctx)
+        except StoreError as exc:
+            log.warning("dashboard: %s %s: database error: %s", request.method, request.path, exc)
+            body = fmt(
+                '<div class="warning">The database did not answer: {}</div>',
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            )
+            return self._page(ctx, "Database unavailable", body, 503)
+        except Exception:
+            log.exception("dashboard: %s %s failed", request.method, request.path)
+            return self._page(
+                ctx, "Error", Markup("<p>Something went wrong; the log says what.</p>"), 500
+            )
+
+    # Routing ----------------------------------------------------------------------------
+    def _route(self, ctx: Context) -> Response:
+        request = ctx.request
+        path = request.path
+        post = request.method == "POST"
+        if path.startswith("/static/") and not post:
+            found = asset(path[len("/static/") :], request.header("if-none-match"))
+            return found or self._not_found(ctx)
+        if path == "/metrics" and not post:
+            return self._metrics()
+        view = READS.get(path.rstrip("/") or "/")
+        if view is not None:
+            if post:
+                return self._not_allowed()
+            title, body = view(self.ops, ctx)
+            section = path.rstrip("/") or "/"
+            return self._page(
+                ctx,
+                title,
+                body,
+                200,
+                section=section,
+                notice=notice(ctx),
+                refresh=section in ("/", "/workers"),
+            )
+        match = JOB_PATH.match(path)
+        if match:
+            job = self.ops.job(urllib.parse.unquote(match[1]))
+            if job is None:
+                return self._not_found(ctx, "No job has this id (it may have been deleted).")
+            action = match[2]
+            if action is None:
+                if post:
+                    return self._not_allowed()
+                title, body = job_page(self.ops, ctx, job)
+                return self._page(ctx, title, body, 200, section="/jobs", notice=notice(ctx))
+            if action not in JOB_ACTIONS:
+                return self._not_found(ctx)
+            return self._answer(ctx, job_action(self.ops, ctx, job, action), "/jobs")
+        if path.startswith("/bulk/"):
+            return self._answer(ctx, bulk_action(self.ops, ctx, path[len("/bulk/") :]), "/jobs")
+        if path in ("/pause", "/resume"):
+            return self._answer(ctx, pause_action(self.ops, ctx, resume=path == "/resume"), "/")
+        return self._not_found(ctx)
+
+    def _answer(
+        self, ctx: Context, result: tuple[str, Markup, int] | Response, section: str
+    ) -> Response:
+        if isinstance(result, Response):
+            return result
+        title, body, status = result
+        return self._page(ctx, title, body, status, section=section)
+
+    # Answers ------------------------------------------------------------------------------
+    def _page(
+        self,
+        ctx: Context,
+        title: str,
+        body: Markup,
+        status: int,
+        *,
+        section: str = "",
+        notice: Markup | None = None,
+        refresh: bool = False,
+    ) -> Response:
+        html = page(ctx, title, body, section=section, notice=notice, refresh=refresh)
+        return Response(html, status)
+
+    def _not_found(self, ctx: Context, text: str = "There is no such page.") -> Response:
+        return self._page(ctx, "Not found", fmt("<p>{}</p>", text), 404)
+
+    def _not_allowed(self) -> Response:
+        return Response("method not allowed", 405, "text/plain; charset=utf-8", [("Allow", "GET")])
+
+    def _metrics(self) -> Response:
+        text = self.ops.metrics()
+        if text is None:
+            return Response(
+                "metrics are not available in this version\n", 501, "text/plain; charset=utf-8"
+            )
+        return Response(text, 200, "text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,27 @@
+// mongosched dashboard: optional. Pages work without it; with it, the overview and the
+// workers page can refresh themselves every 10 s (remembered in this browser).
+(function () {
+  "use strict";
+  var page = document.body.getAttribute("data-refresh");
+  var slot = document.querySelector(".account");
+  if (!page || !slot || !window.localStorage) { return; }
+  var key = "mongosched.refresh";
+  var label = document.createElement("label");
+  label.className = "refresh";
+  var box = document.createElement("input");
+  box.type = "checkbox";
+  box.checked = localStorage.getItem(key) === "1";
+  label.appendChild(box);
+  label.appendChild(document.createTextNode("Auto-refresh"));
+  slot.insertBefore(label, slot.firstChild);
+  var timer = null;
+  function arm() {
+    if (timer) { clearTimeout(timer); timer = null; }
+    if (box.checked) { timer = setTimeout(function () { location.reload(); }, 10000); }
+  }
+  box.addEventListener("change", function () {
+    localStorage.setItem(key, box.checked ? "1" : "0");
+    arm();
+  });
+  arm();
+})();

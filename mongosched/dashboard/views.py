@@ -1,0 +1,593 @@
+"""The dashboard's pages (reads only): overview, jobs, a job, schedules, workers.
+
+Each view takes the :class:`~.data.Operations`, the page :class:`~.render.Context` and
+returns the HTML of the page; links to actions go to their confirmation pages
+(:mod:`.actions`), so nothing here writes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from ..job import Job
+from ..records import SORTABLE, JobStatus
+from .chart import throughput_chart
+from .data import DUE_SCAN_LIMIT, Filters, Operations, Row
+from .render import (
+    Context,
+    Markup,
+    ago,
+    badge,
+    code_block,
+    duration,
+    fmt,
+    join,
+    pretty,
+    stamp,
+    table,
+)
+
+__all__ = ["PER_PAGE", "job_page", "jobs_page", "overview_page", "schedules_page", "workers_page"]
+
+PER_PAGE = 50
+CARD_LINK = (
+    '<a class="card {}" href="{}"><span class="label">{}</span><span class="value">{}</span></a>'
+)
+CARD = '<div class="card {}"{}><span class="label">{}</span><span class="value">{}</span></div>'
+SORT_LABELS = {
+    "updated_at": "Updated",
+    "created_at": "Created",
+    "run_at": "Due",
+    "finished_at": "Finished",
+    "priority": "Priority",
+}
+NOTICES = {
+    "retried": "Job queued to run again.",
+    "cancelled": "Job cancelled.",
+    "requested": "Job is running: cancellation requested, it stops at its next heartbeat.",
+    "already_finished": "Job had already finished: nothing to cancel.",
+    "purged": "Job deleted.",
+    "paused": "Paused.",
+    "resumed": "Resumed.",
+    "bulk-retry": "{n} job(s) queued to run again.",
+    "bulk-cancel": "{n} job(s) cancelled.",
+    "bulk-purge": "{n} job(s) deleted.",
+}
+"""What an action's redirect says (by code: no text from the URL reaches the page)."""
+
+
+def notice(ctx: Context) -> Markup | None:
+    code = ctx.request.arg("done")
+    if code not in NOTICES:
+        return None
+    n = ctx.request.arg("n")
+    text = NOTICES[code].format(n=int(n) if n.isdigit() else 0)
+    return fmt('<div class="notice" role="status">{}</div>', text)
+
+
+def link(ctx: Context, path: str, text: Any, params: Iterable[tuple[str, str]] = ()) -> Markup:
+    return fmt('<a href="{}">{}</a>', ctx.url(path, params), text)
+
+
+def jobs_link(ctx: Context, text: Any, **where: str) -> Markup:
+    """A count linking to the jobs it counts (a zero stays plain)."""
+    if str(text) in ("0", ""):
+        return fmt('<span class="zero">{}</span>', text)
+    return link(ctx, "/jobs", text, list(where.items()))
+
+
+def _number(n: int) -> str:
+    return f"{n:,}"
+
+
+# Overview ---------------------------------------------------------------------------------
+def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
+    view = ops.overview()
+    now = view.now
+    totals = view.totals
+    late = None if view.oldest_due is None else view.oldest_due.get("late_seconds")
+    due = sum(row.due for row in view.tasks)
+    cards = [
+        ("Due", _number(due), "due" if due else "", ctx.url("/jobs", [("status", "pending")])),
+        (
+            "Running",
+            _number(totals.get("running", 0)),
+            "",
+            ctx.url("/jobs", [("status", "running")]),
+        ),
+        (
+            "Failed",
+            _number(totals.get("failed", 0)),
+            "bad" if totals.get("failed") else "",
+            ctx.url("/jobs", [("status", "failed")]),
+        ),
+        (
+            "Completed",
+            _number(totals.get("completed", 0)),
+            "",
+            ctx.url("/jobs", [("status", "completed")]),
+        ),
+        ("Oldest due job late by", duration(late), "bad" if late and late > 60 else "", ""),
+    ]
+    card_html = join(
+        fmt(
+            (CARD_LINK if href else CARD),
+            css,
+            href or Markup(""),
+            label,
+            value,
+        )
+        for label, value, css, href in cards
+    )
+    warnings: list[Markup] = []
+    if view.clock_offset is not None and abs(view.clock_offset) > 2:
+        warnings.append(
+            fmt(
+                '<div class="warning">The database clock is {} {} this host\'s.</div>',
+                duration(abs(view.clock_offset)),
+                "ahead of" if view.clock_offset > 0 else "behind",
+            )
+        )
+    if view.unknown_tasks:
+        names = ", ".join(f"{name} ({n})" for name, n in view.unknown_tasks.items())
+        warnings.append(
+            fmt(
+                '<div class="warning">Due jobs of tasks this app does not register: {}.</div>',
+                names,
+            )
+        )
+    buckets = ops.throughput(now, timedelta(hours=1), timedelta(minutes=2))
+    chart = fmt(
+        '<section class="panel"><h2>Throughput, last hour</h2>{}</section>',
+        throughput_chart(buckets),
+    )
+    pauses = Markup("")
+    if ops.can_pause and view.pauses:
+        rows = [
+            (p.kind, p.name, ago(p.since, now), _resume_link(ctx, p.kind, p.name))
+            for p in view.pauses
+        ]
+        pauses = fmt(
+            '<section class="panel"><h2>Paused</h2>{}</section>',
+            table(["Kind", "Name", "Since", ""], rows, empty=""),
+        )
+    queues = fmt(
+        '<section class="panel"><h2>Queues</h2>{}</section>',
+        _counts_table(ctx, ops, view.queues, now, "queue"),
+    )
+    tasks = fmt(
+        '<section class="panel"><h2>Tasks</h2>{}</section>',
+        _counts_table(ctx, ops, view.tasks, now, "task"),
+    )
+    body = fmt(
+        '<div class="cards">{}</div>{}<div class="grid2">{}{}</div>{}{}',
+        card_html,
+        join(warnings),
+        chart,
+        queues,
+        pauses,
+        tasks,
+    )
+    return "Overview", body
+
+
+def _pause_link(ctx: Context, kind: str, name: str) -> Markup:
+    return fmt(
+        '<a class="button small" href="{}">Pause</a>',
+        ctx.url("/pause", [("kind", kind), ("name", name), ("next", ctx.request.path)]),
+    )
+
+
+def _resume_link(ctx: Context, kind: str, name: str) -> Markup:
+    return fmt(
+        '<a class="button small" href="{}">Resume</a>',
+        ctx.url("/resume", [("kind", kind), ("name", name), ("next", ctx.request.path)]),
+    )
+
+
+def _counts_table(ctx: Context, ops: Operations, rows: list[Row], now: Any, kind: str) -> Markup:
+    can_pause = ops.can_pause
+    out = []
+    for row in rows:
+        due = f"{row.due}+" if row.due_capped else str(row.due)
+        late = row.late_seconds(now)
+        state = Markup("")
+        if row.paused:
+            state = badge("paused")
+        cells: list[Any] = [
+            jobs_link(ctx, row.name, **{kind: row.name}),
+            jobs_link(ctx, due, **{kind: row.name, "status": "pending"}),
+            jobs_link(ctx, _number(row.running), **{kind: row.name, "status": "running"}),
+            jobs_link(ctx, _number(row.failed), **{kind: row.name, "status": "failed"}),
+            fmt('<span class="{}">{}</span>', "late" if late and late > 60 else "", duration(late)),
+            state,
+        ]
+        if can_pause:
+            cells.append(
+                _resume_link(ctx, kind, row.name)
+                if row.paused
+                else _pause_link(ctx, kind, row.name)
+            )
+        out.append(cells)
+    headers = [kind.capitalize(), "Due", "Running", "Failed", "Oldest due late by", ""]
+    if can_pause:
+        headers.append("")
+    note = Markup("")
+    if any(row.due_capped for row in rows):
+        note = fmt('<p class="muted small">Due jobs counted up to {} each.</p>', DUE_SCAN_LIMIT)
+    return table(headers, out, empty=f"No {kind}s yet.", css="numbers") + note
+
+
+# Jobs -------------------------------------------------------------------------------------
+def read_sort(ctx: Context) -> tuple[str, int]:
+    value = ctx.request.arg("sort", "-updated_at")
+    direction = -1 if value.startswith("-") else 1
+    name = value.lstrip("-")
+    return (name, direction) if name in SORTABLE else ("updated_at", -1)
+
+
+def read_page(ctx: Context) -> int:
+    value = ctx.request.arg("page", "1")
+    return max(1, min(int(value), 10**6)) if value.isdigit() else 1
+
+
+def filter_form(ctx: Context, ops: Operations, filters: Filters, sort: tuple[str, int]) -> Markup:
+    tasks = join(fmt('<option value="{}">', name) for name in ops.task_names())
+    queues = join(fmt('<option value="{}">', name) for name in ops.known_queues())
+    statuses = join(
+        fmt(
+            '<label class="check"><input type="checkbox" name="status" value="{}"{}> {}</label>',
+            s.value,
+            Markup(" checked") if s.value in filters.statuses else Markup(""),
+            s.value,
+        )
+        for s in JobStatus
+    )
+    sorts = join(
+        fmt(
+            '<option value="{}"{}>{}</option>',
+            f"{'-' if direction < 0 else ''}{name}",
+            Markup(" selected") if (name, direction) == sort else Markup(""),
+            f"{SORT_LABELS.get(name, name)} {'↓ newest' if direction < 0 else '↑ oldest'}"
+            if name != "priority"
+            else f"Priority {'↓ high' if direction < 0 else '↑ low'}",
+        )
+        for name in SORTABLE
+        for direction in (-1, 1)
+    )
+    error_ok = "error_type" in ops.filter_names()
+    return fmt(
+        '<form method="get" action="{action}" class="filters" role="search">'
+        '<label>Task<input name="task" list="task-names" value="{task}" autocomplete="off"></label>'
+        '<datalist id="task-names">{tasks}</datalist>'
+        '<label>Queue<input name="queue" list="queue-names" value="{queue}" autocomplete="off">'
+        '</label><datalist id="queue-names">{queues}</datalist>'
+        '<label>Error type<input name="error" value="{error}"{error_state} '
+        'placeholder="{placeholder}"></label>'
+        '<label>Sort<select name="sort">{sorts}</select></label>'
+        '<fieldset class="statuses"><legend>Status</legend>{statuses}</fieldset>'
+        '<div class="buttons"><button type="submit" class="button primary">Filter</button>'
+        '<a class="button" href="{action}">Reset</a></div></form>',
+        action=ctx.url("/jobs"),
+        task=filters.task or "",
+        queue=filters.queue or "",
+        error=filters.error_type or "",
+        error_state=Markup("") if error_ok else Markup(" disabled"),
+        placeholder="e.g. ValueError" if error_ok else "needs a newer mongosched",
+        tasks=tasks,
+        queues=queues,
+        sorts=sorts,
+        statuses=statuses,
+    )
+
+
+def jobs_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
+    filters = Filters.read(ctx.request.arg, ctx.request.args)
+    sort = read_sort(ctx)
+    page = read_page(ctx)
+    form = filter_form(ctx, ops, filters, sort)
+    try:
+        jobs, total = ops.jobs(filters, sort, page, PER_PAGE)
+    except LookupError as exc:
+        return "Jobs", form + fmt('<div class="warning">{}</div>', str(exc))
+    now = ops.app.now()
+    rows = [_job_row(ctx, job, now) for job in jobs]
+    pages = max(1, -(-total // PER_PAGE))
+    sort_param = f"{'-' if sort[1] < 0 else ''}{sort[0]}"
+    base = filters.pairs() + ([("sort", sort_param)] if sort_param != "-updated_at" else [])
+    bulk = Markup("")
+    actions = ops.bulk_actions()
+    if actions and total:
+        bulk = join(
+            fmt(
+                '<a class="button small" href="{}">{} all {}…</a>',
+                ctx.url(f"/bulk/{a}", filters.pairs()),
+                a.capitalize(),
+                _number(total),
+            )
+            for a in actions
+        )
+    summary = fmt(
+        '<div class="summary"><span>{} job{} match</span><span class="bulk">{}</span></div>',
+        _number(total),
+        "" if total == 1 else "s",
+        bulk,
+    )
+    listing = table(
+        ["Job", "Task", "Queue", "Status", "Attempts", "Due", "Updated", "Error"],
+        rows,
+        empty="No jobs match this filter.",
+        css="jobs",
+    )
+    return "Jobs", form + summary + listing + _pager(ctx, page, pages, base)
+
+
+def _job_row(ctx: Context, job: Job, now: Any) -> list[Any]:
+    error = job.error
+    return [
+        fmt('<a class="mono" href="{}">{}</a>', ctx.url(f"/jobs/{job.id}"), _short(job.id)),
+        job.task,
+        job.queue,
+        badge(job.status),
+        f"{job.attempts}/{job.max_attempts}",
+        ago(job.run_at, now),
+        ago(job.updated_at, now),
+        fmt('<span class="error" title="{}">{}</span>', str(error), error.type) if error else "",
+    ]
+
+
+def _short(job_id: Any) -> str:
+    text = str(job_id)
+    return text if len(text) <= 24 else text[:21] + "…"
+
+
+def _pager(ctx: Context, page: int, pages: int, base: list[tuple[str, str]]) -> Markup:
+    if pages <= 1:
+        return Markup("")
+
+    def at(n: int, label: str) -> Markup:
+        params = base + ([("page", str(n))] if n > 1 else [])
+        return fmt(
+            '<a class="button small" href="{}" rel="{}">{}</a>',
+            ctx.url("/jobs", params),
+            "prev" if n < page else "next",
+            label,
+        )
+
+    prev = (
+        at(page - 1, "← Previous")
+        if page > 1
+        else Markup('<span class="button small disabled">← Previous</span>')
+    )
+    nxt = (
+        at(page + 1, "Next →")
+        if page < pages
+        else Markup('<span class="button small disabled">Next →</span>')
+    )
+    return fmt(
+        '<nav class="pager" aria-label="Pages">{}<span>Page {} of {}</span>{}</nav>',
+        prev,
+        page,
+        pages,
+        nxt,
+    )
+
+
+# One job ----------------------------------------------------------------------------------
+def job_actions(ctx: Context, ops: Operations, job: Job) -> Markup:
+    buttons = []
+    path = f"/jobs/{job.id}"
+    if job.status in (JobStatus.FAILED, JobStatus.CANCELLED):
+        buttons.append(
+            fmt('<a class="button primary" href="{}">Retry…</a>', ctx.url(path + "/retry"))
+        )
+    if not job.is_finished:
+        buttons.append(
+            fmt('<a class="button danger" href="{}">Cancel…</a>', ctx.url(path + "/cancel"))
+        )
+    if job.is_finished and ops.job_purge_method() is not None:
+        buttons.append(
+            fmt('<a class="button danger" href="{}">Delete…</a>', ctx.url(path + "/purge"))
+        )
+    return fmt('<div class="actions">{}</div>', join(buttons))
+
+
+def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
+    now = ops.app.now()
+    lease = job.lease
+    facts: list[tuple[str, Any]] = [
+        ("Id", fmt('<span class="mono">{}</span>', job.id)),
+        ("Task", link(ctx, "/jobs", job.task, [("task", job.task)])),
+        ("Queue", link(ctx, "/jobs", job.queue, [("queue", job.queue)])),
+        (
+            "Status",
+            badge(job.status)
+            + (Markup(" ") + badge("cancel requested") if job.cancel_requested else Markup("")),
+        ),
+        ("Priority", job.priority),
+        ("Attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("Due", stamp(job.run_at) + Markup(" ") + ago(job.run_at, now)),
+        ("Created", stamp(job.created_at)),
+        ("Started", stamp(job.started_at)),
+        ("Finished", stamp(job.finished_at)),
+        ("Updated", stamp(job.updated_at)),
+    ]
+    if job.expire_at:
+        facts.append(("Deleted after", stamp(job.expire_at)))
+    if job.dedupe_key:
+        facts.append(("Dedupe key", job.dedupe_key))
+    if job.repeat:
+        facts.append(("Repeats", _rule(job.repeat)))
+        facts.append(("Slot", stamp(job.scheduled_for)))
+    if job.last_run:
+        facts.append(
+            (
+                "Last run",
+                join([stamp(job.last_run.finished_at), Markup(" "), badge(job.last_run.status)]),
+            )
+        )
+    if lease is not None:
+        facts.append(("Lease owner", fmt('<span class="mono">{}</span>', lease.owner)))
+        facts.append(("Lease until", stamp(lease.until) + Markup(" ") + ago(lease.until, now)))
+        facts.append(("Last heartbeat", ago(lease.heartbeat_at, now)))
+    for name, value in _extra_facts(job):
+        facts.append((name, value))
+    dl = join(fmt("<dt>{}</dt><dd>{}</dd>", k, v) for k, v in facts)
+    sections = [fmt('<section class="panel"><h2>Job</h2><dl class="facts">{}</dl></section>', dl)]
+    if job.progress is not None:
+        value = job.progress.value
+        bar = (
+            fmt(
+                '<progress max="1" value="{}">{}</progress> {}',
+                f"{value:.4f}",
+                f"{value:.0%}",
+                f"{value:.0%}",
+            )
+            if value is not None
+            else Markup("")
+        )
+        sections.append(
+            fmt(
+                '<section class="panel"><h2>Progress</h2><p>{} {}</p>'
+                '<p class="muted">reported {}</p></section>',
+                bar,
+                job.progress.message or "",
+                ago(job.progress.at, now),
+            )
+        )
+    sections.append(
+        fmt(
+            '<section class="panel"><h2>Arguments</h2><h3>args</h3>{}<h3>kwargs</h3>{}</section>',
+            pretty(job.args),
+            pretty(job.kwargs),
+        )
+    )
+    if job.result is not None or job.status is JobStatus.COMPLETED:
+        sections.append(
+            fmt('<section class="panel"><h2>Result</h2>{}</section>', pretty(job.result))
+        )
+    error = job.error
+    if error is not None:
+        sections.append(
+            fmt(
+                '<section class="panel error-panel"><h2>Error</h2>'
+                '<p><strong class="mono">{}</strong>: {}</p>{}</section>',
+                error.path,
+                error.message,
+                code_block(error.traceback, "traceback")
+                if error.traceback
+                else Markup('<p class="muted">No traceback.</p>'),
+            )
+        )
+    title = f"{job.task}"
+    head = fmt(
+        '<p class="crumbs">{} / <span class="mono">{}</span></p>',
+        link(ctx, "/jobs", "Jobs"),
+        job.id,
+    )
+    return title, head + job_actions(ctx, ops, job) + join(sections)
+
+
+def _extra_facts(job: Job) -> list[tuple[str, Any]]:
+    """Fields newer versions add to jobs (expiry, dependencies), where present."""
+    out: list[tuple[str, Any]] = []
+    record = job.record
+    expires = getattr(record, "expires_at", None)
+    if expires is not None:
+        out.append(("Expires", stamp(expires)))
+    depends = getattr(record, "depends_on", None)
+    if depends:
+        out.append(("Depends on", ", ".join(str(d) for d in depends)))
+    return out
+
+
+def _rule(repeat: dict[str, Any]) -> str:
+    if repeat.get("cron"):
+        tz = repeat.get("timezone")
+        return f"cron {repeat['cron']}" + (f" ({tz})" if tz else "")
+    return f"every {duration(float(repeat.get('every') or 0))}"
+
+
+def _rule_text(rule: str) -> str:
+    """``every 3600.0s`` as ``every 1 h``; a cron rule as it is."""
+    match = re.fullmatch(r"every ([0-9.]+)s", rule)
+    return f"every {duration(float(match[1]))}" if match else rule
+
+
+# Schedules, workers -----------------------------------------------------------------------
+def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
+    now = ops.app.now()
+    can_pause = ops.can_pause
+    rows = []
+    for row in ops.schedules():
+        paused = bool(row.get("paused"))
+        cells: list[Any] = [
+            link(ctx, f"/jobs/{row['id']}", row["task"]),
+            fmt("<code>{}</code>", _rule_text(str(row["rule"]))),
+            row.get("timezone") or "UTC",
+            badge("paused") if paused else badge(row["status"]),
+            stamp(row.get("next_run"))
+            + (Markup(" ") + ago(row["next_run"], now) if row.get("next_run") else Markup("")),
+            ago(row.get("last_run"), now),
+            badge(row["last_status"]) if row.get("last_status") else Markup(""),
+        ]
+        if can_pause:
+            name = str(row["id"])
+            cells.append(
+                _resume_link(ctx, "schedule", name)
+                if paused
+                else _pause_link(ctx, "schedule", name)
+            )
+        rows.append(cells)
+    headers = ["Task", "Rule", "Timezone", "State", "Next run", "Last run", "Last result"]
+    if can_pause:
+        headers.append("")
+    return "Schedules", table(headers, rows, empty="No repeating schedules.")
+
+
+def workers_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
+    now = ops.app.now()
+    workers = ops.workers()
+    if ops.live_registry:
+        rows = [
+            [
+                fmt('<span class="mono">{}</span>', w.name),
+                w.host or "",
+                "" if w.pid is None else str(w.pid),
+                ", ".join(w.queues) if w.queues else "all",
+                "" if w.workers is None else str(w.workers),
+                str(w.in_flight),
+                ago(w.started_at, now),
+                ago(w.last_seen, now),
+                w.version or "",
+                badge("stale") if w.stale else badge("live"),
+            ]
+            for w in workers
+        ]
+        return "Workers", table(
+            [
+                "Worker",
+                "Host",
+                "PID",
+                "Queues",
+                "Threads",
+                "In flight",
+                "Started",
+                "Last seen",
+                "Version",
+                "State",
+            ],
+            rows,
+            empty="No runner is registered.",
+        )
+    rows = [[fmt('<span class="mono">{}</span>', w.name), str(w.in_flight)] for w in workers]
+    note = Markup(
+        '<p class="muted">This app has no live workers registry: the list shows who '
+        "holds the running jobs' leases.</p>"
+    )
+    return "Workers", note + table(
+        ["Lease owner", "Running jobs"], rows, empty="No job is running."
+    )

@@ -1,0 +1,212 @@
+"""Test support for the dashboard: a tiny WSGI client, a populated app, and a stand-in
+for the operations API (bulk by filter, pauses, workers) where this version of
+mongosched does not have it yet (each stand-in is used only where the App lacks the
+method: once the real one exists, the tests exercise it)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import urllib.parse
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from mongosched import App, JobStatus
+from mongosched.testing import drain
+
+TOKEN = "test-dashboard-token-0123456789"
+XSS = "<script>alert(1)</script>"
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: list[tuple[str, str]]
+    body: str
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers:
+            if key.lower() == name.lower():
+                return value
+        return None
+
+    def all(self, name: str) -> list[str]:
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+    def csrf(self) -> str:
+        found = re.search(r'name="csrf_token" value="([^"]*)"', self.body)
+        assert found, "no CSRF field on the page"
+        return found[1]
+
+    def links(self, pattern: str) -> list[str]:
+        return re.findall(r'href="(' + pattern + r')"', self.body)
+
+
+@dataclass
+class Client:
+    """Calls a WSGI application in-process, keeping cookies like a browser."""
+
+    wsgi: Callable[..., Iterable[bytes]]
+    cookies: dict[str, str] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    host: str = "dash.test"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        form: Iterable[tuple[str, str]] | Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        scheme: str = "http",
+    ) -> Reply:
+        path, _, query = path.partition("?")
+        body = b""
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": method,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": urllib.parse.unquote(path).encode("utf-8").decode("latin-1"),
+            "QUERY_STRING": query,
+            "SERVER_NAME": "dash.test",
+            "SERVER_PORT": "80",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "HTTP_HOST": self.host,
+            "wsgi.url_scheme": scheme,
+            "wsgi.errors": io.StringIO(),
+        }
+        if form is not None:
+            items = form.items() if isinstance(form, Mapping) else form
+            body = urllib.parse.urlencode(list(items)).encode()
+            environ["CONTENT_TYPE"] = "application/x-www-form-urlencoded"
+        environ["CONTENT_LENGTH"] = str(len(body))
+        environ["wsgi.input"] = io.BytesIO(body)
+        if self.cookies:
+            environ["HTTP_COOKIE"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        for name, value in {**self.headers, **(headers or {})}.items():
+            environ["HTTP_" + name.upper().replace("-", "_")] = value
+        seen: dict[str, Any] = {}
+
+        def start_response(status: str, response_headers: list[tuple[str, str]]) -> None:
+            seen["status"] = int(status.split()[0])
+            seen["headers"] = response_headers
+
+        data = b"".join(self.wsgi(environ, start_response))
+        reply = Reply(seen["status"], seen["headers"], data.decode("utf-8"))
+        for cookie in reply.all("Set-Cookie"):
+            name, _, rest = cookie.partition("=")
+            value = rest.split(";")[0]
+            if "Max-Age=0" in cookie:
+                self.cookies.pop(name, None)
+            else:
+                self.cookies[name] = value
+        return reply
+
+    def get(self, path: str, **options: Any) -> Reply:
+        return self.request("GET", path, **options)
+
+    def post(self, path: str, form: Any = (), **options: Any) -> Reply:
+        return self.request("POST", path, form=form, **options)
+
+
+def bearer() -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKEN}"}
+
+
+def basic(user: str = "anyone", password: str = TOKEN) -> dict[str, str]:
+    value = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {value}"}
+
+
+def populate(app: App) -> dict[str, Any]:
+    """Jobs of every kind, with hostile text in names, arguments and errors: failed
+    (``boom``), completed (``add``), pending in another queue (``later``), a schedule."""
+
+    @app.task(name="boom", retry=1)
+    def boom(text: str) -> None:
+        raise ValueError(f"bad input {text}")
+
+    @app.task(name=XSS, retry=1, queue="hostile")
+    def hostile(value: Any) -> None:
+        raise RuntimeError(XSS)
+
+    @app.task(name="add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task(name="later", queue="slow")
+    def later() -> None: ...
+
+    @app.task(name="tick", every=3600)
+    def tick() -> None: ...
+
+    failed = [boom.schedule(f"<b>{i}</b>") for i in range(3)]
+    hostile.schedule({"html": XSS})
+    done = add.schedule(2, 3)
+    pending = later.configure(delay=3600).schedule()
+    app.ensure_schedules()
+    drain(app)
+    return {"failed": failed, "done": done, "pending": pending}
+
+
+@dataclass(frozen=True)
+class StandInPause:
+    kind: str
+    name: str
+    since: datetime
+
+
+def with_operations(app: App) -> App:
+    """Give ``app`` the operations API of the contract where it lacks it (a stand-in:
+    per job, through the public API)."""
+    pauses: list[StandInPause] = []
+
+    def matching(filters: dict[str, Any]) -> list[Any]:
+        error_type = filters.pop("error_type", None)
+        jobs = app.get_jobs(**filters, limit=0)
+        return [j for j in jobs if error_type is None or (j.error and j.error.type == error_type)]
+
+    def retry_jobs(*, dry_run: bool = False, **filters: Any) -> int:
+        jobs = [j for j in matching(filters) if j.status in (JobStatus.FAILED, JobStatus.CANCELLED)]
+        if not dry_run:
+            for job in jobs:
+                app.retry_job(job.id)
+        return len(jobs)
+
+    def cancel_jobs(*, dry_run: bool = False, **filters: Any) -> int:
+        jobs = [j for j in matching(filters) if not j.is_finished]
+        if not dry_run:
+            for job in jobs:
+                app.cancel(job.id)
+        return len(jobs)
+
+    def purge_jobs(*, dry_run: bool = False, **filters: Any) -> int:
+        jobs = [j for j in matching(dict(filters)) if j.is_finished]
+        if not dry_run and jobs:
+            statuses = sorted({j.status.value for j in jobs})
+            app.purge(status=statuses, task=filters.get("task"))
+        return len(jobs)
+
+    def pause(**which: str | None) -> None:
+        ((kind, name),) = [(k, v) for k, v in which.items() if v is not None]
+        if not any(p.kind == kind and p.name == name for p in pauses):
+            pauses.append(StandInPause(kind, name, datetime.now(timezone.utc)))
+
+    def resume(**which: str | None) -> None:
+        ((kind, name),) = [(k, v) for k, v in which.items() if v is not None]
+        pauses[:] = [p for p in pauses if (p.kind, p.name) != (kind, name)]
+
+    stand_ins = {
+        "retry_jobs": retry_jobs,
+        "cancel_jobs": cancel_jobs,
+        "purge_jobs": purge_jobs,
+        "pause": pause,
+        "resume": resume,
+        "pauses": lambda: list(pauses),
+    }
+    for name, function in stand_ins.items():
+        if not callable(getattr(app, name, None)):
+            setattr(app, name, function)
+    return app
