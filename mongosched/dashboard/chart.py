@@ -15,14 +15,16 @@ WIDTH, HEIGHT = 720, 170
 LEFT, RIGHT, TOP, BOTTOM = 44, 8, 10, 24
 
 
-def _nice_max(value: int) -> int:
-    """The axis top: 1, 2 or 5 times a power of ten, at least ``value`` (and 4)."""
+def _scale(value: int) -> tuple[int, int]:
+    """The axis: a step of 1, 2 or 5 times a power of ten, and how many steps (1 to 4)
+    reach ``value`` (at least 4)."""
     top = max(value, 4)
     step = 1
     while True:
         for factor in (1, 2, 5):
-            if factor * step >= top:
-                return factor * step
+            if factor * step * 4 >= top:
+                size = factor * step
+                return size, -(-top // size)
         step *= 10
 
 
@@ -31,15 +33,16 @@ def throughput_chart(buckets: Sequence[Bucket]) -> Markup:
     are its tooltip and the table fallback for screen readers is the figure caption."""
     if not buckets:
         return Markup("")
-    top = _nice_max(max(b.completed + b.failed for b in buckets))
+    step, steps = _scale(max(b.completed + b.failed for b in buckets))
+    top = step * steps
     plot_w = WIDTH - LEFT - RIGHT
     plot_h = HEIGHT - TOP - BOTTOM
     slot = plot_w / len(buckets)
     bar = max(1.0, slot * 0.72)
     parts: list[Markup] = []
-    for i in range(5):  # grid lines and their labels
-        value = top * i / 4
-        y = TOP + plot_h - plot_h * i / 4
+    for i in range(steps + 1):  # grid lines and their labels
+        value = step * i
+        y = TOP + plot_h - plot_h * i / steps
         parts.append(
             fmt(
                 '<line class="grid" x1="{}" x2="{}" y1="{y}" y2="{y}"/>'

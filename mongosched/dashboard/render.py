@@ -32,6 +32,7 @@ __all__ = [
     "pretty",
     "stamp",
     "table",
+    "when",
 ]
 
 MAX_VALUE_CHARS = 100_000
@@ -238,6 +239,13 @@ def ago(value: datetime | None, now: datetime) -> Markup:
         value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         text,
     )
+
+
+def when(value: datetime | None, now: datetime) -> Markup:
+    """The exact time, and how long ago (or how soon), muted."""
+    if value is None:
+        return stamp(None)
+    return stamp(value) + fmt(' <span class="muted">({})</span>', ago(value, now))
 
 
 def pretty(value: Any) -> Markup:

@@ -28,6 +28,7 @@ from .render import (
     pretty,
     stamp,
     table,
+    when,
 )
 
 __all__ = ["PER_PAGE", "job_page", "jobs_page", "overview_page", "schedules_page", "workers_page"]
@@ -77,6 +78,11 @@ def jobs_link(ctx: Context, text: Any, **where: str) -> Markup:
     if str(text) in ("0", ""):
         return fmt('<span class="zero">{}</span>', text)
     return link(ctx, "/jobs", text, list(where.items()))
+
+
+def boxed(content: Markup) -> Markup:
+    """A table (or what says there is none) in a panel of its own."""
+    return fmt('<section class="panel flush">{}</section>', content)
 
 
 def _number(n: int) -> str:
@@ -322,7 +328,7 @@ def jobs_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
         empty="No jobs match this filter.",
         css="jobs",
     )
-    return "Jobs", form + summary + listing + _pager(ctx, page, pages, base)
+    return "Jobs", form + summary + boxed(listing) + _pager(ctx, page, pages, base)
 
 
 def _job_row(ctx: Context, job: Job, now: Any) -> list[Any]:
@@ -409,7 +415,7 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
         ),
         ("Priority", job.priority),
         ("Attempts", f"{job.attempts} of {job.max_attempts}"),
-        ("Due", stamp(job.run_at) + Markup(" ") + ago(job.run_at, now)),
+        ("Due", when(job.run_at, now)),
         ("Created", stamp(job.created_at)),
         ("Started", stamp(job.started_at)),
         ("Finished", stamp(job.finished_at)),
@@ -431,12 +437,13 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
         )
     if lease is not None:
         facts.append(("Lease owner", fmt('<span class="mono">{}</span>', lease.owner)))
-        facts.append(("Lease until", stamp(lease.until) + Markup(" ") + ago(lease.until, now)))
+        facts.append(("Lease until", when(lease.until, now)))
         facts.append(("Last heartbeat", ago(lease.heartbeat_at, now)))
     for name, value in _extra_facts(job):
         facts.append((name, value))
     dl = join(fmt("<dt>{}</dt><dd>{}</dd>", k, v) for k, v in facts)
-    sections = [fmt('<section class="panel"><h2>Job</h2><dl class="facts">{}</dl></section>', dl)]
+    left = [fmt('<section class="panel"><h2>Job</h2><dl class="facts">{}</dl></section>', dl)]
+    right: list[Markup] = []
     if job.progress is not None:
         value = job.progress.value
         bar = (
@@ -449,7 +456,7 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
             if value is not None
             else Markup("")
         )
-        sections.append(
+        left.append(
             fmt(
                 '<section class="panel"><h2>Progress</h2><p>{} {}</p>'
                 '<p class="muted">reported {}</p></section>',
@@ -458,7 +465,7 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
                 ago(job.progress.at, now),
             )
         )
-    sections.append(
+    right.append(
         fmt(
             '<section class="panel"><h2>Arguments</h2><h3>args</h3>{}<h3>kwargs</h3>{}</section>',
             pretty(job.args),
@@ -466,9 +473,10 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
         )
     )
     if job.result is not None or job.status is JobStatus.COMPLETED:
-        sections.append(
-            fmt('<section class="panel"><h2>Result</h2>{}</section>', pretty(job.result))
-        )
+        right.append(fmt('<section class="panel"><h2>Result</h2>{}</section>', pretty(job.result)))
+    sections = [
+        fmt('<div class="grid2 detail"><div>{}</div><div>{}</div></div>', join(left), join(right))
+    ]
     error = job.error
     if error is not None:
         sections.append(
@@ -529,8 +537,7 @@ def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
             fmt("<code>{}</code>", _rule_text(str(row["rule"]))),
             row.get("timezone") or "UTC",
             badge("paused") if paused else badge(row["status"]),
-            stamp(row.get("next_run"))
-            + (Markup(" ") + ago(row["next_run"], now) if row.get("next_run") else Markup("")),
+            when(row.get("next_run"), now),
             ago(row.get("last_run"), now),
             badge(row["last_status"]) if row.get("last_status") else Markup(""),
         ]
@@ -545,7 +552,7 @@ def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     headers = ["Task", "Rule", "Timezone", "State", "Next run", "Last run", "Last result"]
     if can_pause:
         headers.append("")
-    return "Schedules", table(headers, rows, empty="No repeating schedules.")
+    return "Schedules", boxed(table(headers, rows, empty="No repeating schedules."))
 
 
 def workers_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
@@ -567,27 +574,29 @@ def workers_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
             ]
             for w in workers
         ]
-        return "Workers", table(
-            [
-                "Worker",
-                "Host",
-                "PID",
-                "Queues",
-                "Threads",
-                "In flight",
-                "Started",
-                "Last seen",
-                "Version",
-                "State",
-            ],
-            rows,
-            empty="No runner is registered.",
+        return "Workers", boxed(
+            table(
+                [
+                    "Worker",
+                    "Host",
+                    "PID",
+                    "Queues",
+                    "Threads",
+                    "In flight",
+                    "Started",
+                    "Last seen",
+                    "Version",
+                    "State",
+                ],
+                rows,
+                empty="No runner is registered.",
+            )
         )
     rows = [[fmt('<span class="mono">{}</span>', w.name), str(w.in_flight)] for w in workers]
     note = Markup(
         '<p class="muted">This app has no live workers registry: the list shows who '
         "holds the running jobs' leases.</p>"
     )
-    return "Workers", note + table(
-        ["Lease owner", "Running jobs"], rows, empty="No job is running."
+    return "Workers", note + boxed(
+        table(["Lease owner", "Running jobs"], rows, empty="No job is running.")
     )
