@@ -18,12 +18,44 @@ ROOT_URLCONF = "tests.djangoproject.urls"
 # django-tasks package, installed as an app.
 BUILT_IN_TASKS = importlib.util.find_spec("django.tasks") is not None
 INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
     "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
     *([] if BUILT_IN_TASKS else ["django_tasks"]),
     "mongosched.contrib.django",
     "tests.djangoproject.testapp",
 ]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# The admin, sessions and authentication: the dashboard is mounted for staff (urls.py).
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+# In memory, shared by the threads of this process (a live server's threads see the
+# users the test made): SQLite's shared cache.
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": "file:mongosched_djangoproject?mode=memory&cache=shared",
+    }
+}
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 
 MONGOSCHED = {

@@ -1,8 +1,11 @@
-from django.urls import path
+from django.contrib import admin
+from django.urls import include, path
 
 from . import views
 
 urlpatterns = [
+    path("admin/mongosched/", include("mongosched.contrib.django.urls")),
+    path("admin/", admin.site.urls),
     path("ping/", views.ping),
     path("pid/", views.pid),
     path("add/", views.schedule_add),

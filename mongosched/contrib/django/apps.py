@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.core.signals import request_started
 from django.utils.module_loading import autodiscover_modules
 
@@ -26,3 +26,7 @@ class MongoschedConfig(AppConfig):  # type: ignore[misc]  # Django is untyped he
         for module in settings["TASK_MODULES"]:
             import_module(module)
         request_started.connect(on_request_started, dispatch_uid="mongosched.run_in_process")
+        if apps.is_installed("django.contrib.admin"):
+            from .dashboard import link_from_admin
+
+            link_from_admin()

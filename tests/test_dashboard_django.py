@@ -1,0 +1,109 @@
+"""The dashboard mounted in Django (tests/djangoproject/urls.py): staff only, Django's
+CSRF protection, linked from the admin index."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("django")
+
+from mongosched import App, JobStatus  # noqa: E402
+from mongosched.testing import drain  # noqa: E402
+from tests.djangoproject.fixtures import empty  # noqa: E402
+
+pytest_plugins = ["tests.djangoproject.fixtures"]
+
+PREFIX = "/admin/mongosched/"
+_migrated: list[bool] = []
+
+
+@pytest.fixture
+def app(project: App) -> Iterator[App]:
+    """The project's App with no jobs, and the database of users ready."""
+    from django.core.management import call_command
+
+    if not _migrated:
+        call_command("migrate", verbosity=0, interactive=False)
+        _migrated.append(True)
+    empty(project)
+    yield project
+
+
+def user(name: str, *, staff: bool) -> Any:
+    from django.contrib.auth import get_user_model
+
+    model = get_user_model()
+    found = model.objects.filter(username=name).first()
+    return found or model.objects.create_user(name, password="pw", is_staff=staff)
+
+
+@pytest.fixture
+def failed(app: App) -> Any:
+    @app.task(name="dash.boom", retry=1)
+    def boom() -> None:
+        raise ValueError("<script>nope</script>")
+
+    job = boom.schedule()
+    drain(app)
+    return app.get_job(job.id)
+
+
+def test_anonymous_and_non_staff_users_are_sent_to_the_admin_login(failed: Any) -> None:
+    from django.test import Client
+
+    client = Client()
+    for path in ("", "jobs", f"jobs/{failed.id}", "metrics", "workers"):
+        reply = client.get(PREFIX + path)
+        assert reply.status_code == 302, path
+        assert reply["Location"].startswith("/admin/login/?next=")
+    client.force_login(user("visitor", staff=False))
+    assert client.get(PREFIX).status_code == 302
+    reply = client.post(f"{PREFIX}jobs/{failed.id}/retry")
+    assert reply.status_code == 302
+    assert failed.refresh().status is JobStatus.FAILED
+
+
+def test_staff_see_the_overview_with_links_under_the_mount_point(failed: Any) -> None:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user("operator", staff=True))
+    reply = client.get(PREFIX)
+    body = reply.content.decode()
+    assert reply.status_code == 200 and "<h1>Overview</h1>" in body
+    assert f'href="{PREFIX}jobs?task=dash.boom&amp;status=failed"' in body
+    assert f'href="{PREFIX}static/dashboard.css"' in body
+    assert reply["Content-Security-Policy"].startswith("default-src 'none'")
+    detail = client.get(f"{PREFIX}jobs/{failed.id}").content.decode()
+    assert "&lt;script&gt;nope" in detail and "<script>nope" not in detail
+    assert client.get(f"{PREFIX}static/dashboard.css").status_code == 200
+
+
+def test_staff_actions_go_through_djangos_csrf_check(failed: Any) -> None:
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user("operator", staff=True))
+    path = f"{PREFIX}jobs/{failed.id}/retry"
+    assert client.post(path).status_code == 403
+    assert failed.refresh().status is JobStatus.FAILED
+    page = client.get(path).content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token, page
+    reply = client.post(path, {"csrfmiddlewaretoken": token[1]})
+    assert reply.status_code == 303
+    assert reply["Location"] == f"{PREFIX}jobs/{failed.id}?done=retried"
+    assert failed.refresh().status is JobStatus.PENDING
+
+
+def test_the_admin_index_links_to_the_dashboard(app: App) -> None:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user("admin", staff=True))
+    body = client.get("/admin/").content.decode()
+    assert f'href="{PREFIX}"' in body and "Job dashboard" in body
