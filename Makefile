@@ -35,7 +35,7 @@ django6:
 		-W "ignore:datetime.datetime.utcnow:DeprecationWarning" tests/test_django.py tests/test_django_conformance.py
 
 py310:
-	@.ci/other-python 3.10 .venv-py310 "-e .[tests]" -m "not soak and not processes" \
+	@.ci/other-python 3.10 .venv-py310 "-e .[tests]" -m "not soak and not processes and not browser" \
 		--ignore tests/test_faults.py
 
 docs: venv

@@ -1,0 +1,141 @@
+"""Take the dashboard screenshots of the docs (docs/images/dashboard-*.png).
+
+Run by hand (not part of ``make test``), after a change to the dashboard's looks::
+
+    .venv/bin/python docs/screenshots.py
+
+It fills an in-process store (``memory://``) with a plausible hour of work — jobs of
+several tasks and queues completed, failed, running and due, repeating schedules — on
+a fake clock, serves the standalone dashboard on a free local port and photographs each
+page in Debian's Chromium (Playwright, as the browser tests).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mongosched import App, Retry  # noqa: E402
+from mongosched.dashboard import StandaloneDashboard  # noqa: E402
+from mongosched.testing import FakeClock, drain  # noqa: E402
+from tests.support.browser import launch, missing, serve  # noqa: E402
+
+OUT = ROOT / "docs" / "images"
+TOKEN = "screenshot-token-0123456789"
+
+
+class PaymentDeclined(Exception):
+    pass
+
+
+def build() -> tuple[App, FakeClock, dict[str, Any]]:
+    clock = FakeClock()
+    clock.advance(hours=-1)
+    app = App("memory://screenshots", clock=clock)
+    rng = random.Random(7)
+
+    @app.task(name="emails.send", queue="emails", retry=Retry(max_attempts=3, delay=30))
+    def send(user_id: int, template: str = "welcome") -> str:
+        if rng.random() < 0.04:
+            raise TimeoutError("smtp.example.net:587 timed out after 10 s")
+        return f"sent {template} to {user_id}"
+
+    @app.task(name="billing.charge", queue="billing", retry=1)
+    def charge(account: str, cents: int) -> dict[str, Any]:
+        if rng.random() < 0.12:
+            raise PaymentDeclined(f"card of {account} declined: insufficient funds")
+        return {"account": account, "charged": cents, "currency": "EUR"}
+
+    @app.task(name="images.resize", queue="media")
+    def resize(path: str, width: int) -> str:
+        return f"{path}@{width}w"
+
+    @app.task(name="reports.daily", cron="0 6 * * *", timezone="Europe/Berlin")
+    def daily() -> None: ...
+
+    @app.task(name="cache.warm", every=300)
+    def warm() -> None: ...
+
+    @app.task(name="search.reindex", cron="*/15 * * * *")
+    def reindex() -> None: ...
+
+    @app.task(name="exports.build", queue="media")
+    def export(account: str) -> None: ...
+
+    app.ensure_schedules()
+    for _ in range(60):  # an hour of work, a minute at a time
+        for _ in range(rng.randint(6, 14)):
+            send.schedule(
+                rng.randint(1000, 9999), template=rng.choice(["welcome", "reset", "digest"])
+            )
+        for _ in range(rng.randint(1, 4)):
+            charge.schedule(f"acct_{rng.randint(100, 999)}", rng.choice([990, 1990, 4900]))
+        for _ in range(rng.randint(2, 6)):
+            resize.schedule(f"uploads/{rng.randint(1, 10**6)}.jpg", rng.choice([320, 640, 1280]))
+        drain(app)
+        clock.advance(minutes=1)
+    # Work due now and later, and a few running jobs held by two workers.
+    for i in range(40):
+        send.schedule(4000 + i, template="digest")
+    for i in range(12):
+        resize.configure(delay=timedelta(minutes=5)).schedule(f"uploads/late-{i}.jpg", 640)
+    for i in range(3):
+        export.schedule(f"acct_{900 + i}")
+    clock.advance(seconds=95)
+    for owner, tasks in (
+        ("web-1.prod:4121:runner", ["images.resize", "exports.build"]),
+        ("worker-2.prod:877:runner", ["emails.send", "exports.build"]),
+    ):
+        for _ in range(2):
+            claimed = app.store.claim(
+                owner=owner, tasks=tasks, queues=None, now=app.now(), lease_duration=30
+            )
+            if claimed is not None and claimed.lease is not None:
+                app.store.write_progress(
+                    claimed.id, claimed.lease.token, 0.6, "rendering page 12 of 20", app.now()
+                )
+    failed = app.get_jobs(task="billing.charge", status="failed", limit=1)
+    return app, clock, {"failed": failed[0] if failed else None}
+
+
+def main() -> int:
+    why = missing()
+    if why:
+        print(f"cannot take screenshots: {why}")  # noqa: T201 - a script
+        return 1
+    from playwright.sync_api import sync_playwright
+
+    app, _, found = build()
+    OUT.mkdir(parents=True, exist_ok=True)
+    with serve(StandaloneDashboard(app, TOKEN)) as base, sync_playwright() as playwright:
+        browser = launch(playwright)
+        page = browser.new_page(viewport={"width": 1280, "height": 860}, device_scale_factor=1)
+        page.goto(base + "login")
+        page.screenshot(path=str(OUT / "dashboard-login.png"))
+        page.fill("#token", TOKEN)
+        page.click("button[type=submit]")
+        shots = [
+            ("overview", ""),
+            ("jobs", "jobs?status=failed&status=completed"),
+            ("job", f"jobs/{found['failed'].id}" if found["failed"] else "jobs"),
+            ("schedules", "schedules"),
+            ("workers", "workers"),
+        ]
+        if callable(getattr(app, "retry_jobs", None)):
+            shots.append(("confirm", "bulk/retry?task=billing.charge&status=failed"))
+        for name, path in shots:
+            page.goto(base + path)
+            page.screenshot(path=str(OUT / f"dashboard-{name}.png"), full_page=name != "jobs")
+            print(f"docs/images/dashboard-{name}.png")  # noqa: T201 - a script
+        browser.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,226 @@
+"""The dashboard end to end in a real headless Chromium (Debian's ``chromium`` driven
+by Playwright): the standalone server on a free port over a ``memory://`` store shared
+with the test, and the Django and Flask mounts.
+
+One browser for the session, a fresh context (cookies) per test. The tests skip, saying
+why, where Playwright or Chromium is missing, and fail instead under
+``MONGOSCHED_REQUIRE_BROWSER=1`` (CI).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from mongosched import App, JobStatus
+from mongosched.dashboard import StandaloneDashboard
+from mongosched.store.memory import MemoryStore
+from tests.support.browser import launch, require_browser, serve
+from tests.support.dashboard import TOKEN, XSS, populate, with_operations
+
+pytestmark = pytest.mark.browser
+pytest_plugins = ["tests.djangoproject.fixtures"]  # project: the Django test project
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    playwright = sync_playwright().start()
+    browser = launch(playwright)
+    try:
+        yield browser
+    finally:
+        browser.close()
+        playwright.stop()
+
+
+@pytest.fixture
+def page(chromium: Any) -> Iterator[Any]:
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(10_000)
+    opened = context.new_page()
+    dialogs: list[str] = []
+    opened.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    opened.dialogs = dialogs
+    try:
+        yield opened
+    finally:
+        context.close()
+    assert dialogs == [], f"a script ran in the page: {dialogs}"
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[App]:
+    name = f"browser-{uuid.uuid4().hex[:8]}"
+    app = with_operations(App(f"memory://{name}"))
+    populate(app)
+    yield app
+    MemoryStore.forget(name)
+
+
+@pytest.fixture(scope="module")
+def base(shared: App) -> Iterator[str]:
+    with serve(StandaloneDashboard(shared, TOKEN)) as url:
+        yield url
+
+
+def sign_in(page: Any, base: str) -> None:
+    page.goto(base + "jobs")
+    assert "/login?next=" in page.url
+    page.fill("#token", "not the token")
+    page.click("button[type=submit]")
+    assert page.locator(".warning").inner_text() == "That token is not right."
+    page.fill("#token", TOKEN)
+    page.click("button[type=submit]")
+    page.wait_for_url(base + "jobs")
+
+
+def test_sign_in_and_load_every_page(page: Any, base: str, shared: App) -> None:
+    sign_in(page, base)
+    for path, heading in (
+        ("", "Overview"),
+        ("jobs", "Jobs"),
+        ("schedules", "Schedules"),
+        ("workers", "Workers"),
+    ):
+        reply = page.goto(base + path)
+        assert reply.status == 200, path
+        assert page.locator("h1").inner_text() == heading
+    page.goto(base)
+    assert page.locator("figure.chart svg rect.done").count() == 30
+    assert "4 failed" in page.locator("figure.chart figcaption").inner_text()
+    assert page.locator("text=tick").count() >= 1
+    # The page's own stylesheet applied (assets come from the package, nothing else).
+    colour = page.evaluate("getComputedStyle(document.querySelector('header.top')).backgroundColor")
+    assert colour == "rgb(23, 32, 46)"
+    metrics = page.goto(base + "metrics")
+    assert metrics.status in (200, 501)
+
+
+def test_filter_jobs_open_a_failed_one_and_retry_it(page: Any, base: str, shared: App) -> None:
+    sign_in(page, base)
+    page.fill("input[name=task]", "boom")
+    page.check("input[name=status][value=failed]")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url(re.compile(r".*task=boom.*status=failed.*"))
+    rows = page.locator("table.jobs tbody tr")
+    assert rows.count() == 3
+    assert page.locator(".summary").inner_text().startswith("3 jobs match")
+    rows.first.locator("a.mono").click()
+    assert page.locator("h1").inner_text() == "boom"
+    assert "Traceback (most recent call last)" in page.locator("pre.traceback").inner_text()
+    job_id = page.url.rsplit("/", 1)[1]
+    assert shared.get_job(job_id).status is JobStatus.FAILED  # type: ignore[union-attr]
+    page.click("text=Retry…")
+    assert page.locator("h1").inner_text() == "Retry job"
+    assert shared.get_job(job_id).status is JobStatus.FAILED  # type: ignore[union-attr]
+    page.click("form button.primary")
+    assert page.locator(".notice").inner_text() == "Job queued to run again."
+    assert page.locator("dl.facts .badge").first.inner_text() == "pending"
+    assert shared.get_job(job_id).status is JobStatus.PENDING  # type: ignore[union-attr]
+
+
+def test_pause_and_resume_a_queue(page: Any, base: str, shared: App) -> None:
+    sign_in(page, base)
+    page.goto(base)
+    row = page.locator("section.panel:has(h2:text-is('Queues'))").locator("tr", has_text="slow")
+    row.locator("text=Pause").click()
+    assert page.locator("h1").inner_text() == "Pause queue"
+    page.click("form button.danger")
+    assert page.locator(".notice").inner_text() == "Paused."
+    assert [(p.kind, p.name) for p in shared.pauses()] == [("queue", "slow")]
+    row = page.locator("section.panel:has(h2:text-is('Queues'))").locator("tr", has_text="slow")
+    assert row.locator(".badge").inner_text() == "paused"
+    row.locator("text=Resume").click()
+    page.click("form button.primary")
+    assert page.locator(".notice").inner_text() == "Resumed."
+    assert shared.pauses() == []
+
+
+def test_job_text_is_shown_as_text(page: Any, base: str, shared: App) -> None:
+    sign_in(page, base)
+    hostile = shared.get_jobs(task=XSS, limit=1)[0]
+    page.goto(f"{base}jobs/{hostile.id}")
+    assert page.locator("h1").inner_text() == XSS
+    assert XSS in page.locator("pre.code").first.inner_text()
+    assert page.locator("script:not([src])").count() == 0
+    # (the page fixture fails the test if any dialog opened)
+
+
+def test_unauthenticated_requests_are_refused(chromium: Any, base: str) -> None:
+    context = chromium.new_context()
+    try:
+        api = context.request
+        for path in ("", "jobs", "metrics", "workers"):
+            assert api.get(base + path).status == 401
+        assert api.post(base + "pause", form={"kind": "queue", "name": "slow"}).status == 401
+        assert api.get(base + "static/dashboard.css").status == 200
+        page = context.new_page()
+        page.goto(base + "workers")
+        assert page.url.startswith(base + "login?next=")
+        assert page.locator("#token").is_visible()
+    finally:
+        context.close()
+
+
+# Django and Flask mounts ---------------------------------------------------------------------
+def test_flask_blueprint_loads_for_staff_and_refuses_anonymous(page: Any, shared: App) -> None:
+    pytest.importorskip("flask")
+    from flask import Flask, session
+
+    from mongosched.contrib.flask_dashboard import dashboard_blueprint
+
+    site = Flask("browser-site")
+    site.config["SECRET_KEY"] = "browser"
+
+    @site.route("/staff-login")
+    def staff_login() -> str:
+        session["staff"] = True
+        return "signed in"
+
+    site.register_blueprint(
+        dashboard_blueprint(shared, auth=lambda: session.get("staff") is True), url_prefix="/ops"
+    )
+    with serve(site) as url:
+        assert page.goto(url + "ops/").status == 403
+        page.goto(url + "staff-login")
+        reply = page.goto(url + "ops/")
+        assert reply.status == 200 and page.locator("h1").inner_text() == "Overview"
+        page.click("nav >> text=Jobs")
+        assert page.url == url + "ops/jobs"
+
+
+def test_django_admin_mount_loads_for_staff_and_refuses_anonymous(
+    page: Any, request: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("django")
+    # Playwright's sync API runs an event loop in this thread; the ORM calls made here
+    # (set-up only) are still synchronous.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    project = request.getfixturevalue("project")
+    from django.contrib.auth import get_user_model
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0, interactive=False)
+    model = get_user_model()
+    if not model.objects.filter(username="browser-staff").exists():
+        model.objects.create_user("browser-staff", password="pw-browser", is_staff=True)
+    assert project is not None
+    with serve(WSGIHandler()) as url:
+        page.goto(url + "admin/mongosched/")
+        assert "/admin/login/" in page.url  # anonymous: the admin's login
+        page.fill("#id_username", "browser-staff")
+        page.fill("#id_password", "pw-browser")
+        page.click("input[type=submit]")
+        page.wait_for_url(url + "admin/mongosched/")
+        assert page.locator("h1").inner_text() == "Overview"
+        page.goto(url + "admin/")
+        page.click("text=Job dashboard")
+        assert page.locator("h1").inner_text() == "Overview"
