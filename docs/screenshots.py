@@ -21,8 +21,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mongosched import App, Retry  # noqa: E402
+from mongosched import App, Retry, __version__  # noqa: E402
 from mongosched.dashboard import StandaloneDashboard  # noqa: E402
+from mongosched.records import WorkerInfo  # noqa: E402
 from mongosched.testing import FakeClock, drain  # noqa: E402
 from tests.support.browser import launch, missing, serve  # noqa: E402
 
@@ -100,6 +101,36 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
                 app.store.write_progress(
                     claimed.id, claimed.lease.token, 0.6, "rendering page 12 of 20", app.now()
                 )
+    # The runners that hold them, as the live registry lists runners (and one that
+    # stopped answering a while ago), a paused queue and a paused schedule.
+    now = app.now()
+    everything = ["emails.send", "billing.charge", "images.resize", "exports.build"]
+    for i, (host, pid, queues, threads, busy, seen) in enumerate(
+        [
+            ("web-1.prod", 4121, ("media",), 4, 2, 2),
+            ("worker-2.prod", 877, None, 8, 2, 1),
+            ("worker-3.prod", 912, ("emails", "billing"), 8, 0, 3),
+            ("worker-4.prod", 1533, None, 8, 0, 48),
+        ]
+    ):
+        app.store.save_worker(
+            WorkerInfo(
+                id=f"w{i}",
+                name=f"{host}:{pid}:runner",
+                host=host,
+                pid=pid,
+                queues=queues,
+                tasks=tuple(everything),
+                workers=threads,
+                in_flight=busy,
+                started_at=now - timedelta(hours=5 - i, minutes=7 * i),
+                last_seen=now - timedelta(seconds=seen),
+                version=__version__,
+            ),
+            now + timedelta(minutes=10),
+        )
+    app.pause(queue="media")
+    app.pause(schedule="schedule:search.reindex")
     failed = app.get_jobs(task="billing.charge", status="failed", limit=1)
     return app, clock, {"failed": failed[0] if failed else None}
 
@@ -120,6 +151,8 @@ def main() -> int:
         page.screenshot(path=str(OUT / "dashboard-login.png"))
         page.fill("#token", TOKEN)
         page.click("button[type=submit]")
+        page.goto(base + "jobs")
+        page.wait_for_url(base + "jobs")
         shots = [
             ("overview", ""),
             ("jobs", "jobs?status=failed&status=completed"),

@@ -231,6 +231,20 @@ class JobControl:
         self._created(result)
         return result
 
+    def delete_job(self, job_id: Any) -> None:
+        """Delete one finished job (completed, failed or cancelled) now. Raises
+        :class:`JobNotFound` when there is no such job, :class:`JobStateError` when it
+        has not finished (cancel it first). A declared schedule's job is never deleted
+        (cancel the schedule instead)."""
+        job = self._require_job(job_id)
+        if not job.is_finished:
+            raise JobStateError(
+                f"job {job.id} ({job.task}) is {job.status}; only finished jobs can be deleted"
+            )
+        if not self.store.purge_many([job.id], [job.status]):
+            raise JobStateError(f"job {job.id} ({job.task}) changed or stays; not deleted")
+        log.info("job %s (%s) deleted", job.id, job.task)
+
     def purge(
         self,
         *,

@@ -20,7 +20,7 @@ from mongosched import App, JobStatus
 from mongosched.dashboard import StandaloneDashboard
 from mongosched.store.memory import MemoryStore
 from tests.support.browser import launch, require_browser, serve
-from tests.support.dashboard import TOKEN, XSS, populate, with_operations
+from tests.support.dashboard import TOKEN, XSS, populate
 
 pytestmark = pytest.mark.browser
 pytest_plugins = ["tests.djangoproject.fixtures"]  # project: the Django test project
@@ -58,7 +58,7 @@ def page(chromium: Any) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def shared() -> Iterator[App]:
     name = f"browser-{uuid.uuid4().hex[:8]}"
-    app = with_operations(App(f"memory://{name}"))
+    app = App(f"memory://{name}")
     populate(app)
     yield app
     MemoryStore.forget(name)
@@ -93,7 +93,7 @@ def test_sign_in_and_load_every_page(page: Any, base: str, shared: App) -> None:
         assert reply.status == 200, path
         assert page.locator("h1").inner_text() == heading
     page.goto(base)
-    assert page.locator("figure.chart svg rect.done").count() == 30
+    assert page.locator("figure.chart svg rect.done").count() in (30, 31)  # and the current one
     assert "4 failed" in page.locator("figure.chart figcaption").inner_text()
     assert page.locator("text=tick").count() >= 1
     # The page's own stylesheet applied (assets come from the package, nothing else).

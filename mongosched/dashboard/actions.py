@@ -73,7 +73,6 @@ def job_action(ops: Operations, ctx: Context, job: Job, action: str) -> Page | R
     """Retry, cancel or delete one job: the confirmation (GET) or the deed (POST)."""
     path = f"/jobs/{job.id}"
     describe = fmt('<strong>{}</strong> <span class="mono">{}</span>', job.task, job.id)
-    purge = ops.job_purge_method()
 
     def retry() -> Response:
         ops.app.retry_job(job.id)
@@ -83,8 +82,7 @@ def job_action(ops: Operations, ctx: Context, job: Job, action: str) -> Page | R
         return _done(ctx, path, str(ops.app.cancel(job.id)))
 
     def delete() -> Response:
-        if purge is not None:
-            purge(job.id)
+        ops.app.delete_job(job.id)
         return _done(ctx, "/jobs", "purged")
 
     steps: dict[str, tuple[str, Markup, str, bool, Callable[[], Response]]] = {
@@ -122,8 +120,6 @@ def job_action(ops: Operations, ctx: Context, job: Job, action: str) -> Page | R
             delete,
         ),
     }
-    if action == "purge" and purge is None:
-        return "Not available", Markup("<p>This app cannot delete single jobs.</p>"), 404
     title, text, button, danger, deed = steps[action]
     if ctx.request.method == "POST":
         try:
@@ -145,8 +141,8 @@ def describe_filter(filters: Filters) -> Markup:
     if filters.error_type:
         parts.append(fmt("error type <strong>{}</strong>", filters.error_type))
     if not parts:
-        return Markup("<strong>every job</strong> (no filter)")
-    return Markup("jobs with ") + join(parts, ", ")
+        return Markup("of <strong>every task and queue</strong> (no filter)")
+    return Markup("with ") + join(parts, ", ")
 
 
 BULK_WORDS = {
@@ -159,7 +155,7 @@ BULK_WORDS = {
 def bulk_action(ops: Operations, ctx: Context, action: str) -> Page | Response:
     """Retry, cancel or delete every job the filter matches (the filter comes from the
     query on the confirmation page, from hidden fields on the POST)."""
-    if action not in BULK_ACTIONS or not ops.supports(BULK_ACTIONS[action]):
+    if action not in BULK_ACTIONS:
         return "Not available", Markup("<p>This app has no such bulk action.</p>"), 404
     request: Request = ctx.request
     if request.method == "POST":
@@ -173,10 +169,10 @@ def bulk_action(ops: Operations, ctx: Context, action: str) -> Page | Response:
             n = ops.bulk(action, filters, dry_run=False)
             return _done(ctx, back, f"bulk-{action}", n)
         count = ops.bulk(action, filters, dry_run=True)
-    except (MongoschedError, LookupError) as exc:
+    except MongoschedError as exc:
         return _confirm(ctx, title, Markup(""), button, back=back, error=str(exc))
     if count == 0:
-        text = fmt("No {} job matches {}: nothing to do.", which, describe_filter(filters))
+        text = fmt("No {} job {}: nothing to do.", which, describe_filter(filters))
         body = fmt(
             '<section class="panel confirm"><p>{}</p>'
             '<a class="button" href="{}">Go back</a></section>',
@@ -185,7 +181,7 @@ def bulk_action(ops: Operations, ctx: Context, action: str) -> Page | Response:
         )
         return title, body, 200
     text = fmt(
-        "{} <strong>{}</strong> {} job{} matching {}?",
+        "{} <strong>{}</strong> {} job{} {}?",
         button,
         f"{count:,}",
         which,
@@ -222,8 +218,6 @@ def pause_action(ops: Operations, ctx: Context, resume: bool) -> Page | Response
     get: Callable[[str], Any] = request.field if request.method == "POST" else request.arg
     kind, name = get("kind"), get("name")
     back = safe_next(get("next"))
-    if not ops.can_pause:
-        return "Not available", Markup("<p>This app cannot pause.</p>"), 404
     if kind not in PAUSE_KINDS or not name:
         return (
             "Bad request",

@@ -232,7 +232,10 @@ def ago(value: datetime | None, now: datetime) -> Markup:
     if value is None:
         return Markup('<span class="muted">—</span>')
     delta = (now - value).total_seconds()
-    text = f"{duration(delta)} ago" if delta >= 0 else f"in {duration(-delta)}"
+    if abs(delta) < 1:
+        text = "just now"
+    else:
+        text = f"{duration(delta)} ago" if delta >= 0 else f"in {duration(-delta)}"
     return fmt(
         '<time datetime="{}" title="{}">{}</time>',
         value.astimezone(timezone.utc).isoformat(),

@@ -12,10 +12,11 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+from ..errors import ConfigurationError
 from ..job import Job
 from ..records import SORTABLE, JobStatus
 from .chart import throughput_chart
-from .data import DUE_SCAN_LIMIT, Filters, Operations, Row
+from .data import BULK_ACTIONS, DUE_SCAN_LIMIT, Filters, Operations, Row
 from .render import (
     Context,
     Markup,
@@ -151,7 +152,7 @@ def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
         throughput_chart(buckets),
     )
     pauses = Markup("")
-    if ops.can_pause and view.pauses:
+    if view.pauses:
         rows = [
             (p.kind, p.name, ago(p.since, now), _resume_link(ctx, p.kind, p.name))
             for p in view.pauses
@@ -162,11 +163,11 @@ def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
         )
     queues = fmt(
         '<section class="panel"><h2>Queues</h2>{}</section>',
-        _counts_table(ctx, ops, view.queues, now, "queue"),
+        _counts_table(ctx, view.queues, now, "queue"),
     )
     tasks = fmt(
         '<section class="panel"><h2>Tasks</h2>{}</section>',
-        _counts_table(ctx, ops, view.tasks, now, "task"),
+        _counts_table(ctx, view.tasks, now, "task"),
     )
     body = fmt(
         '<div class="cards">{}</div>{}<div class="grid2">{}{}</div>{}{}',
@@ -194,36 +195,29 @@ def _resume_link(ctx: Context, kind: str, name: str) -> Markup:
     )
 
 
-def _counts_table(ctx: Context, ops: Operations, rows: list[Row], now: Any, kind: str) -> Markup:
-    can_pause = ops.can_pause
+def _counts_table(ctx: Context, rows: list[Row], now: Any, kind: str) -> Markup:
     out = []
     for row in rows:
         due = f"{row.due}+" if row.due_capped else str(row.due)
         late = row.late_seconds(now)
-        state = Markup("")
-        if row.paused:
-            state = badge("paused")
         cells: list[Any] = [
             jobs_link(ctx, row.name, **{kind: row.name}),
             jobs_link(ctx, due, **{kind: row.name, "status": "pending"}),
             jobs_link(ctx, _number(row.running), **{kind: row.name, "status": "running"}),
             jobs_link(ctx, _number(row.failed), **{kind: row.name, "status": "failed"}),
             fmt('<span class="{}">{}</span>', "late" if late and late > 60 else "", duration(late)),
-            state,
+            badge("paused") + Markup(" ") + _resume_link(ctx, kind, row.name)
+            if row.paused
+            else _pause_link(ctx, kind, row.name),
         ]
-        if can_pause:
-            cells.append(
-                _resume_link(ctx, kind, row.name)
-                if row.paused
-                else _pause_link(ctx, kind, row.name)
-            )
         out.append(cells)
-    headers = [kind.capitalize(), "Due", "Running", "Failed", "Oldest due late by", ""]
-    if can_pause:
-        headers.append("")
+    headers = [kind.capitalize(), "Due", "Running", "Failed", "Late by", ""]
     note = Markup("")
     if any(row.due_capped for row in rows):
-        note = fmt('<p class="muted small">Due jobs counted up to {} each.</p>', DUE_SCAN_LIMIT)
+        note = fmt(
+            '<p class="muted small">The {} jobs due longest were counted: "+" means more.</p>',
+            f"{DUE_SCAN_LIMIT:,}",
+        )
     return table(headers, out, empty=f"No {kind}s yet.", css="numbers") + note
 
 
@@ -264,15 +258,14 @@ def filter_form(ctx: Context, ops: Operations, filters: Filters, sort: tuple[str
         for name in SORTABLE
         for direction in (-1, 1)
     )
-    error_ok = "error_type" in ops.filter_names()
     return fmt(
         '<form method="get" action="{action}" class="filters" role="search">'
         '<label>Task<input name="task" list="task-names" value="{task}" autocomplete="off"></label>'
         '<datalist id="task-names">{tasks}</datalist>'
         '<label>Queue<input name="queue" list="queue-names" value="{queue}" autocomplete="off">'
         '</label><datalist id="queue-names">{queues}</datalist>'
-        '<label>Error type<input name="error" value="{error}"{error_state} '
-        'placeholder="{placeholder}"></label>'
+        '<label>Error type<input name="error" value="{error}" '
+        'placeholder="e.g. ValueError"></label>'
         '<label>Sort<select name="sort">{sorts}</select></label>'
         '<fieldset class="statuses"><legend>Status</legend>{statuses}</fieldset>'
         '<div class="buttons"><button type="submit" class="button primary">Filter</button>'
@@ -281,8 +274,6 @@ def filter_form(ctx: Context, ops: Operations, filters: Filters, sort: tuple[str
         task=filters.task or "",
         queue=filters.queue or "",
         error=filters.error_type or "",
-        error_state=Markup("") if error_ok else Markup(" disabled"),
-        placeholder="e.g. ValueError" if error_ok else "needs a newer mongosched",
         tasks=tasks,
         queues=queues,
         sorts=sorts,
@@ -297,7 +288,7 @@ def jobs_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     form = filter_form(ctx, ops, filters, sort)
     try:
         jobs, total = ops.jobs(filters, sort, page, PER_PAGE)
-    except LookupError as exc:
+    except ConfigurationError as exc:
         return "Jobs", form + fmt('<div class="warning">{}</div>', str(exc))
     now = ops.app.now()
     rows = [_job_row(ctx, job, now) for job in jobs]
@@ -305,8 +296,8 @@ def jobs_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     sort_param = f"{'-' if sort[1] < 0 else ''}{sort[0]}"
     base = filters.pairs() + ([("sort", sort_param)] if sort_param != "-updated_at" else [])
     bulk = Markup("")
-    actions = ops.bulk_actions()
-    if actions and total:
+    actions = BULK_ACTIONS
+    if total:
         bulk = join(
             fmt(
                 '<a class="button small" href="{}">{} all {}…</a>',
@@ -390,11 +381,11 @@ def job_actions(ctx: Context, ops: Operations, job: Job) -> Markup:
         buttons.append(
             fmt('<a class="button primary" href="{}">Retry…</a>', ctx.url(path + "/retry"))
         )
-    if not job.is_finished:
+    if not job.is_finished and job.status is not JobStatus.PAUSED:
         buttons.append(
             fmt('<a class="button danger" href="{}">Cancel…</a>', ctx.url(path + "/cancel"))
         )
-    if job.is_finished and ops.job_purge_method() is not None:
+    if job.is_finished:
         buttons.append(
             fmt('<a class="button danger" href="{}">Delete…</a>', ctx.url(path + "/purge"))
         )
@@ -528,75 +519,70 @@ def _rule_text(rule: str) -> str:
 # Schedules, workers -----------------------------------------------------------------------
 def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     now = ops.app.now()
-    can_pause = ops.can_pause
     rows = []
     for row in ops.schedules():
         paused = bool(row.get("paused"))
-        cells: list[Any] = [
-            link(ctx, f"/jobs/{row['id']}", row["task"]),
-            fmt("<code>{}</code>", _rule_text(str(row["rule"]))),
-            row.get("timezone") or "UTC",
-            badge("paused") if paused else badge(row["status"]),
-            when(row.get("next_run"), now),
-            ago(row.get("last_run"), now),
-            badge(row["last_status"]) if row.get("last_status") else Markup(""),
-        ]
-        if can_pause:
-            name = str(row["id"])
-            cells.append(
+        name = str(row["id"])
+        edited = row.get("edited_at")
+        rule = fmt("<code>{}</code>", _rule_text(str(row["rule"])))
+        if edited is not None:
+            rule += fmt(
+                ' <span class="muted small" title="edited at runtime {}">edited</span>', edited
+            )
+        rows.append(
+            [
+                link(ctx, f"/jobs/{name}", row["task"]),
+                rule,
+                row.get("timezone") or "UTC",
+                row.get("queue") or "",
+                badge("paused") if paused else badge(row["status"]),
+                when(row.get("next_run"), now),
+                ago(row.get("last_run"), now),
+                badge(row["last_status"]) if row.get("last_status") else Markup(""),
                 _resume_link(ctx, "schedule", name)
                 if paused
-                else _pause_link(ctx, "schedule", name)
-            )
-        rows.append(cells)
-    headers = ["Task", "Rule", "Timezone", "State", "Next run", "Last run", "Last result"]
-    if can_pause:
-        headers.append("")
+                else _pause_link(ctx, "schedule", name),
+            ]
+        )
+    headers = [
+        "Task",
+        "Rule",
+        "Timezone",
+        "Queue",
+        "State",
+        "Next run",
+        "Last run",
+        "Last result",
+        "",
+    ]
     return "Schedules", boxed(table(headers, rows, empty="No repeating schedules."))
 
 
 def workers_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     now = ops.app.now()
-    workers = ops.workers()
-    if ops.live_registry:
-        rows = [
-            [
-                fmt('<span class="mono">{}</span>', w.name),
-                w.host or "",
-                "" if w.pid is None else str(w.pid),
-                ", ".join(w.queues) if w.queues else "all",
-                "" if w.workers is None else str(w.workers),
-                str(w.in_flight),
-                ago(w.started_at, now),
-                ago(w.last_seen, now),
-                w.version or "",
-                badge("stale") if w.stale else badge("live"),
-            ]
-            for w in workers
+    rows = [
+        [
+            fmt('<span class="mono">{}</span>', w.name),
+            w.host,
+            str(w.pid),
+            ", ".join(w.queues) if w.queues else "all",
+            fmt('<span title="{}">{}</span>', ", ".join(w.tasks), len(w.tasks)),
+            str(w.workers),
+            str(w.in_flight),
+            ago(w.started_at, now),
+            ago(w.last_seen, now),
+            w.version,
+            badge("stale") if w.stale else badge("live"),
         ]
-        return "Workers", boxed(
-            table(
-                [
-                    "Worker",
-                    "Host",
-                    "PID",
-                    "Queues",
-                    "Threads",
-                    "In flight",
-                    "Started",
-                    "Last seen",
-                    "Version",
-                    "State",
-                ],
-                rows,
-                empty="No runner is registered.",
-            )
-        )
-    rows = [[fmt('<span class="mono">{}</span>', w.name), str(w.in_flight)] for w in workers]
+        for w in ops.workers()
+    ]
+    headers = [
+        "Worker", "Host", "PID", "Queues", "Tasks", "Threads", "In flight", "Started",
+        "Last seen", "Version", "State",
+    ]  # fmt: skip
     note = Markup(
-        '<p class="muted">This app has no live workers registry: the list shows who '
-        "holds the running jobs' leases.</p>"
+        '<p class="muted">Every runner registers itself and refreshes its entry every few '
+        "seconds; one not seen for a while is shown stale (it may have died), and is "
+        "forgotten later.</p>"
     )
-    return "Workers", note + boxed(
-        table(["Lease owner", "Running jobs"], rows, empty="No job is running.")
-    )
+    return "Workers", note + boxed(table(headers, rows, empty="No runner is registered."))

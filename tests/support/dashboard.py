@@ -1,7 +1,5 @@
-"""Test support for the dashboard: a tiny WSGI client, a populated app, and a stand-in
-for the operations API (bulk by filter, pauses, workers) where this version of
-mongosched does not have it yet (each stand-in is used only where the App lacks the
-method: once the real one exists, the tests exercise it)."""
+"""Test support for the dashboard: a tiny WSGI client and an app with jobs of every
+kind."""
 
 from __future__ import annotations
 
@@ -11,10 +9,9 @@ import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
-from mongosched import App, JobStatus
+from mongosched import App
 from mongosched.testing import drain
 
 TOKEN = "test-dashboard-token-0123456789"
@@ -149,64 +146,3 @@ def populate(app: App) -> dict[str, Any]:
     app.ensure_schedules()
     drain(app)
     return {"failed": failed, "done": done, "pending": pending}
-
-
-@dataclass(frozen=True)
-class StandInPause:
-    kind: str
-    name: str
-    since: datetime
-
-
-def with_operations(app: App) -> App:
-    """Give ``app`` the operations API of the contract where it lacks it (a stand-in:
-    per job, through the public API)."""
-    pauses: list[StandInPause] = []
-
-    def matching(filters: dict[str, Any]) -> list[Any]:
-        error_type = filters.pop("error_type", None)
-        jobs = app.get_jobs(**filters, limit=0)
-        return [j for j in jobs if error_type is None or (j.error and j.error.type == error_type)]
-
-    def retry_jobs(*, dry_run: bool = False, **filters: Any) -> int:
-        jobs = [j for j in matching(filters) if j.status in (JobStatus.FAILED, JobStatus.CANCELLED)]
-        if not dry_run:
-            for job in jobs:
-                app.retry_job(job.id)
-        return len(jobs)
-
-    def cancel_jobs(*, dry_run: bool = False, **filters: Any) -> int:
-        jobs = [j for j in matching(filters) if not j.is_finished]
-        if not dry_run:
-            for job in jobs:
-                app.cancel(job.id)
-        return len(jobs)
-
-    def purge_jobs(*, dry_run: bool = False, **filters: Any) -> int:
-        jobs = [j for j in matching(dict(filters)) if j.is_finished]
-        if not dry_run and jobs:
-            statuses = sorted({j.status.value for j in jobs})
-            app.purge(status=statuses, task=filters.get("task"))
-        return len(jobs)
-
-    def pause(**which: str | None) -> None:
-        ((kind, name),) = [(k, v) for k, v in which.items() if v is not None]
-        if not any(p.kind == kind and p.name == name for p in pauses):
-            pauses.append(StandInPause(kind, name, datetime.now(timezone.utc)))
-
-    def resume(**which: str | None) -> None:
-        ((kind, name),) = [(k, v) for k, v in which.items() if v is not None]
-        pauses[:] = [p for p in pauses if (p.kind, p.name) != (kind, name)]
-
-    stand_ins = {
-        "retry_jobs": retry_jobs,
-        "cancel_jobs": cancel_jobs,
-        "purge_jobs": purge_jobs,
-        "pause": pause,
-        "resume": resume,
-        "pauses": lambda: list(pauses),
-    }
-    for name, function in stand_ins.items():
-        if not callable(getattr(app, name, None)):
-            setattr(app, name, function)
-    return app
