@@ -42,7 +42,18 @@ def chromium() -> Iterator[Any]:
 
 @pytest.fixture
 def page(chromium: Any) -> Iterator[Any]:
-    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    """A fresh browser (no cookies); it fails the test if a script opens a dialog."""
+    yield from _page(chromium, None)
+
+
+@pytest.fixture
+def signed_in(chromium: Any, session_state: Any) -> Iterator[Any]:
+    """A browser holding the session of a sign-in through the form."""
+    yield from _page(chromium, session_state)
+
+
+def _page(chromium: Any, state: Any) -> Iterator[Any]:
+    context = chromium.new_context(viewport={"width": 1280, "height": 900}, storage_state=state)
     context.set_default_timeout(10_000)
     opened = context.new_page()
     dialogs: list[str] = []
@@ -68,6 +79,20 @@ def shared() -> Iterator[App]:
 def base(shared: App) -> Iterator[str]:
     with serve(StandaloneDashboard(shared, TOKEN)) as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def session_state(chromium: Any, base: str) -> Any:
+    context = chromium.new_context()
+    try:
+        page = context.new_page()
+        page.goto(base + "login")
+        page.fill("#token", TOKEN)
+        page.click("button[type=submit]")
+        page.wait_for_url(base)
+        return context.storage_state()
+    finally:
+        context.close()
 
 
 def sign_in(page: Any, base: str) -> None:
@@ -103,8 +128,9 @@ def test_sign_in_and_load_every_page(page: Any, base: str, shared: App) -> None:
     assert metrics.status in (200, 501)
 
 
-def test_filter_jobs_open_a_failed_one_and_retry_it(page: Any, base: str, shared: App) -> None:
-    sign_in(page, base)
+def test_filter_jobs_open_a_failed_one_and_retry_it(signed_in: Any, base: str, shared: App) -> None:
+    page = signed_in
+    page.goto(base + "jobs")
     page.fill("input[name=task]", "boom")
     page.check("input[name=status][value=failed]")
     page.click("form.filters button[type=submit]")
@@ -126,8 +152,8 @@ def test_filter_jobs_open_a_failed_one_and_retry_it(page: Any, base: str, shared
     assert shared.get_job(job_id).status is JobStatus.PENDING  # type: ignore[union-attr]
 
 
-def test_pause_and_resume_a_queue(page: Any, base: str, shared: App) -> None:
-    sign_in(page, base)
+def test_pause_and_resume_a_queue(signed_in: Any, base: str, shared: App) -> None:
+    page = signed_in
     page.goto(base)
     row = page.locator("section.panel:has(h2:text-is('Queues'))").locator("tr", has_text="slow")
     row.locator("text=Pause").click()
@@ -143,8 +169,8 @@ def test_pause_and_resume_a_queue(page: Any, base: str, shared: App) -> None:
     assert shared.pauses() == []
 
 
-def test_job_text_is_shown_as_text(page: Any, base: str, shared: App) -> None:
-    sign_in(page, base)
+def test_job_text_is_shown_as_text(signed_in: Any, base: str, shared: App) -> None:
+    page = signed_in
     hostile = shared.get_jobs(task=XSS, limit=1)[0]
     page.goto(f"{base}jobs/{hostile.id}")
     assert page.locator("h1").inner_text() == XSS

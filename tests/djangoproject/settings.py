@@ -48,6 +48,8 @@ TEMPLATES = [
         },
     }
 ]
+# Test users' passwords: a fast hash (the default takes most of a second per login).
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # In memory, shared by the threads of this process (a live server's threads see the
 # users the test made): SQLite's shared cache.
 DATABASES = {
