@@ -21,6 +21,7 @@ from .outcome import Decision, Ending, Retention
 from .pauseset import PauseSet
 from .records import JobRecord
 from .retry import Retry
+from .settler import Settler
 from .store import Store
 from .task import Task
 
@@ -104,6 +105,8 @@ class RunnerSteps:
             )
         self.reap_interval = _duration(reap_interval, third, "reap_interval")
         self._saturated: dict[str, float] = {}
+        self.settler = Settler(self.store)
+        """Writes outcomes: alone, or in one bulk write when several finish at once."""
         self.claimed = 0
         self.pause_set = PauseSet(self.store, self.poll_interval)
         """What is paused, as this runner last read it (once per poll interval)."""
@@ -173,21 +176,55 @@ class RunnerSteps:
         slot moved on, or its lease was lost). Without a heartbeat (as in
         :meth:`run_until_idle`) a task's timeout is not enforced."""
         try:
-            if claim.record.repeat and claim.record.attempts <= 1 and not self._start_slot(claim):
-                return None
-            self.app.emit("job:start", job=self._job(claim.record), runner=self)
-            log.debug(
-                "job %s (%s) attempt %d started",
-                claim.job_id,
-                claim.task.name,
-                claim.record.attempts,
-            )
-            started = time.monotonic()
-            result, error = claim.call()
-            return self._conclude(claim, result, error, time.monotonic() - started)
+            ran = self._run(claim)
+            return None if ran is None else self._conclude(claim, *ran)
         finally:
             claim.finish()
             self._release_permit(claim)
+
+    def run_claims(self, claims: Sequence[Claim]) -> list[Decision | None]:
+        """Run several claimed jobs in this thread, one after another, then record
+        their outcomes together: one bulk write, each outcome still fenced on its own
+        lease (a job whose lease was lost meanwhile is reported alone, as
+        :meth:`run_claim` reports it). Returns the decisions, in order. Nothing renews
+        a lease between its job's end and the write."""
+        try:
+            ran = [self._run(claim) for claim in claims]
+            decisions: list[Decision | None] = [None] * len(claims)
+            todo = []
+            for n, (claim, ended) in enumerate(zip(claims, ran, strict=True)):
+                decision = None if ended is None else self._decision(claim, *ended[:2])
+                if decision is not None:
+                    todo.append((n, decision))
+            items = [(claims[n].record, decision.settlement) for n, decision in todo]
+            results = self.store.settle_many(items) if items else []
+            for (n, decision), stored in zip(todo, results, strict=True):
+                claim, seconds = claims[n], ran[n][2]  # type: ignore[index]
+                if isinstance(stored, SerializationError):  # its result cannot be stored
+                    decision = self._decide(claim, Ending.ERROR, None, stored, NEVER_RETRY)
+                    stored = self.settler.settle(claim.record, decision.settlement)
+                decisions[n] = self._landed(claim, decision, stored, seconds)
+            return decisions
+        finally:
+            for claim in claims:
+                claim.finish()
+                self._release_permit(claim)
+
+    def _run(self, claim: Claim) -> tuple[Any, BaseException | None, float] | None:
+        """Run a claimed job's function: ``(result, error, seconds)``, or None when it
+        does not run (its repeating slot moved on, or its lease was lost)."""
+        if claim.record.repeat and claim.record.attempts <= 1 and not self._start_slot(claim):
+            return None
+        self.app.emit("job:start", job=self._job(claim.record), runner=self)
+        log.debug(
+            "job %s (%s) attempt %d started",
+            claim.job_id,
+            claim.task.name,
+            claim.record.attempts,
+        )
+        started = time.monotonic()
+        result, error = claim.call()
+        return result, error, time.monotonic() - started
 
     def run_until_idle(self, *, limit: int = 10_000) -> int:
         """Run due jobs in this thread until none is due (or ``limit`` attempts ran);
@@ -401,25 +438,37 @@ class RunnerSteps:
         self, claim: Claim, result: Any, error: BaseException | None, seconds: float
     ) -> Decision | None:
         """Record how one attempt ended, fenced on the lease token."""
-        task = claim.task
+        decision = self._decision(claim, result, error)
+        if decision is None:
+            return None
+        try:
+            stored = self.settler.settle(claim.record, decision.settlement)
+        except SerializationError as exc:  # the result cannot be stored
+            decision = self._decide(claim, Ending.ERROR, None, exc, NEVER_RETRY)
+            stored = self.settler.settle(claim.record, decision.settlement)
+        return self._landed(claim, decision, stored, seconds)
+
+    def _decision(self, claim: Claim, result: Any, error: BaseException | None) -> Decision | None:
+        """What follows an attempt's end; None when its lease was lost meanwhile."""
         claim.finish()  # no heartbeat may race the outcome write
         if claim.lost:
             log.warning(
                 "job %s (%s): finished after its lease was lost; outcome discarded (%s)",
                 claim.job_id,
-                task.name,
+                claim.task.name,
                 "ok" if error is None else f"{type(error).__name__}: {error}",
             )
             return None
-        decision = self._decide(claim, self._ending(claim, error), result, error, task.retry)
-        try:
-            stored = self.store.settle(claim.record, decision.settlement)
-        except SerializationError as exc:  # the result cannot be stored
-            decision = self._decide(claim, Ending.ERROR, None, exc, NEVER_RETRY)
-            stored = self.store.settle(claim.record, decision.settlement)
+        return self._decide(claim, self._ending(claim, error), result, error, claim.task.retry)
+
+    def _landed(
+        self, claim: Claim, decision: Decision, stored: JobRecord | None, seconds: float
+    ) -> Decision | None:
+        """After the outcome write: the decision that took effect, logged and sent
+        with the job as stored; None when the write found the lease lost."""
         if stored is None:
             claim.lose("outcome write was fenced off")
-            log.warning("job %s (%s): outcome rejected: lease lost", claim.job_id, task.name)
+            log.warning("job %s (%s): outcome rejected: lease lost", claim.job_id, claim.task.name)
             return None
         decision = decision.as_landed(stored.status)
         _log_decision(claim, decision, seconds)

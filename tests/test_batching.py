@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from mongosched import App, JobStatus
+from mongosched.outcome import given_back
 from tests.support.tasks import Recorder
 from tests.support.waiting import wait_for
 
@@ -113,3 +115,79 @@ def test_jobs_of_a_limited_task_are_claimed_one_at_a_time(make_app: Callable[...
     # Once the permit is free (and the pause after finding it taken is over): the next.
     again = wait_for(lambda: runner.claim_batch(8), message="the next limited job")
     assert [c.task.name for c in again] == ["limited"]
+
+
+def test_outcomes_finishing_together_are_written_in_one_bulk_write() -> None:
+    """While one outcome's write is on its way, the others queue; the first of them
+    then writes them all at once, and each worker gets its own job's result."""
+    app = App("memory://")
+    app.task(name="work")(lambda n: n)
+    store = app.store
+    jobs = app.schedule_bulk(app.tasks["work"].job(n) for n in range(6))
+    runner = app.runner(workers=6)
+    claims = runner.claim_batch(6)
+    assert len(claims) == 6
+    gate, writing = threading.Event(), threading.Event()
+    bulks: list[int] = []
+    settle, settle_many = store.settle, store.settle_many
+
+    def slow_settle(job: Any, settlement: Any) -> Any:
+        writing.set()
+        gate.wait(10)  # the first write is on its way...
+        return settle(job, settlement)
+
+    def counted(items: Any) -> Any:
+        bulks.append(len(items))
+        return settle_many(items)
+
+    store.settle = slow_settle  # type: ignore[method-assign]
+    store.settle_many = counted  # type: ignore[method-assign]
+    results: dict[int, Any] = {}
+    first = threading.Thread(target=lambda: results.update({0: runner.run_claim(claims[0])}))
+    first.start()
+    assert writing.wait(10)
+    others = [
+        threading.Thread(target=lambda n=n: results.update({n: runner.run_claim(claims[n])}))
+        for n in range(1, 6)
+    ]
+    for thread in others:
+        thread.start()
+    wait_for(lambda: runner.settler.queued == 5, message="5 outcomes queued")
+    gate.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert bulks == [5] and runner.settler.bulk_writes == 1
+    assert all(results[n] is not None and results[n].event == "job:success" for n in range(6))
+    for job in jobs:
+        assert job.refresh().status is JobStatus.COMPLETED and job.result == job.args[0]
+
+
+def test_run_claims_reports_a_lost_lease_alone_and_sends_each_job_as_stored(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(lease_duration=5.0)
+    app.task(name="work", retry=3)(lambda n: n * 10)
+    events: list[Any] = []
+    for name in ("job:success", "job:lease_lost"):
+        app.on(name, lambda event, name=name: events.append((name, event.job)))
+    jobs = app.schedule_bulk(app.tasks["work"].job(n) for n in range(3))
+    runner, other = app.runner(workers=3), app.runner(workers=1, name="other")
+    claims = runner.claim_batch(3)
+    lost = claims[1]
+    # Its lease runs out; the reaper gives the job back and another runner takes it.
+    app.store.reap(
+        lost.record, lost.until + timedelta(seconds=1), given_back(lost.record, app.now())
+    )
+    taken = other.claim_next(job_id=lost.job_id)
+    assert taken is not None
+    decisions = runner.run_claims(claims)
+    assert decisions[1] is None and lost.lost
+    assert [d.event for d in (decisions[0], decisions[2]) if d is not None] == ["job:success"] * 2
+    succeeded = {job.id: job for name, job in events if name == "job:success"}
+    assert set(succeeded) == {jobs[0].id, jobs[2].id}
+    for job_id, job in succeeded.items():
+        stored = app.get_job(job_id)
+        assert job.status is stored.status is JobStatus.COMPLETED
+        assert job.result == stored.result and job.finished_at == stored.finished_at
+    assert [job.id for name, job in events if name == "job:lease_lost"] == [lost.job_id]
+    assert app.get_job(lost.job_id).status is JobStatus.RUNNING  # the other runner's

@@ -233,6 +233,43 @@ def act_finish(w: World, holder: Holder) -> None:
         holder.done = True
 
 
+def act_finish_many(w: World, holders: list[Holder]) -> None:
+    """Holders of one worker run their jobs one after another, then write every
+    outcome in one bulk write (each fenced on its own lease)."""
+    runner = w.runners[holders[0].worker]
+    current = {id(h): is_current(w, h) for h in holders}
+    before = {id(h): w.raw(h.claim.job_id) for h in holders}
+    w.failing = w.rng.random() < 0.3
+    w.oversize = not w.failing and w.rng.random() < 0.05
+    # Others act during the runs only when every holder is current (a fenced-off one's
+    # job must then be left exactly as it was).
+    w.inside = holders[0] if all(current.values()) else None
+    for holder in holders:
+        drop(w, holder)
+    try:
+        decisions = runner.run_claims([h.claim for h in holders])
+    except StoreError:
+        w.stats["finish raised"] += 1
+        for holder in holders:
+            holder.done = True
+        return
+    finally:
+        w.inside = None
+    w.stats["bulk finishes"] += 1
+    for holder, decision in zip(holders, decisions, strict=True):
+        claim = holder.claim
+        history = w.holders[claim.job_id]
+        taken_over = history.index(holder) < len(history) - 1
+        if not current[id(holder)] or taken_over:
+            assert decision is None, "a fenced-off holder reported an outcome"
+        if not current[id(holder)]:
+            assert w.raw(claim.job_id) == before[id(holder)], "a fenced-off holder's write landed"
+        if decision is not None:
+            assert not is_current(w, holder), "outcome reported but not written"
+        if decision is not None or not claim.lost:
+            holder.done = True
+
+
 def during_run(w: World) -> None:
     """While a holder's function runs: a few other steps, never a nested run."""
     holder = w.inside
@@ -438,6 +475,9 @@ def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Coun
             act_claim(w, worker)
         elif roll < 0.45:
             act_claim(w, worker, batch=w.rng.randint(2, 4))
+        elif roll < 0.65 and len(holders) > 1 and w.rng.random() < 0.6:
+            by_job = list({h.claim.job_id: h for h in holders}.values())  # one per job
+            act_finish_many(w, w.rng.sample(by_job, w.rng.randint(1, len(by_job))))
         elif roll < 0.65 and holders:
             act_finish(w, w.rng.choice(holders))
         elif roll < 0.72 and holders:
@@ -528,7 +568,8 @@ def report(runs: int, seed: int, totals: Counter[str]) -> None:
     late = sum(v for k, v in totals.items() if k.endswith(":late"))
     print(
         f"\nfault injection: {runs} runs, master seed {seed}; {totals['claims']} claims "
-        f"({totals['batched claims']} in batches), {injected} faults injected "
+        f"({totals['batched claims']} in batches), {totals['bulk finishes']} bulk finishes, "
+        f"{injected} faults injected "
         f"({lost} lost replies after the write applied), "
         f"{totals['crashes']} crashed holders, {totals['reaped']} reaped, "
         f"{totals['schedule raised']} schedule calls raised, "
@@ -543,6 +584,7 @@ def test_invariants_hold_under_randomized_faults() -> None:
     report(RUNS, SEED, totals)
     assert totals["claims"] > RUNS  # the runs did real work
     assert totals["batched claims"] > RUNS // 2
+    assert totals["bulk finishes"] > RUNS // 4
     assert sum(v for k, v in totals.items() if k.endswith(":after")) > RUNS // 10
     assert totals["slots concluded"] > RUNS // 2  # the repeating job ran too
 

@@ -1,4 +1,5 @@
-"""Claims in batches, for :class:`~mongosched.store.mongo.MongoStore` (part of it).
+"""Claims and settlements in batches, for :class:`~mongosched.store.mongo.MongoStore`
+(part of it).
 
 A batched claim takes up to ``limit`` due jobs in three round trips whatever the limit:
 
@@ -15,6 +16,10 @@ claimer that read the same candidates loses those updates whose filter no longer
 matches; nobody takes a job twice. After a network error the bulk write is repeated
 (an update that landed no longer matches) and the read back finds what landed by
 token.
+
+Several settlements are written in one unordered bulk write, each update fenced on its
+own job's token (and on the job being as claimed), so one that misses never affects the
+others; see :meth:`MongoBatches.settle_many`.
 """
 
 from __future__ import annotations
@@ -28,14 +33,34 @@ from typing import Any
 from pymongo import UpdateOne
 from pymongo.errors import BulkWriteError
 
-from ..errors import MalformedJob
-from ..records import JobRecord
-from .documents import CLAIM_SORT, RUNNING, claim_query, claim_update, malformed_update, to_record
+from ..errors import MalformedJob, SerializationError
+from ..records import JobRecord, Settlement
+from . import codec
+from .documents import (
+    CLAIM_SORT,
+    RUNNING,
+    claim_query,
+    claim_update,
+    dedupe_hold,
+    malformed_update,
+    settle_update,
+    settled_record,
+    to_record,
+    unchanged_since_claim,
+)
 from .permits import MongoPermits
 
 __all__ = ["MongoBatches"]
 
 log = logging.getLogger("mongosched.store")
+
+
+def settled_result(task: str, settlement: Settlement) -> Any:
+    """The settlement's result as the job will hold it (as BSON gives it back), or
+    :class:`SerializationError` when it cannot be stored."""
+    if settlement.result is None:
+        return None
+    return codec.decode(codec.encode_value(task, "return value", settlement.result))["v"]
 
 
 class MongoBatches(MongoPermits):
@@ -94,6 +119,72 @@ class MongoBatches(MongoPermits):
             except MalformedJob as exc:  # failed alone
                 self._fail_malformed({"_id": job_id, "lease.token": tokens[job_id]}, str(exc), now)
         return records
+
+    def settle_many(
+        self, items: Sequence[tuple[JobRecord, Settlement]]
+    ) -> list[JobRecord | SerializationError | None]:
+        """One unordered bulk write of every settlement, each fenced on its job's token
+        and on the job being as claimed (:func:`unchanged_since_claim`): the records of
+        those that landed are computed (:func:`settled_record`), not read back. Jobs whose
+        write did not land (a cancel requested, progress written, a lease lost, a dedupe
+        key taken meanwhile) are found by reading back the writes' ids, and settled one
+        by one as :meth:`settle` does, which says which of those lost their lease.
+        Repeating jobs are settled one by one too."""
+        results: list[Any] = [None] * len(items)
+        writes: dict[int, tuple[str, UpdateOne, Any]] = {}
+        for n, (job, settlement) in enumerate(items):
+            try:
+                result = settled_result(job.task, settlement)
+            except SerializationError as exc:
+                results[n] = exc
+                continue
+            if job.repeat is not None:
+                # Its slot is recorded right after the claim, maybe within the same
+                # millisecond (updated_at unchanged): settled alone, below.
+                continue
+            token = job.lease.token if job.lease is not None else ""
+            write = uuid.uuid4().hex
+            update = settle_update(job.id, settlement, dedupe_hold(job))
+            update["$set"]["last_write"] = write
+            fence = {"_id": job.id, "lease.token": token, "status": RUNNING}
+            fence.update(unchanged_since_claim(job))
+            writes[n] = (write, UpdateOne(fence, update), result)
+        alone = [n for n in range(len(items)) if n not in writes and results[n] is None]
+        for n in alone:
+            results[n] = self.settle(*items[n])
+        if not writes:
+            return results
+        ops = [op for _, op, _ in writes.values()]
+        tries: list[int] = []
+
+        def bulk(attempt: int) -> tuple[int, bool]:
+            tries.append(attempt)
+            try:
+                return self.jobs.bulk_write(ops, ordered=False).matched_count, False
+            except BulkWriteError as exc:  # a dedupe key taken: settled one by one below
+                return int(exc.details.get("nMatched", 0)), True
+
+        matched, refused = self._retrying("settle", bulk)
+        if matched == len(ops) and not refused and len(tries) == 1:
+            landed = set(writes)  # every write landed, as written
+        else:
+            ids = [items[n][0].id for n in writes]
+            docs = self._retrying(
+                "settle",
+                lambda _: list(self.jobs.find({"_id": {"$in": ids}}, {"last_write": True})),
+            )
+            last = {doc["_id"]: doc.get("last_write") for doc in docs}
+            landed = {n for n, (write, _, _) in writes.items() if last.get(items[n][0].id) == write}
+        for n, (_, _, result) in writes.items():
+            job, settlement = items[n]
+            if n in landed:
+                results[n] = settled_record(job, settlement, result)
+            else:  # as alone: the cancel, the dedupe key, the lost lease are seen there
+                results[n] = self.settle(job, settlement)
+        return results
+
+    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
+        raise NotImplementedError  # MongoStore's
 
     def _fail_malformed(self, fence: dict[str, Any], reason: str, now: datetime) -> None:
         """Fail a job that cannot be processed, alone (if ``fence`` still matches)."""

@@ -8,6 +8,7 @@ Every field name and update operator of the job collection is here or in
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -47,6 +48,8 @@ __all__ = [
     "ms",
     "query_document",
     "settle_update",
+    "settled_record",
+    "unchanged_since_claim",
     "to_document",
     "to_record",
 ]
@@ -393,6 +396,51 @@ def settle_update(
     else:
         fields.update(restore)
     return update
+
+
+def unchanged_since_claim(job: JobRecord) -> dict[str, Any]:
+    """Conditions that hold while a running job is as its holder claimed it, but for
+    its lease's renewals: nobody asked to cancel it, nothing wrote to it (every such
+    write sets ``updated_at``, but for progress, checked on its own). A settlement
+    landing under them leaves exactly :func:`settled_record`."""
+    return {
+        "updated_at": job.updated_at,
+        "cancel_requested": {"$ne": True},
+        **({"progress.at": job.progress.at} if job.progress else {"progress": None}),
+    }
+
+
+def settled_record(job: JobRecord, settlement: Settlement, result: Any) -> JobRecord:
+    """The job as stored after :func:`settle_update` landed under
+    :func:`unchanged_since_claim` (``result``: the settlement's result as BSON gives it
+    back), computed instead of read back: what :func:`to_record` would make of it."""
+    s = settlement
+    now = ms(s.now)
+    final = s.status.is_final
+    last = s.last_run
+    keep = final and s.expire_at is not None and not is_schedule_id(job.id)
+    return replace(
+        job,
+        status=s.status,
+        lease=None,
+        updated_at=now,
+        result=result,
+        error=error_record(error_document(s.error)),
+        cancel_requested=False,
+        attempts=job.attempts if s.attempts is None else s.attempts,
+        run_at=job.run_at if s.run_at is None else ms(s.run_at),
+        scheduled_for=job.scheduled_for if s.scheduled_for is None else ms(s.scheduled_for),
+        last_run=job.last_run
+        if last is None
+        else LastRun(
+            slot=ms(last.slot),
+            status=last.status,
+            finished_at=ms(last.finished_at),
+            error=error_record(error_document(last.error)),
+        ),
+        finished_at=now if final else job.finished_at,
+        expire_at=ms(s.expire_at) if keep and s.expire_at is not None else job.expire_at,
+    )
 
 
 def query_document(query: JobQuery) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from ..records import (
     Settlement,
 )
 from . import codec
+from .memory_batches import MemoryBatches
 from .memory_index import JobIndexes
 from .memory_jobs import (
     PAUSED,
@@ -79,7 +80,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class MemoryStore(MemoryOperations):
+class MemoryStore(MemoryBatches, MemoryOperations):
     """An in-process :class:`~mongosched.store.Store` (whose docstrings say what each
     method does). ``MemoryStore()`` is private to its creator; :meth:`named` shares one
     store per name within the process."""
@@ -266,29 +267,6 @@ class MemoryStore(MemoryOperations):
                 if job is None:
                     return None
             return self._start(job, owner, now, until)
-
-    def claim_batch(
-        self,
-        *,
-        owner: str,
-        tasks: Sequence[str],
-        queues: Sequence[str] | None,
-        now: datetime,
-        lease_duration: float,
-        limit: int,
-    ) -> list[JobRecord]:
-        if not tasks:
-            return []
-        now = ms(now)
-        until = ms(now + timedelta(seconds=lease_duration))
-        claimed: list[JobRecord] = []
-        with self._lock:
-            while len(claimed) < limit:
-                job = self._indexes.take_first_due(tasks, queues, now)
-                if job is None:
-                    break
-                claimed.append(self._start(job, owner, now, until))
-        return claimed
 
     def renew(self, job_id: Any, token: str, now: datetime, until: datetime) -> Renewal:
         with self._lock:
@@ -534,16 +512,26 @@ class MemoryStore(MemoryOperations):
         (and, for the reaper, ran out before ``expired_before``)."""
         result = encode_result(claimed.task, settlement)  # raises before any write
         with self._lock:
-            lease = claimed.lease
-            job = None if lease is None else self._holding(claimed.id, lease.token)
-            if job is None or job.lease is None:
-                return None
-            if expired_before is not None and job.lease.until >= expired_before:
-                return None  # a renewal landed first
-            if job.cancel_requested and settlement.on_cancel is not None:
-                settlement = settlement.on_cancel  # a user asked meanwhile: it ends here
-            self._apply(job, settlement, result)
-            return job.record()
+            return self._settle_locked(claimed, settlement, result, expired_before)
+
+    def _settle_locked(
+        self,
+        claimed: JobRecord,
+        settlement: Settlement,
+        result: bytes | None,
+        expired_before: datetime | None = None,
+    ) -> JobRecord | None:
+        """:meth:`_settle_if` under the lock, the result encoded."""
+        lease = claimed.lease
+        job = None if lease is None else self._holding(claimed.id, lease.token)
+        if job is None or job.lease is None:
+            return None
+        if expired_before is not None and job.lease.until >= expired_before:
+            return None  # a renewal landed first
+        if job.cancel_requested and settlement.on_cancel is not None:
+            settlement = settlement.on_cancel  # a user asked meanwhile: it ends here
+        self._apply(job, settlement, result)
+        return job.record()
 
     def _apply(self, job: StoredJob, settlement: Settlement, result: bytes | None) -> None:
         """Leave the job as ``settlement`` says (see :class:`Settlement`)."""

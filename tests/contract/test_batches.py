@@ -3,12 +3,28 @@ own; racing claimers (batched or single) never take one job twice."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from mongosched.records import JobStatus
+from mongosched.errors import SerializationError
+from mongosched.records import JobRecord, JobStatus
 from mongosched.store import Store
 
-from .helpers import LATER, LEASE, T0, add, claim, ids, job, sec, succeeded, token
+from .helpers import (
+    LATER,
+    LEASE,
+    T0,
+    add,
+    claim,
+    given_back,
+    ids,
+    job,
+    lapsed,
+    raised,
+    sec,
+    succeeded,
+    token,
+)
 from .test_atomicity import race
 
 
@@ -124,3 +140,115 @@ def test_racing_batches_of_few_jobs_leave_none_claimed_twice_or_lost(store: Stor
         stored = store.get(job_id)
         assert stored is not None and stored.lease is not None and stored.lease.owner == owner
         assert stored.attempts == 1
+
+
+# settle_many --------------------------------------------------------------------------------
+def test_settle_many_lands_each_settlement_and_returns_the_jobs_as_stored(store: Store) -> None:
+    """Every kind of settlement at once; the records returned are the jobs as stored
+    (a store may compute them instead of reading them back: they must agree)."""
+    declared = job(id="schedule:t", repeat={"every": 60.0}, scheduled_for=T0)
+    assert store.upsert_schedule(declared, T0)
+    add(
+        store,
+        job(args=("done",)),
+        job(args=("retried",), max_attempts=3, dedupe_key="k", dedupe_scope="pending"),
+        job(args=("failed",), dedupe_key="a"),
+        job(args=("given back",), max_attempts=2),
+        job(args=("progress",)),
+        job(args=("dated",), priority=9),
+    )
+    running = {r.args[0] if r.args else r.id: r for r in batch(store, 10)}
+    assert len(running) == 7
+    progress = running["progress"]
+    assert store.write_progress(progress.id, token(progress), 0.5, "half", LATER + sec(1))
+    at = LATER + sec(2)
+    when = LATER + timedelta(microseconds=1500)
+    settlements = {
+        "done": lambda r: succeeded(r, at, result={"n": 1, "s": "x"}),
+        "retried": lambda r: raised(r, at),
+        "failed": lambda r: raised(r, at),
+        "given back": lambda r: given_back(r, at),
+        "progress": lambda r: succeeded(r, at, result=[1, 2]),
+        "dated": lambda r: succeeded(r, at, result={"when": when, "t": (1, 2)}),
+        "schedule:t": lambda r: succeeded(r, at, result=7),
+    }
+    items = [(running[name], settle(running[name])) for name, settle in settlements.items()]
+    results = dict(zip(settlements, store.settle_many(items), strict=True))
+    for name, result in results.items():
+        assert isinstance(result, JobRecord), (name, result)
+        assert result == store.get(running[name].id), name
+    statuses = {name: r.status.value for name, r in results.items()}  # type: ignore[union-attr]
+    assert statuses == {
+        "done": "completed",
+        "retried": "pending",
+        "failed": "failed",
+        "given back": "pending",
+        "progress": "completed",
+        "dated": "completed",
+        "schedule:t": "pending",
+    }
+    done = results["done"]
+    assert isinstance(done, JobRecord) and done.result == {"n": 1, "s": "x"}
+    assert done.finished_at == at and done.expire_at is not None and done.lease is None
+    dated = results["dated"]
+    assert isinstance(dated, JobRecord) and dated.result == {"when": LATER + sec(0.001), "t": [1, 2]}
+    kept = results["progress"]
+    assert isinstance(kept, JobRecord) and kept.progress is not None
+    assert kept.progress.message == "half"
+    tick = results["schedule:t"]
+    assert isinstance(tick, JobRecord) and tick.last_run is not None
+    assert tick.run_at == T0 + sec(60) and tick.expire_at is None
+    # The retried job holds its pending-scope key again; the failed one let its key go.
+    [(holder, created)] = store.insert([job(dedupe_key="k", dedupe_scope="pending")])
+    assert holder.id == running["retried"].id and not created
+    [(_, created)] = store.insert([job(dedupe_key="a")])
+    assert created
+
+
+def test_settle_many_reports_each_job_alone(store: Store) -> None:
+    """A lost lease, a cancel requested meanwhile and a result that cannot be stored
+    each concern their own job only, reported as a single settle reports them."""
+    add(store, *[job(max_attempts=3) for _ in range(5)])
+    lost, cancelled, unstorable, fine, also_fine = batch(store, 5)
+    # lost: its lease ran out and another worker holds it now.
+    later = LATER + sec(LEASE + 1)
+    assert store.reap(lost, later, lapsed(lost, later)) is not None
+    taken = claim(store, now=later, owner="other")
+    assert taken is not None and taken.id == lost.id
+    assert store.request_cancel(cancelled.id, later) is not None
+    items = [
+        (lost, succeeded(lost, later)),
+        (cancelled, succeeded(cancelled, later, result="done")),
+        (unstorable, succeeded(unstorable, later, result=object())),
+        (fine, succeeded(fine, later, result=1)),
+        (also_fine, raised(also_fine, later)),
+    ]
+    results = store.settle_many(items)
+    assert results[0] is None
+    assert store.get(lost.id) == taken  # the other worker's lease is untouched
+    assert isinstance(results[1], JobRecord) and results[1].status is JobStatus.CANCELLED
+    assert results[1] == store.get(cancelled.id) and results[1].result == "done"
+    assert isinstance(results[2], SerializationError) and "return value" in str(results[2])
+    assert store.get(unstorable.id) == unstorable  # nothing written for it
+    assert isinstance(results[3], JobRecord) and results[3].status is JobStatus.COMPLETED
+    assert results[3] == store.get(fine.id)
+    assert isinstance(results[4], JobRecord) and results[4].status is JobStatus.PENDING
+    assert results[4] == store.get(also_fine.id) and results[4].attempts == 1
+
+
+def test_settle_many_of_the_same_claim_from_racing_threads_lands_once(store: Store) -> None:
+    add(store, job(), job())
+    first, second = batch(store, 2)
+    results = race(
+        lambda n: store.settle_many(
+            [(first, succeeded(first, result=n)), (second, succeeded(second, result=n))]
+        ),
+        threads=8,
+    )
+    for i, running_job in enumerate((first, second)):
+        landed = [r[i] for r in results if r[i] is not None]
+        assert len(landed) == 1 and landed[0] == store.get(running_job.id)
+
+
+def test_settle_many_of_nothing_is_nothing(store: Store) -> None:
+    assert store.settle_many([]) == []
