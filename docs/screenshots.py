@@ -159,6 +159,7 @@ def main() -> int:
             ("job", f"jobs/{found['failed'].id}" if found["failed"] else "jobs"),
             ("schedules", "schedules"),
             ("workers", "workers"),
+            ("schedule-edit", "schedules/edit?id=schedule:reports.daily"),
         ]
         if callable(getattr(app, "retry_jobs", None)):
             shots.append(("confirm", "bulk/retry?task=billing.charge&status=failed"))

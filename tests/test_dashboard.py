@@ -634,3 +634,39 @@ def test_the_command_is_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dashboard", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--token" in out and "127.0.0.1" in out
+
+
+def test_edit_a_schedule_at_runtime(sched: App, jobs: dict[str, Any], browser: Client) -> None:
+    listing = browser.get("/schedules")
+    assert "/schedules/edit?id=schedule%3Atick" in listing.body
+    form = browser.get("/schedules/edit?id=schedule:tick")
+    assert form.status == 200
+    assert 'name="every" value="3600"' in form.body and 'name="cron" value=""' in form.body
+    fields = {"csrf_token": form.csrf(), "id": "schedule:tick", "every": "3600", "priority": "5"}
+    # Nothing changed, a bad rule, a missing CSRF token: the schedule stays as it is.
+    same = browser.post("/schedules/edit", {**fields, "queue": "default"})
+    assert same.status == 400 and "Nothing was changed." in same.body
+    bad = browser.post("/schedules/edit", {**fields, "every": "", "cron": "61 * * * *"})
+    assert bad.status == 400 and 'value="61 * * * *"' in bad.body
+    assert (
+        browser.post("/schedules/edit", {"id": "schedule:tick", "cron": "5 * * * *"}).status == 403
+    )
+    assert [r["rule"] for r in sched.schedules() if r["task"] == "tick"] == ["every 3600.0s"]
+    # A new rule and priority land, and the next run is recomputed.
+    done = browser.post(
+        "/schedules/edit",
+        {
+            **fields,
+            "every": "",
+            "cron": "*/10 * * * *",
+            "timezone": "Europe/Berlin",
+            "priority": "2",
+        },
+    )
+    assert done.status == 303 and done.header("Location") == "/schedules?done=edited"
+    (row,) = [r for r in sched.schedules() if r["task"] == "tick"]
+    assert row["rule"] == "*/10 * * * *" and row["timezone"] == "Europe/Berlin"
+    assert row["priority"] == 2 and row["next_run"].minute % 10 == 0
+    page = browser.get("/schedules?done=edited").body
+    assert "Schedule changed" in page and "edited" in page
+    assert browser.get("/schedules/edit?id=schedule:nothing").status == 404

@@ -15,17 +15,11 @@ from ..errors import StoreError
 from .actions import JOB_ACTIONS, bulk_action, job_action, pause_action
 from .csrf import Session, refusal
 from .data import Operations
+from .fleet import schedule_edit, schedules_page, workers_page
 from .http import Request, Response
 from .render import Context, Markup, fmt, page
 from .static import asset
-from .views import (
-    job_page,
-    jobs_page,
-    notice,
-    overview_page,
-    schedules_page,
-    workers_page,
-)
+from .views import job_page, jobs_page, notice, overview_page
 
 if TYPE_CHECKING:
     from ..app import App
@@ -129,6 +123,8 @@ class Dashboard:
             return self._answer(ctx, job_action(self.ops, ctx, job, action), "/jobs")
         if path.startswith("/bulk/"):
             return self._answer(ctx, bulk_action(self.ops, ctx, path[len("/bulk/") :]), "/jobs")
+        if path == "/schedules/edit":
+            return self._answer(ctx, schedule_edit(self.ops, ctx), "/schedules")
         if path in ("/pause", "/resume"):
             return self._answer(ctx, pause_action(self.ops, ctx, resume=path == "/resume"), "/")
         return self._not_found(ctx)

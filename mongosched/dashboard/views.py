@@ -7,7 +7,6 @@ returns the HTML of the page; links to actions go to their confirmation pages
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -32,7 +31,17 @@ from .render import (
     when,
 )
 
-__all__ = ["PER_PAGE", "job_page", "jobs_page", "overview_page", "schedules_page", "workers_page"]
+__all__ = [
+    "PER_PAGE",
+    "boxed",
+    "job_page",
+    "jobs_page",
+    "link",
+    "notice",
+    "overview_page",
+    "pause_link",
+    "resume_link",
+]
 
 PER_PAGE = 50
 CARD_LINK = (
@@ -57,6 +66,7 @@ NOTICES = {
     "bulk-retry": "{n} job(s) queued to run again.",
     "bulk-cancel": "{n} job(s) cancelled.",
     "bulk-purge": "{n} job(s) deleted.",
+    "edited": "Schedule changed; its next run is recomputed.",
 }
 """What an action's redirect says (by code: no text from the URL reaches the page)."""
 
@@ -154,7 +164,7 @@ def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     pauses = Markup("")
     if view.pauses:
         rows = [
-            (p.kind, p.name, ago(p.since, now), _resume_link(ctx, p.kind, p.name))
+            (p.kind, p.name, ago(p.since, now), resume_link(ctx, p.kind, p.name))
             for p in view.pauses
         ]
         pauses = fmt(
@@ -181,14 +191,14 @@ def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     return "Overview", body
 
 
-def _pause_link(ctx: Context, kind: str, name: str) -> Markup:
+def pause_link(ctx: Context, kind: str, name: str) -> Markup:
     return fmt(
         '<a class="button small" href="{}">Pause</a>',
         ctx.url("/pause", [("kind", kind), ("name", name), ("next", ctx.request.path)]),
     )
 
 
-def _resume_link(ctx: Context, kind: str, name: str) -> Markup:
+def resume_link(ctx: Context, kind: str, name: str) -> Markup:
     return fmt(
         '<a class="button small" href="{}">Resume</a>',
         ctx.url("/resume", [("kind", kind), ("name", name), ("next", ctx.request.path)]),
@@ -206,9 +216,9 @@ def _counts_table(ctx: Context, rows: list[Row], now: Any, kind: str) -> Markup:
             jobs_link(ctx, _number(row.running), **{kind: row.name, "status": "running"}),
             jobs_link(ctx, _number(row.failed), **{kind: row.name, "status": "failed"}),
             fmt('<span class="{}">{}</span>', "late" if late and late > 60 else "", duration(late)),
-            badge("paused") + Markup(" ") + _resume_link(ctx, kind, row.name)
+            badge("paused") + Markup(" ") + resume_link(ctx, kind, row.name)
             if row.paused
-            else _pause_link(ctx, kind, row.name),
+            else pause_link(ctx, kind, row.name),
         ]
         out.append(cells)
     headers = [kind.capitalize(), "Due", "Running", "Failed", "Late by", ""]
@@ -508,81 +518,3 @@ def _rule(repeat: dict[str, Any]) -> str:
         tz = repeat.get("timezone")
         return f"cron {repeat['cron']}" + (f" ({tz})" if tz else "")
     return f"every {duration(float(repeat.get('every') or 0))}"
-
-
-def _rule_text(rule: str) -> str:
-    """``every 3600.0s`` as ``every 1 h``; a cron rule as it is."""
-    match = re.fullmatch(r"every ([0-9.]+)s", rule)
-    return f"every {duration(float(match[1]))}" if match else rule
-
-
-# Schedules, workers -----------------------------------------------------------------------
-def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
-    now = ops.app.now()
-    rows = []
-    for row in ops.schedules():
-        paused = bool(row.get("paused"))
-        name = str(row["id"])
-        edited = row.get("edited_at")
-        rule = fmt("<code>{}</code>", _rule_text(str(row["rule"])))
-        if edited is not None:
-            rule += fmt(
-                ' <span class="muted small" title="edited at runtime {}">edited</span>', edited
-            )
-        rows.append(
-            [
-                link(ctx, f"/jobs/{name}", row["task"]),
-                rule,
-                row.get("timezone") or "UTC",
-                row.get("queue") or "",
-                badge("paused") if paused else badge(row["status"]),
-                when(row.get("next_run"), now),
-                ago(row.get("last_run"), now),
-                badge(row["last_status"]) if row.get("last_status") else Markup(""),
-                _resume_link(ctx, "schedule", name)
-                if paused
-                else _pause_link(ctx, "schedule", name),
-            ]
-        )
-    headers = [
-        "Task",
-        "Rule",
-        "Timezone",
-        "Queue",
-        "State",
-        "Next run",
-        "Last run",
-        "Last result",
-        "",
-    ]
-    return "Schedules", boxed(table(headers, rows, empty="No repeating schedules."))
-
-
-def workers_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
-    now = ops.app.now()
-    rows = [
-        [
-            fmt('<span class="mono">{}</span>', w.name),
-            w.host,
-            str(w.pid),
-            ", ".join(w.queues) if w.queues else "all",
-            fmt('<span title="{}">{}</span>', ", ".join(w.tasks), len(w.tasks)),
-            str(w.workers),
-            str(w.in_flight),
-            ago(w.started_at, now),
-            ago(w.last_seen, now),
-            w.version,
-            badge("stale") if w.stale else badge("live"),
-        ]
-        for w in ops.workers()
-    ]
-    headers = [
-        "Worker", "Host", "PID", "Queues", "Tasks", "Threads", "In flight", "Started",
-        "Last seen", "Version", "State",
-    ]  # fmt: skip
-    note = Markup(
-        '<p class="muted">Every runner registers itself and refreshes its entry every few '
-        "seconds; one not seen for a while is shown stale (it may have died), and is "
-        "forgotten later.</p>"
-    )
-    return "Workers", note + boxed(table(headers, rows, empty="No runner is registered."))
