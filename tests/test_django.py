@@ -194,6 +194,7 @@ def test_the_shared_app_follows_override_settings(app: App, client: Any) -> None
         assert app.uri == project_uri and app.count_jobs() == 0  # nothing written there
         assert app.in_process_runner is not None and app.in_process_runner.store is app.store
     finally:
+        app.stop_runner()  # the recipe below drains by hand: no runner may race it
         MemoryStore.forget(name)
 
     with override_settings(MONGOSCHED={**settings.MONGOSCHED, "EAGER": True}):
