@@ -136,11 +136,12 @@ class Runner(RunnerSteps):
         self.app.attach(self)
         _at_exit.add(self)
         log.info(
-            "runner %s started: %d worker(s), queues %s, tasks %s",
+            "runner %s started: %d worker(s), queues %s, tasks %s, wake %s",
             self.name,
             self.workers,
             "all" if self.queues is None else ",".join(self.queues),
             ",".join(sorted(self.app.tasks)) or "none",
+            self.wake_mode,
         )
         self._dispatcher.start()
         if self.wake_mode != "poll":

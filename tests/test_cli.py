@@ -696,6 +696,8 @@ def test_worker_runs_jobs_and_stops_gracefully_on_sigterm(database: Any, tmp_pat
                 "default,emails",
                 "--poll-interval",
                 "0.05",
+                "--wake",
+                "poll",
             ],  # fmt: skip
             cwd=REPO,
             env={
@@ -721,5 +723,6 @@ def test_worker_runs_jobs_and_stops_gracefully_on_sigterm(database: Any, tmp_pat
     assert progress.read_text() == "started\ndone\n"  # the job finished: a graceful stop
     log = log_path.read_text()
     assert "started: 2 worker(s), queues default,emails" in log
+    assert "wake poll" in log
     assert "stopped" in log
     assert "Traceback" not in log

@@ -209,3 +209,14 @@ def test_wake_must_be_a_known_mode() -> None:
         App("memory://", wake="push")
     with pytest.raises(ConfigurationError, match="Runner: wake"):
         App("memory://").runner(wake="sometimes")
+
+
+def test_framework_settings_and_reconfigure_carry_the_mode() -> None:
+    from mongosched.contrib import app_from_settings
+
+    app = app_from_settings({"URI": "memory://", "WAKE": "poll"}, where="MONGOSCHED")
+    assert app.wake == "poll" and app.runner().wake_mode == "poll"
+    with pytest.raises(ConfigurationError, match="MONGOSCHED: App: wake must be one of"):
+        app_from_settings({"URI": "memory://", "WAKE": "always"}, where="MONGOSCHED")
+    app.reconfigure(App("memory://", wake="change_stream"))
+    assert app.wake == "change_stream"

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import __version__
 from ..records import JobStatus
+from ..wakeup import WAKE_MODES
 from . import dashboard, verbs
 from .parser_ops import OPERATION_VERBS, add_operation_verbs
 
@@ -252,6 +253,12 @@ def build_parser(
     )
     worker.add_argument(
         "--poll-interval", type=_positive_float, metavar="S", help="override the app's"
+    )
+    worker.add_argument(
+        "--wake",
+        choices=WAKE_MODES,
+        help="how idle workers hear of new jobs: a change stream (auto: when the server "
+        "is a replica set) or polling (default: the app's)",
     )
     worker.add_argument(
         "--processes",

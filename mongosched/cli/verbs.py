@@ -81,6 +81,8 @@ def worker(app: App, args: argparse.Namespace) -> int:
         options["lease_duration"] = args.lease_duration
     if args.poll_interval is not None:
         options["poll_interval"] = args.poll_interval
+    if args.wake is not None:
+        options["wake"] = args.wake
     app.runner(**options).run_forever()
     return EXIT_OK
 

@@ -35,6 +35,7 @@ APP_OPTIONS: dict[str, str] = {
     "CONNECT_TIMEOUT": "connect_timeout",
     "EAGER": "eager",
     "CLOCK": "clock",
+    "WAKE": "wake",
 }
 """Setting names (upper case, as both frameworks spell settings) → :class:`App` keywords."""
 

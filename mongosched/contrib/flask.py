@@ -27,7 +27,7 @@ runner, and the default of ``worker --workers``), ``MONGOSCHED_QUEUES`` (None: a
 ``MONGOSCHED_RUN_IN_PROCESS`` (False) and the other App options
 ``MONGOSCHED_CONNECT_TIMEOUT`` (5: seconds a call waits for an unreachable server),
 ``MONGOSCHED_LEASE_DURATION``, ``_POLL_INTERVAL``, ``_KEEP_COMPLETED``,
-``_KEEP_FAILED``, ``_WRITE_CONCERN``, ``_EAGER``, ``_CLOCK``.
+``_KEEP_FAILED``, ``_WRITE_CONCERN``, ``_EAGER``, ``_CLOCK``, ``_WAKE``.
 
 With ``MONGOSCHED_RUN_IN_PROCESS``, each web server process runs a runner in daemon
 threads: :meth:`MongoSched.init_app` starts it in every process that creates the app (a

@@ -14,7 +14,7 @@ Settings (``settings.MONGOSCHED``, a dict)::
         "AUTODISCOVER": True,      # import each installed app's tasks.py
         "CONNECT_TIMEOUT": 5,      # seconds a call waits for an unreachable server
         # and the other App options: LEASE_DURATION, POLL_INTERVAL, KEEP_COMPLETED,
-        # KEEP_FAILED, WRITE_CONCERN, EAGER, CLOCK
+        # KEEP_FAILED, WRITE_CONCERN, EAGER, CLOCK, WAKE
     }
 
 Tasks register on the project's shared :class:`~mongosched.App`::
