@@ -23,10 +23,10 @@ from mongosched import App
 from mongosched.errors import ConfigurationError
 from mongosched.store import DueHint
 from tests.contract.helpers import T0, add, job, sec
-from tests.contract.test_watch import Hints
 from tests.support import worker_app
 from tests.support.server import MockServer
 from tests.support.waiting import wait_for
+from tests.support.watching import Hints
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG_POLL = 30.0
@@ -171,6 +171,28 @@ def test_a_resumed_watch_reports_what_changed_while_it_was_down(replica: MockSer
         add(writing.store, job("later", at=T0 + sec(3600)))
         assert hints.next(10) == DueHint(at=T0 + sec(3600), task="later")
         assert replica.streams.resumed >= 1
+    finally:
+        hints.close()
+        watching.close()
+        writing.close()
+
+
+def test_a_watch_whose_resume_point_is_gone_starts_afresh_and_says_claim_now(
+    replica: MockServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    uri = replica.uri("wake_history_lost")
+    watching, writing = App(uri), App(uri)
+    writing.ensure_indexes()
+    replica.streams.history = 5
+    hints = Hints(watching.store.watch_due(None))
+    try:
+        assert hints.next() == DueHint()
+        replica.streams.drop(refuse_for=1.0)
+        add(writing.store, *(job("gone", at=T0) for _ in range(20)))  # more than is kept
+        assert hints.next(10) == DueHint()  # what it missed is unknown: claim now
+        add(writing.store, job("after", at=T0))
+        assert hints.next() == DueHint(at=T0, task="after")
+        assert "lost its place" in caplog.text
     finally:
         hints.close()
         watching.close()

@@ -40,7 +40,7 @@ from tests.support.server_admin import CommandError
 
 __all__ = ["ChangeStreams"]
 
-HISTORY = 20_000  # events kept for resuming
+HISTORY = 20_000  # events kept for resuming (at least; ``ChangeStreams.history``)
 _STAGES = frozenset({"$match", "$project"})
 
 
@@ -104,6 +104,7 @@ class ChangeStreams:
 
     def __init__(self, enabled: bool = False) -> None:
         self.enabled = enabled
+        self.history = HISTORY
         self.address = ""
         self._cond = threading.Condition()
         self._seqs: list[int] = []
@@ -192,8 +193,8 @@ class ChangeStreams:
             }
             self._seqs.append(seq)
             self._events.append((f"{db}.{coll}", event))
-            if len(self._seqs) > 2 * HISTORY:
-                del self._seqs[:HISTORY], self._events[:HISTORY]
+            if len(self._seqs) > 2 * self.history:
+                del self._seqs[: self.history], self._events[: self.history]
             self._cond.notify_all()
 
     # Streams ---------------------------------------------------------------------------------
