@@ -5,10 +5,13 @@
 1. memory://, 8 workers: jobs/s at a 1,000 and a 100,000-job backlog (scheduled with
    schedule_bulk; ``--timed`` jobs are timed out of it, in refilled rounds when the
    backlog is smaller), their ratio, and the due-to-start delay (started_at - run_at).
-2. Real pymongo over a socket to the test stand-in (tests/support/server.py) in a process
-   of its own, so the CPU taken here is the client's alone: round trips per job by phase
-   (see phase_of), client CPU us/job, jobs/s. With MONGOSCHED_BENCH_URI set, the same on
-   that server, in a database of its own that is dropped at the end.
+2. Real pymongo over a socket to bench/stub_server.py (a fast in-memory wire-protocol
+   server) in a process of its own, so the CPU taken here is the client's alone: round
+   trips per job by phase (see phase_of) with a backlog and for a job scheduled alone
+   to an idle runner, client CPU us/job (and by thread: dispatcher, workers,
+   heartbeats), jobs/s. ``--stand-in-jobs N``: the same through the test stand-in
+   (tests/support/server.py; slow). With MONGOSCHED_BENCH_URI set, the same on that
+   server, in a database of its own that is dropped at the end.
 
 Performance claims live here, as printed numbers, never in timed tests.
 """
@@ -35,6 +38,7 @@ from pymongo import monitoring
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import start_stub  # noqa: E402
 from mongosched import App  # noqa: E402
 
 GOAL_RATE, GOAL_RATIO = 2_000, 1.5
@@ -59,8 +63,27 @@ def noop_app(uri: str | None = None, **options: Any) -> tuple[App, Any]:
     return app, app.task(name="noop", retry=1)(lambda: None)
 
 
-def run(app: App, workers: int, jobs: int) -> tuple[float, float]:
-    """Start a runner, wait for ``jobs`` successes, stop it: (seconds, CPU seconds)."""
+def thread_cpu() -> Counter[str]:
+    """CPU seconds of this process's threads so far, by kind (the runner's threads are
+    named mongosched-dispatcher, mongosched-worker_N, mongosched-heartbeat-N...)."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: Counter[str] = Counter()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = names.get(int(tid), "")
+        kind = name.split("-")[1].split("_")[0] if name.startswith("mongosched-") else "other"
+        out[kind] += (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def run(app: App, workers: int, jobs: int, threads: Counter[str] | None = None) -> tuple[float, float]:
+    """Start a runner, wait for ``jobs`` successes, stop it: (seconds, CPU seconds);
+    with ``threads``, add the CPU seconds of each kind of thread to it."""
     done, lock, count = threading.Event(), threading.Lock(), [0]
 
     def on_success(_: Any) -> None:
@@ -71,11 +94,14 @@ def run(app: App, workers: int, jobs: int) -> tuple[float, float]:
 
     app.on("job:success", on_success)
     runner = app.runner(workers=workers)
+    before = thread_cpu()
     cpu, started = time.process_time(), time.perf_counter()
     runner.start()
     if not done.wait(600):
         raise SystemExit(f"only {count[0]} of {jobs} jobs finished in 600 s")
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    if threads is not None:
+        threads.update(thread_cpu() - before)
     runner.stop(graceful=True)
     app.off("job:success", on_success)
     return seconds, cpu
@@ -216,7 +242,8 @@ def wire_run(uri: str, jobs: int, workers: int, lone: int = 20) -> dict[str, Any
         cpu, started = time.process_time(), time.perf_counter()
         app.schedule_bulk(noop.job() for _ in range(jobs))
         schedule_s, schedule_cpu = time.perf_counter() - started, time.process_time() - cpu
-        seconds, cpu = run(app, workers, jobs)
+        threads: Counter[str] = Counter()
+        seconds, cpu = run(app, workers, jobs, threads)
         with phases.lock:
             counts, setup = dict(phases.counts), +phases.setup
         lone_trips = lone_jobs(app, noop, phases, lone, workers)
@@ -230,6 +257,7 @@ def wire_run(uri: str, jobs: int, workers: int, lone: int = 20) -> dict[str, Any
         "jobs": jobs,
         "jobs_per_s": jobs / seconds,
         "cpu_us_per_job": cpu / jobs * 1e6,
+        "thread_cpu_us_per_job": {k: v / jobs * 1e6 for k, v in threads.most_common()},
         "ping_cpu_us": ping / 200 * 1e6,
         "schedule_jobs_per_s": jobs / schedule_s,
         "schedule_cpu_us_per_job": schedule_cpu / jobs * 1e6,
@@ -259,6 +287,8 @@ def report_wire(label: str, r: dict[str, Any], workers: int, stand_in: bool) -> 
         f"client CPU {r['schedule_cpu_us_per_job']:,.0f} us/job",
         f"  run: client CPU {r['cpu_us_per_job']:,.0f} us/job, {r['jobs_per_s']:,.0f} jobs/s "
         f"(for scale: a bare pymongo ping takes {r['ping_cpu_us']:,.0f} us CPU here)",
+        "  client CPU by thread, us/job: "
+        + ", ".join(f"{k} {v:,.0f}" for k, v in r["thread_cpu_us_per_job"].items()),
         *[f"  note: {STAND_IN_NOTE}"] * stand_in,
     )
 
@@ -284,7 +314,9 @@ def main() -> None:
     add("--repeat", type=int, default=3, help="runs per backlog; the median is shown")
     add("--chunk", type=int, default=10_000, help="schedule_bulk chunk size")
     add("--delay-jobs", type=int, default=2000, help="jobs for the due-to-start delay")
-    add("--stand-in-jobs", type=int, default=300, help="jobs through the (slow) stand-in")
+    add("--stub-jobs", type=int, default=5000, help="jobs through bench/stub_server.py")
+    add("--lone-jobs", type=int, default=50, help="jobs scheduled one at a time (wire)")
+    add("--stand-in-jobs", type=int, default=0, help="jobs through the (slow) test stand-in")
     add("--wire-jobs", type=int, default=1000, help="jobs at MONGOSCHED_BENCH_URI")
     add("--json", action="store_true", help="print one JSON document instead")
     options = parser.parse_args()
@@ -321,16 +353,24 @@ def main() -> None:
         f"max {d['max_ms']:.0f} ms (started_at - run_at; both stored in whole ms)"
     )
 
-    process, uri = start_stand_in()
+    process, uri = start_stub()
     try:
-        r = results["wire_stand_in"] = wire_run(uri, options.stand_in_jobs, workers)
+        r = results["wire_stub"] = wire_run(uri, options.stub_jobs, workers, options.lone_jobs)
     finally:
         process.terminate()
         process.wait(10)
-    report_wire("wire protocol to the stand-in (mongomock, own process)", r, workers, True)
+    report_wire("wire protocol to bench/stub_server.py (own process)", r, workers, False)
+    if options.stand_in_jobs:
+        process, uri = start_stand_in()
+        try:
+            r = results["wire_stand_in"] = wire_run(uri, options.stand_in_jobs, workers)
+        finally:
+            process.terminate()
+            process.wait(10)
+        report_wire("wire protocol to the test stand-in (mongomock, own process)", r, workers, True)
     real = os.environ.get("MONGOSCHED_BENCH_URI")
     if real:
-        r = results["wire_real"] = wire_run(real, options.wire_jobs, workers)
+        r = results["wire_real"] = wire_run(real, options.wire_jobs, workers, options.lone_jobs)
         report_wire("MongoDB at MONGOSCHED_BENCH_URI", r, workers, False)
     if quiet:
         print(json.dumps(results, indent=2))

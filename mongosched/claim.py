@@ -12,10 +12,10 @@ written for it (every write is fenced on the lease token anyway).
 from __future__ import annotations
 
 import asyncio
+import collections
 import ctypes
 import inspect
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -80,6 +80,7 @@ class Claim:
         self._worker_thread: int | None = None
         self._interrupt: type[BaseException] | None = None
         self._started = time.monotonic()
+        """When the claim was made (monotonic seconds): its renewals count from here."""
 
     @property
     def job_id(self) -> Any:
@@ -88,6 +89,11 @@ class Claim:
     @property
     def finished(self) -> bool:
         return self._done.is_set()
+
+    @property
+    def started(self) -> float:
+        """When the claim was made, in :func:`time.monotonic` seconds."""
+        return self._started
 
     def finish(self) -> None:
         """No more heartbeats: from here on the holder writes only its outcome. Waits
@@ -101,7 +107,7 @@ class Claim:
         claim finishes or its lease is lost."""
         timeout = self.task.timeout
         deadline = None if timeout is None else self._started + timeout
-        next_beat = time.monotonic() + interval
+        next_beat = self._started + interval
         while not self._done.is_set():
             now = time.monotonic()
             wake = next_beat if deadline is None else min(next_beat, deadline)
@@ -222,18 +228,30 @@ async def _bounded(run: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
 
 
 class Heartbeats:
-    """Long-lived heartbeat threads, one per worker slot: each takes the next claim,
+    """Long-lived heartbeat threads, one per worker slot: each adopts a held claim,
     keeps it alive until it finishes, and waits for the next one. No thread is started
-    per job."""
+    per job, and none is woken for a job that ends before its lease needs renewing: a
+    claim is adopted a third of a heartbeat interval after it was made (one whose task
+    has a timeout at once), well before its first renewal, one interval after the
+    claim. One idle thread waits with a timer for the next adoption; the others wait
+    to be called."""
 
     def __init__(self, count: int, interval: float, name: str) -> None:
         self.count = count
         self.interval = interval
         self.name = name
-        self._claims: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
+        self.adopt_after = interval / 3
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # idle threads but the timer
+        self._timer_wake = threading.Condition(self._lock)  # the timer
+        self._held: dict[int, Claim] = {}  # watched, not adopted yet, by id()
+        self._urgent: collections.deque[Claim] = collections.deque()
+        self._timer = False  # an idle thread waits for the next adoption
+        self._stopping = False
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
+        self._stopping = False
         self._threads = [
             threading.Thread(target=self._loop, name=f"mongosched-heartbeat-{i}", daemon=True)
             for i in range(self.count)
@@ -242,21 +260,70 @@ class Heartbeats:
             thread.start()
 
     def watch(self, claim: Claim) -> None:
-        """Keep ``claim`` alive from a heartbeat thread until it finishes."""
-        self._claims.put(claim)
+        """Keep ``claim`` alive from a heartbeat thread until it finishes (call
+        :meth:`forget` once it has)."""
+        with self._lock:
+            if claim.task.timeout is not None:  # its deadline may come before a renewal
+                self._urgent.append(claim)
+                self._wake.notify()
+                self._timer_wake.notify()
+                return
+            self._held[id(claim)] = claim
+            if len(self._held) == 1:  # the timer waits for nothing yet: time this one
+                self._timer_wake.notify()
+                if not self._timer:
+                    self._wake.notify()
+
+    def forget(self, claim: Claim) -> None:
+        """A finished claim: no thread needs to adopt it."""
+        with self._lock:
+            self._held.pop(id(claim), None)
 
     def stop(self) -> None:
-        """Let the threads end once the claims they hold finish."""
-        for _ in self._threads:
-            self._claims.put(None)
+        """Let the threads end once the claims they hold or wait for finish."""
+        with self._lock:
+            self._stopping = True
+            self._wake.notify_all()
+            self._timer_wake.notify_all()
         self._threads = []
 
     def _loop(self) -> None:
         while True:
-            claim = self._claims.get()
+            claim = self._adopt()
             if claim is None:
                 return
             try:
                 claim.keep_alive(self.interval)
             except Exception:  # never lose the thread: the next claim needs it
                 log.exception("runner %s: heartbeat of %r failed", self.name, claim)
+
+    def _adopt(self) -> Claim | None:
+        """The next claim to keep alive (None: stop), waiting until one needs it."""
+        with self._lock:
+            while True:
+                if self._urgent:
+                    return self._urgent.popleft()
+                for key in [k for k, c in self._held.items() if c.finished]:
+                    del self._held[key]
+                first = min(self._held.values(), key=_started, default=None)
+                now = time.monotonic()
+                if first is not None and now >= first.started + self.adopt_after:
+                    del self._held[id(first)]
+                    if self._held:
+                        self._wake.notify()  # someone else times the next one
+                    return first
+                if self._stopping and first is None:
+                    return None
+                if self._timer:
+                    self._wake.wait()
+                    continue
+                self._timer = True
+                try:
+                    due = None if first is None else first.started + self.adopt_after - now
+                    self._timer_wake.wait(due)
+                finally:
+                    self._timer = False
+
+
+def _started(claim: Claim) -> float:
+    return claim.started

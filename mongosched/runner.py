@@ -98,7 +98,9 @@ class Runner(RunnerSteps):
         self._last_poll: float | None = None
         self._last_error: str | None = None
         self._held = 0  # free workers' places the dispatcher holds
-        self._batching = False  # the last claim found a backlog: claim in batches
+        self.settler.company = self._in_flight_others
+        self._batching = False  # the last claims found a backlog: claim in batches
+        self._full_rounds = 0  # claims in a row that found all they asked for
         self.finished = 0
         self.registration = Registration(self.store, self)
         """This runner's entry in the registry of live workers (:meth:`App.workers`)."""
@@ -306,7 +308,7 @@ class Runner(RunnerSteps):
                 claimed = self._claim_and_submit()
             except StoreError as exc:
                 self._release_held()
-                self._batching = False
+                self._batching, self._full_rounds = False, 0
                 self._last_error = f"database: {exc}"
                 backoff = min(max(backoff * 2, self.poll_interval), 30.0)
                 log.warning(
@@ -316,7 +318,7 @@ class Runner(RunnerSteps):
                 continue
             except Exception as exc:
                 self._release_held()
-                self._batching = False
+                self._batching, self._full_rounds = False, 0
                 self._last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("runner %s: unexpected error in the dispatcher", self.name)
                 self._stopping.wait(self.poll_interval)
@@ -358,22 +360,34 @@ class Runner(RunnerSteps):
         holds one free worker's place (``_held``). True if a job was claimed (even one
         given back), so the dispatcher re-polls at once.
 
-        One free worker claims one job (the least latency). When more are free and the
-        last claim found as many jobs as it asked for (a backlog), one batched claim
-        takes a job for each of them in a few round trips."""
+        One free worker claims one job (the least latency). When the last claim found as
+        many jobs as it asked for (a backlog), the dispatcher takes every free worker's
+        place, waiting up to :attr:`gather` seconds for the others to free, and one
+        batched claim takes a job for each in a few round trips: with a backlog, jobs
+        wait anyway, and a batch costs far less per job than claims one by one."""
         if self._stopping.is_set():
             self._release_held()
             return False
         if self._batching:
-            while self._held < self.workers and self._free.acquire(blocking=False):
+            deadline = time.monotonic() + self.gather
+            while self._held < self.workers:
+                if not self._free.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    break
                 self._held += 1
         claims, claimed = self._take_batch(self._held)
-        self._batching = claimed >= self._held
+        # A backlog: two claims in a row found all they asked for (one alone does not
+        # say so: a lone job is claimed alone, and so is the next one).
+        full = claimed >= self._held
+        self._batching = full and (self._held > 1 or self._full_rounds > 0)
+        self._full_rounds = self._full_rounds + 1 if full else 0
         self._held -= len(claims)  # each claim's worker releases its place
         self._release_held()
         for claim in claims:
             self._submit(claim)
         return claimed > 0
+
+    def _in_flight_others(self) -> int:
+        return len(self._claims) - 1
 
     def _release_held(self) -> None:
         """Give back the free workers' places the dispatcher holds."""
@@ -413,6 +427,8 @@ class Runner(RunnerSteps):
                 "job %s (%s): internal error while finishing", claim.job_id, claim.task.name
             )
         finally:
+            if self._heartbeats is not None:
+                self._heartbeats.forget(claim)
             self._forget(claim)
             self.finished += 1
             self._free.release()

@@ -14,6 +14,7 @@ for more than the write on its way and its own.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .errors import SerializationError
@@ -21,6 +22,13 @@ from .records import JobRecord, Settlement
 from .store import Store
 
 __all__ = ["Settler"]
+
+MAX_BATCH = 100
+"""Outcomes a writer waits for at most."""
+
+
+def _nobody() -> int:
+    return 0
 
 
 class _Outcome:
@@ -46,10 +54,16 @@ class _Outcome:
 class Settler:
     """Writes holders' outcomes (see the module)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, gather: float = 0.0) -> None:
         self.store = store
+        self.gather = gather
+        """Seconds a writer waits for the others' outcomes when other jobs are running."""
+        self.company: Callable[[], int] = _nobody
+        """How many other jobs are running (that may finish in a moment)."""
         self._lock = threading.Lock()
+        self._full = threading.Condition(self._lock)
         self._queue: list[_Outcome] = []
+        self._expect = 0  # a writer waits for this many outcomes
         self._writing = False
         self.bulk_writes = 0
         """Bulk writes made (for tests and benchmarks)."""
@@ -70,11 +84,18 @@ class Settler:
             self._queue.append(mine)
             wait = self._writing
             self._writing = True
+            if wait and self._expect and len(self._queue) >= self._expect:
+                self._full.notify()
         if wait:
             mine.signal.acquire()
             if mine.done:
                 return mine.result()
+        others = self.company() if self.gather > 0 else 0
         with self._lock:  # this one writes everything queued, itself first in line
+            if others > 0:  # they may finish in a moment: one write for all
+                self._expect = min(1 + others, MAX_BATCH)
+                self._full.wait_for(lambda: len(self._queue) >= self._expect, self.gather)
+                self._expect = 0
             batch, self._queue = self._queue, []
         try:
             self._write(batch)

@@ -30,6 +30,8 @@ __all__ = ["RunnerHost", "RunnerSteps"]
 log = logging.getLogger("mongosched.runner")
 
 NEVER_RETRY = Retry(max_attempts=1)
+GATHER = 0.002
+"""Seconds a batch waits for more of its kind (see :attr:`RunnerSteps.gather`)."""
 
 
 class RunnerHost(Protocol):
@@ -105,7 +107,12 @@ class RunnerSteps:
             )
         self.reap_interval = _duration(reap_interval, third, "reap_interval")
         self._saturated: dict[str, float] = {}
-        self.settler = Settler(self.store)
+        self.gather = GATHER
+        """Seconds a batch waits for more of its kind while there is work: a batched
+        claim for more workers to free, a finishing job for others running beside it to
+        finish too, so one write records them all. Never when idle: a lone job is
+        claimed and recorded at once."""
+        self.settler = Settler(self.store, gather=self.gather)
         """Writes outcomes: alone, or in one bulk write when several finish at once."""
         self.claimed = 0
         self.pause_set = PauseSet(self.store, self.poll_interval)

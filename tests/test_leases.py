@@ -73,3 +73,37 @@ def test_a_holder_whose_heartbeats_stop_is_taken_over_and_its_completion_rejecte
     print(
         f"\ntakeover: second holder completed attempt {job.attempts}; first holder's write rejected"
     )
+
+
+def test_heartbeat_threads_renew_long_jobs_and_never_touch_short_ones(
+    make_app: Callable[..., App],
+) -> None:
+    """A job that ends before its lease needs renewing costs no heartbeat (no thread is
+    woken for it); one that runs on is renewed on time, each by a thread of its own."""
+    app = make_app(lease_duration=3.0)  # renewals every second
+    renewed: list[object] = []
+    renew = app.store.renew
+
+    def counted(job_id: object, *args: object) -> object:
+        renewed.append(job_id)
+        return renew(job_id, *args)  # type: ignore[arg-type]
+
+    app.store.renew = counted  # type: ignore[method-assign]
+    app.task(name="short")(lambda: None)
+    gate = threading.Event()
+    app.task(name="long")(lambda: gate.wait(10))
+    runner = app.runner(workers=4).start()
+    shorts = app.schedule_bulk(app.tasks["short"].job() for _ in range(40))
+    wait_for(lambda: app.count_jobs(status="completed") == 40, message="the short jobs")
+    assert renewed == []
+    longs = app.schedule_bulk(app.tasks["long"].job() for _ in range(3))
+    # Each long job is renewed at least twice (a second apart) while it runs.
+    wait_for(
+        lambda: all(renewed.count(job.id) >= 2 for job in longs),
+        timeout=10,
+        message="renewals of the long jobs",
+    )
+    gate.set()
+    assert runner.stop(timeout=10)
+    assert not set(renewed) & {job.id for job in shorts}
+    assert {job.refresh().status for job in longs} == {JobStatus.COMPLETED}

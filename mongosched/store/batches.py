@@ -1,7 +1,8 @@
 """Claims and settlements in batches, for :class:`~mongosched.store.mongo.MongoStore`
 (part of it).
 
-A batched claim takes up to ``limit`` due jobs in three round trips whatever the limit:
+A batched claim takes up to ``limit`` due jobs in three round trips whatever the limit
+(up to three jobs: one round trip each, one at a time):
 
 1. read the ids of the first ``limit`` candidates on the claim index (the claim's own
    filter and sort);
@@ -25,7 +26,6 @@ others; see :meth:`MongoBatches.settle_many`.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -54,6 +54,10 @@ __all__ = ["MongoBatches"]
 
 log = logging.getLogger("mongosched.store")
 
+BATCH_FROM = 4
+"""A batched claim takes three round trips: up to three jobs are claimed one at a time,
+one round trip each."""
+
 
 def settled_result(task: str, settlement: Settlement) -> Any:
     """The settlement's result as the job will hold it (as BSON gives it back), or
@@ -78,6 +82,16 @@ class MongoBatches(MongoPermits):
     ) -> list[JobRecord]:
         if not tasks or limit < 1:
             return []
+        if limit < BATCH_FROM:  # fewer round trips (and less work) one at a time
+            claimed: list[JobRecord] = []
+            while len(claimed) < limit:
+                record = self.claim(
+                    owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=lease_duration
+                )
+                if record is None:
+                    break
+                claimed.append(record)
+            return claimed
         query = claim_query(tasks, queues, now)
         ids = self._retrying(
             "claim",
@@ -88,7 +102,7 @@ class MongoBatches(MongoPermits):
         )
         if not ids:
             return []
-        tokens = {job_id: uuid.uuid4().hex for job_id in ids}
+        tokens = {job_id: codec.new_token() for job_id in ids}
         updates = [
             UpdateOne({**query, "_id": job_id}, claim_update(owner, token, now, lease_duration))
             for job_id, token in tokens.items()
@@ -143,7 +157,7 @@ class MongoBatches(MongoPermits):
                 # millisecond (updated_at unchanged): settled alone, below.
                 continue
             token = job.lease.token if job.lease is not None else ""
-            write = uuid.uuid4().hex
+            write = codec.new_token()
             update = settle_update(job.id, settlement, dedupe_hold(job))
             update["$set"]["last_write"] = write
             fence = {"_id": job.id, "lease.token": token, "status": RUNNING}
@@ -183,8 +197,21 @@ class MongoBatches(MongoPermits):
                 results[n] = self.settle(job, settlement)
         return results
 
+    # What MongoStore defines.
+    def claim(
+        self,
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        job_id: Any = None,
+    ) -> JobRecord | None:
+        raise NotImplementedError
+
     def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
-        raise NotImplementedError  # MongoStore's
+        raise NotImplementedError
 
     def _fail_malformed(self, fence: dict[str, Any], reason: str, now: datetime) -> None:
         """Fail a job that cannot be processed, alone (if ``fence`` still matches)."""

@@ -16,7 +16,6 @@ import itertools
 import logging
 import os
 import threading
-import uuid
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -494,7 +493,7 @@ class MemoryStore(MemoryBatches, MemoryOperations):
 
     def _start(self, job: StoredJob, owner: str, now: datetime, until: datetime) -> JobRecord:
         """Claim ``job``: running under a fresh lease, its attempt counted."""
-        job.lease = LeaseInfo(owner, token=uuid.uuid4().hex, until=until, heartbeat_at=now)
+        job.lease = LeaseInfo(owner, token=codec.new_token(), until=until, heartbeat_at=now)
         job.status, job.started_at, job.updated_at = RUNNING, now, now
         job.attempts += 1
         self._refresh(job)  # releases a pending-scope key, indexes the lease

@@ -20,7 +20,6 @@ Driver errors never leave this module: a server that cannot be reached raises
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -258,7 +257,7 @@ class MongoStore(MongoBatches, MongoOperations, MongoWatch):
     ) -> JobRecord | None:
         if not tasks:
             return None
-        token = uuid.uuid4().hex
+        token = codec.new_token()
         query = claim_query(tasks, queues, now, job_id)
         update = claim_update(owner, token, now, lease_duration)
 
@@ -305,7 +304,7 @@ class MongoStore(MongoBatches, MongoOperations, MongoWatch):
         """A write by the lease holder: lands only while ``token`` holds the job's lease
         (and the job meets ``condition``). The document after the write, or None when it
         did not land."""
-        write = uuid.uuid4().hex
+        write = codec.new_token()
         update = {**update, "$set": {**update.get("$set", {}), "last_write": write}}
         fence = {"_id": job_id, "lease.token": token, "status": RUNNING, **(condition or {})}
 

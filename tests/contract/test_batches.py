@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from mongosched.errors import SerializationError
 from mongosched.records import JobRecord, JobStatus
 from mongosched.store import Store
@@ -104,12 +106,13 @@ def test_a_batch_takes_only_due_jobs_of_the_listed_tasks_and_queues(store: Store
     assert len(batch(store, 5, now=LATER + sec(60))) == 1
 
 
-def test_a_batch_never_exceeds_its_limit(store: Store) -> None:
+@pytest.mark.parametrize(("limit", "sizes"), [(2, [2, 2, 2, 1]), (4, [4, 3]), (5, [5, 2])])
+def test_a_batch_never_exceeds_its_limit(store: Store, limit: int, sizes: list[int]) -> None:
     add(store, *[job() for _ in range(7)])
-    sizes = []
-    while got := batch(store, 3):
-        sizes.append(len(got))
-    assert sizes == [3, 3, 1]
+    taken = []
+    while got := batch(store, limit):
+        taken.append(len(got))
+    assert taken == sizes
 
 
 def test_racing_batch_claimers_take_each_job_once(store: Store) -> None:
