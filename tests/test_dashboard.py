@@ -670,3 +670,15 @@ def test_edit_a_schedule_at_runtime(sched: App, jobs: dict[str, Any], browser: C
     page = browser.get("/schedules?done=edited").body
     assert "Schedule changed" in page and "edited" in page
     assert browser.get("/schedules/edit?id=schedule:nothing").status == 404
+
+
+def test_browser_tests_fail_in_ci_instead_of_skipping(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support import browser
+
+    monkeypatch.setenv("MONGOSCHED_CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setenv("MONGOSCHED_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="Chromium is not installed"):
+        browser.require_browser()
+    monkeypatch.delenv("MONGOSCHED_REQUIRE_BROWSER")
+    with pytest.raises(pytest.skip.Exception, match="apt-get install chromium"):
+        browser.require_browser()
