@@ -16,6 +16,7 @@ import socket
 import time
 import uuid
 from datetime import datetime, timedelta
+from importlib import metadata
 from typing import Protocol
 
 from .errors import StoreError
@@ -49,9 +50,10 @@ class Registered(Protocol):
 
 @functools.lru_cache(maxsize=1)
 def version() -> str:
-    """This package's version (as installed)."""
-    from importlib import metadata
-
+    """This package's version (as installed). ``importlib.metadata`` is imported with
+    this module, not here: a runner's thread importing it while the process forks would
+    leave the child's import lock held, and the child's runner stuck at its first
+    refresh (Python keeps a module's import lock across ``fork()``)."""
     try:
         return metadata.version("mongosched")
     except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
