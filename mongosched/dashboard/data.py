@@ -216,9 +216,11 @@ class Operations:
         return sorted(names)
 
     def task_names(self) -> list[str]:
-        """Every task with stored jobs or registered here (for the filter's choices)."""
+        """The tasks registered here or by a live worker (the filter's suggestions;
+        cheap: no read of the jobs)."""
         names = set(self.app.tasks)
-        names.update(task for task, _ in self.app.store.counts())
+        for worker in self.app.workers():
+            names.update(worker.tasks)
         return sorted(names)
 
     def throughput(self, now: datetime, span: timedelta, bucket: timedelta) -> list[Bucket]:
