@@ -156,6 +156,9 @@ class JobRecord:
     last_run: LastRun | None = None
     edit: ScheduleEdit | None = None
     """For a declared schedule an operator edited: the edit (see :class:`ScheduleEdit`)."""
+    trace: Mapping[str, str] | None = None
+    """The trace context where it was scheduled (W3C ``traceparent``/``tracestate``),
+    with OpenTelemetry installed (:mod:`mongosched.tracing`)."""
 
 
 @dataclass(frozen=True)

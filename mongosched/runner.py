@@ -24,7 +24,7 @@ from datetime import datetime
 from types import FrameType
 from typing import Any
 
-from . import validate
+from . import logs, validate
 from .claim import Claim, Heartbeats
 from .errors import ConfigurationError, MongoschedError, StoreError, WorkerShutdown
 from .registry import Registration
@@ -421,10 +421,14 @@ class Runner(RunnerSteps):
                 claim.job_id,
                 claim.task.name,
                 exc,
+                extra=logs.fields(claim.record),
             )
         except Exception:
             log.exception(
-                "job %s (%s): internal error while finishing", claim.job_id, claim.task.name
+                "job %s (%s): internal error while finishing",
+                claim.job_id,
+                claim.task.name,
+                extra=logs.fields(claim.record),
             )
         finally:
             if self._heartbeats is not None:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from . import outcome, validate
+from . import logs, outcome, tracing, validate
 from .claim import Claim
 from .errors import ConfigurationError, JobTimeout, SerializationError, StoreError, WorkerShutdown
 from .job import Job
@@ -129,6 +129,7 @@ class RunnerSteps:
             claim.job_id,
             claim.task.name,
             why,
+            extra=logs.fields(claim.record),
         )
         self.app.emit("job:lease_lost", job=self._job(claim.record), runner=self)
 
@@ -220,18 +221,25 @@ class RunnerSteps:
     def _run(self, claim: Claim) -> tuple[Any, BaseException | None, float] | None:
         """Run a claimed job's function: ``(result, error, seconds)``, or None when it
         does not run (its repeating slot moved on, or its lease was lost)."""
-        if claim.record.repeat and claim.record.attempts <= 1 and not self._start_slot(claim):
-            return None
-        self.app.emit("job:start", job=self._job(claim.record), runner=self)
-        log.debug(
-            "job %s (%s) attempt %d started",
-            claim.job_id,
-            claim.task.name,
-            claim.record.attempts,
-        )
-        started = time.monotonic()
-        result, error = claim.call()
-        return result, error, time.monotonic() - started
+        bound = logs.bind(claim.record)  # log records carry the job's fields
+        span = tracing.start(claim.record, self.name)  # None without OpenTelemetry
+        try:
+            if claim.record.repeat and claim.record.attempts <= 1 and not self._start_slot(claim):
+                return None
+            self.app.emit("job:start", job=self._job(claim.record), runner=self)
+            log.debug(
+                "job %s (%s) attempt %d started",
+                claim.job_id,
+                claim.task.name,
+                claim.record.attempts,
+            )
+            started = time.monotonic()
+            result, error = claim.call()
+            tracing.failed(span, error)
+            return result, error, time.monotonic() - started
+        finally:
+            tracing.end(span)
+            logs.unbind(bound)
 
     def run_until_idle(self, *, limit: int = 10_000) -> int:
         """Run due jobs in this thread until none is due (or ``limit`` attempts ran);
@@ -264,7 +272,13 @@ class RunnerSteps:
             stored = self.store.reap(record, now, decision.settlement)
             if stored is not None:
                 reaped += 1
-                log.warning("job %s (%s): %s", record.id, record.task, decision.settlement.error)
+                log.warning(
+                    "job %s (%s): %s",
+                    record.id,
+                    record.task,
+                    decision.settlement.error,
+                    extra=logs.fields(record),
+                )
                 event = decision.as_landed(stored.status).event
                 self.app.emit(event, job=self._job(stored), runner=self)
         return reaped
@@ -369,6 +383,7 @@ class RunnerSteps:
                 task.name,
                 arrived,
                 claim.until,
+                extra=logs.fields(record),
             )
             self._give_back(claim)
             return None
@@ -464,6 +479,7 @@ class RunnerSteps:
                 claim.job_id,
                 claim.task.name,
                 "ok" if error is None else f"{type(error).__name__}: {error}",
+                extra=logs.fields(claim.record),
             )
             return None
         return self._decide(claim, self._ending(claim, error), result, error, claim.task.retry)
@@ -475,7 +491,12 @@ class RunnerSteps:
         with the job as stored; None when the write found the lease lost."""
         if stored is None:
             claim.lose("outcome write was fenced off")
-            log.warning("job %s (%s): outcome rejected: lease lost", claim.job_id, claim.task.name)
+            log.warning(
+                "job %s (%s): outcome rejected: lease lost",
+                claim.job_id,
+                claim.task.name,
+                extra=logs.fields(claim.record),
+            )
             return None
         decision = decision.as_landed(stored.status)
         _log_decision(claim, decision, seconds)
@@ -519,12 +540,15 @@ def _duration(value: float | None, default: float, name: str) -> float:
 def _log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
     job, task, record = claim.job_id, claim.task.name, claim.record
     error = decision.error
+    extra = logs.fields(record)
     if decision.event == "job:success":
-        log.info("job %s (%s) completed in %.3f s", job, task, seconds)
+        log.info("job %s (%s) completed in %.3f s", job, task, seconds, extra=extra)
     elif decision.event == "job:cancel":
-        log.info("job %s (%s) cancelled while running", job, task)
+        log.info("job %s (%s) cancelled while running", job, task, extra=extra)
     elif decision.event == "job:retry" and error is None:
-        log.info("job %s (%s) interrupted by shutdown; back to pending", job, task)
+        log.info(
+            "job %s (%s) interrupted by shutdown; back to pending", job, task, extra=extra
+        )
     elif decision.event == "job:retry":
         delay = decision.delay or timedelta(0)
         log.info(
@@ -536,6 +560,7 @@ def _log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
             type(error).__name__,
             error,
             delay.total_seconds(),
+            extra=extra,
         )
     else:
         log.warning(
@@ -546,4 +571,5 @@ def _log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
             record.max_attempts,
             type(error).__name__,
             error,
+            extra=extra,
         )

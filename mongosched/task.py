@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypedDict, TypeVar
 
-from . import validate
+from . import tracing, validate
 from .errors import ConfigurationError, InvalidSchedule
 from .records import JobRecord
 from .retry import Retry
@@ -242,6 +242,7 @@ class Task(Generic[P, R]):
             scheduled_for=slot,
             dedupe_key=key,
             dedupe_scope=scope,
+            trace=tracing.carrier(),
         )
 
     def schedule_record(self, now: datetime) -> JobRecord:

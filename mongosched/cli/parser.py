@@ -275,6 +275,19 @@ def build_parser(
         metavar="S",
         help="seconds jobs in flight get to finish after SIGTERM/SIGINT (default 30)",
     )
+    worker.add_argument(
+        "--metrics-port",
+        type=_non_negative_int,
+        metavar="N",
+        help="serve Prometheus metrics at http://HOST:N/metrics (with --processes, "
+        "process i of N serves port N+i)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default="0.0.0.0",
+        metavar="HOST",
+        help="address the metrics endpoint binds (default 0.0.0.0: every interface)",
+    )
     worker.set_defaults(run=verbs.worker)
 
     jobs = verb(commands, "jobs", VERBS["jobs"])

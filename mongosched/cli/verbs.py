@@ -8,16 +8,18 @@ entry point turns into exit codes).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from .. import metrics
 from ..app import App, Cancellation
 from ..job import Job
 from ..records import JobQuery, JobStatus
-from ..supervisor import Supervisor, watch_supervisor
+from ..supervisor import ENV_INDEX, Supervisor, watch_supervisor
 from .exits import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CommandError
 from .output import cell, job_json, listing, out, print_json, table, to_json
 
@@ -74,6 +76,10 @@ def worker(app: App, args: argparse.Namespace) -> int:
         )
         return supervisor.run()
     watch_supervisor()  # in a supervised child: stop if the supervisor is gone
+    if args.metrics_port is not None:
+        index = int(os.environ.get(ENV_INDEX, "0"))
+        port = args.metrics_port + index if args.metrics_port else 0
+        metrics.serve(app, port, args.metrics_host)
     options: dict[str, Any] = {"workers": args.workers, "shutdown_timeout": args.shutdown_timeout}
     if args.queues:
         options["queues"] = args.queues

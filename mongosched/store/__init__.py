@@ -103,6 +103,10 @@ class Store(Protocol):
     def counts(self) -> dict[tuple[str, JobStatus], int]:
         """How many jobs there are of each (task, status)."""
 
+    def open_counts(self) -> dict[tuple[str, str, JobStatus], int]:
+        """How many unfinished jobs there are of each (queue, task, status) (for queue
+        depth; index-backed: final jobs are not read)."""
+
     def oldest_due(self, now: datetime) -> JobRecord | None:
         """The pending job that has been due longest."""
 

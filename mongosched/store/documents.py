@@ -268,7 +268,14 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
             error=error_record(last.get("error")),
         ),
         edit=edit_record(doc.get("edit")),
+        trace=_trace(doc.get("trace")),
     )
+
+
+def _trace(value: Any) -> dict[str, str] | None:
+    if not isinstance(value, Mapping):
+        return None
+    return {str(k): str(v) for k, v in value.items()} or None
 
 
 def edit_record(doc: Any) -> ScheduleEdit | None:
@@ -298,6 +305,8 @@ def to_document(job: JobRecord) -> dict[str, Any]:
         "created_at": ms(job.created_at),
         "updated_at": ms(job.updated_at),
     }
+    if job.trace:
+        doc["trace"] = dict(job.trace)
     if job.repeat is not None:
         doc["repeat"] = dict(job.repeat)
         doc["scheduled_for"] = None if job.scheduled_for is None else ms(job.scheduled_for)

@@ -463,6 +463,7 @@ class MemoryStore(MemoryBatches, MemoryOperations):
             expire_at=opt_ms(r.expire_at),
             last_run=ms_in(r.last_run),
             edit=r.edit,
+            trace=tuple((str(k), str(v)) for k, v in r.trace.items()) if r.trace else None,
             payload=encoded[0],
             repeat=encoded[1],
             result=encoded[2],

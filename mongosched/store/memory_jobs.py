@@ -49,7 +49,9 @@ Entry = tuple[datetime, int, int, Any]
 """An index entry: (run_at or lease expiry, job seq, job version, job id)."""
 
 PLAIN_FIELDS = tuple(
-    f.name for f in fields(JobRecord) if f.name not in ("args", "kwargs", "repeat", "result")
+    f.name
+    for f in fields(JobRecord)
+    if f.name not in ("args", "kwargs", "repeat", "result", "trace")
 )
 Timed = TypeVar("Timed", LeaseInfo, Progress, LastRun)
 
@@ -127,6 +129,7 @@ class StoredJob:
     expire_at: datetime | None
     last_run: LastRun | None
     edit: ScheduleEdit | None
+    trace: tuple[tuple[str, str], ...] | None
     payload: bytes  # {"args": [...], "kwargs": {...}}
     repeat: bytes | None  # {"v": rule}
     result: bytes | None  # {"v": value}
@@ -150,6 +153,7 @@ class StoredJob:
             kwargs=payload["kwargs"],
             repeat=decode_value(self.repeat),
             result=decode_value(self.result),
+            trace=None if self.trace is None else dict(self.trace),
         )
 
 

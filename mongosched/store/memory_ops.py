@@ -133,6 +133,17 @@ class MemoryOperations:
                         counts[key] = counts.get(key, 0) + 1
         return counts
 
+    def open_counts(self) -> dict[tuple[str, str, JobStatus], int]:
+        counts: dict[tuple[str, str, JobStatus], int] = {}
+        with self._lock:
+            for status, jobs in self._by_status.items():
+                if status.is_final:
+                    continue
+                for job in jobs.values():
+                    key = (job.queue, job.task, status)
+                    counts[key] = counts.get(key, 0) + 1
+        return counts
+
     # Pauses and schedule edits -----------------------------------------------------------------
     def add_pause(self, pause: Pause) -> bool:
         with self._lock:

@@ -160,6 +160,23 @@ class MongoOperations(MongoPermits):
             counts[key] = counts.get(key, 0) + 1
         return counts
 
+    def open_counts(self) -> dict[tuple[str, str, JobStatus], int]:
+        unfinished = [s.value for s in JobStatus if not s.is_final]
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {"status": {"$in": unfinished}}},
+            {
+                "$group": {
+                    "_id": {"queue": "$queue", "task": "$task", "status": "$status"},
+                    "n": {"$sum": 1},
+                }
+            },
+        ]
+        rows = self._retrying("depth", lambda _: list(self.jobs.aggregate(pipeline)))
+        return {
+            (r["_id"]["queue"], r["_id"]["task"], JobStatus(r["_id"]["status"])): r["n"]
+            for r in rows
+        }
+
     # Pauses -------------------------------------------------------------------------------------
     def add_pause(self, pause: Pause) -> bool:
         doc = {"kind": pause.kind, "name": pause.name, "since": ms(pause.since)}

@@ -268,3 +268,26 @@ def test_workers_register_refresh_expire_and_leave(store: Store) -> None:
     store.remove_worker("id-nothing")
     assert store.workers(T0 + sec(61)) == [worker("c")]
 
+
+def test_open_counts_counts_unfinished_jobs_by_queue_task_and_status(store: Store) -> None:
+    add(store, job("t", queue="a"), job("t", queue="a"), job("t", queue="b"), job("u"))
+    running = claimed(store, tasks=("u",))
+    failed(store, "v", 1)
+    assert store.open_counts() == {
+        ("a", "t", PENDING): 2,
+        ("b", "t", PENDING): 1,
+        ("default", "u", RUNNING): 1,
+    }
+    store.settle(running, succeeded(running))
+    assert store.open_counts() == {("a", "t", PENDING): 2, ("b", "t", PENDING): 1}
+
+
+def test_a_jobs_trace_context_is_stored_as_given(store: Store) -> None:
+    header = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    traced, plain = add(store, job(trace={"traceparent": header, "tracestate": "a=1"}), job())
+    assert traced.trace == {"traceparent": header, "tracestate": "a=1"}
+    again = store.get(traced.id)
+    assert again is not None and again.trace == traced.trace
+    assert plain.trace is None and store.get(plain.id).trace is None  # type: ignore[union-attr]
+    running = claimed(store)
+    assert running.trace == traced.trace
