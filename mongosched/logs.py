@@ -18,7 +18,7 @@ from typing import Any
 
 from .records import JobRecord
 
-__all__ = ["FIELDS", "JobFields", "bound", "fields"]
+__all__ = ["FIELDS", "JobFields", "bind", "bound", "fields", "unbind"]
 
 FIELDS = ("job_id", "task", "attempt")
 
@@ -32,14 +32,24 @@ def fields(record: JobRecord) -> dict[str, Any]:
     return {"job_id": str(record.id), "task": record.task, "attempt": record.attempts}
 
 
+def bind(record: JobRecord) -> contextvars.Token[dict[str, Any] | None]:
+    """From now on, records logged in this thread carry ``record``'s fields (until
+    :func:`unbind` with the token returned)."""
+    return _current.set(fields(record))
+
+
+def unbind(token: contextvars.Token[dict[str, Any] | None]) -> None:
+    _current.reset(token)
+
+
 @contextmanager
 def bound(record: JobRecord) -> Iterator[None]:
     """Within the block, records logged in this thread carry ``record``'s fields."""
-    token = _current.set(fields(record))
+    token = bind(record)
     try:
         yield
     finally:
-        _current.reset(token)
+        unbind(token)
 
 
 class JobFields(logging.Filter):
