@@ -48,6 +48,9 @@ class BulkControl:
     def now(self) -> datetime:
         raise NotImplementedError
 
+    def _writable(self) -> Store:
+        raise NotImplementedError
+
     def retry_jobs(
         self,
         *,
@@ -74,7 +77,7 @@ class BulkControl:
             return self.store.count(query)
 
         def retry(ids: Sequence[Any]) -> int:
-            done = self.store.retry_many(ids, query.statuses or RETRYABLE, self.now())
+            done = self._writable().retry_many(ids, query.statuses or RETRYABLE, self.now())
             for runner in list(self.runners):
                 runner.wake()
             return done
@@ -108,7 +111,7 @@ class BulkControl:
 
         def cancel(ids: Sequence[Any]) -> int:
             settlement = outcome.cancelled(self.now(), self.retention)
-            ended, asked = self.store.cancel_many(ids, settlement)
+            ended, asked = self._writable().cancel_many(ids, settlement)
             return ended + asked
 
         return self._walk("cancelled", query, cancel, batch_size)
@@ -138,7 +141,7 @@ class BulkControl:
             return self.store.count(query)
         final = query.statuses or PURGEABLE
         return self._walk(
-            "purged", query, lambda ids: self.store.purge_many(ids, final), batch_size
+            "purged", query, lambda ids: self._writable().purge_many(ids, final), batch_size
         )
 
     def throughput(
