@@ -131,7 +131,7 @@ def measure(
         "jobs_per_s": round(retried / retry_s),
         "batches": math.ceil(matching / args.batch),
     }
-    if commands is not None:
+    if commands is not None:  # the bulk retry's alone
         row["commands"] = dict(commands.counts)
         row["largest_write_ids"] = commands.largest_write
     # The loop it replaces: one retry_job per job.
@@ -155,8 +155,8 @@ def measure(
     )
     if commands is not None:
         print(
-            f"  commands: {dict(commands.counts)}; most ids in one write: "
-            f"{commands.largest_write}",
+            f"  the bulk retry's commands: {row['commands']}; most ids in one write: "
+            f"{row['largest_write_ids']}",
             flush=True,
         )
 
