@@ -6,13 +6,13 @@ protocol's reads.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from .. import metrics
 from ..errors import InvalidJobId, JobNotFound
 from ..job import Job
 from ..records import PAUSE_KINDS, SORTABLE, JobStatus, Pause, WorkerInfo
@@ -253,15 +253,9 @@ class Operations:
         }
         return methods[action](**filters.as_kwargs(), dry_run=dry_run)
 
-    def metrics(self) -> str | None:
-        """The Prometheus exposition, or None where :mod:`mongosched.metrics` is not
-        there."""
-        try:
-            module = importlib.import_module("mongosched.metrics")
-        except ImportError:
-            return None
-        text: str = module.render(self.app)
-        return text
+    def metrics(self) -> str:
+        """The Prometheus text exposition of :mod:`mongosched.metrics`."""
+        return metrics.render(self.app)
 
 
 def _row(name: str, counts: dict[str, int]) -> Row:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import StoreError
+from ..metrics import CONTENT_TYPE
 from .actions import JOB_ACTIONS, bulk_action, job_action, pause_action
 from .csrf import Session, refusal
 from .data import Operations
@@ -159,9 +160,4 @@ class Dashboard:
         return Response("method not allowed", 405, "text/plain; charset=utf-8", [("Allow", "GET")])
 
     def _metrics(self) -> Response:
-        text = self.ops.metrics()
-        if text is None:
-            return Response(
-                "metrics are not available in this version\n", 501, "text/plain; charset=utf-8"
-            )
-        return Response(text, 200, "text/plain; version=0.0.4; charset=utf-8")
+        return Response(self.ops.metrics(), 200, CONTENT_TYPE)
