@@ -31,7 +31,8 @@ Checked against the store contract suite (every query and update mongosched make
 
 all pass but the three that read query plans with ``explain`` (a real server's).
 
-Not a database: no persistence, transactions, change streams, auth or compression;
+Not a database: no persistence, transactions, auth or compression; no change streams
+(refused as a standalone server refuses them, so runners poll);
 OP_MSG (and OP_QUERY for the first handshake) only. Its own framing: the test
 stand-in's comes from mockupdb, whose pure-Python request parsing is what makes it slow.
 """
@@ -473,6 +474,10 @@ class Engine:
         coll = self.collection(db, cmd, create=False)
         pipeline = list(cmd.get("pipeline") or [])
         first = pipeline[0] if pipeline else {}
+        if "$changeStream" in first:  # as a standalone server answers
+            raise CommandFailed(
+                40573, "The $changeStream stage is only supported on replica sets", "Location40573"
+            )
         source = coll.select(first["$match"]) if "$match" in first else list(coll.docs.values())
         docs = q.aggregate(source, pipeline[1:] if "$match" in first else pipeline)
         return self._cursor(coll.ns, docs, (cmd.get("cursor") or {}).get("batchSize"))
