@@ -27,14 +27,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import BENCH, ROOT, load, start_stub, stop  # noqa: E402
+from harness import BENCH, ROOT, load, start_stub, stop, tree_cpu  # noqa: E402
 
 GOAL = 1.6
 sys.path.insert(0, str(BENCH / "peer_apps"))
 
 
-def run(uri: str, processes: int, threads: int, jobs: int, work: int) -> float:
-    """Jobs per second of one timed run."""
+def run(uri: str, processes: int, threads: int, jobs: int, work: int) -> tuple[float, float]:
+    """Jobs per second of one timed run, and the cores the worker kept busy (its CPU
+    seconds per second)."""
     import pymongo
 
     os.environ["BENCH_MONGO_URI"] = uri
@@ -66,10 +67,11 @@ def run(uri: str, processes: int, threads: int, jobs: int, work: int) -> float:
         while jobs_coll.count_documents(left):
             time.sleep(0.01)
         app.schedule_bulk(burn.job(work) for _ in range(jobs))
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), tree_cpu(worker.pid)
         while jobs_coll.count_documents(left):
             time.sleep(0.005)
-        return jobs / (time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        return jobs / seconds, (tree_cpu(worker.pid) - cpu) / seconds
     finally:
         stop(worker)
         client.close()
@@ -87,12 +89,18 @@ def main() -> None:
     before = load()
     stub, uri = start_stub()
     rates: dict[int, list[float]] = {n: [] for n in counts}
+    cores: dict[int, list[float]] = {n: [] for n in counts}
     try:
         for _ in range(options.rounds):
             for n in counts:
-                rate = run(uri + "bench", n, options.threads, options.jobs, options.work)
+                rate, busy = run(uri + "bench", n, options.threads, options.jobs, options.work)
                 rates[n].append(rate)
-                print(f"  --processes {n}: {rate:,.1f} jobs/s", file=sys.stderr, flush=True)
+                cores[n].append(busy)
+                print(
+                    f"  --processes {n}: {rate:,.1f} jobs/s, {busy:.2f} cores busy",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         stub.kill()
         stub.wait()
@@ -106,10 +114,23 @@ def main() -> None:
     for n in counts:
         median = statistics.median(rates[n])
         runs = ", ".join(f"{r:,.1f}" for r in rates[n])
+        busy = statistics.median(cores[n])
         print(
-            f"--processes {n}: {median:,.1f} jobs/s ({median / one:.2f}x one process; runs {runs})"
+            f"--processes {n}: {median:,.1f} jobs/s ({median / one:.2f}x one process; runs {runs}); "
+            f"the worker kept {busy:.2f} cores busy"
         )
     if 2 in rates:
+        # Jobs per second of CPU the worker got: what the machine's other work does not
+        # change (it takes cores, not CPU per job).
+        per_core = {
+            n: statistics.median(r / c for r, c in zip(rates[n], cores[n], strict=True))
+            for n in (1, 2)
+        }
+        print(
+            f"jobs per CPU-second of the worker: {per_core[1]:,.1f} with 1 process, "
+            f"{per_core[2]:,.1f} with 2; on two idle cores (each process one core) 2 processes "
+            f"would do {2 * per_core[2] / per_core[1]:.2f}x one (derived from those, not measured)"
+        )
         ratio = statistics.median(rates[2]) / one
         print(
             f"goal: --processes 2 >= {GOAL}x one process: {ratio:.2f}x ({'met' if ratio >= GOAL else 'MISSED'})"
