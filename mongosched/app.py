@@ -10,15 +10,16 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, ParamSpec, TypeVar, overload
 
-from . import validate
+from . import dependencies, validate
 from .admin import Admin, declaration, schedule_row
 from .bulk import BulkControl
 from .control import Cancellation, JobControl
 from .errors import ConfigurationError, StoreError, TaskNotRegistered
 from .events import Listener, Listeners
 from .job import Job
+from .limits import RateSpec
 from .outcome import Retention
-from .records import JobRecord
+from .records import JobRecord, JobStatus
 from .retry import Retry
 from .runner import Runner
 from .store import Store, open_store
@@ -248,6 +249,9 @@ class App(JobControl, BulkControl, Admin):
         misfire: str = "coalesce",
         misfire_grace: float | timedelta | None = None,
         max_catchup: int = 100,
+        rate_limit: RateSpec | None = None,
+        rate_key: str | Callable[..., Any] | None = None,
+        concurrency_key: str | Callable[..., Any] | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy cannot match **options to the keyword overload
@@ -270,6 +274,12 @@ class App(JobControl, BulkControl, Admin):
         :param misfire: ``"coalesce"``, ``"skip"`` or ``"all"``: what to do with slots
             missed while no runner was running; ``misfire_grace`` and ``max_catchup``
             bound it (see :doc:`/cron`).
+        :param rate_limit: at most so many of its jobs start per window, across every
+            runner: ``"100/m"`` (also ``/s``, ``/h``, ``/d``, ``"10/30s"``), ``(count,
+            timedelta)``, or a timedelta (one per interval). See :doc:`/flow-control`.
+        :param rate_key: count the rate limit per key: the name of a keyword argument,
+            or a callable over the job's arguments returning the key.
+        :param concurrency_key: count the concurrency limit per key, likewise.
         """
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
@@ -328,10 +338,14 @@ class App(JobControl, BulkControl, Admin):
                 raise ConfigurationError(
                     f"schedule_bulk takes task.job(...) specs, not {type(spec).__name__}"
                 )
-        stored = self._writable().insert([spec.build(now) for spec in specs])
+        store = self._writable()
+        records = [dependencies.checked(store, spec.build(now), now) for spec in specs]
+        stored = store.insert(records)
         jobs = []
         for record, created in stored:
-            if created and self.eager:
+            if created and record.status is JobStatus.WAITING:
+                record = self._link(record)
+            if created and self.eager and record.status is JobStatus.PENDING:
                 jobs.append(self._run_eagerly(record))
                 continue
             job = Job(record, self.store)
@@ -339,6 +353,23 @@ class App(JobControl, BulkControl, Admin):
                 self._created(job)
             jobs.append(job)
         return jobs
+
+    def _link(self, record: JobRecord) -> JobRecord:
+        """A job stored waiting: resolve the dependencies that ended already (read
+        after the insert, so none that ends meanwhile is missed)."""
+        statuses = self.store.link_dependencies(record.depends_on, self.now())
+        return dependencies.resolve_new(
+            self.store,
+            record,
+            statuses,
+            now=self.now(),
+            retention=self.retention,
+            emit=self.emit_record,
+        )
+
+    def emit_record(self, event: str, record: JobRecord) -> None:
+        """Send ``event`` about a stored job (the flow-control steps do)."""
+        self.emit(event, job=Job(record, self.store))
 
     def _run_eagerly(self, record: JobRecord) -> Job:
         """Run a just-stored job here until it finishes (retries without their delays).

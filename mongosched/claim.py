@@ -4,8 +4,8 @@ that keep its lease alive (:class:`Heartbeats`).
 Each lease is renewed by a background thread of its own, never by the job's thread:
 while a claim is held, one of a runner's long-lived heartbeat threads (one per worker
 slot) renews it every ``heartbeat_interval``, renews its concurrency permit with it,
-watches for a cancellation request and enforces the task's timeout. When a renewal finds
-the lease gone, the lease is *lost*: the job's context is cancelled and nothing more is
+watches for a cancellation request and enforces the timeout (the job's own, else its
+task's). When a renewal finds the lease gone, the lease is *lost*: the job's context is cancelled and nothing more is
 written for it (every write is fenced on the lease token anyway).
 """
 
@@ -74,6 +74,10 @@ class Claim:
         """For a repeating job: the slot this run is for."""
         self.ctx = JobContext(record, self)
         self.has_permit = False
+        self.slot_key: str | None = None
+        """The key of the keyed concurrency slot it holds (renewed with the lease)."""
+        self.rate_taken = False
+        """Whether a start of its task's rate limit was recorded for it."""
         self.lost = False
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -95,6 +99,12 @@ class Claim:
         """When the claim was made, in :func:`time.monotonic` seconds."""
         return self._started
 
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a run may take: the job's own timeout, else its task's."""
+        own = self.record.timeout
+        return own if own is not None else self.task.timeout
+
     def finish(self) -> None:
         """No more heartbeats: from here on the holder writes only its outcome. Waits
         for a renewal in progress, so none races the outcome write."""
@@ -105,7 +115,7 @@ class Claim:
     def keep_alive(self, interval: float) -> None:
         """Renew the lease every ``interval`` seconds and enforce the timeout, until the
         claim finishes or its lease is lost."""
-        timeout = self.task.timeout
+        timeout = self.timeout
         deadline = None if timeout is None else self._started + timeout
         next_beat = self._started + interval
         while not self._done.is_set():
@@ -139,6 +149,10 @@ class Claim:
                 # The permit first, to the same instant: the job's lease never outlives
                 # its permit, so the concurrency limit holds even when a renewal fails.
                 if self.has_permit and not store.renew_permit(self.task.name, self.token, until):
+                    held, cancel = False, False
+                elif self.slot_key is not None and not store.renew_slot(
+                    self.task.name, self.slot_key, self.token, until
+                ):
                     held, cancel = False, False
                 else:
                     renewal = store.renew(self.job_id, self.token, now, until)
@@ -192,7 +206,7 @@ class Claim:
                         self._worker_thread = threading.get_ident()
                     result = fn(*self.ctx.args, **self.ctx.kwargs)
                     if inspect.iscoroutine(result):  # an async def task: its own loop
-                        result = asyncio.run(_bounded(result, self.task.timeout))
+                        result = asyncio.run(_bounded(result, self.timeout))
                     return result, None
                 finally:
                     self._disarm()
@@ -263,7 +277,7 @@ class Heartbeats:
         """Keep ``claim`` alive from a heartbeat thread until it finishes (call
         :meth:`forget` once it has)."""
         with self._lock:
-            if claim.task.timeout is not None:  # its deadline may come before a renewal
+            if claim.timeout is not None:  # its deadline may come before a renewal
                 self._urgent.append(claim)
                 self._wake.notify()
                 self._timer_wake.notify()

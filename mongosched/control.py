@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import outcome, validate
+from . import dependencies, outcome, validate
 from .errors import ConfigurationError, JobNotFound, JobStateError
 from .filters import StatusFilter, job_query, statuses
 from .job import Job
@@ -150,7 +150,8 @@ class JobControl:
 
     # Control ------------------------------------------------------------------------------------
     def cancel(self, job_id: Any) -> Cancellation:
-        """Cancel a job: a pending one at once; a running one at its next heartbeat
+        """Cancel a job: a pending or waiting one at once (the jobs waiting for it
+        end too, unless they run on a dependency's failure); a running one at its next heartbeat
         (it ends ``cancelled`` when its function returns). A finished job is left as
         it is, and the result says so. A repeating job stops for good."""
         job_id = self._parse_id(job_id)
@@ -160,6 +161,14 @@ class JobControl:
             if record is not None:
                 log.info("job %s (%s) cancelled", record.id, record.task)
                 self.emit("job:cancel", job=Job(record, self.store))
+                if record.has_dependents:
+                    dependencies.release(
+                        self.store,
+                        record,
+                        now=now,
+                        retention=self.retention,
+                        emit=lambda event, r: self.emit(event, job=Job(r, self.store)),
+                    )
                 return Cancellation.CANCELLED
             record = self.store.request_cancel(job_id, now)
             if record is not None:
@@ -219,10 +228,10 @@ class JobControl:
         Raises :class:`JobStateError` for any other status, or when its dedupe key is now
         held by another job."""
         job = self._require_job(job_id)
-        if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED):
+        if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED):
             raise JobStateError(
-                f"job {job.id} ({job.task}) is {job.status}; only failed or cancelled jobs "
-                "can be retried"
+                f"job {job.id} ({job.task}) is {job.status}; only failed, cancelled or "
+                "expired jobs can be retried"
             )
         record = self.store.retry_finished(job.id, job.status, self.now())
         if record is None:

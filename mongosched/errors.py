@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigurationError",
+    "DependencyFailed",
     "Fail",
     "InvalidSchedule",
     "JobNotFound",
@@ -19,6 +20,7 @@ __all__ = [
     "MalformedJob",
     "MongoschedError",
     "InvalidJobId",
+    "JobExpired",
     "ResultTooLarge",
     "SerializationError",
     "StoreError",
@@ -102,6 +104,16 @@ class LeaseLost(MongoschedError):
     """A job's holder stopped renewing its lease (it crashed, hung or lost the
     network) and the lease expired: the error a reaped job records. Another worker may
     have taken the job over; the old holder's writes are refused (fencing)."""
+
+
+class JobExpired(MongoschedError):
+    """The error an expired job records: it had not started before its expiry
+    (``configure(expires=...)``), so it never ran."""
+
+
+class DependencyFailed(MongoschedError):
+    """The error a job records when a job it depends on failed, was cancelled or
+    expired, so it will never run (``configure(depends_on=...)``)."""
 
 
 class WaitTimeout(MongoschedError, TimeoutError):

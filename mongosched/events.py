@@ -28,6 +28,8 @@ EVENTS = frozenset(
         "job:fail",
         "job:cancel",
         "job:lease_lost",
+        "job:expired",
+        "job:ready",
         "runner:start",
         "runner:stop",
         "control:pause",

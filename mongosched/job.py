@@ -176,7 +176,39 @@ class Job(Generic[R]):
 
     @property
     def expire_at(self) -> datetime | None:
+        """When a finished job is deleted (its retention), or None."""
         return self._record.expire_at
+
+    # Flow control ----------------------------------------------------------------
+    @property
+    def expires_at(self) -> datetime | None:
+        """When the job expires if it has not started by then (``configure(expires=...)``)."""
+        return self._record.expires_at
+
+    @property
+    def timeout(self) -> float | None:
+        """Its own timeout in seconds (``configure(timeout=...)``), or None: the task's."""
+        return self._record.timeout
+
+    @property
+    def depends_on(self) -> list[Any]:
+        """Ids of the jobs it waits for (``configure(depends_on=...)``)."""
+        return list(self._record.depends_on)
+
+    @property
+    def waiting_for(self) -> list[Any]:
+        """While ``waiting``: those of :attr:`depends_on` that have not completed yet."""
+        return list(self._record.waiting_for)
+
+    @property
+    def rate_key(self) -> str | None:
+        """The key its task's rate limit counts it under (``rate_key=``), or None."""
+        return self._record.rate_key
+
+    @property
+    def concurrency_key(self) -> str | None:
+        """The key its task's concurrency limit counts it under, or None."""
+        return self._record.concurrency_key
 
     # As data, and read again ------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

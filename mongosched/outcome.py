@@ -14,8 +14,9 @@ import random
 import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
-from .errors import JobTimeout, LeaseLost, MalformedJob
+from .errors import DependencyFailed, JobExpired, JobTimeout, LeaseLost, MalformedJob
 from .records import ErrorInfo, JobRecord, JobStatus, LastRun, Settlement
 from .retry import Retry
 from .schedule import Misfire, plan_misfire, rule_from_document
@@ -25,11 +26,15 @@ __all__ = [
     "Ending",
     "Retention",
     "RunPlan",
+    "after_dependency",
     "cancelled",
     "decide",
+    "expired",
     "error_info",
     "finished",
     "given_back",
+    "held_back",
+    "is_expired",
     "malformed",
     "shorten",
     "plan_run",
@@ -59,7 +64,7 @@ class Retention:
 
     completed: timedelta | None = timedelta(days=7)
     failed: timedelta | None = timedelta(days=30)
-    """Failed and cancelled jobs."""
+    """Failed, cancelled and expired jobs."""
 
     def expire_at(self, status: JobStatus, now: datetime) -> datetime | None:
         keep = self.completed if status is JobStatus.COMPLETED else self.failed
@@ -174,6 +179,61 @@ def given_back(job: JobRecord, now: datetime) -> Settlement:
         result=job.result,
         error=job.error,
     )
+
+
+def held_back(job: JobRecord, now: datetime, until: datetime | None) -> Settlement:
+    """A claim given back because a flow-control limit (a rate limit, a keyed limit) is
+    saturated: pending again, the attempt uncounted, due when the limit frees
+    (``until``; None: in its place in line)."""
+    back = given_back(job, now)
+    if until is None or until <= job.run_at:
+        return back
+    return replace(back, run_at=until)
+
+
+def expired(job: JobRecord, now: datetime, retention: Retention) -> Decision:
+    """A job that had not started by its expiry (``job.expires_at``): it ends
+    ``expired``, never run, with a :class:`~mongosched.errors.JobExpired` error saying
+    when it expired. Found at claim (a claimed job is settled so instead of running)
+    or by the reaper's sweep of pending and waiting jobs."""
+    error = JobExpired(
+        f"job {job.id} ({job.task}) had not started by its expiry "
+        f"{job.expires_at.isoformat() if job.expires_at else '?'}; it never ran"
+    )
+    info = error_info(error, with_traceback=False)
+    settlement = finished(JobStatus.EXPIRED, now, retention, error=info)
+    if job.status is JobStatus.RUNNING:  # claimed: the claim counted no run
+        settlement = replace(settlement, attempts=max(0, job.attempts - 1))
+    return Decision("job:expired", settlement, error)
+
+
+def is_expired(job: JobRecord, now: datetime) -> bool:
+    """Whether ``job`` is past its expiry (a job never started after it)."""
+    return job.expires_at is not None and job.expires_at <= now
+
+
+def after_dependency(
+    job: JobRecord,
+    dependency: Any,
+    status: JobStatus | None,
+    now: datetime,
+    retention: Retention,
+) -> Decision:
+    """What a waiting ``job`` does now that its ``dependency`` (an id) ended with the
+    final ``status`` (None: it no longer exists, purged). A completed one (or any,
+    under ``on_dependency_failure="run"``) is crossed off, and once none remains the
+    job becomes pending: the settlement to apply then (event ``job:ready``). One that
+    failed, was cancelled, expired or is gone ends the job cancelled, never run, with
+    a :class:`~mongosched.errors.DependencyFailed` error naming it."""
+    assert status is None or status.is_final, "a dependency releases its dependents once final"
+    if status is JobStatus.COMPLETED or job.on_dependency_failure == "run":
+        return Decision("job:ready", Settlement(status=JobStatus.PENDING, now=now))
+    ended = "no longer exists" if status is None else f"ended {status}"
+    error = DependencyFailed(
+        f"job {job.id} ({job.task}) will not run: its dependency {dependency} {ended}"
+    )
+    info = error_info(error, with_traceback=False)
+    return Decision("job:cancel", cancelled(now, retention, error=info), error)
 
 
 def decide(

@@ -14,7 +14,9 @@ from typing import Any
 
 __all__ = [
     "FINAL_STATUSES",
+    "UNSTARTED_STATUSES",
     "ErrorInfo",
+    "Admission",
     "JobQuery",
     "JobRecord",
     "JobStatus",
@@ -40,6 +42,9 @@ class JobStatus(str, enum.Enum):
     (the *final* statuses). A retry or the next slot of a repeating job takes it from
     ``running`` back to ``pending``. A repeating schedule paused by an operator
     (:meth:`App.pause`) waits ``paused`` (not final, never claimed) until it is resumed.
+    A job with dependencies starts ``waiting`` (never claimed) and becomes ``pending``
+    once they completed; a job not started before its expiry ends ``expired`` (final),
+    never run.
     """
 
     PENDING = "pending"
@@ -48,6 +53,8 @@ class JobStatus(str, enum.Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     PAUSED = "paused"
+    WAITING = "waiting"
+    EXPIRED = "expired"
 
     @property
     def is_final(self) -> bool:
@@ -57,7 +64,12 @@ class JobStatus(str, enum.Enum):
         return self.value
 
 
-FINAL_STATUSES = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+FINAL_STATUSES = frozenset(
+    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED}
+)
+UNSTARTED_STATUSES = (JobStatus.PENDING, JobStatus.WAITING)
+"""Statuses of a job that has not started its current occurrence: a cancel or an
+expiry settles it without a run."""
 
 SORTABLE = ("updated_at", "created_at", "run_at", "finished_at", "priority")
 """Fields :meth:`App.get_jobs` can sort by."""
@@ -159,6 +171,23 @@ class JobRecord:
     trace: Mapping[str, str] | None = None
     """The trace context where it was scheduled (W3C ``traceparent``/``tracestate``),
     with OpenTelemetry installed (:mod:`mongosched.tracing`)."""
+    expires_at: datetime | None = None
+    """When the job expires if it has not started by then (None: never)."""
+    timeout: float | None = None
+    """Seconds a run of this job may take (None: the task's timeout)."""
+    depends_on: tuple[Any, ...] = ()
+    """Ids of the jobs this one waits for (all must complete first)."""
+    waiting_for: tuple[Any, ...] = ()
+    """Of ``depends_on``, those not yet final (while ``waiting``)."""
+    on_dependency_failure: str = "cancel"
+    """What a dependency that ends other than completed does to this job: ``"cancel"``
+    (it ends cancelled, saying which one) or ``"run"`` (it runs anyway)."""
+    has_dependents: bool = False
+    """Whether other jobs wait for this one and were not yet released."""
+    rate_key: str | None = None
+    """The key its task's rate limit is counted under (None: the task's own)."""
+    concurrency_key: str | None = None
+    """The key its task's concurrency limit is counted under (None: the task's own)."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +222,15 @@ class Renewal:
 
     held: bool
     cancel_requested: bool = False
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What taking a flow-control limit found: ``taken``, or not, and then when it may
+    free (``free_at``; None when the store cannot tell, as for concurrency)."""
+
+    taken: bool
+    free_at: datetime | None = None
 
 
 @dataclass(frozen=True)

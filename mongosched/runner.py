@@ -458,6 +458,7 @@ class Runner(RunnerSteps):
         if clock - self._last_reap >= self.reap_interval:
             self._last_reap = clock
             self.reap()
+            self.sweep()
         if clock - self._last_unknown_check >= 60.0:
             self._last_unknown_check = clock
             self.store.quarantine(self.app.now())

@@ -13,13 +13,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from . import logs, outcome, tracing, validate
+from . import dependencies, logs, outcome, tracing, validate
 from .claim import Claim
 from .errors import ConfigurationError, JobTimeout, SerializationError, StoreError, WorkerShutdown
+from .gate import Gate
 from .job import Job
 from .outcome import Decision, Ending, Retention
 from .pauseset import PauseSet
-from .records import JobRecord
+from .records import JobRecord, Settlement
 from .retry import Retry
 from .settler import Settler
 from .store import Store
@@ -114,6 +115,8 @@ class RunnerSteps:
         claimed and recorded at once."""
         self.settler = Settler(self.store, gather=self.gather)
         """Writes outcomes: alone, or in one bulk write when several finish at once."""
+        self.gate = Gate(self.store, self.poll_interval)
+        """Flow-control limits at claim time (rate limits, keyed concurrency)."""
         self.claimed = 0
         self.pause_set = PauseSet(self.store, self.poll_interval)
         """What is paused, as this runner last read it (once per poll interval)."""
@@ -141,7 +144,7 @@ class RunnerSteps:
         :meth:`start` does before it claims; the app prepares its store once)."""
         self.app.ensure_schedules(queues=self.queues)
         for task in self.app.tasks.values():
-            if task.concurrency is not None:
+            if task.concurrency is not None and task.concurrency_key is None:
                 self.store.ensure_permits(task.name, task.concurrency)
 
     def check_clock(self) -> float | None:
@@ -189,6 +192,7 @@ class RunnerSteps:
         finally:
             claim.finish()
             self._release_permit(claim)
+            self.gate.release(claim, started=True)
 
     def run_claims(self, claims: Sequence[Claim]) -> list[Decision | None]:
         """Run several claimed jobs in this thread, one after another, then record
@@ -243,7 +247,8 @@ class RunnerSteps:
 
     def run_until_idle(self, *, limit: int = 10_000) -> int:
         """Run due jobs in this thread until none is due (or ``limit`` attempts ran);
-        returns how many attempts ran."""
+        returns how many attempts ran (jobs past their expiry end first)."""
+        self.sweep()
         ran = 0
         while ran < limit:
             claim, claimed = self._take()
@@ -281,7 +286,28 @@ class RunnerSteps:
                 )
                 event = decision.as_landed(stored.status).event
                 self.app.emit(event, job=self._job(stored), runner=self)
+                self._release_dependents(stored)
         return reaped
+
+    def sweep(self) -> int:
+        """Flow control's share of the reaper: end pending and waiting jobs past their
+        expiry, and finish releases of dependents that a crash interrupted. Returns
+        how many jobs it moved."""
+        now, retention = self.app.now(), self.app.retention
+        moved = dependencies.expire_due(self.store, now=now, retention=retention, emit=self._emit)
+        grace = now - timedelta(seconds=self.lease_duration)
+        return moved + dependencies.repair(
+            self.store, now=now, finished_before=grace, retention=retention, emit=self._emit
+        )
+
+    def _emit(self, event: str, record: JobRecord) -> None:
+        self.app.emit(event, job=self._job(record), runner=self)
+
+    def _release_dependents(self, stored: JobRecord) -> None:
+        """A job this runner settled is final: release the jobs waiting for it."""
+        if stored.status.is_final and stored.has_dependents:
+            now, retention = self.app.now(), self.app.retention
+            dependencies.release(self.store, stored, now=now, retention=retention, emit=self._emit)
 
     # Claiming ---------------------------------------------------------------------------------
     # A claim is three steps: which tasks and queues may be claimed from now (_scope),
@@ -294,7 +320,7 @@ class RunnerSteps:
         now = time.monotonic()
         self.pause_set.refresh(every_queue=self.queues is None)
         names = [name for name in self.app.tasks if self._saturated.get(name, 0.0) <= now]
-        return self.pause_set.claimable_tasks(names)
+        return self.gate.claimable(self.pause_set.claimable_tasks(names), self.app.now())
 
     def _scope(self) -> tuple[list[str], Sequence[str] | None]:
         """The tasks and queues a claim may take jobs of, now (not paused)."""
@@ -319,15 +345,15 @@ class RunnerSteps:
 
     def _take_batch(self, limit: int) -> tuple[list[Claim], int]:
         """Up to ``limit`` claims at once: ``(claims, jobs claimed)``, the jobs claimed
-        counting those given back. Jobs of tasks with a concurrency limit are claimed
-        one at a time (a batch would take more than their permits allow, only to give
-        them back): when such tasks may be claimed, the last place is a single claim
+        counting those given back. Jobs of tasks with a concurrency or rate limit are
+        claimed one at a time (a batch would take more than their limits allow, only to
+        give them back): when such tasks may be claimed, the last place is a single claim
         over every task, so they are not starved."""
         if limit <= 1:
             claim, taken = self._take()
             return ([] if claim is None else [claim]), int(taken)
         tasks, queues = self._scope()
-        unlimited = [name for name in tasks if self.app.tasks[name].concurrency is None]
+        unlimited = [name for name in tasks if not self.app.tasks[name].limited]
         single = len(unlimited) < len(tasks)
         now = self.app.now()
         records = self.store.claim_batch(
@@ -364,9 +390,13 @@ class RunnerSteps:
     def _admit(self, record: JobRecord, now: datetime, by_id: bool = False) -> Claim | None:
         """A claimed job, about to run: its :class:`Claim`, or None when it was given
         back (its schedule was paused since the pauses were read, its lease would end
-        before the first heartbeat, or its task's concurrency permits are all held).
+        before the first heartbeat, or its task's concurrency permits are all held, or
+        a flow-control limit is saturated) or ended unrun (past its expiry).
         ``by_id``: claimed by its id (pauses do not apply)."""
         task = self.app.tasks[record.task]
+        if outcome.is_expired(record, self.app.now()):
+            self._settle_unrun(record, outcome.expired(record, self.app.now(), self.app.retention))
+            return None
         claim = Claim(self, record, task)
         if not by_id and self.pause_set.holds(record.id):  # paused since we read
             self._give_back(claim)
@@ -387,7 +417,7 @@ class RunnerSteps:
             )
             self._give_back(claim)
             return None
-        if task.concurrency is not None:
+        if task.concurrency is not None and task.concurrency_key is None:
             if not self.store.take_permit(
                 task.name, task.concurrency, claim.token, claim.job_id, self.name, now, claim.until
             ):
@@ -395,14 +425,30 @@ class RunnerSteps:
                 self._saturated[task.name] = time.monotonic() + self.poll_interval
                 return None
             claim.has_permit = True
+        held = self.gate.admit(claim, arrived)
+        if held is not None:  # a flow-control limit is saturated
+            self._give_back(claim, held)
+            return None
         self.claimed += 1
         return claim
 
-    def _give_back(self, claim: Claim) -> None:
-        """A claim that will not run: pending again, uncounted, in its place in line."""
+    def _give_back(self, claim: Claim, settlement: Settlement | None = None) -> None:
+        """A claim that will not run: pending again, uncounted, in its place in line
+        (or as ``settlement`` says: held back by a limit)."""
         claim.finish()
         self._release_permit(claim)
-        self.store.settle(claim.record, outcome.given_back(claim.record, self.app.now()))
+        self.gate.release(claim, started=False)
+        back = settlement or outcome.given_back(claim.record, self.app.now())
+        self.store.settle(claim.record, back)
+
+    def _settle_unrun(self, record: JobRecord, decision: Decision) -> None:
+        """A claimed job that ends without running (expired): write the decision."""
+        stored = self.store.settle(record, decision.settlement)
+        if stored is not None:
+            decision = decision.as_landed(stored.status)
+            log.info("job %s (%s): %s", record.id, record.task, decision.error)
+            self._emit(decision.event, stored)
+            self._release_dependents(stored)
 
     def _release_permit(self, claim: Claim) -> None:
         if claim.has_permit:
@@ -501,6 +547,7 @@ class RunnerSteps:
         decision = decision.as_landed(stored.status)
         _log_decision(claim, decision, seconds)
         self.app.emit(decision.event, job=self._job(stored), error=decision.error, runner=self)
+        self._release_dependents(stored)
         return decision
 
     def _decide(
@@ -522,7 +569,7 @@ class RunnerSteps:
                 result=result,
                 error=error,
                 slot=claim.slot,
-                timeout=claim.task.timeout,
+                timeout=claim.timeout,
             )
         except Exception as exc:  # its rule no longer computes: it fails alone
             return outcome.malformed(claim.record, _why(exc), now, retention)

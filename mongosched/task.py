@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, Ty
 
 from . import tracing, validate
 from .errors import ConfigurationError, InvalidSchedule
-from .records import JobRecord
+from .job import Job
+from .limits import KeySpec, RateSpec, key_spec
+from .limits import rate_limit as rate_limit_of
+from .records import JobRecord, JobStatus
 from .retry import Retry
 from .schedule import Cron, Every, Misfire, Rule
 from .store import schedule_id
@@ -18,8 +21,6 @@ from .store import schedule_id
 if TYPE_CHECKING:
     # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
     from typing_extensions import Unpack
-
-    from .job import Job
 
 __all__ = [
     "ConfiguredTask",
@@ -37,6 +38,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEDUPE_SCOPES = ("active", "pending")
+DEPENDENCY_FAILURE = ("cancel", "run")
 
 
 class ScheduleOptions(TypedDict, total=False):
@@ -48,6 +50,13 @@ class ScheduleOptions(TypedDict, total=False):
     one is pending or running; the existing job is returned) or ``"pending"`` (at most
     one waiting behind a running one). ``repeat``: a :class:`~mongosched.Cron` or
     :class:`~mongosched.Every` rule to run the job repeatedly until cancelled.
+
+    Flow control (see :doc:`/flow-control`): ``expires`` (a timedelta from now, or an
+    aware datetime): if the job has not started by then it ends ``expired``, never run.
+    ``timeout`` (seconds or timedelta): how long a run may take, overriding the task's.
+    ``depends_on`` (a :class:`~mongosched.Job`, a job id, or a list of them): the job
+    waits until all of them completed; ``on_dependency_failure`` ``"cancel"`` (the
+    default: it ends cancelled if one fails, is cancelled or expires) or ``"run"``.
     """
 
     delay: float | timedelta
@@ -57,6 +66,10 @@ class ScheduleOptions(TypedDict, total=False):
     dedupe_key: str
     dedupe_scope: Literal["active", "pending"]
     repeat: Rule
+    expires: timedelta | datetime
+    timeout: float | timedelta
+    depends_on: Any
+    on_dependency_failure: Literal["cancel", "run"]
 
 
 SCHEDULE_OPTIONS = frozenset(ScheduleOptions.__optional_keys__)
@@ -79,6 +92,9 @@ class TaskOptions(TypedDict, total=False):
     misfire: str
     misfire_grace: float | timedelta | None
     max_catchup: int
+    rate_limit: RateSpec | None
+    rate_key: str | Callable[..., Any] | None
+    concurrency_key: str | Callable[..., Any] | None
 
 
 class Scheduler(Protocol):
@@ -98,6 +114,10 @@ class BoundOptions:
     dedupe_key: str | None = None
     dedupe_scope: str = "active"
     repeat: Rule | None = None
+    expires: timedelta | datetime | None = None
+    timeout: float | timedelta | None = None
+    depends_on: Any = None
+    on_dependency_failure: str = "cancel"
 
     def merged(self, options: Mapping[str, Any]) -> BoundOptions:
         """These options with ``options`` bound over them (unknown names refused: the
@@ -150,6 +170,9 @@ class Task(Generic[P, R]):
         misfire: str = "coalesce",
         misfire_grace: float | timedelta | None = None,
         max_catchup: int = 100,
+        rate_limit: RateSpec | None = None,
+        rate_key: str | Callable[..., Any] | None = None,
+        concurrency_key: str | Callable[..., Any] | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -170,7 +193,30 @@ class Task(Generic[P, R]):
         )
         self.rule = _rule_from_options(task, cron, every, timezone)
         self.misfire = _misfire(task, misfire, misfire_grace, max_catchup)
+        self.rate_limit = rate_limit_of(rate_limit, task=task)
+        """At most so many of its jobs start per window, across every runner."""
+        self.rate_key: KeySpec | None = key_spec(rate_key, task=task, field="rate_key")
+        """Counts the rate limit per key of each job (None: one count for the task)."""
+        self.concurrency_key: KeySpec | None = key_spec(
+            concurrency_key, task=task, field="concurrency_key"
+        )
+        """Counts the concurrency limit per key of each job (None: for the task)."""
+        if self.rate_key is not None and self.rate_limit is None:
+            raise ConfigurationError(f"task {task!r}: rate_key needs a rate_limit")
+        if self.concurrency_key is not None and self.concurrency is None:
+            raise ConfigurationError(f"task {task!r}: concurrency_key needs a concurrency")
+        if self.rule is not None and (self.rate_key or self.concurrency_key):
+            raise ConfigurationError(
+                f"task {task!r}: a repeating task has no per-job keys (rate_key, "
+                "concurrency_key); its limits count for the task"
+            )
         functools.update_wrapper(self, fn)
+
+    @property
+    def limited(self) -> bool:
+        """Whether its claims go through flow control (a rate limit, or a concurrency
+        limit): such claims are taken one job at a time."""
+        return self.rate_limit is not None or self.concurrency is not None
 
     # Calling and scheduling ----------------------------------------------------------
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -228,6 +274,21 @@ class Task(Generic[P, R]):
             due = slot = _first_slot(rule, due, explicit=explicit)
             repeat = {**rule.to_document(), "misfire": self.misfire.to_document()}
         key, scope = _dedupe(task, options.dedupe_key, options.dedupe_scope)
+        expires_at = _expiry(task, options.expires, now, due)
+        timeout = validate.seconds(
+            options.timeout, what=f"task {task!r}: timeout", strict=True, allow_none=True
+        )
+        depends_on = _dependencies(task, options)
+        if repeat is not None and (expires_at is not None or depends_on):
+            raise ConfigurationError(
+                f"task {task!r}: a repeating job takes neither expires nor depends_on"
+            )
+        if depends_on and key is not None:
+            raise ConfigurationError(f"task {task!r}: depends_on and dedupe_key cannot be combined")
+        rate_key = None if self.rate_key is None else self.rate_key.key(task, args, kwargs)
+        concurrency_key = (
+            None if self.concurrency_key is None else self.concurrency_key.key(task, args, kwargs)
+        )
         return JobRecord(
             task=task,
             args=tuple(args),
@@ -243,6 +304,14 @@ class Task(Generic[P, R]):
             dedupe_key=key,
             dedupe_scope=scope,
             trace=tracing.carrier(),
+            expires_at=expires_at,
+            timeout=timeout,
+            depends_on=depends_on,
+            waiting_for=depends_on,
+            status=JobStatus.WAITING if depends_on else JobStatus.PENDING,
+            on_dependency_failure=options.on_dependency_failure,
+            rate_key=rate_key,
+            concurrency_key=concurrency_key,
         )
 
     def schedule_record(self, now: datetime) -> JobRecord:
@@ -304,6 +373,56 @@ def _due_time(task: str, options: BoundOptions, now: datetime) -> datetime:
         delay = validate.seconds(options.delay, what=f"task {task!r}: delay")
         return now + timedelta(seconds=delay)
     return now
+
+
+def _expiry(
+    task: str, expires: timedelta | datetime | None, now: datetime, due: datetime
+) -> datetime | None:
+    """When a job expires: ``expires`` after ``now`` (a timedelta), or at an aware
+    datetime; it must be after the job is due."""
+    if expires is None:
+        return None
+    if isinstance(expires, datetime):
+        at = validate.aware_datetime(expires, task=task, what="expires")
+    elif isinstance(expires, timedelta):
+        seconds = validate.seconds(expires, what=f"task {task!r}: expires", strict=True)
+        at = now + timedelta(seconds=seconds)
+    else:
+        raise ConfigurationError(
+            f"task {task!r}: expires must be a timedelta or an aware datetime, not {expires!r}"
+        )
+    if at <= due:
+        raise ConfigurationError(
+            f"task {task!r}: expires ({at.isoformat()}) must be after the job is due "
+            f"({due.isoformat()})"
+        )
+    return at
+
+
+def _dependencies(task: str, options: BoundOptions) -> tuple[Any, ...]:
+    """The ids of the jobs ``depends_on`` names (Job objects give theirs; other values
+    are ids, checked by the store)."""
+    if options.on_dependency_failure not in DEPENDENCY_FAILURE:
+        raise ConfigurationError(
+            f"task {task!r}: on_dependency_failure must be 'cancel' or 'run', not "
+            f"{options.on_dependency_failure!r}"
+        )
+    value = options.depends_on
+    if value is None:
+        return ()
+    items = list(value) if isinstance(value, (list, tuple, set, frozenset)) else [value]
+    ids: list[Any] = []
+    for item in items:
+        job_id = item.id if isinstance(item, Job) else item
+        if job_id is None or isinstance(job_id, (bool, int, float)):
+            raise ConfigurationError(
+                f"task {task!r}: depends_on takes jobs or job ids, not {item!r}"
+            )
+        if job_id not in ids:
+            ids.append(job_id)
+    if not ids:
+        raise ConfigurationError(f"task {task!r}: depends_on is empty")
+    return tuple(ids)
 
 
 def _first_slot(rule: Rule, start: datetime, *, explicit: bool) -> datetime:

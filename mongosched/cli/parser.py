@@ -308,7 +308,7 @@ def build_parser(
     cancel = verb(actions, "cancel", "cancel a job (a running one at its next heartbeat)")
     cancel.add_argument("id", metavar="ID")
     cancel.set_defaults(run=verbs.jobs_cancel)
-    retry = verb(actions, "retry", "run a failed or cancelled job again")
+    retry = verb(actions, "retry", "run a failed, cancelled or expired job again")
     retry.add_argument("id", metavar="ID")
     retry.set_defaults(run=verbs.jobs_retry)
     purge = verb(actions, "purge", "delete finished jobs older than a duration")

@@ -34,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError, SerializationError
 from ..records import (
+    Admission,
     JobQuery,
     JobRecord,
     JobStatus,
@@ -195,7 +196,8 @@ class Store(Protocol):
 
     # Control by users ----------------------------------------------------------------------
     def cancel_pending(self, job_id: Any, settlement: Settlement) -> JobRecord | None:
-        """Settle a pending job as cancelled; None if it is not pending."""
+        """Apply a final ``settlement`` (cancelled, expired) to a job that has not
+        started: pending or waiting; None if it is neither."""
 
     def request_cancel(self, job_id: Any, now: datetime) -> JobRecord | None:
         """Mark a running job for cancellation; None if it is not running."""
@@ -301,6 +303,70 @@ class Store(Protocol):
 
     def permit_holders(self, task: str, now: datetime) -> int:
         """Permits of ``task`` held by a live lease."""
+
+    # Flow control: expiry and dependencies ----------------------------------------------------
+    def expiring(self, now: datetime, limit: int = 100) -> list[JobRecord]:
+        """Pending and waiting jobs whose expiry is at or before ``now``, soonest
+        first (index-backed)."""
+
+    def link_dependencies(self, job_ids: Sequence[Any], now: datetime) -> dict[Any, JobStatus]:
+        """Mark the jobs ``job_ids`` as having dependents (so that when each ends, its
+        dependents are released) and return the status of each that exists."""
+
+    def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
+        """Waiting jobs that still wait for ``job_id`` (index-backed)."""
+
+    def release_dependent(
+        self, job: JobRecord, dependency: Any, settlement: Settlement
+    ) -> JobRecord | None:
+        """``job`` (waiting) no longer waits for ``dependency``. With a pending
+        ``settlement`` the dependency is crossed off and, if none remains, the job
+        becomes pending as the settlement says; with a final one the job ends so.
+        The job as stored after the write, or None if it did not wait for
+        ``dependency`` (any more). Safe to repeat. ``dependency`` None (pending only):
+        make the job pending if it waits for nothing any more."""
+
+    def stranded(self, limit: int = 100) -> list[JobRecord]:
+        """Waiting jobs that wait for nothing any more (a release interrupted between
+        its two steps): the reaper makes them pending."""
+
+    def dependents_released(self, job_id: Any) -> None:
+        """Every dependent of the final job ``job_id`` was released: clear its mark."""
+
+    def unreleased(self, finished_before: datetime, limit: int = 100) -> list[JobRecord]:
+        """Final jobs, finished before the given time, still marked as having
+        dependents: a release interrupted by a crash (the reaper's repair)."""
+
+    # Flow control: limits -------------------------------------------------------------------
+    def take_rate(
+        self, task: str, key: str | None, count: int, window: timedelta, token: str, now: datetime
+    ) -> Admission:
+        """Record a start of ``task`` (under ``key``) at ``now`` if fewer than ``count``
+        were recorded in the ``window`` before it (one atomic step; a sliding log of
+        the last ``count`` starts). Not taken: ``free_at`` is when the oldest of those
+        leaves the window. Taking again with the same ``token`` takes no second start.
+        The record of an idle key expires after its window."""
+
+    def return_rate(self, task: str, key: str | None, token: str) -> None:
+        """Take back the start recorded for ``token`` (its job did not start)."""
+
+    def take_slot(
+        self,
+        task: str,
+        key: str,
+        limit: int,
+        token: str,
+        now: datetime,
+        until: datetime,
+    ) -> Admission:
+        """Take one of the ``limit`` concurrency slots of ``task`` under ``key`` for
+        the lease ``token`` until ``until`` (slots whose holder's lease ran out are
+        free). Taking again with the same token takes no second slot."""
+
+    def renew_slot(self, task: str, key: str, token: str, until: datetime) -> bool:
+        """Extend the slot ``token`` holds; False when it no longer holds one."""
+
+    def release_slot(self, task: str, key: str, token: str) -> None: ...
 
 
 def open_store(

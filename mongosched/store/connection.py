@@ -27,7 +27,14 @@ from pymongo.errors import ConfigurationError as DriverConfigurationError
 
 from ..errors import ConfigurationError, StoreError, StoreUnavailable
 from . import codec
-from .documents import INDEXES, PAUSE_INDEXES, PERMIT_INDEXES, WORKER_INDEXES, aware
+from .documents import (
+    INDEXES,
+    LIMIT_INDEXES,
+    PAUSE_INDEXES,
+    PERMIT_INDEXES,
+    WORKER_INDEXES,
+    aware,
+)
 
 __all__ = ["MongoConnection", "redact"]
 
@@ -68,6 +75,7 @@ class MongoConnection:
         self._permits: Collection[dict[str, Any]] | None = None
         self._pauses: Collection[dict[str, Any]] | None = None
         self._workers: Collection[dict[str, Any]] | None = None
+        self._limits: Collection[dict[str, Any]] | None = None
         self._lock = threading.Lock()
         _connections.add(self)
 
@@ -149,20 +157,31 @@ class MongoConnection:
             self._workers = self._collection(f"{self.collection_name}_workers")
         return self._workers
 
+    @property
+    def limits(self) -> Collection[dict[str, Any]]:
+        """Flow-control limits: rate logs and keyed concurrency holders."""
+        if self._limits is None:
+            self._limits = self._collection(f"{self.collection_name}_limits")
+        return self._limits
+
+    @limits.setter
+    def limits(self, collection: Any) -> None:
+        self._limits = collection
+
     def close(self) -> None:
         with self._lock:
             if self._client is not None:
                 self._client.close()
             self._client = None
             self._database = self._given_database
-            self._jobs = self._permits = self._pauses = self._workers = None
+            self._jobs = self._permits = self._pauses = self._workers = self._limits = None
 
     def after_fork(self) -> None:
         """In a forked child: the parent's client does not survive a fork."""
         self._lock = threading.Lock()
         self._client = None
         self._database = self._given_database
-        self._jobs = self._permits = self._pauses = self._workers = None
+        self._jobs = self._permits = self._pauses = self._workers = self._limits = None
 
     # Plumbing -------------------------------------------------------------------------------
     def _retrying(self, what: str, op: Callable[[int], T]) -> T:
@@ -194,6 +213,7 @@ class MongoConnection:
             (self.permits, PERMIT_INDEXES),
             (self.pauses_collection, PAUSE_INDEXES),
             (self.workers_collection, WORKER_INDEXES),
+            (self.limits, LIMIT_INDEXES),
         ):
             for keys, options in indexes:
 

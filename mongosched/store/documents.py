@@ -32,10 +32,14 @@ __all__ = [
     "CLAIM_SORT",
     "DEDUPE_FIELDS",
     "INDEXES",
+    "FINAL",
+    "LIMIT_INDEXES",
     "PENDING",
     "PAUSE_INDEXES",
     "PERMIT_INDEXES",
     "WORKER_INDEXES",
+    "UNSTARTED",
+    "WAITING",
     "RUNNING",
     "aware",
     "check_document",
@@ -55,6 +59,9 @@ __all__ = [
 ]
 
 PENDING, RUNNING = JobStatus.PENDING.value, JobStatus.RUNNING.value
+WAITING = JobStatus.WAITING.value
+UNSTARTED = [PENDING, WAITING]
+FINAL = [s.value for s in JobStatus if s.is_final]
 STATUSES = frozenset(s.value for s in JobStatus)
 DEDUPE_FIELDS = {"active": "dedupe_active", "pending": "dedupe_pending"}
 
@@ -114,6 +121,21 @@ INDEXES: list[Index] = [
     ),
     # Retention: finished jobs carry expire_at; the server deletes them after it.
     ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
+    # Flow control. The reaper's sweep of jobs past their expiry (pending, waiting).
+    (
+        [("status", 1), ("expires_at", 1)],
+        {"name": "expiring", "partialFilterExpression": {"expires_at": {"$exists": True}}},
+    ),
+    # Waiting jobs by the dependencies they still wait for (released when one ends).
+    (
+        [("waiting_for", 1)],
+        {"name": "waiting_for", "partialFilterExpression": {"waiting_for": {"$exists": True}}},
+    ),
+    # Finished jobs whose dependents were not yet released (the reaper's repair).
+    (
+        [("has_dependents", 1), ("finished_at", 1)],
+        {"name": "dependents", "partialFilterExpression": {"has_dependents": {"$exists": True}}},
+    ),
 ]
 
 PAUSE_INDEXES: list[Index] = []  # a handful of documents, by _id
@@ -125,6 +147,11 @@ WORKER_INDEXES: list[Index] = [
 PERMIT_INDEXES: list[Index] = [
     ([("task", 1), ("index", 1)], {"name": "task_index"}),
     ([("task", 1), ("token", 1)], {"name": "task_token"}),
+]
+
+LIMIT_INDEXES: list[Index] = [
+    # A limit document (a rate log, a key's holders) is deleted once idle.
+    ([("expire_at", 1)], {"name": "idle", "expireAfterSeconds": 0}),
 ]
 
 
@@ -269,6 +296,14 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
         ),
         edit=edit_record(doc.get("edit")),
         trace=_trace(doc.get("trace")),
+        expires_at=aware(doc.get("expires_at")),
+        timeout=doc.get("timeout"),
+        depends_on=tuple(doc.get("depends_on") or ()),
+        waiting_for=tuple(doc.get("waiting_for") or ()),
+        on_dependency_failure=doc.get("on_dependency_failure") or "cancel",
+        has_dependents=bool(doc.get("has_dependents")),
+        rate_key=doc.get("rate_key"),
+        concurrency_key=doc.get("concurrency_key"),
     )
 
 
@@ -314,6 +349,20 @@ def to_document(job: JobRecord) -> dict[str, Any]:
         scope = job.dedupe_scope or "active"
         doc.update(dedupe_key=job.dedupe_key, dedupe_scope=scope)
         doc[DEDUPE_FIELDS[scope]] = job.dedupe_key
+    # Flow control: only what is set (most jobs carry none of it).
+    if job.expires_at is not None:
+        doc["expires_at"] = ms(job.expires_at)
+    if job.timeout is not None:
+        doc["timeout"] = job.timeout
+    if job.depends_on:
+        doc["depends_on"] = list(job.depends_on)
+        doc["on_dependency_failure"] = job.on_dependency_failure
+    if job.waiting_for and job.status is JobStatus.WAITING:
+        doc["waiting_for"] = list(job.waiting_for)
+    if job.rate_key is not None:
+        doc["rate_key"] = job.rate_key
+    if job.concurrency_key is not None:
+        doc["concurrency_key"] = job.concurrency_key
     return doc
 
 
@@ -404,6 +453,8 @@ def settle_update(
         update["$unset"] = {name: "" for name in DEDUPE_FIELDS.values()}
     else:
         fields.update(restore)
+        update["$unset"] = {}
+    update["$unset"]["waiting_for"] = ""  # a waiting job released or ended
     return update
 
 

@@ -38,12 +38,14 @@ from ..records import (
 )
 from . import codec
 from .memory_batches import MemoryBatches
+from .memory_flow import FlowIndex, MemoryFlow
 from .memory_index import JobIndexes
 from .memory_jobs import (
     PAUSED,
     PENDING,
     RUNNING,
     SCOPE_STATUSES,
+    WAITING,
     Permits,
     StoredJob,
     decode_value,
@@ -54,6 +56,7 @@ from .memory_jobs import (
     opt_ms,
     sort_key,
 )
+from .memory_limits import Limits
 from .memory_ops import MemoryOperations
 from .memory_watch import DueWatchers, MemoryDueWatch
 
@@ -79,7 +82,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class MemoryStore(MemoryBatches, MemoryOperations):
+class MemoryStore(MemoryFlow, MemoryBatches, MemoryOperations):
     """An in-process :class:`~mongosched.store.Store` (whose docstrings say what each
     method does). ``MemoryStore()`` is private to its creator; :meth:`named` shares one
     store per name within the process."""
@@ -95,6 +98,8 @@ class MemoryStore(MemoryBatches, MemoryOperations):
         self._indexes = JobIndexes(self._jobs)
         self._permits = Permits()
         self._watchers = DueWatchers()
+        self._flow = FlowIndex(self._jobs)
+        self._limits = Limits()
         _stores.add(self)
 
     @property
@@ -310,8 +315,8 @@ class MemoryStore(MemoryBatches, MemoryOperations):
     # Control by users -----------------------------------------------------------------------
     def cancel_pending(self, job_id: Any, settlement: Settlement) -> JobRecord | None:
         with self._lock:
-            job = self._find(job_id, PENDING)
-            if job is None:
+            job = self._find(job_id)
+            if job is None or job.status not in (PENDING, WAITING):
                 return None
             self._apply(job, settlement, encode_result(job.task, settlement))
             return job.record()
@@ -366,7 +371,7 @@ class MemoryStore(MemoryBatches, MemoryOperations):
         job.status, job.attempts, job.run_at, job.updated_at = PENDING, 0, now, now
         if job.repeat is not None:
             job.scheduled_for = now
-        job.finished_at = job.expire_at = job.result = None
+        job.finished_at = job.expire_at = job.result = job.expires_at = None
         job.cancel_requested = False
         self._refresh(job, hold=True)
 
@@ -387,6 +392,7 @@ class MemoryStore(MemoryBatches, MemoryOperations):
             for job in doomed:  # index entries of theirs, if any, no longer count
                 del self._jobs[job.id], self._by_status[job.status][job.id]
                 self._release_key(job)
+                self._flow.forget(job)
             return len(doomed)
 
     # Concurrency permits -------------------------------------------------------------------
@@ -468,6 +474,14 @@ class MemoryStore(MemoryBatches, MemoryOperations):
             repeat=encoded[1],
             result=encoded[2],
             seq=next(self._counter),
+            expires_at=opt_ms(r.expires_at),
+            timeout=r.timeout,
+            depends_on=tuple(r.depends_on),
+            waiting_for=tuple(r.waiting_for) if r.status is WAITING else (),
+            on_dependency_failure=r.on_dependency_failure,
+            has_dependents=r.has_dependents,
+            rate_key=r.rate_key,
+            concurrency_key=r.concurrency_key,
         )
         holder = self._holder(job)
         if holder is not None and job.key and job.status in SCOPE_STATUSES[job.key[0]]:
@@ -545,6 +559,8 @@ class MemoryStore(MemoryBatches, MemoryOperations):
             job.scheduled_for = ms(s.scheduled_for)
         if s.last_run is not None:
             job.last_run = ms_in(s.last_run)
+        if job.status is not WAITING:
+            job.waiting_for = ()
         if job.status in FINAL_STATUSES:
             # A declared schedule never expires: cancelled, it is its own tombstone.
             keep = codec.is_schedule_id(job.id)
@@ -588,6 +604,7 @@ class MemoryStore(MemoryBatches, MemoryOperations):
             job.listed = job.status
         self._sync_key(job, hold)
         job.version = next(self._counter)
+        self._flow.track(job)
         if job.status is PENDING:
             pending = self._by_status[PENDING]
             self._indexes.add_pending(job, pending.values(), len(pending))

@@ -30,6 +30,7 @@ __all__ = [
     "Permits",
     "RUNNING",
     "SCOPE_STATUSES",
+    "WAITING",
     "StoredJob",
     "decode_value",
     "encode_result",
@@ -41,6 +42,7 @@ __all__ = [
 ]
 
 PENDING, RUNNING, PAUSED = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.PAUSED
+WAITING = JobStatus.WAITING
 SCOPE_STATUSES = {"active": (PENDING, RUNNING, PAUSED), "pending": (PENDING, PAUSED)}
 """While its job is in one of these statuses, a dedupe key is held in that scope (a
 paused schedule keeps its key, as the job document keeps its field in MongoDB)."""
@@ -136,6 +138,14 @@ class StoredJob:
     seq: int  # insertion order
     version: int = -1  # the index entries that count carry this
     listed: JobStatus | None = None  # the status map it is filed under
+    expires_at: datetime | None = None
+    timeout: float | None = None
+    depends_on: tuple[Any, ...] = ()
+    waiting_for: tuple[Any, ...] = ()
+    on_dependency_failure: str = "cancel"
+    has_dependents: bool = False
+    rate_key: str | None = None
+    concurrency_key: str | None = None
 
     @property
     def key(self) -> tuple[str, tuple[str, str]] | None:

@@ -51,6 +51,7 @@ from .documents import (
     DEDUPE_FIELDS,
     PENDING,
     RUNNING,
+    UNSTARTED,
     claim_query,
     claim_update,
     dedupe_hold,
@@ -60,6 +61,8 @@ from .documents import (
     to_document,
     to_record,
 )
+from .flow import MongoFlow
+from .limits import MongoLimits
 from .mongo_ops import MongoOperations
 from .watch import MongoWatch
 
@@ -70,8 +73,9 @@ log = logging.getLogger("mongosched.store")
 T = TypeVar("T")
 
 
-class MongoStore(MongoBatches, MongoOperations, MongoWatch):
-    """Jobs in one MongoDB collection, permits for concurrency limits beside it."""
+class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWatch):
+    """Jobs in one MongoDB collection; permits for concurrency limits and flow-control
+    limits beside it."""
 
     def parse_id(self, value: Any) -> Any:
         return codec.parse_id(value)
@@ -432,7 +436,9 @@ class MongoStore(MongoBatches, MongoOperations, MongoWatch):
         doc = self._retrying(
             "cancel",
             lambda _: self.jobs.find_one_and_update(
-                {"_id": job_id, "status": PENDING}, update, return_document=ReturnDocument.AFTER
+                {"_id": job_id, "status": {"$in": UNSTARTED}},
+                update,
+                return_document=ReturnDocument.AFTER,
             ),
         )
         return None if doc is None else to_record(doc)
@@ -487,7 +493,7 @@ class MongoStore(MongoBatches, MongoOperations, MongoWatch):
         }
         if current.get("repeat"):
             fields["scheduled_for"] = now
-        unset = {k: "" for k in ("finished_at", "expire_at", "cancel_requested")}
+        unset = {k: "" for k in ("finished_at", "expire_at", "cancel_requested", "expires_at")}
         try:
             doc = self._retrying(
                 "retry",

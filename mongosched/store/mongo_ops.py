@@ -95,7 +95,9 @@ class MongoOperations(MongoPermits):
                 "updated_at": ms(now),
                 "result": None,
             },
-            "$unset": {"finished_at": "", "expire_at": "", "cancel_requested": ""},
+            "$unset": dict.fromkeys(
+                ("finished_at", "expire_at", "cancel_requested", "expires_at"), ""
+            ),
         }
         result = self._retrying("retry", lambda _: self.jobs.update_many(plain, update))
         retried = int(result.modified_count)

@@ -63,6 +63,8 @@ STATUSES: dict[JobStatus, Any] = {
     JobStatus.COMPLETED: Status.SUCCESSFUL,
     JobStatus.FAILED: Status.FAILED,
     JobStatus.CANCELLED: Status.FAILED,
+    JobStatus.WAITING: Status.READY,
+    JobStatus.EXPIRED: Status.FAILED,
 }
 
 

@@ -1,0 +1,167 @@
+"""Releasing the jobs that wait for others (``configure(depends_on=...)``), and the
+expiry sweep: the steps that follow when a job reaches a final status, for the runner,
+the reaper and :meth:`App.cancel` alike.
+
+What each dependent does is decided by :func:`mongosched.outcome.after_dependency`
+(and an expired job by :func:`mongosched.outcome.expired`); this module only finds the
+jobs concerned (each lookup on an index) and writes those decisions. When a job ends,
+its dependents are released at once if it is marked as having any; a crash between
+the job's own write and that release is repaired by :func:`repair` (the reaper's), so
+nothing waits forever. No scan of waiting jobs happens per claim.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+
+from . import outcome
+from .errors import JobNotFound
+from .outcome import Retention
+from .records import JobRecord, JobStatus
+from .store import Store
+
+__all__ = ["BATCH", "Emit", "checked", "expire_due", "release", "repair", "resolve_new"]
+
+log = logging.getLogger("mongosched")
+
+BATCH = 100
+"""Jobs read per lookup."""
+
+Emit = Callable[[str, JobRecord], None]
+"""Sends an event about a job as stored (the app's ``emit``, bound)."""
+
+
+def release(
+    store: Store, job: JobRecord, *, now: datetime, retention: Retention, emit: Emit
+) -> int:
+    """``job`` reached a final status: release the jobs waiting for it (crossed off,
+    pending once nothing remains; or ended, by the outcome's decision), and theirs in
+    turn when they end. Returns how many were released. Safe to repeat."""
+    if not job.status.is_final:
+        return 0
+    released = 0
+    todo = [job]
+    while todo:
+        parent = todo.pop()
+        while True:
+            children = store.dependents(parent.id, BATCH)
+            landed = 0
+            for child in children:
+                stored = _release_one(store, child, parent.id, parent.status, now, retention, emit)
+                if stored is None:
+                    continue
+                landed += 1
+                if stored.status.is_final and stored.has_dependents:
+                    todo.append(stored)
+            released += landed
+            if len(children) < BATCH or not landed:
+                break
+        store.dependents_released(parent.id)
+    return released
+
+
+def _release_one(
+    store: Store,
+    child: JobRecord,
+    dependency: object,
+    status: JobStatus | None,
+    now: datetime,
+    retention: Retention,
+    emit: Emit,
+) -> JobRecord | None:
+    decision = outcome.after_dependency(child, dependency, status, now, retention)
+    stored = store.release_dependent(child, dependency, decision.settlement)
+    if stored is None:
+        return None
+    if stored.status is not JobStatus.WAITING:
+        if stored.status.is_final:
+            log.info("job %s (%s): %s", stored.id, stored.task, decision.error)
+        emit(decision.event, stored)
+    return stored
+
+
+def checked(store: Store, job: JobRecord, now: datetime) -> JobRecord:
+    """A new job with its dependencies as ids the store knows (a string form parsed),
+    each of which must exist: :class:`~mongosched.errors.JobNotFound` names the first
+    that does not (so only existing jobs can be depended on: no cycle can form).
+    They are marked as having dependents already."""
+    if not job.depends_on:
+        return job
+    ids = tuple(dict.fromkeys(store.parse_id(d) for d in job.depends_on))
+    found = store.link_dependencies(ids, now)
+    for dependency in ids:
+        if dependency not in found:
+            raise JobNotFound(f"task {job.task!r}: depends_on: no job with id {dependency}")
+    return replace(job, depends_on=ids, waiting_for=ids)
+
+
+def resolve_new(
+    store: Store,
+    job: JobRecord,
+    statuses: dict[object, JobStatus],
+    *,
+    now: datetime,
+    retention: Retention,
+    emit: Emit,
+) -> JobRecord:
+    """A job just stored ``waiting``: cross off (or end it for) the dependencies that
+    were already final when it was linked to them (``statuses``, as
+    :meth:`Store.link_dependencies` read them after the insert; a dependency missing
+    there no longer exists). Returns the job as it stands."""
+    current = job
+    for dependency in job.depends_on:
+        status = statuses.get(dependency)
+        if status is not None and not status.is_final:
+            continue
+        stored = _release_one(store, current, dependency, status, now, retention, emit)
+        if stored is not None:
+            current = stored
+        if current.status.is_final:
+            release(store, current, now=now, retention=retention, emit=emit)
+            break
+    return current
+
+
+def expire_due(
+    store: Store, *, now: datetime, retention: Retention, emit: Emit, limit: int = BATCH
+) -> int:
+    """End the pending and waiting jobs past their expiry (index-backed, ``limit`` at a
+    time): each ends ``expired``, never run. Returns how many."""
+    expired = 0
+    for record in store.expiring(now, limit):
+        decision = outcome.expired(record, now, retention)
+        stored = store.cancel_pending(record.id, decision.settlement)
+        if stored is None:  # claimed or ended meanwhile
+            continue
+        expired += 1
+        log.info("job %s (%s): %s", stored.id, stored.task, decision.error)
+        emit(decision.event, stored)
+        if stored.has_dependents:
+            release(store, stored, now=now, retention=retention, emit=emit)
+    return expired
+
+
+def repair(
+    store: Store,
+    *,
+    now: datetime,
+    finished_before: datetime,
+    retention: Retention,
+    emit: Emit,
+) -> int:
+    """The reaper's repair of releases a crash interrupted: final jobs (finished before
+    ``finished_before``) still marked as having dependents, and waiting jobs left
+    waiting for nothing. Returns how many jobs it moved."""
+    moved = 0
+    for job in store.unreleased(finished_before, BATCH):
+        moved += release(store, job, now=now, retention=retention, emit=emit)
+    for job in store.stranded(BATCH):
+        decision = outcome.after_dependency(job, None, JobStatus.COMPLETED, now, retention)
+        stored = store.release_dependent(job, None, decision.settlement)
+        if stored is not None and stored.status is JobStatus.PENDING:
+            moved += 1
+            emit(decision.event, stored)
+    return moved

@@ -1,0 +1,108 @@
+"""Expiry and dependencies in MongoDB (part of :class:`~mongosched.store.mongo.MongoStore`):
+the queries and updates on the job collection that flow control adds, each on an
+index of its own (``expiring``, ``waiting_for``, ``dependents``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pymongo import ReturnDocument
+
+from ..records import JobRecord, JobStatus, Settlement
+from .connection import MongoConnection
+from .documents import FINAL, UNSTARTED, WAITING, ms, settle_update, to_record
+
+__all__ = ["MongoFlow"]
+
+
+class MongoFlow(MongoConnection):
+    """Expiry sweeps and the release of dependents."""
+
+    def expiring(self, now: datetime, limit: int = 100) -> list[JobRecord]:
+        query = {"status": {"$in": UNSTARTED}, "expires_at": {"$lte": ms(now)}}
+        docs = self._retrying(
+            "expiring",
+            lambda _: list(self.jobs.find(query, sort=[("expires_at", 1)], limit=limit)),
+        )
+        return [to_record(doc) for doc in docs]
+
+    def link_dependencies(self, job_ids: Sequence[Any], now: datetime) -> dict[Any, JobStatus]:
+        ids = list(job_ids)
+
+        def link(_: int) -> list[dict[str, Any]]:
+            # updated_at too: a holder's batched settlement then sees the job changed
+            # since its claim and reads it back, mark included.
+            self.jobs.update_many(
+                {"_id": {"$in": ids}, "has_dependents": {"$ne": True}},
+                {"$set": {"has_dependents": True, "updated_at": ms(now)}},
+            )
+            return list(self.jobs.find({"_id": {"$in": ids}}, {"status": 1}))
+
+        docs = self._retrying("link dependencies", link)
+        return {doc["_id"]: JobStatus(doc["status"]) for doc in docs}
+
+    def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
+        query = {"waiting_for": job_id, "status": WAITING}
+        docs = self._retrying(
+            "dependents", lambda _: list(self.jobs.find(query, sort=[("_id", 1)], limit=limit))
+        )
+        return [to_record(doc) for doc in docs]
+
+    def release_dependent(
+        self, job: JobRecord, dependency: Any, settlement: Settlement
+    ) -> JobRecord | None:
+        waiting = {"_id": job.id, "status": WAITING}
+        update = settle_update(job.id, settlement, {})
+
+        def write(query: dict[str, Any], change: dict[str, Any]) -> dict[str, Any] | None:
+            return self._retrying(
+                "release dependent",
+                lambda _: self.jobs.find_one_and_update(
+                    {**waiting, **query}, change, return_document=ReturnDocument.AFTER
+                ),
+            )
+
+        if settlement.status.is_final:
+            doc = write({"waiting_for": dependency}, update)
+            return None if doc is None else to_record(doc)
+        crossed = None
+        if dependency is not None:
+            # The last one it waited for: pending in one step.
+            doc = write({"waiting_for": [dependency]}, update)
+            if doc is not None:
+                return to_record(doc)
+            crossed = write({"waiting_for": dependency}, {"$pull": {"waiting_for": dependency}})
+            if crossed is None or crossed.get("waiting_for"):
+                return None if crossed is None else to_record(crossed)
+        # Others were crossed off in between (or, dependency None, the reaper's repair
+        # of a job left waiting for nothing): pending now.
+        doc = write({"waiting_for": []}, update)
+        if doc is not None:
+            return to_record(doc)
+        return None if crossed is None else to_record(crossed)
+
+    def stranded(self, limit: int = 100) -> list[JobRecord]:
+        docs = self._retrying(
+            "stranded",
+            lambda _: list(self.jobs.find({"waiting_for": [], "status": WAITING}, limit=limit)),
+        )
+        return [to_record(doc) for doc in docs]
+
+    def dependents_released(self, job_id: Any) -> None:
+        self._retrying(
+            "dependents released",
+            lambda _: self.jobs.update_one(
+                {"_id": job_id, "status": {"$in": FINAL}, "has_dependents": True},
+                {"$unset": {"has_dependents": ""}},
+            ),
+        )
+
+    def unreleased(self, finished_before: datetime, limit: int = 100) -> list[JobRecord]:
+        query = {"has_dependents": True, "finished_at": {"$lt": ms(finished_before)}}
+        docs = self._retrying(
+            "unreleased",
+            lambda _: list(self.jobs.find(query, sort=[("finished_at", 1)], limit=limit)),
+        )
+        return [to_record(doc) for doc in docs if JobStatus(doc["status"]).is_final]

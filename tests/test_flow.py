@@ -1,0 +1,389 @@
+"""Flow control through the public API: rate limits (global and keyed), keyed
+concurrency, expiry, per-job timeouts, dependencies (see docs/flow-control.rst).
+
+Time moves with the fake clock and ``drain``; the runner tests use short real
+intervals."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from mongosched import App, JobStatus
+from mongosched.errors import ConfigurationError, JobNotFound
+from mongosched.events import Event
+from mongosched.limits import RateLimit
+from mongosched.testing import FakeClock, drain
+from tests.support.waiting import wait_for
+
+
+@pytest.fixture
+def flow(make_app: Callable[..., App], clock: FakeClock) -> App:
+    return make_app(clock=clock)
+
+
+def events(app: App, name: str) -> list[Event]:
+    seen: list[Event] = []
+    app.on(name, seen.append)
+    return seen
+
+
+# Spelling of the options -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("spec", "count", "seconds"),
+    [
+        ("100/m", 100, 60),
+        ("5/s", 5, 1),
+        (" 7 / h ", 7, 3600),
+        ("2/d", 2, 86400),
+        ("10/30s", 10, 30),
+        ((3, timedelta(seconds=2)), 3, 2),
+        ((3, 0.5), 3, 0.5),
+        (timedelta(minutes=5), 1, 300),
+    ],
+)
+def test_rate_limit_spellings(flow: App, spec: Any, count: int, seconds: float) -> None:
+    task = flow.task(name=f"t{count}{seconds}", rate_limit=spec)(lambda: None)
+    assert task.rate_limit == RateLimit(count, timedelta(seconds=seconds))
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"rate_limit": "100"}, "rate_limit '100' is not a rate"),
+        ({"rate_limit": "0/s"}, "rate_limit count must be an int from 1 to 1000"),
+        ({"rate_limit": "5000/s"}, "rate_limit count must be an int from 1 to 1000"),
+        ({"rate_limit": "5/w"}, "is not a rate"),
+        ({"rate_limit": (5, -1)}, "rate_limit window must be"),
+        ({"rate_limit": timedelta(0)}, "rate_limit window must be > 0"),
+        ({"rate_limit": 5}, "rate_limit must be a str such as '100/m'"),
+        ({"rate_key": "customer"}, "rate_key needs a rate_limit"),
+        ({"rate_limit": "1/s", "rate_key": "not an identifier"}, "rate_key must be the name"),
+        ({"concurrency_key": "c"}, "concurrency_key needs a concurrency"),
+        ({"rate_limit": "1/s", "rate_key": "c", "every": 60}, "a repeating task has no per-job"),
+    ],
+)
+def test_bad_flow_options_name_the_task_and_field(
+    flow: App, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="task 'bad'") as raised:
+        flow.task(name="bad", **options)(lambda customer=None: None)
+    assert message in str(raised.value)
+
+
+def test_bad_scheduling_options_name_the_task_and_field(flow: App, clock: FakeClock) -> None:
+    task = flow.task(name="t")(lambda: None)
+    keyed = flow.task(name="k", rate_limit="1/s", rate_key="customer")(lambda customer: None)
+    cases: list[tuple[Callable[[], Any], str]] = [
+        (lambda: task.configure(expires=timedelta(0)).schedule(), "expires must be > 0"),
+        (lambda: task.configure(expires=5).schedule(), "expires must be a timedelta"),
+        (
+            lambda: task.configure(expires=datetime(2020, 1, 1)).schedule(),
+            "expires must be timezone-aware",
+        ),
+        (
+            lambda: task.configure(delay=60, expires=timedelta(seconds=30)).schedule(),
+            "must be after the job is due",
+        ),
+        (lambda: task.configure(timeout=0).schedule(), "timeout must be > 0"),
+        (lambda: task.configure(depends_on=[]).schedule(), "depends_on is empty"),
+        (lambda: task.configure(depends_on=5).schedule(), "depends_on takes jobs or job ids"),
+        (
+            lambda: task.configure(on_dependency_failure="ignore").schedule(),
+            "on_dependency_failure must be 'cancel' or 'run'",
+        ),
+        (lambda: keyed.schedule(), "names the keyword argument 'customer'"),
+        (lambda: keyed.schedule(customer=""), "a job's key must be a non-empty str"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ConfigurationError, match="task '[tk]'") as raised:
+            call()
+        assert message in str(raised.value)
+    with pytest.raises(JobNotFound, match="depends_on: no job with id"):
+        task.configure(depends_on="6b0440d0f2b4b8a2c1a2b3c4").schedule()
+    assert flow.count_jobs() == 0
+
+
+# Rate limits ----------------------------------------------------------------------------------------
+def test_a_rate_limit_holds_jobs_back_uncounted_until_the_window_frees(
+    flow: App, clock: FakeClock
+) -> None:
+    ran: list[int] = []
+    task = flow.task(name="limited", rate_limit="3/s")(ran.append)
+    jobs = [task.schedule(n) for n in range(8)]
+    assert drain(flow) == 3
+    assert ran == [0, 1, 2]
+    held = [job.refresh() for job in jobs[3:]]
+    assert all(j.status is JobStatus.PENDING and j.attempts == 0 for j in held)
+    clock.advance(seconds=0.5)
+    assert drain(flow) == 0  # the window has not moved on
+    clock.advance(seconds=0.6)
+    assert drain(flow) == 3 and ran == [0, 1, 2, 3, 4, 5]  # in order, FIFO
+    clock.advance(seconds=1.1)
+    assert drain(flow) == 2
+    assert all(job.refresh().status is JobStatus.COMPLETED for job in jobs)
+    assert all(job.attempts == 1 for job in jobs)
+
+
+def test_a_saturated_task_costs_no_claim_until_its_window_frees(
+    flow: App, clock: FakeClock
+) -> None:
+    task = flow.task(name="limited", rate_limit="1/m")(lambda: None)
+    other = flow.task(name="free")(lambda: None)
+    for _ in range(3):
+        task.schedule()
+    runner = flow.runner(workers=1)
+    assert runner.run_until_idle() == 1
+    assert runner.gate.held_back == 1  # one claim found the window full
+    for _ in range(5):
+        other.schedule()
+        clock.advance(seconds=1)
+        assert runner.run_until_idle() == 1
+    assert runner.gate.held_back == 1  # the saturated task was left out of every claim
+    clock.advance(seconds=60)
+    assert runner.run_until_idle() == 1
+
+
+def test_a_keyed_rate_limit_lets_other_keys_run(flow: App, clock: FakeClock) -> None:
+    ran: list[tuple[str, int]] = []
+
+    @flow.task(name="call", rate_limit="2/m", rate_key="customer")
+    def call(n: int, customer: str) -> None:
+        ran.append((customer, n))
+
+    noisy = [call.schedule(n, customer="noisy") for n in range(6)]
+    quiet = [call.schedule(n, customer=f"quiet{n}") for n in range(3)]
+    assert noisy[0].record.rate_key == "noisy"
+    drain(flow)
+    assert [c for c, _ in ran].count("noisy") == 2
+    assert all(j.refresh().status is JobStatus.COMPLETED for j in quiet)
+    held = [j.refresh() for j in noisy[2:]]
+    assert all(j.status is JobStatus.PENDING and j.attempts == 0 for j in held)
+    assert all(j.run_at > clock() for j in held)  # moved to when its key frees
+    clock.advance(seconds=61)
+    drain(flow)
+    assert [c for c, _ in ran].count("noisy") == 4
+    clock.advance(seconds=61)
+    drain(flow)
+    assert all(j.refresh().status is JobStatus.COMPLETED for j in noisy)
+
+
+def test_a_key_function_over_the_arguments(flow: App, clock: FakeClock) -> None:
+    task = flow.task(name="k", rate_limit="1/h", rate_key=lambda account, **_: account["id"])(
+        lambda account, n=0: None
+    )
+    a = task.schedule({"id": 7})
+    b = task.schedule({"id": 7}, n=1)
+    c = task.schedule({"id": 8})
+    assert (a.record.rate_key, c.record.rate_key) == ("7", "8")
+    drain(flow)
+    assert a.refresh().status is c.refresh().status is JobStatus.COMPLETED
+    assert b.refresh().status is JobStatus.PENDING
+
+
+def test_a_keyed_concurrency_limit_holds_per_key(make_app: Callable[..., App]) -> None:
+    app = make_app()
+    gate = threading.Event()
+    running: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    lock = threading.Lock()
+
+    @app.task(name="work", concurrency=1, concurrency_key="tenant")
+    def work(tenant: str) -> None:
+        with lock:
+            running[tenant] = running.get(tenant, 0) + 1
+            peak[tenant] = max(peak.get(tenant, 0), running[tenant])
+        gate.wait(5)
+        time.sleep(0.02)
+        with lock:
+            running[tenant] -= 1
+
+    jobs = [work.schedule(tenant=t) for t in ("a", "a", "a", "b", "c")]
+    runner = app.runner(workers=4).start()
+    wait_for(lambda: sum(running.values()) == 3, timeout=10, message="one per tenant running")
+    time.sleep(0.2)
+    assert running == {"a": 1, "b": 1, "c": 1}
+    gate.set()
+    wait_for(lambda: all(j.refresh().is_finished for j in jobs), timeout=20, message="all done")
+    runner.stop()
+    assert peak == {"a": 1, "b": 1, "c": 1}
+    assert all(j.status is JobStatus.COMPLETED and j.attempts == 1 for j in jobs)
+
+
+# Expiry ---------------------------------------------------------------------------------------------
+def test_a_job_not_started_by_its_expiry_ends_expired_and_never_runs(
+    flow: App, clock: FakeClock
+) -> None:
+    ran: list[int] = []
+    task = flow.task(name="t")(ran.append)
+    expired = events(flow, "job:expired")
+    at = clock() + timedelta(seconds=30)
+    late = task.configure(expires=at).schedule(1)
+    soon = task.configure(expires=timedelta(seconds=60)).schedule(2)
+    assert late.expires_at == at and soon.expires_at == clock() + timedelta(seconds=60)
+    clock.advance(seconds=45)
+    assert drain(flow) == 1 and ran == [2]
+    job = late.refresh()
+    assert job.status is JobStatus.EXPIRED and job.is_finished and job.attempts == 0
+    assert job.error is not None and job.error.type == "JobExpired"
+    assert at.isoformat() in job.error.message
+    assert [e.job.id for e in expired if e.job] == [late.id]
+    assert flow.count_jobs(status="expired") == 1
+    assert flow.stats()["totals"]["expired"] == 1
+    retried = flow.retry_job(late)  # run it anyway
+    assert retried.status is JobStatus.PENDING and retried.expires_at is None
+    drain(flow)
+    assert ran == [2, 1]
+
+
+def test_a_claimed_job_past_its_expiry_is_settled_expired_not_run(
+    flow: App, clock: FakeClock
+) -> None:
+    ran: list[int] = []
+    task = flow.task(name="t")(ran.append)
+    job = task.configure(expires=timedelta(seconds=5)).schedule(1)
+    clock.advance(seconds=10)
+    runner = flow.runner(workers=1)
+    assert runner.claim_next() is None  # found at claim, before the sweep
+    assert ran == [] and job.refresh().status is JobStatus.EXPIRED
+    assert job.attempts == 0
+
+
+def test_the_reaper_sweeps_expired_waiting_jobs(flow: App, clock: FakeClock) -> None:
+    task = flow.task(name="t")(lambda: None)
+    gate = task.configure(delay=3600).schedule()
+    waiting = task.configure(depends_on=gate, expires=timedelta(seconds=10)).schedule()
+    assert waiting.status is JobStatus.WAITING
+    clock.advance(seconds=11)
+    assert flow.runner(workers=1).sweep() == 1
+    assert waiting.refresh().status is JobStatus.EXPIRED
+
+
+# Per-job timeout ------------------------------------------------------------------------------------
+def test_a_jobs_own_timeout_overrides_its_tasks(make_app: Callable[..., App]) -> None:
+    app = make_app(lease_duration=3.0)
+
+    @app.task(name="slow", timeout=30, retry=1)
+    def slow(seconds: float) -> str:
+        time.sleep(seconds)
+        return "done"
+
+    short = slow.configure(timeout=0.3).schedule(5.0)
+    normal = slow.schedule(0.5)
+    assert short.record.timeout == 0.3 and normal.record.timeout is None
+    runner = app.runner(workers=2, heartbeat_interval=0.1).start()
+    wait_for(lambda: short.refresh().is_finished and normal.refresh().is_finished, timeout=15)
+    runner.stop()
+    assert short.status is JobStatus.FAILED
+    assert short.error is not None and short.error.type == "JobTimeout"
+    assert "0.3" in short.error.message
+    assert normal.status is JobStatus.COMPLETED and normal.result == "done"
+
+
+# Dependencies ---------------------------------------------------------------------------------------
+def test_a_job_waits_for_all_its_dependencies(flow: App, clock: FakeClock) -> None:
+    order: list[str] = []
+    step = flow.task(name="step")(order.append)
+    a = step.configure(delay=10).schedule("a")
+    b = step.schedule("b")
+    joined = step.configure(depends_on=[a, b.id]).schedule("joined")
+    then = step.configure(depends_on=str(joined.id)).schedule("then")
+    assert joined.status is JobStatus.WAITING and joined.depends_on == [a.id, b.id]
+    ready = events(flow, "job:ready")
+    drain(flow)
+    assert order == ["b"] and joined.refresh().status is JobStatus.WAITING
+    clock.advance(seconds=10)
+    drain(flow)
+    assert order == ["b", "a", "joined", "then"]
+    assert [e.job.id for e in ready if e.job] == [joined.id, then.id]
+    assert then.refresh().status is JobStatus.COMPLETED
+
+
+def test_a_failed_dependency_cancels_its_dependents_down_the_line(
+    flow: App, clock: FakeClock
+) -> None:
+    ran: list[str] = []
+
+    @flow.task(name="step", retry=1)
+    def step(name: str, fail: bool = False) -> None:
+        ran.append(name)
+        if fail:
+            raise ValueError(name)
+
+    root = step.schedule("root", fail=True)
+    child = step.configure(depends_on=root).schedule("child")
+    grandchild = step.configure(depends_on=child).schedule("grandchild")
+    anyway = step.configure(depends_on=root, on_dependency_failure="run").schedule("anyway")
+    cancels = events(flow, "job:cancel")
+    drain(flow)
+    assert ran == ["root", "anyway"]
+    c, g = child.refresh(), grandchild.refresh()
+    assert c.status is g.status is JobStatus.CANCELLED
+    assert c.error is not None and c.error.type == "DependencyFailed"
+    assert f"dependency {root.id} ended failed" in c.error.message
+    assert g.error is not None and f"dependency {child.id} ended cancelled" in g.error.message
+    assert {e.job.id for e in cancels if e.job} == {child.id, grandchild.id}
+    assert anyway.refresh().status is JobStatus.COMPLETED
+
+
+def test_dependencies_final_at_schedule_time_resolve_at_once(flow: App) -> None:
+    step = flow.task(name="step")(lambda: None)
+    done = step.schedule()
+    drain(flow)
+    cancelled = step.configure(delay=60).schedule()
+    flow.cancel(cancelled)
+    ready = step.configure(depends_on=done).schedule()
+    assert ready.status is JobStatus.PENDING
+    doomed = step.configure(depends_on=[done, cancelled]).schedule()
+    assert doomed.status is JobStatus.CANCELLED
+    assert doomed.error is not None and "ended cancelled" in doomed.error.message
+
+
+def test_cancelling_a_waiting_job_or_its_dependency(flow: App) -> None:
+    step = flow.task(name="step")(lambda: None)
+    first = step.configure(delay=60).schedule()
+    second = step.configure(depends_on=first).schedule()
+    third = step.configure(depends_on=second).schedule()
+    assert flow.cancel(second) == "cancelled"
+    assert second.refresh().status is JobStatus.CANCELLED
+    assert third.refresh().status is JobStatus.CANCELLED  # its dependency was cancelled
+    assert first.refresh().status is JobStatus.PENDING
+
+
+def test_eager_mode_runs_a_dependent_once_its_dependencies_completed(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app(eager=True)
+    step = app.task(name="step")(lambda x: x * 2)
+    a = step.schedule(1)
+    b = step.configure(depends_on=a).schedule(2)
+    assert a.status is b.status is JobStatus.COMPLETED and b.result == 4
+
+
+def test_a_crash_between_a_settle_and_its_release_is_repaired(flow: App, clock: FakeClock) -> None:
+    """The runner settled the dependency, then died before releasing its dependents:
+    the reaper's sweep finishes the release."""
+    step = flow.task(name="step")(lambda: None)
+    first = step.schedule()
+    second = step.configure(depends_on=first).schedule()
+    runner = flow.runner(workers=1, lease_duration=5)
+    claim = runner.claim_next()
+    assert claim is not None
+    from mongosched import outcome
+    from mongosched.outcome import Ending
+
+    decision = outcome.decide(claim.record, Ending.SUCCESS, now=clock(), retention=flow.retention)
+    stored = flow.store.settle(claim.record, decision.settlement)  # ... and no release
+    claim.finish()
+    assert stored is not None and stored.has_dependents
+    assert second.refresh().status is JobStatus.WAITING
+    assert runner.sweep() == 0  # not before a lease's time has passed
+    clock.advance(seconds=6)
+    assert runner.sweep() == 1
+    assert second.refresh().status is JobStatus.PENDING
+    assert not first.refresh().record.has_dependents
