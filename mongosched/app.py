@@ -357,7 +357,7 @@ class App(JobControl, BulkControl, Admin):
     def _link(self, record: JobRecord) -> JobRecord:
         """A job stored waiting: resolve the dependencies that ended already (read
         after the insert, so none that ends meanwhile is missed)."""
-        statuses = self.store.link_dependencies(record.depends_on, self.now())
+        statuses = self.store.link_dependencies(record.depends_on, self.now(), record.id)
         return dependencies.resolve_new(
             self.store,
             record,

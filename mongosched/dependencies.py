@@ -152,10 +152,15 @@ def repair(
     retention: Retention,
     emit: Emit,
 ) -> int:
-    """The reaper's repair of releases a crash interrupted: final jobs (finished before
-    ``finished_before``) still marked as having dependents, and waiting jobs left
+    """The reaper's repair of releases a crash interrupted: waiting jobs whose
+    dependencies were never linked (created before ``finished_before``), final jobs
+    (finished before it) still marked as having dependents, and waiting jobs left
     waiting for nothing. Returns how many jobs it moved."""
     moved = 0
+    for job in store.unlinked(finished_before, BATCH):
+        statuses = store.link_dependencies(job.depends_on, now, job.id)
+        linked = resolve_new(store, job, statuses, now=now, retention=retention, emit=emit)
+        moved += linked.status is not JobStatus.WAITING
     for job in store.unreleased(finished_before, BATCH):
         moved += release(store, job, now=now, retention=retention, emit=emit)
     for job in store.stranded(BATCH):

@@ -425,7 +425,7 @@ class RunnerSteps:
                 self._saturated[task.name] = time.monotonic() + self.poll_interval
                 return None
             claim.has_permit = True
-        held = self.gate.admit(claim, arrived)
+        held = self.gate.admit(claim, now)  # the start counts at the claim (started_at)
         if held is not None:  # a flow-control limit is saturated
             self._give_back(claim, held)
             return None

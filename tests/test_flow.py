@@ -387,3 +387,38 @@ def test_a_crash_between_a_settle_and_its_release_is_repaired(flow: App, clock: 
     assert runner.sweep() == 1
     assert second.refresh().status is JobStatus.PENDING
     assert not first.refresh().record.has_dependents
+
+
+def test_a_schedule_that_failed_after_its_insert_is_linked_by_the_reaper(
+    flow: App, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dependency ends and is released while the dependent is being scheduled, and
+    the link after the insert fails: the reaper links the job, so it never waits
+    forever."""
+    from mongosched.errors import StoreError
+
+    step = flow.task(name="step")(lambda: None)
+    first = step.schedule()
+    store = flow.store
+    real_link = store.link_dependencies
+    calls = []
+
+    def link(ids: Any, now: Any, dependent: Any = None) -> Any:
+        calls.append(dependent)
+        if dependent is None:  # the check before the insert: then the dependency ends
+            found = real_link(ids, now, dependent)
+            drain(flow)  # completes first and releases its (no) dependents
+            return found
+        raise StoreError("injected: connection lost")
+
+    monkeypatch.setattr(store, "link_dependencies", link)
+    with pytest.raises(StoreError):
+        step.configure(depends_on=first).schedule()
+    monkeypatch.undo()
+    assert first.refresh().status is JobStatus.COMPLETED
+    [waiting] = flow.get_jobs(status="waiting")
+    runner = flow.runner(workers=1)
+    assert runner.sweep() == 0  # not before a lease's time has passed
+    clock.advance(seconds=6)
+    assert runner.sweep() == 1
+    assert waiting.refresh().status is JobStatus.PENDING

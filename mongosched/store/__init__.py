@@ -309,9 +309,18 @@ class Store(Protocol):
         """Pending and waiting jobs whose expiry is at or before ``now``, soonest
         first (index-backed)."""
 
-    def link_dependencies(self, job_ids: Sequence[Any], now: datetime) -> dict[Any, JobStatus]:
+    def link_dependencies(
+        self, job_ids: Sequence[Any], now: datetime, dependent: Any = None
+    ) -> dict[Any, JobStatus]:
         """Mark the jobs ``job_ids`` as having dependents (so that when each ends, its
-        dependents are released) and return the status of each that exists."""
+        dependents are released) and return the status of each that exists, read after
+        the mark. With ``dependent`` (a waiting job stored before the call), record
+        that its dependencies are linked: until then :meth:`unlinked` lists it."""
+
+    def unlinked(self, created_before: datetime, limit: int = 100) -> list[JobRecord]:
+        """Waiting jobs created before the given time whose dependencies were never
+        linked (the scheduling call failed or its process died between the insert and
+        the link): the reaper links them (index-backed)."""
 
     def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
         """Waiting jobs that still wait for ``job_id`` (index-backed)."""

@@ -131,6 +131,11 @@ INDEXES: list[Index] = [
         [("waiting_for", 1)],
         {"name": "waiting_for", "partialFilterExpression": {"waiting_for": {"$exists": True}}},
     ),
+    # Waiting jobs whose scheduling call did not link their dependencies (the repair).
+    (
+        [("unlinked", 1), ("created_at", 1)],
+        {"name": "unlinked", "partialFilterExpression": {"unlinked": {"$exists": True}}},
+    ),
     # Finished jobs whose dependents were not yet released (the reaper's repair).
     (
         [("has_dependents", 1), ("finished_at", 1)],
@@ -359,6 +364,7 @@ def to_document(job: JobRecord) -> dict[str, Any]:
         doc["on_dependency_failure"] = job.on_dependency_failure
     if job.waiting_for and job.status is JobStatus.WAITING:
         doc["waiting_for"] = list(job.waiting_for)
+        doc["unlinked"] = True  # until the scheduling call linked its dependencies
     if job.rate_key is not None:
         doc["rate_key"] = job.rate_key
     if job.concurrency_key is not None:
@@ -454,7 +460,7 @@ def settle_update(
     else:
         fields.update(restore)
         update["$unset"] = {}
-    update["$unset"]["waiting_for"] = ""  # a waiting job released or ended
+    update["$unset"].update(waiting_for="", unlinked="")  # a waiting job released or ended
     return update
 
 

@@ -28,7 +28,9 @@ class MongoFlow(MongoConnection):
         )
         return [to_record(doc) for doc in docs]
 
-    def link_dependencies(self, job_ids: Sequence[Any], now: datetime) -> dict[Any, JobStatus]:
+    def link_dependencies(
+        self, job_ids: Sequence[Any], now: datetime, dependent: Any = None
+    ) -> dict[Any, JobStatus]:
         ids = list(job_ids)
 
         def link(_: int) -> list[dict[str, Any]]:
@@ -41,7 +43,22 @@ class MongoFlow(MongoConnection):
             return list(self.jobs.find({"_id": {"$in": ids}}, {"status": 1}))
 
         docs = self._retrying("link dependencies", link)
+        if dependent is not None:
+            self._retrying(
+                "link dependencies",
+                lambda _: self.jobs.update_one(
+                    {"_id": dependent, "unlinked": True}, {"$unset": {"unlinked": ""}}
+                ),
+            )
         return {doc["_id"]: JobStatus(doc["status"]) for doc in docs}
+
+    def unlinked(self, created_before: datetime, limit: int = 100) -> list[JobRecord]:
+        query = {"unlinked": True, "created_at": {"$lt": ms(created_before)}}
+        docs = self._retrying(
+            "unlinked",
+            lambda _: list(self.jobs.find(query, sort=[("created_at", 1)], limit=limit)),
+        )
+        return [to_record(doc) for doc in docs if doc.get("status") == WAITING]
 
     def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
         query = {"waiting_for": job_id, "status": WAITING}

@@ -478,6 +478,7 @@ class MemoryStore(MemoryFlow, MemoryBatches, MemoryOperations):
             timeout=r.timeout,
             depends_on=tuple(r.depends_on),
             waiting_for=tuple(r.waiting_for) if r.status is WAITING else (),
+            unlinked=r.status is WAITING and bool(r.waiting_for),
             on_dependency_failure=r.on_dependency_failure,
             has_dependents=r.has_dependents,
             rate_key=r.rate_key,
@@ -560,7 +561,7 @@ class MemoryStore(MemoryFlow, MemoryBatches, MemoryOperations):
         if s.last_run is not None:
             job.last_run = ms_in(s.last_run)
         if job.status is not WAITING:
-            job.waiting_for = ()
+            job.waiting_for, job.unlinked = (), False
         if job.status in FINAL_STATUSES:
             # A declared schedule never expires: cancelled, it is its own tombstone.
             keep = codec.is_schedule_id(job.id)

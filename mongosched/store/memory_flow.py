@@ -34,6 +34,7 @@ class FlowIndex:
         self._registered: dict[Any, tuple[Any, ...]] = {}  # job -> what it is filed under
         self._stranded: set[Any] = set()  # waiting for nothing any more
         self._flagged: set[Any] = set()  # marked as having dependents
+        self._unlinked: set[Any] = set()  # waiting, dependencies not yet linked
 
     def track(self, job: StoredJob) -> None:
         """After a change of ``job`` (under a new version)."""
@@ -62,10 +63,14 @@ class FlowIndex:
             self._flagged.add(job.id)
         else:
             self._flagged.discard(job.id)
+        if job.unlinked and job.status is JobStatus.WAITING:
+            self._unlinked.add(job.id)
+        else:
+            self._unlinked.discard(job.id)
 
     def forget(self, job: StoredJob) -> None:
         """``job`` was deleted."""
-        job.status, job.has_dependents = JobStatus.CANCELLED, False
+        job.status, job.has_dependents, job.unlinked = JobStatus.CANCELLED, False, False
         self.track(job)
 
     def _rebuild_expiring(self) -> None:
@@ -93,6 +98,14 @@ class FlowIndex:
 
     def stranded(self, limit: int) -> list[StoredJob]:
         return [self._jobs[i] for i in list(self._stranded)[:limit] if i in self._jobs]
+
+    def unlinked(self, before: datetime, limit: int) -> list[StoredJob]:
+        jobs = [
+            j
+            for i in self._unlinked
+            if (j := self._jobs.get(i)) is not None and j.created_at < before
+        ]
+        return sorted(jobs, key=lambda j: j.seq)[:limit]
 
     def unreleased(self, before: datetime, limit: int) -> list[StoredJob]:
         jobs = [
@@ -129,7 +142,9 @@ class MemoryFlow:
         with self._lock:
             return [job.record() for job in self._flow.expiring(ms(now), limit)]
 
-    def link_dependencies(self, job_ids: Sequence[Any], now: datetime) -> dict[Any, JobStatus]:
+    def link_dependencies(
+        self, job_ids: Sequence[Any], now: datetime, dependent: Any = None
+    ) -> dict[Any, JobStatus]:
         with self._lock:
             found = {}
             for job_id in job_ids:
@@ -139,7 +154,15 @@ class MemoryFlow:
                         job.has_dependents, job.updated_at = True, ms(now)
                         self._refresh(job)
                     found[job.id] = job.status
+            linked = None if dependent is None else self._find(dependent)
+            if linked is not None and linked.unlinked:
+                linked.unlinked = False
+                self._refresh(linked)
             return found
+
+    def unlinked(self, created_before: datetime, limit: int = 100) -> list[JobRecord]:
+        with self._lock:
+            return [job.record() for job in self._flow.unlinked(ms(created_before), limit)]
 
     def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
         with self._lock:

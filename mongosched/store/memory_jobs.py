@@ -146,6 +146,7 @@ class StoredJob:
     has_dependents: bool = False
     rate_key: str | None = None
     concurrency_key: str | None = None
+    unlinked: bool = False  # waiting, its dependencies not yet linked
 
     @property
     def key(self) -> tuple[str, tuple[str, str]] | None:

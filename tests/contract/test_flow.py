@@ -241,3 +241,15 @@ def test_cancel_pending_ends_a_waiting_job(store: Store) -> None:
     got = store.cancel_pending(child.id, outcome.cancelled(LATER, RETENTION))
     assert got is not None and got.status is JobStatus.CANCELLED and got.waiting_for == ()
     assert store.dependents(dep.id) == []
+
+
+def test_unlinked_lists_waiting_jobs_until_their_link(store: Store) -> None:
+    [dep] = add(store, job("other"))
+    [child] = add(store, waiting_on(dep.id))
+    assert store.unlinked(T0) == []  # created at T0: not before it
+    assert [r.id for r in store.unlinked(T0 + sec(1))] == [child.id]
+    assert store.link_dependencies([dep.id], LATER, child.id) == {dep.id: JobStatus.PENDING}
+    assert store.unlinked(T0 + sec(1)) == []
+    [other] = add(store, waiting_on(dep.id))
+    store.cancel_pending(other.id, outcome.cancelled(LATER, RETENTION))  # ended: not listed
+    assert store.unlinked(T0 + sec(1)) == []

@@ -2,7 +2,9 @@
 
 Run as ``python -m tests.support.worker_app URI [--workers N] [--lease S] [--name NAME]
 [--gate FILE]`` (URI names the database; with ``--gate`` the process starts, then waits
-for FILE to exist before it runs the worker, so a test can start it ahead of time). It registers the task ``record`` and runs
+for FILE to exist before it runs the worker, so a test can start it ahead of time). It registers the task ``record`` (and, for the flow-control tests,
+``limited``, ``keyed`` and ``step``: the same record under a rate limit of 5/s, a rate
+limit of 2/s per ``customer``, and none; each fails when given ``fail=True``) and runs
 ``app.run_worker(...)`` until SIGTERM/SIGINT (or SIGKILL, which is the point).
 
 ``record(seconds)`` writes one document per run to the side collection ``runs`` (made
@@ -115,6 +117,16 @@ def build(uri: str, lease: float, poll: float) -> App:
         )
         return token
 
+    # Flow control (tests/test_flow_processes.py): the same record, under limits.
+    def flow_step(seconds: float = 0.0, customer: str | None = None, fail: bool = False) -> str:
+        token = record(seconds)
+        if fail:
+            raise ValueError("failed on purpose")
+        return token
+
+    app.task(name="limited", rate_limit="5/s", retry=1)(flow_step)
+    app.task(name="keyed", rate_limit="2/s", rate_key="customer", retry=1)(flow_step)
+    app.task(name="step", retry=1)(flow_step)
     return app
 
 
