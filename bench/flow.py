@@ -7,7 +7,8 @@ wire-protocol stand-in (tests/support/server.py, in this process; or the server 
 MONGOSCHED_BENCH_URI, in a database of its own dropped at the end) under each limit,
 and counts the commands sent, by what they were for:
 
-* claims (``findAndModify`` taking a pending job),
+* claims (``findAndModify`` taking a pending job; one that found none is an idle
+  poll, counted apart: it depends on the poll interval, not on the limits),
 * limits (the rate log or keyed slots: recording a start, taking or releasing a slot),
 * permits (task-wide concurrency),
 * give-backs (a claimed job handed back because a limit was saturated),
@@ -37,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from mongosched import App  # noqa: E402
 
-CATEGORIES = ["claims", "limits", "permits", "give-backs", "settles", "other"]
+CATEGORIES = ["claims", "limits", "permits", "give-backs", "settles", "idle polls", "other"]
 
 
 class Counting(monitoring.CommandListener):
@@ -46,6 +47,7 @@ class Counting(monitoring.CommandListener):
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self.on = False
+        self._claims: set[int] = set()
 
     def started(self, event: monitoring.CommandStartedEvent) -> None:
         if not self.on:
@@ -62,6 +64,7 @@ class Counting(monitoring.CommandListener):
             status = (update.get("$set") or {}).get("status")
             if status == "running":
                 self.counts["claims"] += 1
+                self._claims.add(event.request_id)
             elif status == "pending" and (update.get("$set") or {}).get("attempts") is not None:
                 # a pending settlement that resets attempts downwards: a give-back (the
                 # bench's jobs never fail, so no retry lands here)
@@ -74,7 +77,11 @@ class Counting(monitoring.CommandListener):
             self.counts["other"] += 1
 
     def succeeded(self, event: Any) -> None:
-        pass
+        if event.request_id in self._claims:
+            self._claims.discard(event.request_id)
+            if self.on and event.reply.get("value") is None:  # found nothing due
+                self.counts["claims"] -= 1
+                self.counts["idle polls"] += 1
 
     def failed(self, event: Any) -> None:
         pass
@@ -90,6 +97,11 @@ SCENARIOS: list[Scenario] = [
     (
         "rate 10/s per key, 6 keys",
         {"rate_limit": "10/s", "rate_key": "key"},
+        lambda n: {"key": f"k{n % 6}"},
+    ),
+    (
+        "rate 2/s per key, 6 keys (saturated)",
+        {"rate_limit": "2/s", "rate_key": "key"},
         lambda n: {"key": f"k{n % 6}"},
     ),
     (
@@ -164,8 +176,9 @@ def main() -> None:
         print("  ".join(str(r[h]).ljust(w) for h, w in zip(head, widths, strict=True)))
     print(
         "claim path = claims + limits + permits + give-backs per completed job; "
-        "'settles' are the outcomes (one per job), 'other' the rest (heartbeats, reaper, "
-        "polls that found nothing, counts by this bench)"
+        "'settles' are the outcomes (one per job), 'idle polls' claims that found nothing "
+        "due (the runner waiting out a window polls at its poll interval), 'other' the rest "
+        "(heartbeats, reaper, counts by this bench)"
     )
 
 

@@ -37,6 +37,10 @@ class Gate:
         self.backoff = timedelta(seconds=backoff)
         """How long a job whose key's concurrency slots are all held waits."""
         self._free_at: dict[str, datetime] = {}
+        self._keys: dict[tuple[str, str | None], tuple[datetime, datetime]] = {}
+        """Saturated keys of keyed rate limits: (when the key frees, the next due time
+        this runner gives a job of that key it holds back)."""
+        self._keys_kept = 0
         self.held_back = 0
         """Claims given back because a limit was saturated (for benchmarks)."""
 
@@ -65,16 +69,38 @@ class Gate:
         limit = task.rate_limit
         if limit is not None:
             key = record.rate_key if task.rate_key is not None else None
+            known = self._keys.get((task.name, key))
+            if known is not None and known[0] > now:  # saturated a moment ago
+                return self._hold_key(claim, now, key, known[0])
             got = store.take_rate(task.name, key, limit.count, limit.per, claim.token, now)
             if not got.taken:
-                self.held_back += 1
                 if task.rate_key is None:  # the whole task waits: skip it until then
+                    self.held_back += 1
                     if got.free_at is not None:
                         self._free_at[task.name] = got.free_at
                     return outcome.held_back(record, now, None)
-                return outcome.held_back(record, now, got.free_at)
+                return self._hold_key(claim, now, key, got.free_at or now)
             claim.rate_taken = True
         return None
+
+    def _hold_key(
+        self, claim: Claim, now: datetime, key: str | None, free_at: datetime
+    ) -> Settlement:
+        """Hold back a job whose key's rate is saturated: due when the key frees, and
+        the next ones of that key this runner holds back spaced at the key's rate, so
+        that a backlog of one key is not claimed again all at once at every window."""
+        limit = claim.task.rate_limit
+        assert limit is not None
+        self.held_back += 1
+        name = (claim.task.name, key)
+        previous = self._keys.get(name)
+        due = free_at if previous is None else max(free_at, previous[1])
+        if len(self._keys) > 2 * self._keys_kept + 64:  # forget keys long free
+            self._keys = {k: v for k, v in self._keys.items() if v[1] > now}
+            self._keys_kept = len(self._keys)
+        spacing = limit.per / limit.count + timedelta(milliseconds=1)  # the window is closed
+        self._keys[name] = (free_at, due + spacing)
+        return outcome.held_back(claim.record, now, due)
 
     def release(self, claim: Claim, *, started: bool) -> None:
         """Give back what ``claim`` took: its keyed slot, and (``started`` False: its

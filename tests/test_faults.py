@@ -14,6 +14,10 @@ step and at the end, the invariants must hold:
   holder's lease expired or it wrote its outcome;
 * no write by a fenced-off holder ever lands;
 * dedupe keys and the concurrency limit are never exceeded;
+* flow control: a rate limit is never exceeded in any window, a keyed concurrency
+  limit holds per key (a crashed holder's slot returns after its lease), a dependent
+  starts only once its dependencies completed (or ended, if it runs anyway), a job never
+  starts after its expiry; every job ends, none is left waiting;
 * a repeating job exists once however often runners restart, and each of its slots
   concludes once, in order.
 
@@ -50,6 +54,7 @@ from tests.support.mongomock_db import embedded_client, reset_embedded
 
 LEASE = 10.0
 LIMIT = 2  # concurrency of the limited task
+RATE = (2, timedelta(seconds=10))  # rate limit of the rated task: 2 starts per 10 s
 RUNS = int(os.environ.get("MONGOSCHED_FAULT_RUNS", "300"))
 SOAK_RUNS = int(os.environ.get("MONGOSCHED_SOAK_RUNS", "20000"))
 SEED = int(os.environ.get("MONGOSCHED_FAULT_SEED", "20261122"))
@@ -82,6 +87,9 @@ class World:
     cancel_tried: set[Any] = field(default_factory=set)  # ... or may have
     poisons: list[Any] = field(default_factory=list)
     inside: Holder | None = None  # the holder whose function runs now
+    rated: list[Any] = field(default_factory=list)  # started_at of admitted rated claims
+    dependents: set[Any] = field(default_factory=set)  # scheduled with depends_on
+    expiring: set[Any] = field(default_factory=set)  # scheduled with expires
 
     @property
     def store(self) -> Any:
@@ -119,6 +127,8 @@ def make_world(seed: int, database: Any, collection: str) -> World:
 
     app.task(name="plain", retry=3)(body)
     app.task(name="limited", retry=3, concurrency=LIMIT)(body)
+    app.task(name="rated", retry=3, rate_limit=RATE)(body)
+    app.task(name="keyed", retry=3, concurrency=1, concurrency_key=lambda n: f"k{n % 2}")(body)
     app.task(name="tick", retry=2, every=LEASE * 0.7)(body)
     for runner in runners:
         runner.prepare()
@@ -136,10 +146,17 @@ def make_world(seed: int, database: Any, collection: str) -> World:
 
 def act_schedule(w: World) -> None:
     w.marker += 1
-    task = w.rng.choice(["plain", "limited"])
+    task = w.rng.choice(["plain", "limited", "rated", "keyed"])
     options: dict[str, Any] = {}
-    if w.rng.random() < 0.4:
+    roll = w.rng.random()
+    if roll < 0.3:
         options["dedupe_key"] = f"k{w.rng.randrange(3)}"
+    elif roll < 0.55 and w.returned:
+        deps = w.rng.sample(sorted(w.returned, key=str), min(len(w.returned), 2))
+        options["depends_on"] = deps[: w.rng.randint(1, 2)]
+        options["on_dependency_failure"] = w.rng.choice(["cancel", "run"])
+    if w.rng.random() < 0.15:
+        options["expires"] = timedelta(seconds=w.rng.choice([1, LEASE * 2]))
     try:
         job = w.app.get_task(task).configure(**options).schedule(w.marker)
     except MongoschedError:
@@ -147,6 +164,10 @@ def act_schedule(w: World) -> None:
         w.stats["schedule raised"] += 1
         return
     w.returned.add(job.id)
+    if "depends_on" in options:
+        w.dependents.add(job.id)
+    if "expires" in options:
+        w.expiring.add(job.id)
     stored = w.store.jobs._target.count_documents({"_id": job.id})
     assert stored == 1, "schedule returned a job that is not stored"
 
@@ -174,6 +195,7 @@ def act_claim(w: World, worker: int, batch: int = 1) -> None:
         w.stats["claims"] += 1
         w.stats["batched claims"] += batch > 1
         check_limit(w)
+        check_flow(w, claim)
         w.active[worker].append(holder)
 
 
@@ -338,6 +360,8 @@ def act_crash(w: World, worker: int) -> None:
 def act_reap(w: World, worker: int) -> None:
     try:
         w.stats["reaped"] += w.runners[worker].reap()
+        if w.rng.random() < 0.5:  # expiry, and releases a fault interrupted
+            w.runners[worker].sweep()
     except StoreError:
         pass
 
@@ -380,6 +404,36 @@ def check_limit(w: World) -> None:
     assert len(running_limited) <= LIMIT, "more limited jobs running than the limit"
 
 
+def check_flow(w: World, claim: Claim) -> None:
+    """A claim that passed flow control: its limits, its dependencies, its expiry."""
+    record = claim.record
+    if record.task == "rated":
+        w.rated.append(record.started_at)
+        count, window = RATE
+        times = sorted(w.rated)
+        for i, start in enumerate(times):
+            inside = [t for t in times[i:] if t - start <= window]
+            assert len(inside) <= count, f"{len(inside)} rated starts within {window}"
+        w.stats["rated starts"] += 1
+    if record.task == "keyed":
+        now = w.clock()
+        live = Counter(
+            h.claim.record.concurrency_key
+            for hs in w.holders.values()
+            for h in hs
+            if h.claim.task.name == "keyed" and not h.done and h.until >= now and is_current(w, h)
+        )
+        assert all(n <= 1 for n in live.values()), f"keyed slots held twice: {live}"
+    for dep in record.depends_on:
+        doc = w.raw(dep)
+        assert doc["status"] in ("completed", "failed", "cancelled", "expired"), (
+            f"job {record.id} started while its dependency {dep} is {doc['status']}"
+        )
+        assert doc["status"] == "completed" or record.on_dependency_failure == "run"
+    if record.expires_at is not None:
+        assert record.started_at is not None and record.started_at < record.expires_at
+
+
 def check_schedule(w: World) -> None:
     """One schedule document for "tick"; each of its slots concludes once, in order."""
     docs = list(w.store.jobs._target.find({"task": "tick"}))
@@ -403,7 +457,7 @@ def check_dedupe(w: World) -> None:
 
 def settle(w: World) -> None:
     """Faults off, crashed work reaped, everything left run to its end."""
-    for wrapper in (w.store.jobs, w.store.permits):
+    for wrapper in (w.store.jobs, w.store.permits, w.store.limits):
         wrapper.enabled = False
     for _ in range(50):
         for holders in w.active.values():
@@ -411,6 +465,7 @@ def settle(w: World) -> None:
                 act_finish(w, holder)
         w.clock.advance(seconds=LEASE * 2)  # past every lease and retry delay
         w.runners[0].reap()
+        w.runners[0].sweep()
         w.store.quarantine(w.clock())
         progressed = False
         while True:
@@ -422,7 +477,10 @@ def settle(w: World) -> None:
             w.holders[claim.job_id].append(holder)
             act_finish(w, holder)
             check_schedule(w)
-        unfinished = {"status": {"$in": ["pending", "running"]}, "repeat": {"$exists": False}}
+        unfinished = {
+            "status": {"$in": ["pending", "running", "waiting"]},
+            "repeat": {"$exists": False},
+        }
         if not progressed and not any(w.active.values()):
             if w.store.jobs._target.count_documents(unfinished) == 0:
                 return
@@ -438,7 +496,13 @@ def check_end(w: World) -> None:
             assert doc["status"] == "cancelled", f"cancelled job {job_id} ended {doc['status']}"
             continue
         if doc["status"] == "cancelled":
-            assert job_id in w.cancel_tried, f"job {job_id} cancelled by nobody"
+            by_dependency = (doc.get("error") or {}).get("type") == "DependencyFailed"
+            assert job_id in w.cancel_tried or (by_dependency and job_id in w.dependents), (
+                f"job {job_id} cancelled by nobody"
+            )
+            continue
+        if doc["status"] == "expired":
+            assert job_id in w.expiring and doc["error"]["type"] == "JobExpired", doc
             continue
         assert doc["status"] in ("completed", "failed"), f"job {job_id} ended {doc['status']}"
         if doc["status"] == "failed":
@@ -500,9 +564,12 @@ def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Coun
         check_schedule(w)
     settle(w)
     check_end(w)
-    for wrapper in (w.store.jobs, w.store.permits):
+    for wrapper in (w.store.jobs, w.store.permits, w.store.limits):
         w.stats.update(wrapper.injected)
     w.stats["slots concluded"] += len(w.concluded)
+    raw = w.store.jobs._target
+    w.stats["dependents"] += len(w.dependents)
+    w.stats["expired"] += raw.count_documents({"status": "expired"})
     w.stats["poison documents"] += len(w.poisons)
     return w.stats
 
@@ -527,6 +594,8 @@ def run_databases() -> Iterator[Any]:
             finally:
                 database.drop_collection(f"jobs_{n}")
                 database.drop_collection(f"jobs_{n}_slots")
+                database.drop_collection(f"jobs_{n}_permits")
+                database.drop_collection(f"jobs_{n}_limits")
 
         try:
             yield place
@@ -575,6 +644,8 @@ def report(runs: int, seed: int, totals: Counter[str]) -> None:
         f"{totals['schedule raised']} schedule calls raised, "
         f"{totals['slots concluded']} repeating slots concluded, {totals['cancels']} cancels, "
         f"{late} late replies, {totals['poison documents']} poison documents; "
+        f"{totals['rated starts']} rate-limited starts, {totals['dependents']} dependents, "
+        f"{totals['expired']} expired; "
         "all invariants held"
     )
 

@@ -78,4 +78,5 @@ def inject(
     store.retry_pause = 0.0
     store.jobs = FaultyCollection(store.jobs, rng, rate, late, late_rate)
     store.permits = FaultyCollection(store.permits, rng, rate)
-    return [store.jobs, store.permits]
+    store.limits = FaultyCollection(store.limits, rng, rate)
+    return [store.jobs, store.permits, store.limits]
