@@ -7,6 +7,7 @@ them with ``app.runner(...).start()`` or the ``mongosched worker`` command.
 from __future__ import annotations
 
 from .app import App, Cancellation
+from .chains import chain, group
 from .errors import Fail, MongoschedError
 from .events import EVENTS, Event
 from .job import Job, JobContext, current_job
@@ -36,5 +37,7 @@ __all__ = [
     "Runner",
     "Task",
     "__version__",
+    "chain",
     "current_job",
+    "group",
 ]

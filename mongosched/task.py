@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypedDict, TypeVar
@@ -101,6 +101,8 @@ class Scheduler(Protocol):
     """What a task schedules through (an :class:`~mongosched.App`)."""
 
     def schedule_spec(self, spec: JobSpec) -> Job[Any]: ...
+
+    def schedule_bulk(self, specs: Iterable[JobSpec]) -> list[Job[Any]]: ...
 
 
 @dataclass(frozen=True)

@@ -424,3 +424,40 @@ def test_a_schedule_that_failed_after_its_insert_is_linked_by_the_reaper(
     clock.advance(seconds=6)
     assert runner.sweep() == 1
     assert waiting.refresh().status is JobStatus.PENDING
+
+
+# chain and group ------------------------------------------------------------------------------
+def test_chain_runs_steps_in_order_and_stops_at_a_failure(flow: App, clock: FakeClock) -> None:
+    from mongosched import chain, group
+
+    order: list[str] = []
+
+    @flow.task(name="step", retry=1)
+    def step(name: str, fail: bool = False) -> None:
+        order.append(name)
+        if fail:
+            raise ValueError(name)
+
+    first, middle, last = chain(
+        step.job("fetch"), [step.job("a"), step.job("b")], step.job("publish")
+    )
+    assert [j.status for j in middle] == [JobStatus.WAITING] * 2
+    assert last[0].depends_on == [j.id for j in middle]
+    drain(flow)
+    assert order[0] == "fetch" and sorted(order[1:3]) == ["a", "b"] and order[3] == "publish"
+    broken = chain(step.job("x", fail=True), step.job("y"), step.job("z"))
+    drain(flow)
+    assert order[4:] == ["x"]
+    assert [j[0].refresh().status for j in broken] == [
+        JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.CANCELLED,
+    ]  # fmt: skip
+    cleanup = chain(step.job("p", fail=True), step.job("q"), on_dependency_failure="run")
+    drain(flow)
+    assert cleanup[1][0].refresh().status is JobStatus.COMPLETED
+    together = group(step.job("g1"), step.job("g2"))
+    assert len(together) == 2 and all(j.status is JobStatus.PENDING for j in together)
+    with pytest.raises(ConfigurationError, match="chain takes task.job"):
+        chain(step)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="give no depends_on"):
+        chain(step.job("a"), step.configure(depends_on=first[0]).job("b"))
+    assert first[0].refresh().status is JobStatus.COMPLETED
