@@ -230,8 +230,8 @@ class JobControl:
         job = self._require_job(job_id)
         if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED):
             raise JobStateError(
-                f"job {job.id} ({job.task}) is {job.status}; only failed, cancelled or "
-                "expired jobs can be retried"
+                f"job {job.id} ({job.task}) is {job.status}; only failed or cancelled jobs "
+                "(or expired ones) can be retried"
             )
         record = self.store.retry_finished(job.id, job.status, self.now())
         if record is None:

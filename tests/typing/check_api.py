@@ -89,6 +89,17 @@ def check_task_options(app: App) -> None:
 
     assert_type(fine.schedule(), Job[int])
     app.task(retyr=3)  # type: ignore[call-overload]
+
+    @app.task(rate_limit="100/m", rate_key="customer", concurrency=2, concurrency_key="customer")
+    def limited(customer: str) -> None:
+        pass
+
+    first = fine.schedule()
+    later = limited.configure(expires=timedelta(minutes=5), timeout=30, depends_on=first)
+    assert_type(later.schedule("acme"), Job[None])
+    app.task(rate_limit=(10, timedelta(seconds=1)))
+    app.task(rate_limit=5)  # type: ignore[call-overload]
+    limited.configure(expires=5)  # type: ignore[arg-type]
     app.task(queue="emails", cron=5)  # type: ignore[call-overload]
 
 
