@@ -5,8 +5,9 @@ Each lease is renewed by a background thread of its own, never by the job's thre
 while a claim is held, one of a runner's long-lived heartbeat threads (one per worker
 slot) renews it every ``heartbeat_interval``, renews its concurrency permit with it,
 watches for a cancellation request and enforces the timeout (the job's own, else its
-task's). When a renewal finds the lease gone, the lease is *lost*: the job's context is cancelled and nothing more is
-written for it (every write is fenced on the lease token anyway).
+task's). When a renewal finds the lease gone, the lease is *lost*: the job's context is
+cancelled and nothing more is written for it (every write is fenced on the lease token
+anyway).
 """
 
 from __future__ import annotations

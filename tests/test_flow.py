@@ -270,20 +270,29 @@ def test_the_reaper_sweeps_expired_waiting_jobs(flow: App, clock: FakeClock) -> 
 def test_a_jobs_own_timeout_overrides_its_tasks(make_app: Callable[..., App]) -> None:
     app = make_app(lease_duration=3.0)
 
-    @app.task(name="slow", timeout=30, retry=1)
-    def slow(seconds: float) -> str:
-        time.sleep(seconds)
+    def work(seconds: float) -> str:
+        for _ in range(int(seconds / 0.05)):  # short sleeps: the interrupt lands between
+            time.sleep(0.05)
         return "done"
+
+    slow = app.task(name="slow", timeout=30, retry=1)(work)
+
+    untimed = app.task(name="untimed", retry=1)(work)
 
     short = slow.configure(timeout=0.3).schedule(5.0)
     normal = slow.schedule(0.5)
+    own = untimed.configure(timeout=0.3).schedule(5.0)  # the task has none
     assert short.record.timeout == 0.3 and normal.record.timeout is None
-    runner = app.runner(workers=2, heartbeat_interval=0.1).start()
-    wait_for(lambda: short.refresh().is_finished and normal.refresh().is_finished, timeout=15)
+    runner = app.runner(workers=3, heartbeat_interval=0.1).start()
+    jobs = (short, normal, own)
+    wait_for(lambda: all(j.refresh().is_finished for j in jobs), timeout=15)
     runner.stop()
-    assert short.status is JobStatus.FAILED
-    assert short.error is not None and short.error.type == "JobTimeout"
-    assert "0.3" in short.error.message
+    for job in (short, own):
+        assert job.status is JobStatus.FAILED
+        assert job.error is not None and job.error.type == "JobTimeout"
+        assert "0.3" in job.error.message
+        assert job.finished_at is not None and job.started_at is not None
+        assert job.finished_at - job.started_at < timedelta(seconds=3)
     assert normal.status is JobStatus.COMPLETED and normal.result == "done"
 
 
