@@ -13,17 +13,21 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import outcome, validate
 from .errors import ConfigurationError
-from .filters import StatusFilter, job_query
+from .filters import JobFilters, job_query
 from .outcome import Retention
 from .records import JobQuery, JobStatus
 from .store import Store
+
+if TYPE_CHECKING:
+    # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
+    from typing_extensions import Unpack
 
 __all__ = ["BATCH_SIZE", "BulkControl"]
 
@@ -54,16 +58,9 @@ class BulkControl:
     def retry_jobs(
         self,
         *,
-        task: str | None = None,
-        queue: str | None = None,
-        status: StatusFilter = None,
-        error_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        finished_after: datetime | None = None,
-        finished_before: datetime | None = None,
         dry_run: bool = False,
         batch_size: int = BATCH_SIZE,
+        **filters: Unpack[JobFilters],
     ) -> int:
         """Run again every failed or cancelled job matching the filters (as
         :meth:`retry_job` does one: back to pending, due now, attempts reset).
@@ -71,7 +68,12 @@ class BulkControl:
         dedupe key another job holds now is left as it is (and logged). Returns how
         many went back to pending, or with ``dry_run`` how many match."""
         query = self._bulk_query(
-            "retry_jobs", RETRYABLE, locals(), "only failed or cancelled jobs can be retried"
+            "retry_jobs",
+            RETRYABLE,
+            filters,
+            dry_run,
+            batch_size,
+            "only failed or cancelled jobs can be retried",
         )
         if dry_run:
             return self.store.count(query)
@@ -87,16 +89,9 @@ class BulkControl:
     def cancel_jobs(
         self,
         *,
-        task: str | None = None,
-        queue: str | None = None,
-        status: StatusFilter = None,
-        error_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        finished_after: datetime | None = None,
-        finished_before: datetime | None = None,
         dry_run: bool = False,
         batch_size: int = BATCH_SIZE,
+        **filters: Unpack[JobFilters],
     ) -> int:
         """Cancel every unfinished job matching the filters, as :meth:`cancel` does
         one: a waiting one at once, a running one at its next heartbeat (it ends
@@ -104,7 +99,12 @@ class BulkControl:
         Returns how many were cancelled or asked to cancel, or with ``dry_run`` how
         many match."""
         query = self._bulk_query(
-            "cancel_jobs", CANCELLABLE, locals(), "finished jobs cannot be cancelled"
+            "cancel_jobs",
+            CANCELLABLE,
+            filters,
+            dry_run,
+            batch_size,
+            "finished jobs cannot be cancelled",
         )
         if dry_run:
             return self.store.count(query)
@@ -119,23 +119,21 @@ class BulkControl:
     def purge_jobs(
         self,
         *,
-        task: str | None = None,
-        queue: str | None = None,
-        status: StatusFilter = None,
-        error_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        finished_after: datetime | None = None,
-        finished_before: datetime | None = None,
         dry_run: bool = False,
         batch_size: int = BATCH_SIZE,
+        **filters: Unpack[JobFilters],
     ) -> int:
         """Delete every finished job (completed, failed or cancelled; ``status``
         narrows) matching the filters. Declared schedules stay (a cancelled one is the
         tombstone that keeps it off). Returns how many were deleted, or with
         ``dry_run`` how many match."""
         query = self._bulk_query(
-            "purge_jobs", PURGEABLE, locals(), "only finished jobs can be purged"
+            "purge_jobs",
+            PURGEABLE,
+            filters,
+            dry_run,
+            batch_size,
+            "only finished jobs can be purged",
         )
         if dry_run:
             return self.store.count(query)
@@ -172,24 +170,17 @@ class BulkControl:
         self,
         what: str,
         allowed: tuple[JobStatus, ...],
-        given: dict[str, Any],
+        filters: Mapping[str, Any],
+        dry_run: bool,
+        batch_size: int,
         why: str,
     ) -> JobQuery:
         """The query of a bulk operation: the filters given, its status narrowed to the
         statuses it acts on (refusing others, with ``why``)."""
-        validate.whole(given["batch_size"], what=f"{what}: batch_size")
-        if not isinstance(given["dry_run"], bool):
+        validate.whole(batch_size, what=f"{what}: batch_size")
+        if not isinstance(dry_run, bool):
             raise ConfigurationError(f"{what}: dry_run must be True or False")
-        query = job_query(
-            task=given["task"],
-            queue=given["queue"],
-            status=given["status"],
-            error_type=given["error_type"],
-            created_after=given["created_after"],
-            created_before=given["created_before"],
-            finished_after=given["finished_after"],
-            finished_before=given["finished_before"],
-        )
+        query = job_query(what, filters)
         if query.statuses is None:
             return replace(query, statuses=allowed)
         bad = [s.value for s in query.statuses if s not in allowed]

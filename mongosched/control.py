@@ -9,15 +9,19 @@ import enum
 import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import dependencies, outcome, validate
 from .errors import ConfigurationError, JobNotFound, JobStateError
-from .filters import StatusFilter, job_query, statuses
+from .filters import JobFilters, job_query, statuses
 from .job import Job
 from .outcome import Retention
 from .records import SORTABLE, JobStatus, PendingChanges
 from .store import Store
+
+if TYPE_CHECKING:
+    # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
+    from typing_extensions import Unpack
 
 __all__ = ["Cancellation", "JobControl"]
 
@@ -74,24 +78,14 @@ class JobControl:
     def get_jobs(
         self,
         *,
-        task: str | None = None,
-        status: StatusFilter = None,
-        queue: str | None = None,
-        error_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        finished_after: datetime | None = None,
-        finished_before: datetime | None = None,
         sort: tuple[str, int] = ("updated_at", -1),
         limit: int = 50,
         skip: int = 0,
+        **filters: Unpack[JobFilters],
     ) -> list[Job]:
-        """Jobs matching every filter given, sorted (then by id, so pages are stable).
-
-        ``error_type`` is the type name of the job's last error as stored
-        (``job.error.type``, e.g. ``"ValueError"``); the time ranges are half-open
-        (``*_after`` inclusive, ``*_before`` exclusive) and match only jobs that have
-        that time (an unfinished job matches no ``finished_*`` range).
+        """Jobs matching every filter given (see :class:`~mongosched.filters.JobFilters`:
+        ``task``, ``queue``, ``status``, ``error_type``, ``created_after``/``_before``,
+        ``finished_after``/``_before``), sorted (then by id, so pages are stable).
 
         Filters and sorts use indexes: ``task`` (with ``status``) and ``status`` lead an
         index each, sorted by ``updated_at``.
@@ -103,18 +97,8 @@ class JobControl:
             )
         validate.whole(limit, what="get_jobs: limit", minimum=0)
         validate.whole(skip, what="get_jobs: skip", minimum=0)
-        query = job_query(
-            task=task,
-            status=status,
-            queue=queue,
-            error_type=error_type,
-            created_after=created_after,
-            created_before=created_before,
-            finished_after=finished_after,
-            finished_before=finished_before,
-        )
         records = self.store.find(
-            query,
+            job_query("get_jobs", filters),
             sort=field,
             descending=direction == -1,
             skip=skip,
@@ -122,31 +106,9 @@ class JobControl:
         )
         return [Job(record, self.store) for record in records]
 
-    def count_jobs(
-        self,
-        *,
-        task: str | None = None,
-        status: StatusFilter = None,
-        queue: str | None = None,
-        error_type: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        finished_after: datetime | None = None,
-        finished_before: datetime | None = None,
-    ) -> int:
+    def count_jobs(self, **filters: Unpack[JobFilters]) -> int:
         """How many jobs match the filters (as :meth:`get_jobs`)."""
-        return self.store.count(
-            job_query(
-                task=task,
-                status=status,
-                queue=queue,
-                error_type=error_type,
-                created_after=created_after,
-                created_before=created_before,
-                finished_after=finished_after,
-                finished_before=finished_before,
-            )
-        )
+        return self.store.count(job_query("count_jobs", filters))
 
     # Control ------------------------------------------------------------------------------------
     def cancel(self, job_id: Any) -> Cancellation:

@@ -3,15 +3,15 @@ operations), checked and turned into a :class:`~mongosched.records.JobQuery`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from . import validate
 from .errors import ConfigurationError
 from .records import JobQuery, JobStatus
 
-__all__ = ["StatusFilter", "job_query", "statuses"]
+__all__ = ["FILTERS", "JobFilters", "StatusFilter", "job_query", "statuses"]
 
 StatusFilter = str | JobStatus | Iterable[str | JobStatus] | None
 """A status, several, or None (any)."""
@@ -43,30 +43,53 @@ def _time(value: Any, what: str, task: Any) -> datetime | None:
     return validate.aware_datetime(value, task=task if isinstance(task, str) else "*", what=what)
 
 
-def job_query(
-    *,
-    task: str | None = None,
-    queue: str | None = None,
-    status: StatusFilter = None,
-    error_type: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-    finished_after: datetime | None = None,
-    finished_before: datetime | None = None,
-) -> JobQuery:
-    """A query from the filters users give: every one given must match. Raises
-    :class:`~mongosched.errors.ConfigurationError` naming a filter of the wrong type."""
+class JobFilters(TypedDict, total=False):
+    """The filters of :meth:`App.get_jobs`, :meth:`App.count_jobs` and the bulk
+    operations (:meth:`App.retry_jobs`, :meth:`App.cancel_jobs`, :meth:`App.purge_jobs`),
+    given as keyword arguments: every one given (and not None) must match.
+
+    ``error_type`` is the type name of the job's last error as stored (``job.error.type``,
+    e.g. ``"ValueError"``); the time ranges are half-open (``*_after`` inclusive,
+    ``*_before`` exclusive) and match only jobs that have that time (an unfinished job
+    matches no ``finished_*`` range)."""
+
+    task: str | None
+    queue: str | None
+    status: StatusFilter
+    error_type: str | None
+    created_after: datetime | None
+    created_before: datetime | None
+    finished_after: datetime | None
+    finished_before: datetime | None
+
+
+FILTERS = tuple(JobFilters.__annotations__)
+"""The names of the filters, in order."""
+
+
+def job_query(what: str, filters: Mapping[str, Any]) -> JobQuery:
+    """A query from the filters a user gave to ``what``: every one given must match.
+    Raises :class:`~mongosched.errors.ConfigurationError` naming an unknown filter or
+    one of the wrong type."""
+    unknown = [name for name in filters if name not in FILTERS]
+    if unknown:
+        raise ConfigurationError(
+            f"{what}: unknown filter {unknown[0]!r}; known: {', '.join(FILTERS)}"
+        )
+    task = filters.get("task")
+    error_type = filters.get("error_type")
     if error_type is not None and (not isinstance(error_type, str) or not error_type):
         raise ConfigurationError(
-            f"error_type must be an exception type name (as stored), not {error_type!r}"
+            f"{what}: error_type must be an exception type name (as stored), not {error_type!r}"
         )
+    status = filters.get("status")
     return JobQuery(
         task=_name(task, "task"),
         statuses=None if status is None else tuple(dict.fromkeys(statuses(status))),
-        queue=_name(queue, "queue"),
+        queue=_name(filters.get("queue"), "queue"),
         error_type=error_type,
-        created_after=_time(created_after, "created_after", task),
-        created_before=_time(created_before, "created_before", task),
-        finished_after=_time(finished_after, "finished_after", task),
-        finished_before=_time(finished_before, "finished_before", task),
+        created_after=_time(filters.get("created_after"), "created_after", task),
+        created_before=_time(filters.get("created_before"), "created_before", task),
+        finished_after=_time(filters.get("finished_after"), "finished_after", task),
+        finished_before=_time(filters.get("finished_before"), "finished_before", task),
     )

@@ -75,6 +75,9 @@ def test_retry_jobs_by_time_range(make_app: Callable[..., App], clock: FakeClock
     assert late.refresh().status is JobStatus.PENDING
     with pytest.raises(ConfigurationError, match="finished_after must be timezone-aware"):
         app.retry_jobs(finished_after=datetime(2031, 1, 1))
+    for call in (app.get_jobs, app.count_jobs, app.retry_jobs, app.cancel_jobs, app.purge_jobs):
+        with pytest.raises(ConfigurationError, match=f"{call.__name__}: unknown filter 'stauts'"):
+            call(stauts="failed")  # type: ignore[call-arg]
 
 
 def test_cancel_jobs_cancels_waiting_and_asks_running(make_app: Callable[..., App]) -> None:

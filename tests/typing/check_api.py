@@ -119,3 +119,13 @@ def check_flask() -> None:
     greet.schedule(1)  # type: ignore[arg-type]
     greet.schedule("ann", langg="fr")  # type: ignore[call-arg]
     greet.configure(dealy=1)  # type: ignore[call-arg]
+
+
+def check_job_filters(app: App) -> None:
+    assert_type(app.get_jobs(task="emails.send", status=["failed", "cancelled"]), list[Job])
+    assert_type(app.count_jobs(queue="mail", finished_after=datetime.now(timezone.utc)), int)
+    assert_type(app.retry_jobs(error_type="TimeoutError", dry_run=True), int)
+    app.get_jobs(stauts="failed")  # type: ignore[call-arg]  # a misspelt filter
+    app.count_jobs(created_after="yesterday")  # type: ignore[arg-type]
+    app.purge_jobs(task=3)  # type: ignore[arg-type]
+    app.cancel_jobs("emails.send")  # type: ignore[call-arg, arg-type]  # filters are keywords only
