@@ -43,6 +43,7 @@ from .documents import (
     claim_update,
     dedupe_hold,
     malformed_update,
+    set_also,
     settle_update,
     settled_record,
     to_record,
@@ -59,12 +60,13 @@ BATCH_FROM = 4
 one round trip each."""
 
 
-def settled_result(task: str, settlement: Settlement) -> Any:
-    """The settlement's result as the job will hold it (as BSON gives it back), or
-    :class:`SerializationError` when it cannot be stored."""
+def settled_result(task: str, settlement: Settlement) -> tuple[Any, bytes | None]:
+    """The settlement's result as the job will hold it (as BSON gives it back), and
+    encoded; :class:`SerializationError` when it cannot be stored."""
     if settlement.result is None:
-        return None
-    return codec.decode(codec.encode_value(task, "return value", settlement.result))["v"]
+        return None, None
+    encoded = codec.encode_value(task, "return value", settlement.result)
+    return codec.decode(encoded)["v"], encoded
 
 
 class MongoBatches(MongoPermits):
@@ -148,7 +150,7 @@ class MongoBatches(MongoPermits):
         writes: dict[int, tuple[str, UpdateOne, Any]] = {}
         for n, (job, settlement) in enumerate(items):
             try:
-                result = settled_result(job.task, settlement)
+                result, encoded = settled_result(job.task, settlement)
             except SerializationError as exc:
                 results[n] = exc
                 continue
@@ -158,8 +160,9 @@ class MongoBatches(MongoPermits):
                 continue
             token = job.lease.token if job.lease is not None else ""
             write = codec.new_token()
-            update = settle_update(job.id, settlement, dedupe_hold(job))
-            update["$set"]["last_write"] = write
+            update = set_also(
+                settle_update(job.id, settlement, dedupe_hold(job), encoded), {"last_write": write}
+            )
             fence = {"_id": job.id, "lease.token": token, "status": RUNNING}
             fence.update(unchanged_since_claim(job))
             writes[n] = (write, UpdateOne(fence, update), result)

@@ -7,11 +7,14 @@ Every field name and update operator of the job collection is here or in
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import bson
+from bson.raw_bson import RawBSONDocument
 from pymongo import ASCENDING
 
 from ..errors import MalformedJob
@@ -26,7 +29,7 @@ from ..records import (
     ScheduleEdit,
     Settlement,
 )
-from .codec import is_schedule_id
+from .codec import CODEC_OPTIONS, is_schedule_id
 
 __all__ = [
     "CLAIM_SORT",
@@ -51,9 +54,11 @@ __all__ = [
     "edit_record",
     "ms",
     "query_document",
+    "set_also",
     "settle_update",
     "settled_record",
     "unchanged_since_claim",
+    "with_encoded",
     "to_document",
     "to_record",
 ]
@@ -430,19 +435,25 @@ def malformed_update(reason: str, now: datetime) -> dict[str, Any]:
 
 
 def settle_update(
-    job_id: Any, settlement: Settlement, restore: Mapping[str, Any]
+    job_id: Any,
+    settlement: Settlement,
+    restore: Mapping[str, Any],
+    result: bytes | None = None,
 ) -> dict[str, Any]:
     """The update that applies ``settlement`` to job ``job_id`` (``restore``: dedupe
     fields to hold again when the job goes back to pending). A declared schedule gets
-    no ``expire_at``: it stays, cancelled, as the tombstone that keeps it off."""
+    no ``expire_at``: it stays, cancelled, as the tombstone that keeps it off.
+    ``result``: the settlement's result as :func:`codec.encode_value` encoded it (for
+    the size check), written as it is, not encoded again."""
     s = settlement
     fields: dict[str, Any] = {
         "status": s.status.value,
         "lease": None,
         "updated_at": s.now,
-        "result": s.result,
         "error": error_document(s.error),
     }
+    if result is None:
+        fields["result"] = s.result
     if s.attempts is not None:
         fields["attempts"] = s.attempts
     if s.run_at is not None:
@@ -461,7 +472,36 @@ def settle_update(
         fields.update(restore)
         update["$unset"] = {}
     update["$unset"].update(waiting_for="", unlinked="")  # a waiting job released or ended
+    if result is not None:
+        update["$set"] = with_encoded(fields, "result", result)
     return update
+
+
+RAW_OPTIONS = CODEC_OPTIONS.with_options(document_class=RawBSONDocument)
+
+
+def with_encoded(fields: Mapping[str, Any], name: str, encoded: bytes) -> RawBSONDocument:
+    """``fields`` and ``name``, as one BSON document; ``name`` holds the value that
+    ``encoded`` (the BSON of ``{"v": value}``) holds, copied, not encoded again."""
+    head = bson.encode(fields, codec_options=CODEC_OPTIONS)
+    # encoded: size (4 bytes), the value's type (1), "v\0" (2), the value, "\0" (1).
+    element = encoded[4:5] + name.encode() + b"\x00" + encoded[7:-1]
+    body = head[4:-1] + element
+    return RawBSONDocument(struct.pack("<i", len(body) + 5) + body + b"\x00", RAW_OPTIONS)
+
+
+def set_also(update: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``update`` whose ``$set`` sets ``fields`` too (a raw ``$set`` stays raw)."""
+    current = update.get("$set", {})
+    if isinstance(current, RawBSONDocument):
+        extra = bson.encode(fields, codec_options=CODEC_OPTIONS)
+        body = bytes(current.raw)[4:-1] + extra[4:-1]
+        merged: Any = RawBSONDocument(
+            struct.pack("<i", len(body) + 5) + body + b"\x00", RAW_OPTIONS
+        )
+    else:
+        merged = {**current, **fields}
+    return {**update, "$set": merged}
 
 
 def unchanged_since_claim(job: JobRecord) -> dict[str, Any]:
@@ -493,6 +533,7 @@ def settled_record(job: JobRecord, settlement: Settlement, result: Any) -> JobRe
         result=result,
         error=error_record(error_document(s.error)),
         cancel_requested=False,
+        waiting_for=(),
         attempts=job.attempts if s.attempts is None else s.attempts,
         run_at=job.run_at if s.run_at is None else ms(s.run_at),
         scheduled_for=job.scheduled_for if s.scheduled_for is None else ms(s.scheduled_for),

@@ -57,6 +57,7 @@ from .documents import (
     dedupe_hold,
     ms,
     query_document,
+    set_also,
     settle_update,
     to_document,
     to_record,
@@ -309,7 +310,7 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
         (and the job meets ``condition``). The document after the write, or None when it
         did not land."""
         write = codec.new_token()
-        update = {**update, "$set": {**update.get("$set", {}), "last_write": write}}
+        update = set_also(update, {"last_write": write})
         fence = {"_id": job_id, "lease.token": token, "status": RUNNING, **(condition or {})}
 
         def attempt(n: int) -> dict[str, Any] | None:
@@ -348,14 +349,21 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
         If a cancel was requested meanwhile, ``settlement.on_cancel`` lands instead (a
         second write only then). Going back to pending, the job holds its dedupe key
         again, unless another job took that key meanwhile: then it waits without it."""
-        if settlement.result is not None:  # checked here, so nothing half-written lands
-            codec.encode_value(job.task, "return value", settlement.result)
+        result = None  # checked here (encoded once), so nothing half-written lands
+        if settlement.result is not None:
+            result = codec.encode_value(job.task, "return value", settlement.result)
         if settlement.on_cancel is None:
-            return self._settle_once(job, settlement, write, {})
-        landed = self._settle_once(job, settlement, write, {"cancel_requested": {"$ne": True}})
+            return self._settle_once(job, settlement, write, {}, result)
+        landed = self._settle_once(
+            job, settlement, write, {"cancel_requested": {"$ne": True}}, result
+        )
         if landed is not None:
             return landed
-        return self._settle_once(job, settlement.on_cancel, write, {"cancel_requested": True})
+        cancelled = settlement.on_cancel
+        again = result if cancelled.result is settlement.result else None
+        if cancelled.result is not None and again is None:
+            again = codec.encode_value(job.task, "return value", cancelled.result)
+        return self._settle_once(job, cancelled, write, {"cancel_requested": True}, again)
 
     def _settle_once(
         self,
@@ -363,9 +371,10 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
         settlement: Settlement,
         write: Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any] | None],
         condition: Mapping[str, Any],
+        result: bytes | None = None,
     ) -> JobRecord | None:
         try:
-            doc = write(settle_update(job.id, settlement, dedupe_hold(job)), condition)
+            doc = write(settle_update(job.id, settlement, dedupe_hold(job), result), condition)
         except DuplicateKeyError:
             log.info(
                 "job %s (%s): its dedupe key %r is held by another job; it waits without it",
@@ -373,7 +382,7 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
                 job.task,
                 job.dedupe_key,
             )
-            doc = write(settle_update(job.id, settlement, {}), condition)
+            doc = write(settle_update(job.id, settlement, {}, result), condition)
         return None if doc is None else to_record(doc)
 
     def expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:

@@ -217,3 +217,41 @@ def test_the_uri_read_preference_applies_to_listings_only(shared_db: SharedDatab
         assert store.count(JobQuery()) == 1
     finally:
         store.close()
+
+
+@pytest.mark.xfail_on(
+    "mongomock",
+    reason="mongomock checks each document with bson's default codec, which refuses a "
+    "Decimal (a stand-in quirk: pymongo encodes with the store's codec)",
+)
+@pytest.mark.parametrize("many", [False, True], ids=["settle", "settle_many"])
+def test_a_result_is_encoded_once_on_its_way_to_the_server(
+    mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch, many: bool
+) -> None:
+    """The size check's encoding is what is written: a Decimal in a result passes
+    through the codec once (twice if the write encoded the result again)."""
+    from decimal import Decimal
+
+    from bson import Decimal128
+
+    from mongosched.store import codec
+
+    from .helpers import succeeded
+
+    mongo_store.prepare()
+    add(mongo_store, job(), job())
+    first, second = claimed(mongo_store), claimed(mongo_store)
+    calls: list[Any] = []
+    monkeypatch.setattr(codec, "Decimal128", lambda v: calls.append(v) or Decimal128(v))
+    result = {"total": Decimal("12.50"), "rows": [1, 2]}
+    if many:
+        settled = mongo_store.settle_many(
+            [(first, succeeded(first, result=result)), (second, succeeded(second, result=result))]
+        )
+        assert len(calls) == 2  # one per job
+    else:
+        settled = [mongo_store.settle(first, succeeded(first, result=result))]
+        assert len(calls) == 1
+    for record in settled:
+        assert record is not None and not isinstance(record, Exception)
+        assert record.result == result == mongo_store.get(record.id).result  # type: ignore[union-attr]

@@ -182,6 +182,7 @@ class _Locked:
             return cursor_method
 
         def method(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = _plain(args), _plain(kwargs)
             with lock:
                 return self._wrap(value(*args, **kwargs))
 
@@ -208,6 +209,7 @@ class _Locked:
         ops = _BulkOps()
         for request in requests:
             request._add_to_bulk(ops)
+        ops.ops = _plain(ops.ops)
         totals = {"nInserted": 0, "nMatched": 0, "nModified": 0, "nRemoved": 0, "nUpserted": 0}
         upserted: list[dict[str, Any]] = []
         errors: list[dict[str, Any]] = []
@@ -265,6 +267,28 @@ class _Locked:
 
     def __repr__(self) -> str:
         return f"Embedded({self._target!r})"
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every raw BSON document in it decoded (pymongo sends one as it is;
+    mongomock would keep it raw)."""
+    from bson.raw_bson import RawBSONDocument
+
+    from mongosched.store.codec import CODEC_OPTIONS
+
+    if isinstance(value, RawBSONDocument):
+        import bson
+
+        return bson.decode(bytes(value.raw), codec_options=CODEC_OPTIONS)
+    if isinstance(value, dict):
+        plain = {k: _plain(v) for k, v in value.items()}
+        changed = any(plain[k] is not v for k, v in value.items())
+        return plain if changed else value  # the caller's own (mongomock may add an _id)
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v) for v in value]
+        changed = any(a is not b for a, b in zip(items, value, strict=True))
+        return type(value)(items) if changed else value
+    return value
 
 
 class _BulkOps:
