@@ -228,10 +228,14 @@ def test_a_child_that_ran_a_while_is_restarted_each_time_and_sees_its_slot(
 ) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
+    # Each child writes its mark atomically (a temporary file outside marks/, then
+    # os.replace): a child stopped mid-write must not leave an empty mark behind.
     code = (
         "import os, pathlib, time; "
-        f"pathlib.Path({str(marks)!r}, os.environ[{ENV_INDEX!r}] + '-' + str(os.getpid()))"
-        f".write_text(os.environ[{ENV_SUPERVISOR!r}]); time.sleep(0.2)"
+        f"name = os.environ[{ENV_INDEX!r}] + '-' + str(os.getpid()); "
+        f"tmp = pathlib.Path({str(tmp_path)!r}, name); "
+        f"tmp.write_text(os.environ[{ENV_SUPERVISOR!r}]); "
+        f"os.replace(tmp, pathlib.Path({str(marks)!r}, name)); time.sleep(0.2)"
     )
     supervisor = Supervisor(python(code), 2, min_uptime=0.05, max_failures=1, poll=0.01)
 
