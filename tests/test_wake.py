@@ -150,7 +150,11 @@ def test_a_dropped_stream_resumes_without_missing_a_job(replica: MockServer) -> 
         # Scheduled while the stream is down, due after any claim in progress: only the
         # resumed stream's report (with its due time) can start it before a poll.
         other.get_task("t").configure(delay=1.5).schedule()
-        assert ran.wait(1.5 + PROMPT)
+        streams = replica.streams
+        assert ran.wait(1.5 + PROMPT), (  # say which path stalled if it ever does
+            f"health {runner.health()}; streams opened {streams.opened}, resumed "
+            f"{streams.resumed}, open {streams.open_streams}"
+        )
         assert replica.streams.resumed >= 1
     finally:
         runner.stop(timeout=5)
