@@ -157,7 +157,11 @@ class Runner(RunnerSteps):
         time), also claim again at that time rather than up to a poll interval later."""
         if at is not None:
             with self._idle:
-                if self._next_due is None or at < self._next_due:
+                due = self._next_due
+                # A due time already past is one the claim this wake-up causes serves:
+                # keeping it would hide ``at`` (the idle wait drops a past time, then
+                # waits a whole poll interval).
+                if due is None or at < due or due <= self.app.now():
                     self._next_due = at
         self._wake.set()
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -246,3 +247,30 @@ def test_framework_settings_and_reconfigure_carry_the_mode() -> None:
         app_from_settings({"URI": "memory://", "WAKE": "always"}, where="MONGOSCHED")
     app.reconfigure(App("memory://", wake="change_stream"))
     assert app.wake == "change_stream"
+
+
+def test_a_wake_up_time_already_past_does_not_hide_a_later_one() -> None:
+    """A runner busy claiming never consumed the wake-up time of the job it claimed; a
+    job due later, scheduled meanwhile, must still start at its due time, not a poll
+    interval later."""
+    app = App(f"memory://wake-later-{uuid.uuid4().hex[:8]}", poll_interval=LONG_POLL)
+    later = threading.Event()
+
+    @app.task(name="first")
+    def first() -> None:
+        time.sleep(0.5)  # busy while the second job is scheduled
+
+    @app.task(name="second")
+    def second() -> None:
+        later.set()
+
+    runner = app.runner(workers=1).start()
+    try:
+        assert runner.wait_ready(10)
+        first.configure(delay=0.2).schedule()
+        wait_for(lambda: runner.in_flight == 1, message="the first job running")
+        second.configure(delay=1.0).schedule()  # due after the first's (past) time
+        assert later.wait(1.0 + PROMPT)
+    finally:
+        runner.stop(timeout=5)
+        app.close()
