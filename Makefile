@@ -27,8 +27,9 @@ unit: venv
 	$(BIN)/python -m pytest -m "not soak" $(PYTEST_ARGS)
 
 ## make django6: the Django integration and the tasks backend's conformance on Django 6's
-## built-in django.tasks (Django 6 needs Python 3.12). make py310: the fast tests on
-## Python 3.10, the oldest supported.
+## built-in django.tasks (Django 6 needs Python 3.12). make py310: the library's own tests
+## on Python 3.10, the oldest supported (the framework integrations, which the main suite
+## and django6 cover, and the process-level runs are left to those).
 ## Each runs where that Python is installed, and says so where it is not.
 django6:
 	@.ci/other-python 3.12 .venv-django6 "-e .[testing] django>=6 pytest pytest-timeout mockupdb gunicorn" \
@@ -36,7 +37,10 @@ django6:
 
 py310:
 	@.ci/other-python 3.10 .venv-py310 "-e .[tests]" -m "not soak and not processes and not browser" \
-		--ignore tests/test_faults.py
+		--ignore tests/test_faults.py --ignore tests/test_supervisor.py --ignore tests/test_wake.py \
+		--ignore tests/test_exit.py --ignore tests/test_django.py \
+		--ignore tests/test_django_conformance.py --ignore tests/test_flask.py \
+		--ignore tests/test_dashboard_django.py --ignore tests/test_dashboard_flask.py
 
 docs: venv
 	$(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html
