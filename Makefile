@@ -36,7 +36,7 @@ django6:
 		-W "ignore:datetime.datetime.utcnow:DeprecationWarning" tests/test_django.py tests/test_django_conformance.py
 
 py310:
-	@.ci/other-python 3.10 .venv-py310 "-e .[tests]" -m "not soak and not processes and not browser" \
+	@MONGOSCHED_TEST_SUBSTRATES=memory,wire .ci/other-python 3.10 .venv-py310 "-e .[tests]" -m "not soak and not processes and not browser" \
 		--ignore tests/test_faults.py --ignore tests/test_supervisor.py --ignore tests/test_wake.py \
 		--ignore tests/test_exit.py --ignore tests/test_django.py \
 		--ignore tests/test_django_conformance.py --ignore tests/test_flask.py \
