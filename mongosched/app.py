@@ -130,7 +130,11 @@ class App(JobControl, BulkControl, Admin):
     # Time and storage --------------------------------------------------------------------
     def now(self) -> datetime:
         """The app clock's current time, aware UTC, in whole milliseconds (as stored)."""
-        value = self._clock()
+        clock = self._clock
+        if clock is utcnow:  # the default clock: aware UTC already (a runner asks often)
+            value = datetime.now(timezone.utc)
+            return value.replace(microsecond=value.microsecond // 1000 * 1000)
+        value = clock()
         if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
             raise ConfigurationError("App: clock must return a timezone-aware datetime")
         value = value.astimezone(timezone.utc)

@@ -22,9 +22,10 @@ __all__ = ["FIELDS", "JobFields", "bind", "bound", "fields", "unbind"]
 
 FIELDS = ("job_id", "task", "attempt")
 
-_current: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+_current: contextvars.ContextVar[JobRecord | None] = contextvars.ContextVar(
     "mongosched_job_fields", default=None
 )
+"""The job bound to this thread: its fields are made only when a record is logged."""
 
 
 def fields(record: JobRecord) -> dict[str, Any]:
@@ -32,13 +33,13 @@ def fields(record: JobRecord) -> dict[str, Any]:
     return {"job_id": str(record.id), "task": record.task, "attempt": record.attempts}
 
 
-def bind(record: JobRecord) -> contextvars.Token[dict[str, Any] | None]:
+def bind(record: JobRecord) -> contextvars.Token[JobRecord | None]:
     """From now on, records logged in this thread carry ``record``'s fields (until
     :func:`unbind` with the token returned)."""
-    return _current.set(fields(record))
+    return _current.set(record)
 
 
-def unbind(token: contextvars.Token[dict[str, Any] | None]) -> None:
+def unbind(token: contextvars.Token[JobRecord | None]) -> None:
     _current.reset(token)
 
 
@@ -63,7 +64,7 @@ class JobFields(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         current = _current.get()
         if current is not None:
-            for name, value in current.items():
+            for name, value in fields(current).items():
                 if not hasattr(record, name):
                     setattr(record, name, value)
         return True

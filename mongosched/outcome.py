@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from .errors import DependencyFailed, JobExpired, JobTimeout, LeaseLost, MalformedJob
-from .records import ErrorInfo, JobRecord, JobStatus, LastRun, Settlement
+from .records import ErrorInfo, JobRecord, JobStatus, LastRun, Settlement, evolved
 from .retry import Retry
 from .schedule import Misfire, plan_misfire, rule_from_document
 
@@ -263,7 +263,7 @@ def decide(
         return decision
     settlement = decision.settlement
     on_cancel = cancelled(now, retention, result=settlement.result, error=settlement.error)
-    return replace(decision, settlement=replace(settlement, on_cancel=on_cancel))
+    return evolved(decision, settlement=evolved(settlement, on_cancel=on_cancel))
 
 
 def _decide(

@@ -10,7 +10,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "FINAL_STATUSES",
@@ -28,11 +28,31 @@ __all__ = [
     "Progress",
     "Renewal",
     "ScheduleChanges",
+    "evolved",
     "ScheduleEdit",
     "Settlement",
     "SORTABLE",
     "WorkerInfo",
 ]
+
+_R = TypeVar("_R")
+
+
+def evolved(record: _R, **changes: Any) -> _R:
+    """``record`` (one of this module's frozen values) with ``changes``: what
+    :func:`dataclasses.replace` returns, for a tenth of its cost (it inspects the
+    fields and calls ``__init__`` on every call), which the runner pays several times
+    per job. None of these values has ``__post_init__``, init-only fields or slots, so
+    copying the attributes is all ``__init__`` would do. An unknown field is a
+    TypeError, as with ``replace``."""
+    state = record.__dict__
+    if not changes.keys() <= state.keys():
+        unknown = ", ".join(sorted(changes.keys() - state.keys()))
+        raise TypeError(f"{type(record).__name__} has no field(s) {unknown}")
+    new = object.__new__(type(record))
+    new.__dict__.update(state)
+    new.__dict__.update(changes)
+    return new
 
 
 class JobStatus(str, enum.Enum):

@@ -584,7 +584,13 @@ def _duration(value: float | None, default: float, name: str) -> float:
     return validate.seconds(chosen, what=f"Runner: {name}", strict=True)
 
 
+_LOGGED_AS_INFO = frozenset({"job:success", "job:cancel", "job:retry"})
+
+
 def _log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
+    level = logging.INFO if decision.event in _LOGGED_AS_INFO else logging.WARNING
+    if not log.isEnabledFor(level):  # the usual case at volume: no fields to build
+        return
     job, task, record = claim.job_id, claim.task.name, claim.record
     error = decision.error
     extra = logs.fields(record)

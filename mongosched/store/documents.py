@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -28,6 +27,7 @@ from ..records import (
     Progress,
     ScheduleEdit,
     Settlement,
+    evolved,
 )
 from .codec import CODEC_OPTIONS, is_schedule_id
 
@@ -525,7 +525,7 @@ def settled_record(job: JobRecord, settlement: Settlement, result: Any) -> JobRe
     final = s.status.is_final
     last = s.last_run
     keep = final and s.expire_at is not None and not is_schedule_id(job.id)
-    return replace(
+    return evolved(
         job,
         status=s.status,
         lease=None,
