@@ -14,11 +14,18 @@ import contextvars
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from .records import JobRecord
 
-__all__ = ["FIELDS", "JobFields", "bind", "bound", "fields", "unbind"]
+if TYPE_CHECKING:
+    from .claim import Claim
+    from .outcome import Decision
+
+__all__ = ["FIELDS", "JobFields", "bind", "bound", "fields", "log_decision", "unbind"]
+
+_runner_log = logging.getLogger("mongosched.runner")
 
 FIELDS = ("job_id", "task", "attempt")
 
@@ -73,3 +80,49 @@ class JobFields(logging.Filter):
 _filter = JobFields()
 for _name in ("mongosched", "mongosched.runner", "mongosched.store"):
     logging.getLogger(_name).addFilter(_filter)
+
+
+_LOGGED_AS_INFO = frozenset({"job:success", "job:cancel", "job:retry"})
+
+
+def log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
+    """Log what became of a run (a completion or cancel at INFO, a retry at INFO, a
+    failure at WARNING), with the job's fields; nothing is built when the level is off."""
+    level = logging.INFO if decision.event in _LOGGED_AS_INFO else logging.WARNING
+    if not _runner_log.isEnabledFor(level):  # the usual case at volume: no fields to build
+        return
+    job, task, record = claim.job_id, claim.task.name, claim.record
+    error = decision.error
+    extra = fields(record)
+    if decision.event == "job:success":
+        _runner_log.info("job %s (%s) completed in %.3f s", job, task, seconds, extra=extra)
+    elif decision.event == "job:cancel":
+        _runner_log.info("job %s (%s) cancelled while running", job, task, extra=extra)
+    elif decision.event == "job:retry" and error is None:
+        _runner_log.info(
+            "job %s (%s) interrupted by shutdown; back to pending", job, task, extra=extra
+        )
+    elif decision.event == "job:retry":
+        delay = decision.delay or timedelta(0)
+        _runner_log.info(
+            "job %s (%s) attempt %d/%d failed (%s: %s); retrying in %.1f s",
+            job,
+            task,
+            record.attempts,
+            record.max_attempts,
+            type(error).__name__,
+            error,
+            delay.total_seconds(),
+            extra=extra,
+        )
+    else:
+        _runner_log.warning(
+            "job %s (%s) failed on attempt %d/%d: %s: %s",
+            job,
+            task,
+            record.attempts,
+            record.max_attempts,
+            type(error).__name__,
+            error,
+            extra=extra,
+        )

@@ -545,7 +545,7 @@ class RunnerSteps:
             )
             return None
         decision = decision.as_landed(stored.status)
-        _log_decision(claim, decision, seconds)
+        logs.log_decision(claim, decision, seconds)
         self.app.emit(decision.event, job=self._job(stored), error=decision.error, runner=self)
         self._release_dependents(stored)
         return decision
@@ -582,47 +582,3 @@ def _why(exc: BaseException) -> str:
 def _duration(value: float | None, default: float, name: str) -> float:
     chosen = default if value is None else value
     return validate.seconds(chosen, what=f"Runner: {name}", strict=True)
-
-
-_LOGGED_AS_INFO = frozenset({"job:success", "job:cancel", "job:retry"})
-
-
-def _log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
-    level = logging.INFO if decision.event in _LOGGED_AS_INFO else logging.WARNING
-    if not log.isEnabledFor(level):  # the usual case at volume: no fields to build
-        return
-    job, task, record = claim.job_id, claim.task.name, claim.record
-    error = decision.error
-    extra = logs.fields(record)
-    if decision.event == "job:success":
-        log.info("job %s (%s) completed in %.3f s", job, task, seconds, extra=extra)
-    elif decision.event == "job:cancel":
-        log.info("job %s (%s) cancelled while running", job, task, extra=extra)
-    elif decision.event == "job:retry" and error is None:
-        log.info(
-            "job %s (%s) interrupted by shutdown; back to pending", job, task, extra=extra
-        )
-    elif decision.event == "job:retry":
-        delay = decision.delay or timedelta(0)
-        log.info(
-            "job %s (%s) attempt %d/%d failed (%s: %s); retrying in %.1f s",
-            job,
-            task,
-            record.attempts,
-            record.max_attempts,
-            type(error).__name__,
-            error,
-            delay.total_seconds(),
-            extra=extra,
-        )
-    else:
-        log.warning(
-            "job %s (%s) failed on attempt %d/%d: %s: %s",
-            job,
-            task,
-            record.attempts,
-            record.max_attempts,
-            type(error).__name__,
-            error,
-            extra=extra,
-        )

@@ -46,6 +46,7 @@ from .memory_jobs import (
     RUNNING,
     SCOPE_STATUSES,
     WAITING,
+    MemoryPermits,
     Permits,
     StoredJob,
     decode_value,
@@ -82,7 +83,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class MemoryStore(MemoryFlow, MemoryBatches, MemoryOperations):
+class MemoryStore(MemoryFlow, MemoryBatches, MemoryOperations, MemoryPermits):
     """An in-process :class:`~mongosched.store.Store` (whose docstrings say what each
     method does). ``MemoryStore()`` is private to its creator; :meth:`named` shares one
     store per name within the process."""
@@ -394,36 +395,6 @@ class MemoryStore(MemoryFlow, MemoryBatches, MemoryOperations):
                 self._release_key(job)
                 self._flow.forget(job)
             return len(doomed)
-
-    # Concurrency permits -------------------------------------------------------------------
-    def ensure_permits(self, task: str, limit: int) -> None:
-        with self._lock:
-            self._permits.ensure(task, limit)
-
-    def take_permit(
-        self,
-        task: str,
-        limit: int,
-        token: str,
-        job_id: Any,
-        owner: str,
-        now: datetime,
-        until: datetime,
-    ) -> bool:
-        with self._lock:
-            return self._permits.take(task, limit, token, job_id, owner, ms(now), ms(until))
-
-    def renew_permit(self, task: str, token: str, until: datetime) -> bool:
-        with self._lock:
-            return self._permits.renew(task, token, ms(until))
-
-    def release_permit(self, task: str, token: str) -> None:
-        with self._lock:
-            self._permits.release(task, token)
-
-    def permit_holders(self, task: str, now: datetime) -> int:
-        with self._lock:
-            return self._permits.holders(task, ms(now))
 
     # Internals: all but _encode run under the lock ----------------------------------------
     def _encode(self, job: JobRecord) -> tuple[bytes, bytes | None, bytes | None]:

@@ -3,6 +3,7 @@ permit (:class:`Permit`), and its values as BSON keeps them."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, fields, replace
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ from . import codec
 
 __all__ = [
     "Entry",
+    "MemoryPermits",
     "PAUSED",
     "PENDING",
     "Permit",
@@ -247,3 +249,40 @@ class Permits:
     def holders(self, task: str, now: datetime) -> int:
         permits = self._by_task.get(task, [])
         return sum(p.token is not None and p.until is not None and p.until >= now for p in permits)
+
+
+class MemoryPermits:
+    """Concurrency permits of :class:`~mongosched.store.memory.MemoryStore` (part of
+    it), each operation one step under the store's lock."""
+
+    _lock: threading.Lock
+    _permits: Permits
+
+    def ensure_permits(self, task: str, limit: int) -> None:
+        with self._lock:
+            self._permits.ensure(task, limit)
+
+    def take_permit(
+        self,
+        task: str,
+        limit: int,
+        token: str,
+        job_id: Any,
+        owner: str,
+        now: datetime,
+        until: datetime,
+    ) -> bool:
+        with self._lock:
+            return self._permits.take(task, limit, token, job_id, owner, ms(now), ms(until))
+
+    def renew_permit(self, task: str, token: str, until: datetime) -> bool:
+        with self._lock:
+            return self._permits.renew(task, token, ms(until))
+
+    def release_permit(self, task: str, token: str) -> None:
+        with self._lock:
+            self._permits.release(task, token)
+
+    def permit_holders(self, task: str, now: datetime) -> int:
+        with self._lock:
+            return self._permits.holders(task, ms(now))
