@@ -435,9 +435,7 @@ class App(JobControl, BulkControl, Admin):
                 "over its declaration in code, which has not changed since",
                 declared.task,
                 current.edit.at,
-                schedule_row(current, False)["rule"],
-                current.queue,
-                current.priority,
+                *_described(current),
             )
             return False
         log.warning(
@@ -445,9 +443,7 @@ class App(JobControl, BulkControl, Admin):
             "the code's (%s, queue %s, priority %s) replaces the edit",
             declared.task,
             current.edit.at,
-            schedule_row(declared, False)["rule"],
-            declared.queue,
-            declared.priority,
+            *_described(declared),
         )
         return True
 
@@ -533,6 +529,11 @@ class App(JobControl, BulkControl, Admin):
 
     def __repr__(self) -> str:
         return f"<App {self.store!r} tasks={len(self.tasks)}>"
+
+
+def _described(record: JobRecord) -> tuple[Any, str, int]:
+    """A schedule's rule, queue and priority, as the declaration log lines name them."""
+    return schedule_row(record, False)["rule"], record.queue, record.priority
 
 
 def _keep(value: Any, name: str) -> timedelta | None:
