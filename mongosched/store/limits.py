@@ -38,6 +38,15 @@ def limit_id(kind: str, task: str, key: str | None) -> dict[str, Any]:
 class MongoLimits(MongoConnection):
     """Rate logs and keyed concurrency slots."""
 
+    def _upserted(self, query: dict[str, Any], update: dict[str, Any]) -> bool:
+        """One conditional upsert; False when its filter refused (a duplicate key:
+        saturated, taken already, or a racing first upsert), so the caller reads."""
+        try:
+            self.limits.update_one(query, update, upsert=True)
+        except DuplicateKeyError:
+            return False
+        return True
+
     # Rate ------------------------------------------------------------------------------------
     def take_rate(
         self, task: str, key: str | None, count: int, window: timedelta, token: str, now: datetime
@@ -58,11 +67,8 @@ class MongoLimits(MongoConnection):
 
         def attempt(_: int) -> Admission:
             for _ in range(3):
-                try:
-                    self.limits.update_one(query, update, upsert=True)
+                if self._upserted(query, update):
                     return Admission(True)
-                except DuplicateKeyError:
-                    pass  # saturated, taken already, or a racing first upsert: read
                 doc = self.limits.find_one({"_id": doc_id})
                 log = (doc or {}).get("log") or []
                 if any(entry.get("k") == token for entry in log):
@@ -107,11 +113,8 @@ class MongoLimits(MongoConnection):
 
         def attempt(_: int) -> Admission:
             for _ in range(3):
-                try:
-                    self.limits.update_one(query, update, upsert=True)
+                if self._upserted(query, update):
                     return Admission(True)
-                except DuplicateKeyError:
-                    pass
                 if self.limits.find_one({"_id": doc_id, "holders.k": token}, {"_id": 1}):
                     return Admission(True)
                 # Full, or a racing first upsert. Free the slots of lapsed holders (a
