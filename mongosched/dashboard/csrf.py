@@ -41,6 +41,12 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+def token_matches(sent: str, expected: str) -> bool:
+    """Whether a form's ``sent`` token is the ``expected`` one (constant-time; an empty
+    token never matches)."""
+    return bool(sent) and bool(expected) and hmac.compare_digest(sent.encode(), expected.encode())
+
+
 def same_origin(request: Request) -> bool:
     """False when the request says it comes from another site: an ``Origin`` (or, without
     one, a ``Referer``) whose host is not this request's ``Host``. True when neither is
@@ -68,6 +74,6 @@ def refusal(request: Request, session: Session) -> str | None:
     sent = request.field(session.csrf_field)
     if not session.csrf_token or not sent:
         return "the form's security token is missing: reload the page and try again"
-    if not hmac.compare_digest(sent.encode(), session.csrf_token.encode()):
+    if not token_matches(sent, session.csrf_token):
         return "the form's security token does not match: reload the page and try again"
     return None

@@ -7,7 +7,6 @@ browser without it is sent to the login form; any other client gets ``401``.
 
 from __future__ import annotations
 
-import hmac
 import importlib.util
 import logging
 import threading
@@ -19,7 +18,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .actions import safe_next
 from .auth import MIN_TOKEN_LENGTH, Identity, TokenAuth
-from .csrf import Session, same_origin
+from .csrf import Session, same_origin, token_matches
 from .http import Request, Response, redirect, request_from_environ
 from .render import fmt
 from .routes import Dashboard
@@ -140,7 +139,7 @@ class StandaloneDashboard:
             pre, value = self.auth.new_session(login=False)
             cookie = self._set_cookie(request, value, None)
         if request.method == "POST":
-            token_ok = same_origin(request) and _same(
+            token_ok = same_origin(request) and token_matches(
                 request.field("csrf_token"), self.auth.csrf_token(pre)
             )
             if not token_ok:
@@ -213,7 +212,7 @@ class StandaloneDashboard:
                 "method not allowed", 405, "text/plain; charset=utf-8", [("Allow", "POST")]
             )
         if not session.csrf_exempt and not (
-            same_origin(request) and _same(request.field("csrf_token"), session.csrf_token)
+            same_origin(request) and token_matches(request.field("csrf_token"), session.csrf_token)
         ):
             return Response(
                 "refused: the form's security token does not match\n",
@@ -223,10 +222,6 @@ class StandaloneDashboard:
         response = redirect(request.url("/login"))
         response.headers.append(("Set-Cookie", self._set_cookie(request, "", 0)))
         return response
-
-
-def _same(sent: str, expected: str) -> bool:
-    return bool(sent) and hmac.compare_digest(sent.encode(), expected.encode())
 
 
 def _query(request: Request) -> str:
