@@ -116,7 +116,7 @@ class StandaloneDashboard:
     def _refuse(self, request: Request) -> Response:
         if request.method in ("GET", "HEAD") and request.wants_html:
             target = request.path + (("?" + _query(request)) if request.query else "")
-            return redirect(request.url("/login") + "?" + _encode({"next": target}))
+            return redirect(request.url("/login") + "?" + urllib.parse.urlencode({"next": target}))
         return Response(
             "authentication required: send the dashboard token as a Bearer token or as "
             "the password of Basic auth\n",
@@ -226,10 +226,6 @@ class StandaloneDashboard:
 
 def _query(request: Request) -> str:
     return urllib.parse.urlencode([(k, v) for k, values in request.query.items() for v in values])
-
-
-def _encode(params: dict[str, str]) -> str:
-    return urllib.parse.urlencode(params)
 
 
 # Serving ------------------------------------------------------------------------------------
