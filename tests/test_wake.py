@@ -95,10 +95,9 @@ def test_a_job_scheduled_by_another_process_starts_at_once(
         app.close()
 
 
-def test_a_runner_of_another_app_on_a_replica_set_starts_a_job_at_once(
-    replica: MockServer,
-) -> None:
-    runner_app, other, ran = _apps(replica.uri("wake_apps"))
+def _assert_woken_at_once(uri: str) -> None:
+    """A runner watching ``uri`` starts a job another app schedules well before its poll."""
+    runner_app, other, ran = _apps(uri)
     runner = runner_app.runner(workers=1).start()
     try:
         assert runner.wait_ready(10)
@@ -111,16 +110,14 @@ def test_a_runner_of_another_app_on_a_replica_set_starts_a_job_at_once(
         other.close()
 
 
+def test_a_runner_of_another_app_on_a_replica_set_starts_a_job_at_once(
+    replica: MockServer,
+) -> None:
+    _assert_woken_at_once(replica.uri("wake_apps"))
+
+
 def test_runners_of_a_shared_memory_store_wake_each_other() -> None:
-    runner_app, other, ran = _apps("memory://wake_memory")
-    runner = runner_app.runner(workers=1).start()
-    try:
-        assert runner.wait_ready(10)
-        wait_for(lambda: runner.health()["wake"] == "watching", message="watching")
-        other.get_task("t").schedule()
-        assert ran.wait(PROMPT)
-    finally:
-        runner.stop(timeout=5)
+    _assert_woken_at_once("memory://wake_memory")
 
 
 def test_a_standalone_server_falls_back_to_polling(
