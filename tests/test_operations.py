@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -231,10 +232,11 @@ def test_pause_a_schedule_and_resume_under_its_misfire_policy(
     assert after.run_at == START + timedelta(minutes=6)
 
 
-def test_a_schedule_paused_while_it_runs_stops_after_the_run(
-    make_app: Callable[..., App], clock: FakeClock
-) -> None:
-    app = make_app(clock=clock)
+@contextmanager
+def tick_running(app: App, clock: FakeClock) -> Iterator[None]:
+    """Schedule ``tick`` (every 60 s) on ``app``, start a runner and hold the body while its
+    first run is inside; on exit, let that run end and wait until the schedule is pending
+    again, then stop the runner."""
     inside, release = threading.Event(), threading.Event()
 
     @app.task(name="tick", every=60)
@@ -245,11 +247,22 @@ def test_a_schedule_paused_while_it_runs_stops_after_the_run(
     app.ensure_schedules()
     clock.advance(minutes=1)
     runner = app.runner(workers=1).start()
-    assert inside.wait(10)
-    app.pause(schedule=schedule_id("tick"))
-    release.set()
-    wait_for(lambda: app.get_job(schedule_id("tick")).status is JobStatus.PENDING)  # type: ignore[union-attr]
-    runner.stop()
+    try:
+        assert inside.wait(10)
+        yield
+        release.set()
+        wait_for(lambda: app.get_job(schedule_id("tick")).status is JobStatus.PENDING)  # type: ignore[union-attr]
+    finally:
+        release.set()
+        runner.stop()
+
+
+def test_a_schedule_paused_while_it_runs_stops_after_the_run(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock)
+    with tick_running(app, clock):
+        app.pause(schedule=schedule_id("tick"))
     clock.advance(minutes=1)  # its next slot is due; a runner that claims it holds it
     assert drain(app) == 0
     held = app.get_job(schedule_id("tick"))
@@ -288,22 +301,9 @@ def test_update_schedule_refuses_a_running_schedule(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
     app = make_app(clock=clock)
-    inside, release = threading.Event(), threading.Event()
-
-    @app.task(name="tick", every=60)
-    def tick() -> None:
-        inside.set()
-        release.wait(10)
-
-    app.ensure_schedules()
-    clock.advance(minutes=1)
-    runner = app.runner(workers=1).start()
-    assert inside.wait(10)
-    with pytest.raises(JobStateError, match="try again when the run ends"):
-        app.update_schedule("tick", every=30)
-    release.set()
-    wait_for(lambda: app.get_job(schedule_id("tick")).status is JobStatus.PENDING)  # type: ignore[union-attr]
-    runner.stop()
+    with tick_running(app, clock):
+        with pytest.raises(JobStateError, match="try again when the run ends"):
+            app.update_schedule("tick", every=30)
     assert app.update_schedule("tick", every=30)["rule"] == "every 30.0s"
 
 
