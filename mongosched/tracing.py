@@ -27,7 +27,7 @@ try:  # an optional dependency
     _PROPAGATOR: Any = TraceContextTextMapPropagator()
     _NOOP_PROVIDERS: tuple[type, ...] = (_trace.ProxyTracerProvider, _trace.NoOpTracerProvider)
 except ImportError:  # pragma: no cover - exercised where the package is absent
-    _trace = None  # type: ignore[assignment]
+    _trace = None  # type: ignore[assignment, unused-ignore]
     _PROPAGATOR = None
     _NOOP_PROVIDERS = ()
 
