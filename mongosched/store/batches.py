@@ -1,15 +1,21 @@
 """Claims and settlements in batches, for :class:`~mongosched.store.mongo.MongoStore`
 (part of it).
 
-A batched claim takes up to ``limit`` due jobs in three round trips whatever the limit
+A batched claim takes up to ``limit`` due jobs in two round trips whatever the limit
 (up to three jobs: one round trip each, one at a time):
 
-1. read the ids of the first ``limit`` candidates on the claim index (the claim's own
-   filter and sort);
+1. read the first ``limit`` candidates on the claim index (the claim's own filter and
+   sort);
 2. one unordered bulk write of one update per candidate, each re-checking the whole
-   claim filter (still pending, still due, ...) and setting a lease under a token of
-   its own, made before the call;
-3. read back, by id and token, the jobs whose update landed.
+   claim filter (still pending, still due, ...) and that the job is still the document
+   read (:func:`~mongosched.store.documents.claim_fence`: its ``rev``, which every
+   write that changes an unstarted job's fields or makes a job pending sets afresh),
+   and setting a lease under a token of its own, made before the call.
+
+When every update landed at the first try, the claimed jobs are the documents read
+with the claim applied (:func:`~mongosched.store.documents.claimed_document`). Otherwise
+(a racing claimer took some, one changed meanwhile, a reply was lost and the write
+repeated) a third round trip reads back, by id and token, the jobs whose update landed.
 
 Each job gets its own token, as a single claim would: every later write for it
 (renewal, permit, settlement) is fenced on a token that names that one lease. A racing
@@ -39,8 +45,10 @@ from . import codec
 from .documents import (
     CLAIM_SORT,
     RUNNING,
+    claim_fence,
     claim_query,
     claim_update,
+    claimed_document,
     dedupe_hold,
     malformed_update,
     set_also,
@@ -55,9 +63,9 @@ __all__ = ["MongoBatches"]
 
 log = logging.getLogger("mongosched.store")
 
-BATCH_FROM = 4
-"""A batched claim takes three round trips: up to three jobs are claimed one at a time,
-one round trip each."""
+BATCH_FROM = 3
+"""A batched claim takes two round trips (three when one of its updates missed): up to
+two jobs are claimed one at a time, one round trip each."""
 
 
 def settled_result(task: str, settlement: Settlement) -> tuple[Any, bytes | None]:
@@ -95,36 +103,39 @@ class MongoBatches(MongoPermits):
                 claimed.append(record)
             return claimed
         query = claim_query(tasks, queues, now)
-        ids = self._retrying(
-            "claim",
-            lambda _: [
-                doc["_id"]
-                for doc in self.jobs.find(query, {"_id": True}, sort=CLAIM_SORT, limit=limit)
-            ],
+        docs = self._retrying(
+            "claim", lambda _: list(self.jobs.find(query, sort=CLAIM_SORT, limit=limit))
         )
-        if not ids:
+        if not docs:
             return []
+        ids = [doc["_id"] for doc in docs]
         tokens = {job_id: codec.new_token() for job_id in ids}
-        updates = [
-            UpdateOne({**query, "_id": job_id}, claim_update(owner, token, now, lease_duration))
+        updates = {
+            job_id: claim_update(owner, token, now, lease_duration)
             for job_id, token in tokens.items()
-        ]
+        }
+        ops = [UpdateOne({**query, **claim_fence(doc)}, updates[doc["_id"]]) for doc in docs]
+        tries: list[int] = []
 
-        def write(_: int) -> None:
+        def write(attempt: int) -> int:
+            tries.append(attempt)
             try:
-                self.jobs.bulk_write(updates, ordered=False)
+                return self.jobs.bulk_write(ops, ordered=False).matched_count
             except BulkWriteError as exc:  # the others landed: read back what did
                 for error in exc.details.get("writeErrors", []):
                     log.warning("claim of job %s refused: %s", ids[error["index"]], error)
+                return -1
 
-        self._retrying("claim", write)
-        landed = {"_id": {"$in": ids}, "lease.token": {"$in": list(tokens.values())}}
-        docs = self._retrying("claim", lambda _: list(self.jobs.find(landed)))
-        mine = {
-            doc["_id"]: doc
-            for doc in docs
-            if doc.get("status") == RUNNING and doc["lease"]["token"] == tokens[doc["_id"]]
-        }
+        matched = self._retrying("claim", write)
+        if matched == len(ops) and len(tries) == 1:  # every one landed, as read
+            mine = {doc["_id"]: claimed_document(doc, updates[doc["_id"]]) for doc in docs}
+        else:  # some were taken or changed meanwhile, or a reply was lost: read back
+            landed = {"_id": {"$in": ids}, "lease.token": {"$in": list(tokens.values())}}
+            mine = {
+                doc["_id"]: doc
+                for doc in self._retrying("claim", lambda _: list(self.jobs.find(landed)))
+                if doc.get("status") == RUNNING and doc["lease"]["token"] == tokens[doc["_id"]]
+            }
         records = []
         for job_id in ids:  # in claim order
             doc = mine.get(job_id)

@@ -29,7 +29,7 @@ from ..records import (
     Settlement,
     evolved,
 )
-from .codec import CODEC_OPTIONS, is_schedule_id
+from .codec import CODEC_OPTIONS, is_schedule_id, new_token
 
 __all__ = [
     "CLAIM_SORT",
@@ -46,14 +46,17 @@ __all__ = [
     "RUNNING",
     "aware",
     "check_document",
+    "claim_fence",
     "claim_query",
     "claim_update",
+    "claimed_document",
     "malformed_update",
     "dedupe_hold",
     "edit_document",
     "edit_record",
     "ms",
     "query_document",
+    "revised",
     "set_also",
     "settle_update",
     "settled_record",
@@ -399,6 +402,7 @@ def claim_query(
 def claim_update(owner: str, token: str, now: datetime, lease_duration: float) -> dict[str, Any]:
     """The update of a claim: running under a lease ``token`` until ``now +
     lease_duration``, the attempt counted, a pending-scope dedupe key released."""
+    now = ms(now)
     lease = {
         "owner": owner,
         "token": token,
@@ -410,6 +414,33 @@ def claim_update(owner: str, token: str, now: datetime, lease_duration: float) -
         "$inc": {"attempts": 1},
         "$unset": {DEDUPE_FIELDS["pending"]: ""},
     }
+
+
+def revised(fields: dict[str, Any]) -> dict[str, Any]:
+    """``$set`` fields with a fresh ``rev``: what every write that changes an unstarted
+    job's fields, or makes a job pending, sets, so that a batched claim's fence
+    (:func:`claim_fence`) sees any change since it read the job."""
+    fields["rev"] = new_token()
+    return fields
+
+
+def claim_fence(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """What a batched claim adds to the claim filter for a job it read: still that
+    document, unchanged since (``rev``, see :func:`revised`; ``updated_at`` too), so
+    that the claimed job is :func:`claimed_document` of what was read."""
+    return {"_id": doc["_id"], "updated_at": doc.get("updated_at"), "rev": doc.get("rev")}
+
+
+def claimed_document(doc: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` as a :func:`claim_update` landing under :func:`claim_fence` leaves it,
+    computed instead of read back."""
+    claimed = dict(doc)
+    claimed.update(update["$set"])
+    for name, step in update["$inc"].items():
+        claimed[name] = claimed.get(name, 0) + step
+    for name in update["$unset"]:
+        claimed.pop(name, None)
+    return claimed
 
 
 def dedupe_hold(job: JobRecord) -> dict[str, Any]:
@@ -463,6 +494,8 @@ def settle_update(
     if s.last_run is not None:
         fields["last_run"] = last_run_document(s.last_run)
     update: dict[str, Any] = {"$set": fields}
+    if s.status is JobStatus.PENDING:
+        revised(fields)
     if s.status.is_final:
         fields["finished_at"] = s.now
         if s.expire_at is not None and not is_schedule_id(job_id):

@@ -12,7 +12,7 @@ from pymongo import ReturnDocument
 
 from ..records import JobRecord, JobStatus, Settlement
 from .connection import MongoConnection
-from .documents import FINAL, UNSTARTED, WAITING, ms, settle_update, to_record
+from .documents import FINAL, UNSTARTED, WAITING, ms, revised, settle_update, to_record
 
 __all__ = ["MongoFlow"]
 
@@ -38,7 +38,7 @@ class MongoFlow(MongoConnection):
             # since its claim and reads it back, mark included.
             self.jobs.update_many(
                 {"_id": {"$in": ids}, "has_dependents": {"$ne": True}},
-                {"$set": {"has_dependents": True, "updated_at": ms(now)}},
+                {"$set": revised({"has_dependents": True, "updated_at": ms(now)})},
             )
             return list(self.jobs.find({"_id": {"$in": ids}}, {"status": 1}))
 

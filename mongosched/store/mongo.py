@@ -57,6 +57,7 @@ from .documents import (
     dedupe_hold,
     ms,
     query_document,
+    revised,
     set_also,
     settle_update,
     to_document,
@@ -177,7 +178,7 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
                     "status": {"$in": [PENDING, JobStatus.PAUSED.value]},
                     "repeat": {"$ne": doc["repeat"]},
                 },
-                {"$set": {"run_at": doc["run_at"], "scheduled_for": doc["scheduled_for"]}},
+                {"$set": revised({"run_at": doc["run_at"], "scheduled_for": doc["scheduled_for"]})},
             ),
         )
         fields = {k: doc[k] for k in ("repeat", "queue", "priority", "max_attempts")}
@@ -185,7 +186,7 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
             "update schedule",
             lambda _: self.jobs.update_one(
                 {"_id": doc["_id"], "$or": [{k: {"$ne": v}} for k, v in fields.items()]},
-                {"$set": {**fields, "updated_at": now}, "$unset": {"edit": ""}},
+                {"$set": revised({**fields, "updated_at": now}), "$unset": {"edit": ""}},
             ),
         )
         return False
@@ -482,7 +483,7 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
             "update",
             lambda _: self.jobs.find_one_and_update(
                 {"_id": job.id, "status": PENDING},
-                {"$set": fields},
+                {"$set": revised(fields)},
                 return_document=ReturnDocument.AFTER,
             ),
         )
@@ -508,7 +509,7 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
                 "retry",
                 lambda _: self.jobs.find_one_and_update(
                     {"_id": job_id, "status": status.value},
-                    {"$set": fields, "$unset": unset},
+                    {"$set": revised(fields), "$unset": unset},
                     return_document=ReturnDocument.AFTER,
                 ),
             )

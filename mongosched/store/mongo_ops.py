@@ -36,6 +36,7 @@ from .documents import (
     edit_document,
     ms,
     query_document,
+    revised,
     settle_update,
     to_record,
 )
@@ -88,13 +89,15 @@ class MongoOperations(MongoPermits):
         # Most jobs have no dedupe key to hold again and no slot to restart: one write.
         plain = {**fence, "dedupe_key": {"$exists": False}, "repeat": {"$exists": False}}
         update = {
-            "$set": {
-                "status": PENDING,
-                "attempts": 0,
-                "run_at": ms(now),
-                "updated_at": ms(now),
-                "result": None,
-            },
+            "$set": revised(
+                {
+                    "status": PENDING,
+                    "attempts": 0,
+                    "run_at": ms(now),
+                    "updated_at": ms(now),
+                    "result": None,
+                }
+            ),
             "$unset": dict.fromkeys(
                 ("finished_at", "expire_at", "cancel_requested", "expires_at"), ""
             ),
@@ -225,7 +228,7 @@ class MongoOperations(MongoPermits):
             "resume",
             lambda _: self.jobs.find_one_and_update(
                 {"_id": job_id, "status": PAUSED},
-                {"$set": {"status": PENDING, "updated_at": ms(now)}},
+                {"$set": revised({"status": PENDING, "updated_at": ms(now)})},
                 return_document=ReturnDocument.AFTER,
             ),
         )
@@ -253,7 +256,7 @@ class MongoOperations(MongoPermits):
         doc = self._retrying(
             "edit schedule",
             lambda _: self.jobs.find_one_and_update(
-                fence, {"$set": fields}, return_document=ReturnDocument.AFTER
+                fence, {"$set": revised(fields)}, return_document=ReturnDocument.AFTER
             ),
         )
         return None if doc is None else to_record(doc)

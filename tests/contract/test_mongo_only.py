@@ -255,3 +255,99 @@ def test_a_result_is_encoded_once_on_its_way_to_the_server(
     for record in settled:
         assert record is not None and not isinstance(record, Exception)
         assert record.result == result == mongo_store.get(record.id).result  # type: ignore[union-attr]
+
+
+
+class _Watched:
+    """A store's jobs collection that records the calls made on it and can run
+    ``on_claim_read`` right after a claim has read its candidates."""
+
+    def __init__(self, collection: Any, on_claim_read: Any = None) -> None:
+        self.collection = collection
+        self.on_claim_read = on_claim_read
+        self.calls: list[str] = []
+
+    def find(self, filter: Any = None, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append("find")
+        found = list(self.collection.find(filter, *args, **kwargs))
+        if self.on_claim_read is not None and isinstance(filter, Mapping) and "run_at" in filter:
+            edit, self.on_claim_read = self.on_claim_read, None
+            edit()
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self.collection, name)
+        if callable(attribute):
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                self.calls.append(name)
+                return attribute(*args, **kwargs)
+
+            return call
+        return attribute
+
+
+def _watch(monkeypatch: pytest.MonkeyPatch, store: MongoStore, on_claim_read: Any = None) -> _Watched:
+    watched = _Watched(store.jobs, on_claim_read)
+    monkeypatch.setattr(type(store), "jobs", property(lambda self: watched))
+    return watched
+
+
+@pytest.mark.parametrize("change", ["args", "priority", "has_dependents"])
+def test_a_batched_claim_returns_a_job_edited_after_its_read_as_edited(
+    mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
+    """A batched claim computes the jobs it claimed from the documents it read, unless
+    one changed meanwhile (its ``rev``): a job edited between the read and the claim's
+    write is left pending, as edited, for the next claim, and the others are read back."""
+    from mongosched.records import PendingChanges
+
+    jobs = add(mongo_store, *[job(args=(n,)) for n in range(4)])
+    target = jobs[1]
+    edits: list[str] = []
+
+    def edit() -> None:
+        edits.append(change)
+        if change == "args":
+            assert mongo_store.update_pending(target, PendingChanges(args=("edited",)), T0)
+        elif change == "priority":
+            assert mongo_store.update_pending(target, PendingChanges(priority=5), T0)
+        else:
+            mongo_store.link_dependencies([target.id], T0)
+
+    watched = _watch(monkeypatch, mongo_store, edit)
+    got = mongo_store.claim_batch(
+        owner="me", tasks=["t"], queues=None, now=LATER, lease_duration=30.0, limit=4
+    )
+    monkeypatch.undo()
+    assert edits == [change]
+    assert watched.calls[-2:] == ["bulk_write", "find"]  # its update missed: read back
+    assert target.id not in {r.id for r in got} and len(got) == 3
+    for record in got:  # each claim is the job as stored
+        assert record == mongo_store.get(record.id)
+    again = mongo_store.claim_batch(
+        owner="me", tasks=["t"], queues=None, now=LATER, lease_duration=30.0, limit=4
+    )
+    assert [r.id for r in again] == [target.id]  # pending still, and claimed as edited
+    edited = again[0]
+    assert edited == mongo_store.get(target.id)
+    assert edited.args == (("edited",) if change == "args" else (1,))
+    assert edited.priority == (5 if change == "priority" else jobs[0].priority)
+    assert edited.has_dependents is (change == "has_dependents")
+
+
+def test_a_batched_claim_that_misses_nothing_is_two_round_trips(
+    mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claimed jobs are computed from the documents read, not read back: a read and
+    a write, and each record is what the store then holds."""
+    add(mongo_store, *[job(args=(n,)) for n in range(5)])
+    watched = _watch(monkeypatch, mongo_store)
+    got = mongo_store.claim_batch(
+        owner="me", tasks=["t"], queues=None, now=LATER, lease_duration=30.0, limit=4
+    )
+    monkeypatch.undo()
+    assert watched.calls == ["find", "bulk_write"]
+    assert [r.args for r in got] == [(0,), (1,), (2,), (3,)]
+    for record in got:
+        assert record == mongo_store.get(record.id)
