@@ -16,7 +16,7 @@ from mongosched.cli import main
 from mongosched.dashboard import StandaloneDashboard
 from mongosched.dashboard.actions import safe_next
 from mongosched.dashboard.auth import COOKIE, TokenAuth
-from mongosched.dashboard.http import Request
+from mongosched.dashboard.http import Request, mounted_request
 from mongosched.testing import drain
 from tests.support.dashboard import (
     TOKEN,
@@ -221,6 +221,43 @@ def test_no_token_no_dashboard(app: App) -> None:
 )
 def test_redirects_stay_on_the_dashboard(target: str, expected: str) -> None:
     assert safe_next(target) == expected
+
+
+@pytest.mark.parametrize(
+    "full_path, path, root, tail",
+    [
+        ("/ops/jobs/jobs/7", "jobs/7", "/ops/jobs", "/jobs/7"),
+        ("/ops/jobs/", "", "/ops/jobs", "/"),
+        ("/ops/jobs", "", "/ops/jobs", "/"),
+        ("/jobs/7", "jobs/7", "", "/jobs/7"),
+        ("/", "", "", "/"),
+    ],
+)
+def test_a_framework_request_is_split_at_the_mount_point(
+    full_path: str, path: str, root: str, tail: str
+) -> None:
+    """What the Flask and Django adapters build: links go under the mount point, the
+    form is read for POSTs only, header names are lower case."""
+    made = {
+        method: mounted_request(
+            method=method,
+            full_path=full_path,
+            path=path,
+            query=[("status", ("failed", "dead"))],
+            form=[("csrf_token", ["t"])],
+            headers=[("X-Forwarded-For", "10.0.0.1")],
+            scheme="https",
+            host="example.com",
+        )
+        for method in ("GET", "POST")
+    }
+    for request in made.values():
+        assert (request.root, request.path) == (root, tail)
+        assert request.url("/jobs") == root + "/jobs"
+        assert request.query == {"status": ["failed", "dead"]}
+        assert request.header("x-forwarded-for") == "10.0.0.1"
+        assert (request.scheme, request.host) == ("https", "example.com")
+    assert made["GET"].form == {} and made["POST"].field("csrf_token") == "t"
 
 
 def test_login_never_redirects_elsewhere(wsgi: StandaloneDashboard) -> None:

@@ -31,6 +31,7 @@ from flask import Blueprint, Response, current_app, request, session
 
 from ..app import App
 from ..dashboard import Dashboard, Request, Session
+from ..dashboard.http import mounted_request
 from .flask import MongoSched
 
 __all__ = ["SESSION_KEY", "dashboard_blueprint"]
@@ -97,16 +98,13 @@ def _session() -> Session:
 
 
 def _request(path: str) -> Request:
-    full = request.script_root + request.path
-    tail = "/" + path
-    root = full[: len(full) - len(tail)] if path and full.endswith(tail) else full.rstrip("/")
-    return Request(
+    return mounted_request(
         method=request.method,
-        path=tail,
-        root=root,
-        query={k: request.args.getlist(k) for k in request.args},
-        form={k: request.form.getlist(k) for k in request.form} if request.method == "POST" else {},
-        headers={k.lower(): v for k, v in request.headers.items()},
+        full_path=request.script_root + request.path,
+        path=path,
+        query=request.args.lists(),
+        form=request.form.lists(),
+        headers=request.headers.items(),
         scheme=request.scheme,
         host=request.host,
     )

@@ -15,6 +15,7 @@ __all__ = [
     "Request",
     "Response",
     "SECURITY_HEADERS",
+    "mounted_request",
     "query_string",
     "read_form",
     "redirect",
@@ -189,6 +190,39 @@ def request_from_environ(
         cookies=_cookies(headers.get("cookie", "")),
         scheme=str(environ.get("wsgi.url_scheme") or "http"),
         host=headers.get("host") or str(environ.get("SERVER_NAME") or ""),
+    )
+
+
+def mounted_request(
+    *,
+    method: str,
+    full_path: str,
+    path: str,
+    query: Iterable[tuple[str, Iterable[str]]],
+    form: Iterable[tuple[str, Iterable[str]]],
+    headers: Iterable[tuple[str, str]],
+    scheme: str,
+    host: str,
+) -> Request:
+    """A :class:`Request` from what a host framework's own request says (the Flask and
+    Django adapters): ``full_path`` is the request's whole URL path, ``path`` the part
+    below the dashboard's mount point as the framework matched it (``""`` at the mount
+    point), so ``root`` is what comes before it. ``query`` and ``form`` are each name
+    with all its values; the form is kept for POSTs only."""
+    tail = "/" + path
+    if path and full_path.endswith(tail):
+        root = full_path[: len(full_path) - len(tail)]
+    else:
+        root = full_path.rstrip("/")
+    return Request(
+        method=method,
+        path=tail,
+        root=root,
+        query={name: list(values) for name, values in query},
+        form={name: list(values) for name, values in form} if method == "POST" else {},
+        headers={name.lower(): value for name, value in headers},
+        scheme=scheme,
+        host=host,
     )
 
 

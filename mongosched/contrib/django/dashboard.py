@@ -23,6 +23,7 @@ from django.middleware.csrf import get_token
 from django.views.decorators.csrf import csrf_protect
 
 from ...dashboard import Dashboard, Request, Session
+from ...dashboard.http import mounted_request
 from .conf import get_app
 
 __all__ = ["INDEX_TEMPLATE", "dashboard", "link_from_admin", "page"]
@@ -32,16 +33,13 @@ INDEX_TEMPLATE = "mongosched/admin/index.html"
 
 
 def _request(request: HttpRequest, path: str) -> Request:
-    full = request.path
-    tail = "/" + path
-    root = full[: len(full) - len(tail)] if path and full.endswith(tail) else full.rstrip("/")
-    return Request(
+    return mounted_request(
         method=request.method or "GET",
-        path=tail,
-        root=root,
-        query={k: list(v) for k, v in request.GET.lists()},
-        form={k: list(v) for k, v in request.POST.lists()} if request.method == "POST" else {},
-        headers={k.lower(): v for k, v in request.headers.items()},
+        full_path=request.path,
+        path=path,
+        query=request.GET.lists(),
+        form=request.POST.lists(),
+        headers=request.headers.items(),
         scheme=request.scheme or "http",
         host=request.get_host(),
     )
