@@ -111,9 +111,16 @@ def test_every_route_but_the_assets_needs_the_token(
 
 
 def test_a_browser_without_the_token_is_sent_to_the_login_form(anonymous: Client) -> None:
-    reply = anonymous.get("/jobs?status=failed", headers={"Accept": "text/html"})
+    html = {"Accept": "text/html"}
+    reply = anonymous.get("/jobs?status=failed", headers=html)
     assert reply.status == 303
     assert reply.header("Location") == "/login?next=%2Fjobs%3Fstatus%3Dfailed"
+    # Every value of the query comes back after signing in (blank ones mean nothing).
+    reply = anonymous.get("/jobs?status=failed&status=dead&task=&page=2", headers=html)
+    assert reply.header("Location") == (
+        "/login?next=%2Fjobs%3Fstatus%3Dfailed%26status%3Ddead%26page%3D2"
+    )
+    assert anonymous.get("/jobs?task=", headers=html).header("Location") == "/login?next=%2Fjobs"
     # A POST from a browser is refused outright (never redirected and replayed).
     assert anonymous.post("/pause", headers={"Accept": "text/html"}).status == 401
 

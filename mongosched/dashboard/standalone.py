@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import threading
-import urllib.parse
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from .actions import safe_next
 from .auth import MIN_TOKEN_LENGTH, Identity, TokenAuth
 from .csrf import Session, same_origin, token_matches
-from .http import Request, Response, redirect, request_from_environ
+from .http import Request, Response, query_string, redirect, request_from_environ
 from .render import fmt
 from .routes import Dashboard
 from .static import asset
@@ -115,8 +114,9 @@ class StandaloneDashboard:
 
     def _refuse(self, request: Request) -> Response:
         if request.method in ("GET", "HEAD") and request.wants_html:
-            target = request.path + (("?" + _query(request)) if request.query else "")
-            return redirect(request.url("/login") + "?" + urllib.parse.urlencode({"next": target}))
+            pairs = [(name, v) for name, values in request.query.items() for v in values]
+            target = request.path + query_string(pairs)
+            return redirect(request.url("/login") + query_string([("next", target)]))
         return Response(
             "authentication required: send the dashboard token as a Bearer token or as "
             "the password of Basic auth\n",
@@ -222,10 +222,6 @@ class StandaloneDashboard:
         response = redirect(request.url("/login"))
         response.headers.append(("Set-Cookie", self._set_cookie(request, "", 0)))
         return response
-
-
-def _query(request: Request) -> str:
-    return urllib.parse.urlencode([(k, v) for k, values in request.query.items() for v in values])
 
 
 # Serving ------------------------------------------------------------------------------------
