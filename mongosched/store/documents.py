@@ -24,7 +24,9 @@ from ..records import (
     JobStatus,
     LastRun,
     LeaseInfo,
+    PendingChanges,
     Progress,
+    ScheduleChanges,
     ScheduleEdit,
     Settlement,
     evolved,
@@ -53,6 +55,7 @@ __all__ = [
     "malformed_update",
     "dedupe_hold",
     "edit_document",
+    "edit_fields",
     "edit_record",
     "ms",
     "query_document",
@@ -414,6 +417,19 @@ def claim_update(owner: str, token: str, now: datetime, lease_duration: float) -
         "$inc": {"attempts": 1},
         "$unset": {DEDUPE_FIELDS["pending"]: ""},
     }
+
+
+def edit_fields(changes: PendingChanges | ScheduleChanges, now: datetime) -> dict[str, Any]:
+    """The ``$set`` fields an edit of an unstarted job (a pending job's, a schedule's)
+    begins with: ``updated_at``, and the priority, queue and due time it changes."""
+    fields: dict[str, Any] = {"updated_at": ms(now)}
+    if changes.priority is not None:
+        fields["priority"] = changes.priority
+    if changes.queue is not None:
+        fields["queue"] = changes.queue
+    if changes.run_at is not None:
+        fields["run_at"] = ms(changes.run_at)
+    return fields
 
 
 def revised(fields: dict[str, Any]) -> dict[str, Any]:

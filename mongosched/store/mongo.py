@@ -55,6 +55,7 @@ from .documents import (
     claim_query,
     claim_update,
     dedupe_hold,
+    edit_fields,
     ms,
     query_document,
     revised,
@@ -467,13 +468,7 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
     def update_pending(
         self, job: JobRecord, changes: PendingChanges, now: datetime
     ) -> JobRecord | None:
-        fields: dict[str, Any] = {"updated_at": now}
-        if changes.priority is not None:
-            fields["priority"] = changes.priority
-        if changes.queue is not None:
-            fields["queue"] = changes.queue
-        if changes.run_at is not None:
-            fields["run_at"] = ms(changes.run_at)
+        fields = edit_fields(changes, now)
         if changes.args is not None or changes.kwargs is not None:
             args = job.args if changes.args is None else changes.args
             kwargs = job.kwargs if changes.kwargs is None else changes.kwargs

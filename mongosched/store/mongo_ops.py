@@ -34,6 +34,7 @@ from .documents import (
     RUNNING,
     aware,
     edit_document,
+    edit_fields,
     ms,
     query_document,
     revised,
@@ -237,15 +238,11 @@ class MongoOperations(MongoPermits):
     def update_schedule(
         self, job: JobRecord, changes: ScheduleChanges, now: datetime
     ) -> JobRecord | None:
-        fields: dict[str, Any] = {"updated_at": ms(now)}
+        fields = edit_fields(changes, now)
+        if changes.run_at is not None:
+            fields["scheduled_for"] = fields["run_at"]
         if changes.repeat is not None:
             fields["repeat"] = dict(changes.repeat)
-        if changes.run_at is not None:
-            fields["run_at"] = fields["scheduled_for"] = ms(changes.run_at)
-        if changes.priority is not None:
-            fields["priority"] = changes.priority
-        if changes.queue is not None:
-            fields["queue"] = changes.queue
         if changes.edit is not None:
             fields["edit"] = edit_document(changes.edit)
         fence = {
