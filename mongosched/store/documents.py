@@ -555,14 +555,21 @@ def set_also(update: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, 
 
 def unchanged_since_claim(job: JobRecord) -> dict[str, Any]:
     """Conditions that hold while a running job is as its holder claimed it, but for
-    its lease's renewals: nobody asked to cancel it, nothing wrote to it (every such
-    write sets ``updated_at``, but for progress, checked on its own). A settlement
+    its lease's renewals: nothing wrote to it (every such write sets ``updated_at``,
+    but for progress, checked whole on its own). ``updated_at`` is in milliseconds: a
+    write within the millisecond of the claim leaves it as claimed, so the fields such
+    writes set are checked too (a cancel requested, dependents linked). A settlement
     landing under them leaves exactly :func:`settled_record`."""
-    return {
-        "updated_at": job.updated_at,
-        "cancel_requested": {"$ne": True},
-        **({"progress.at": job.progress.at} if job.progress else {"progress": None}),
-    }
+    fence: dict[str, Any] = {"updated_at": job.updated_at, "cancel_requested": {"$ne": True}}
+    p = job.progress  # maybe a previous attempt's, of this one's millisecond: whole
+    if p is None:
+        fence["progress"] = None
+    else:
+        fence.update({"progress.at": p.at, "progress.value": p.value})
+        fence["progress.message"] = p.message
+    if not job.has_dependents:
+        fence["has_dependents"] = {"$ne": True}
+    return fence
 
 
 def settled_record(job: JobRecord, settlement: Settlement, result: Any) -> JobRecord:

@@ -13,7 +13,8 @@ from mongosched.records import JobQuery
 from mongosched.store.documents import INDEXES, PERMIT_INDEXES
 from mongosched.store.mongo import MongoStore
 
-from .helpers import LATER, T0, add, claimed, job, sec
+from .helpers import LATER, T0, add, claimed, job, sec, succeeded
+from .test_settle_fence import WHEN, WRITES, claimed_pair
 
 if TYPE_CHECKING:
     from tests.support.server_fixtures import SharedDatabase
@@ -351,3 +352,28 @@ def test_a_batched_claim_that_misses_nothing_is_two_round_trips(
     assert [r.args for r in got] == [(0,), (1,), (2,), (3,)]
     for record in got:
         assert record == mongo_store.get(record.id)
+
+
+@pytest.mark.parametrize("write", [None, *(n for n, w in WRITES.items() if not w.repeating)])
+def test_a_batched_settlement_of_a_job_written_since_its_claim_is_settled_alone(
+    mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch, write: str | None
+) -> None:
+    """settle_many computes the records of the settlements that landed as claimed: one
+    bulk write. A job written to since its claim, even within the claim's millisecond
+    (``updated_at`` unchanged), fails that fence: the ids are read back and that job is
+    settled alone, as :meth:`MongoStore.settle` settles it (the bystander is not)."""
+    target, bystander = claimed_pair(mongo_store, write or "progress")
+    if write is not None:
+        WRITES[write].make(mongo_store, target, WHEN["same_ms"])
+    at = LATER + sec(2)
+    watched = _watch(monkeypatch, mongo_store)
+    results = mongo_store.settle_many(
+        [(target, succeeded(target, at)), (bystander, succeeded(bystander, at))]
+    )
+    monkeypatch.undo()
+    if write is None:
+        assert watched.calls == ["bulk_write"]
+    else:
+        assert watched.calls[:2] == ["bulk_write", "find"]  # the ids, read back
+        assert set(watched.calls[2:]) == {"find_one_and_update"}  # the target, alone
+    assert results == [mongo_store.get(target.id), mongo_store.get(bystander.id)]
