@@ -206,9 +206,16 @@ def test_a_keyed_concurrency_limit_holds_per_key(make_app: Callable[..., App]) -
             running[tenant] -= 1
 
     jobs = [work.schedule(tenant=t) for t in ("a", "a", "a", "b", "c")]
+    due = {j.id: j.run_at for j in jobs}
+
+    def held_back(job: Any) -> bool:  # claimed, then given back due later, unrun
+        job.refresh()
+        return job.status is JobStatus.PENDING and job.run_at > due[job.id] and not job.attempts
+
     runner = app.runner(workers=4).start()
     wait_for(lambda: sum(running.values()) == 3, timeout=10, message="one per tenant running")
-    time.sleep(0.2)
+    # A free worker claimed each of the other two of tenant a and gave it back unrun.
+    wait_for(lambda: sum(map(held_back, jobs[:3])) == 2, timeout=10, message="a's others held")
     assert running == {"a": 1, "b": 1, "c": 1}
     gate.set()
     wait_for(lambda: all(j.refresh().is_finished for j in jobs), timeout=20, message="all done")
