@@ -8,12 +8,12 @@ A batched claim takes up to ``limit`` due jobs in two round trips whatever the l
    sort);
 2. one unordered bulk write of one update per candidate, each re-checking the whole
    claim filter (still pending, still due, ...) and that the job is still the document
-   read (:func:`~mongosched.store.documents.claim_fence`: its ``rev``, which every
+   read (:func:`~mongosched.store.updates.claim_fence`: its ``rev``, which every
    write that changes an unstarted job's fields or makes a job pending sets afresh),
    and setting a lease under a token of its own, made before the call.
 
 When every update landed at the first try, the claimed jobs are the documents read
-with the claim applied (:func:`~mongosched.store.documents.claimed_document`). Otherwise
+with the claim applied (:func:`~mongosched.store.updates.claimed_document`). Otherwise
 (a racing claimer took some, one changed meanwhile, a reply was lost and the write
 repeated) a third round trip reads back, by id and token, the jobs whose update landed.
 
@@ -42,9 +42,9 @@ from pymongo.errors import BulkWriteError
 from ..errors import MalformedJob, SerializationError
 from ..records import JobRecord, Settlement
 from . import codec
-from .documents import (
-    CLAIM_SORT,
-    RUNNING,
+from .documents import CLAIM_SORT, RUNNING, to_record
+from .permits import MongoPermits
+from .updates import (
     claim_fence,
     claim_query,
     claim_update,
@@ -54,10 +54,8 @@ from .documents import (
     set_also,
     settle_update,
     settled_record,
-    to_record,
     unchanged_since_claim,
 )
-from .permits import MongoPermits
 
 __all__ = ["MongoBatches"]
 

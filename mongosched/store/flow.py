@@ -12,7 +12,8 @@ from pymongo import ReturnDocument
 
 from ..records import JobRecord, JobStatus, Settlement
 from .connection import MongoConnection
-from .documents import FINAL, UNSTARTED, WAITING, ms, revised, settle_update, to_record
+from .documents import FINAL, UNSTARTED, WAITING, ms, to_record
+from .updates import revised, settle_update
 
 __all__ = ["MongoFlow"]
 

@@ -52,21 +52,23 @@ from .documents import (
     PENDING,
     RUNNING,
     UNSTARTED,
-    claim_query,
-    claim_update,
-    dedupe_hold,
-    edit_fields,
     ms,
     query_document,
-    revised,
-    set_also,
-    settle_update,
     to_document,
     to_record,
 )
 from .flow import MongoFlow
 from .limits import MongoLimits
 from .mongo_ops import MongoOperations
+from .updates import (
+    claim_query,
+    claim_update,
+    dedupe_hold,
+    edit_fields,
+    revised,
+    set_also,
+    settle_update,
+)
 from .watch import MongoWatch
 
 __all__ = ["MongoStore"]

@@ -29,19 +29,9 @@ from ..records import (
     WorkerInfo,
 )
 from . import codec
-from .documents import (
-    PENDING,
-    RUNNING,
-    aware,
-    edit_document,
-    edit_fields,
-    ms,
-    query_document,
-    revised,
-    settle_update,
-    to_record,
-)
+from .documents import PENDING, RUNNING, aware, edit_document, ms, query_document, to_record
 from .permits import MongoPermits
+from .updates import edit_fields, revised, settle_update
 
 __all__ = ["MongoOperations"]
 

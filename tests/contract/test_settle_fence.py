@@ -3,7 +3,7 @@ on a running job between its claim and its holder's batched settlement is kept, 
 record settle_many returns is the job as stored.
 
 A store may compute the settled records instead of reading them back (MongoStore does,
-fenced on the job being as claimed: ``documents.unchanged_since_claim``). These tests
+fenced on the job being as claimed: ``updates.unchanged_since_claim``). These tests
 prove that fence sees each such write, including one made within the millisecond of the
 claim (``updated_at`` unchanged), made deterministic by fixed times.
 """
