@@ -159,7 +159,7 @@ class Claim:
                     renewal = store.renew(self.job_id, self.token, now, until)
                     held, cancel = renewal.held, renewal.cancel_requested
             except StoreError as exc:
-                if keeper.now() < self.until:
+                if keeper.now() <= self.until:  # a lease holds through its last instant
                     log.warning("heartbeat for job %s failed (%s); will retry", self.job_id, exc)
                     return True
                 held, cancel = False, False

@@ -107,3 +107,36 @@ def test_heartbeat_threads_renew_long_jobs_and_never_touch_short_ones(
     assert runner.stop(timeout=10)
     assert not set(renewed) & {job.id for job in shorts}
     assert {job.refresh().status for job in longs} == {JobStatus.COMPLETED}
+
+
+def test_a_failed_renewal_keeps_the_lease_through_its_last_instant() -> None:
+    """A renewal that fails (the database unreachable) before the lease has run out is
+    retried at the next beat; only once the lease is over (the instant after ``until``:
+    the store itself holds a lease through ``until``, a reaper takes it only later) is
+    it lost, and the claim gives up (and with it its concurrency slot)."""
+    from datetime import timedelta
+
+    from mongosched.errors import StoreError
+    from mongosched.testing import FakeClock
+
+    clock = FakeClock()
+    app = App("memory://", clock=clock)
+    task = app.task(name="t")(lambda: None)
+    task.schedule()
+    runner = app.runner(workers=1)
+    claim = runner.claim_next()
+    assert claim is not None
+    store = runner.store
+
+    def unreachable(*args: object, **kwargs: object) -> object:
+        raise StoreError("injected: unreachable")
+
+    renew, store.renew = store.renew, unreachable  # type: ignore[method-assign]
+    try:
+        clock.set(claim.until)
+        assert claim.renew() and not claim.lost  # its last instant: retried later
+        clock.set(claim.until + timedelta(milliseconds=1))
+        assert not claim.renew() and claim.lost  # over: given up
+    finally:
+        store.renew = renew  # type: ignore[method-assign]
+    app.close()
