@@ -372,6 +372,19 @@ def test_overview_counts_per_queue_and_task_and_draws_the_chart(
     assert '/jobs?queue=hostile&amp;status=failed">1</a>' in body
 
 
+def test_a_page_reads_the_workers_and_the_pauses_once(
+    sched: App, jobs: dict[str, Any], browser: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[str] = []
+    for name in ("workers", "pauses"):
+        real = getattr(sched, name)
+        monkeypatch.setattr(sched, name, lambda real=real, name=name: reads.append(name) or real())
+    for path in ("/", "/jobs"):
+        reads.clear()
+        assert browser.get(path).status == 200
+        assert reads.count("workers") <= 1 and reads.count("pauses") <= 1, (path, reads)
+
+
 def test_overview_shows_how_late_the_oldest_due_job_is(make_app: Callable[..., App]) -> None:
     from mongosched.testing import FakeClock
 

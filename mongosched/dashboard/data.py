@@ -169,7 +169,7 @@ class Operations:
         for name in self.app.tasks:
             tasks.setdefault(name, Row(name))
         queues: dict[str, Row] = {}
-        for name in self.known_queues():
+        for name in self.known_queues(pauses=pauses):
             counts = {
                 status.value: self.app.count_jobs(queue=name, status=status)
                 for status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED)
@@ -204,22 +204,26 @@ class Operations:
             due_capped=capped,
         )
 
-    def known_queues(self) -> list[str]:
+    def known_queues(
+        self, *, workers: list[WorkerInfo] | None = None, pauses: list[Pause] | None = None
+    ) -> list[str]:
         """Queues named by the app's tasks and runners, holding pending jobs (from the
-        claim index), served by a live worker, or paused."""
+        claim index), served by a live worker, or paused. ``workers`` and ``pauses``:
+        already read for this page (else read here)."""
         names = {task.queue for task in self.app.tasks.values()}
         names.update(self.app.queues or ())
         names.update(self.app.store.pending_queues())
-        for worker in self.app.workers():
+        for worker in self.app.workers() if workers is None else workers:
             names.update(worker.queues or ())
-        names.update(p.name for p in self.app.pauses() if p.kind == "queue")
+        pauses = self.app.pauses() if pauses is None else pauses
+        names.update(p.name for p in pauses if p.kind == "queue")
         return sorted(names)
 
-    def task_names(self) -> list[str]:
+    def task_names(self, *, workers: list[WorkerInfo] | None = None) -> list[str]:
         """The tasks registered here or by a live worker (the filter's suggestions;
-        cheap: no read of the jobs)."""
+        cheap: no read of the jobs). ``workers``: already read for this page."""
         names = set(self.app.tasks)
-        for worker in self.app.workers():
+        for worker in self.app.workers() if workers is None else workers:
             names.update(worker.tasks)
         return sorted(names)
 

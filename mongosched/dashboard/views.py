@@ -245,8 +245,11 @@ def read_page(ctx: Context) -> int:
 
 
 def filter_form(ctx: Context, ops: Operations, filters: Filters, sort: tuple[str, int]) -> Markup:
-    tasks = join(fmt('<option value="{}">', name) for name in ops.task_names())
-    queues = join(fmt('<option value="{}">', name) for name in ops.known_queues())
+    workers = ops.workers()  # read once for both suggestion lists
+    tasks = join(fmt('<option value="{}">', name) for name in ops.task_names(workers=workers))
+    queues = join(
+        fmt('<option value="{}">', name) for name in ops.known_queues(workers=workers)
+    )
     statuses = join(
         fmt(
             '<label class="check"><input type="checkbox" name="status" value="{}"{}> {}</label>',
