@@ -15,7 +15,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from ..records import Admission
@@ -115,17 +114,21 @@ class MongoLimits(MongoConnection):
             for _ in range(3):
                 if self._upserted(query, update):
                     return Admission(True)
-                if self.limits.find_one({"_id": doc_id, "holders.k": token}, {"_id": 1}):
+                # Refused: one read says why. Taken already, or full; no document is a
+                # racing first upsert (try again).
+                doc = self.limits.find_one({"_id": doc_id}, {"holders": 1})
+                if doc is None:
+                    continue
+                holders = doc.get("holders") or []
+                if any(held.get("k") == token for held in holders):
                     return Admission(True)
-                # Full, or a racing first upsert. Free the slots of lapsed holders (a
-                # crashed runner's): a slot returns once its holder's lease ran out.
-                freed = self.limits.find_one_and_update(
-                    {"_id": doc_id, "holders.until": {"$lt": now}},
-                    {"$pull": {"holders": {"until": {"$lt": now}}}},
-                    return_document=ReturnDocument.AFTER,
-                )
-                if freed is None and self.limits.find_one({"_id": doc_id}) is not None:
+                if not any(aware(held["until"]) < now for held in holders):
                     return Admission(False)
+                # Free the slots of lapsed holders (a crashed runner's): a slot returns
+                # once its holder's lease ran out; then try again.
+                self.limits.update_one(
+                    {"_id": doc_id}, {"$pull": {"holders": {"until": {"$lt": now}}}}
+                )
             return Admission(False)
 
         return self._retrying("take slot", attempt)
