@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..records import UNSTARTED_STATUSES as UNSTARTED
 from ..records import Admission, JobRecord, JobStatus, Settlement
 from .memory_jobs import Entry, StoredJob, ms
 from .memory_limits import Limits
 
 __all__ = ["FlowIndex", "MemoryFlow"]
 
-UNSTARTED = (JobStatus.PENDING, JobStatus.WAITING)
 SLACK = 1024
 
 
