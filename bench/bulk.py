@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 import uuid
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bson import ObjectId  # noqa: E402
 
+from bench.harness import start_stand_in  # noqa: E402
 from mongosched import App, JobStatus  # noqa: E402
 from mongosched.records import ErrorInfo, JobRecord  # noqa: E402
 from mongosched.store.documents import to_document  # noqa: E402
@@ -159,16 +159,6 @@ def measure(
             f"{row['largest_write_ids']}",
             flush=True,
         )
-
-
-def start_stand_in() -> tuple[subprocess.Popen[str], str]:
-    command = [sys.executable, "-m", "tests.support.server"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    uri = process.stdout.readline().strip() if process.stdout else ""
-    if not uri.startswith("mongodb://"):
-        process.kill()
-        raise SystemExit(f"the stand-in server did not start (it said {uri!r})")
-    return process, uri
 
 
 def main() -> None:

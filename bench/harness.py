@@ -38,6 +38,8 @@ __all__ = [
     "free_port",
     "load",
     "measure",
+    "start_server",
+    "start_stand_in",
     "start_stub",
     "tree_cpu",
 ]
@@ -198,13 +200,23 @@ def stop(process: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
             process.wait(5)
 
 
-def start_stub() -> tuple[subprocess.Popen[str], str]:
-    """bench/stub_server.py in a process of its own; returns it and its URI."""
-    process = subprocess.Popen(
-        [sys.executable, str(BENCH / "stub_server.py")], stdout=subprocess.PIPE, text=True
-    )
+def start_server(command: Sequence[str], name: str) -> tuple[subprocess.Popen[str], str]:
+    """A test server in a process of its own, which prints its URI when ready;
+    returns it and its URI."""
+    process = subprocess.Popen(list(command), cwd=ROOT, stdout=subprocess.PIPE, text=True)
     uri = process.stdout.readline().strip() if process.stdout else ""
     if not uri.startswith("mongodb://"):
         process.kill()
-        raise RuntimeError(f"the stub server did not start (it said {uri!r})")
+        raise RuntimeError(f"the {name} did not start (it said {uri!r})")
     return process, uri
+
+
+def start_stub() -> tuple[subprocess.Popen[str], str]:
+    """bench/stub_server.py in a process of its own; returns it and its URI."""
+    return start_server([sys.executable, str(BENCH / "stub_server.py")], "stub server")
+
+
+def start_stand_in() -> tuple[subprocess.Popen[str], str]:
+    """tests/support/server.py (the tests' wire-protocol stand-in) in a
+    process of its own; returns it and its URI."""
+    return start_server([sys.executable, "-m", "tests.support.server"], "stand-in server")

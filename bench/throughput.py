@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -38,7 +37,7 @@ from pymongo import monitoring
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import start_stub  # noqa: E402
+from bench.harness import start_stand_in, start_stub  # noqa: E402
 from mongosched import App  # noqa: E402
 
 GOAL_RATE, GOAL_RATIO = 2_000, 1.5
@@ -291,17 +290,6 @@ def report_wire(label: str, r: dict[str, Any], workers: int, stand_in: bool) -> 
         + ", ".join(f"{k} {v:,.0f}" for k, v in r["thread_cpu_us_per_job"].items()),
         *[f"  note: {STAND_IN_NOTE}"] * stand_in,
     )
-
-
-def start_stand_in() -> tuple[subprocess.Popen[str], str]:
-    """tests/support/server.py in a process of its own; it prints its URI when ready."""
-    command = [sys.executable, "-m", "tests.support.server"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    uri = process.stdout.readline().strip() if process.stdout else ""
-    if not uri.startswith("mongodb://"):
-        process.kill()
-        raise SystemExit(f"the stand-in server did not start (it said {uri!r})")
-    return process, uri
 
 
 def main() -> None:
