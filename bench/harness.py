@@ -150,25 +150,26 @@ def measure(
     )
     try:
         deadline = time.monotonic() + timeout
-        left = remaining()
-        while left >= total:
+
+        def poll(stalled: str) -> int:
+            """Wait one interval and read what is left; the worker must live and
+            finish by the deadline (else ``stalled`` and the timeout say why)."""
             if worker.poll() is not None:
                 raise RuntimeError(f"{result.system}: the worker exited ({worker.returncode})")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{result.system}: no job taken in {timeout:.0f} s")
+                raise RuntimeError(f"{result.system}: {stalled} {timeout:.0f} s")
             time.sleep(interval)
-            left = remaining()
+            return remaining()
+
+        left = remaining()
+        while left >= total:
+            left = poll("no job taken in")
         started, cpu = time.perf_counter(), tree_cpu(worker.pid)
         server_cpu = {name: tree_cpu(pid) for name, pid in servers.items()}
         requests_before = requests() if requests else 0
         first_left, polls = left, 0
         while left > 0:
-            if worker.poll() is not None:
-                raise RuntimeError(f"{result.system}: the worker exited ({worker.returncode})")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{result.system}: {left} jobs left after {timeout:.0f} s")
-            time.sleep(interval)
-            left = remaining()
+            left = poll(f"{left} jobs left after")
             polls += 1
         result.seconds = time.perf_counter() - started
         result.cpu_seconds = tree_cpu(worker.pid) - cpu
