@@ -44,6 +44,15 @@ def tool(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
+def fresh_redis() -> Any:
+    """A client of the Redis at ``BENCH_REDIS_URL``, its database emptied."""
+    import redis
+
+    client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+    client.flushdb()
+    return client
+
+
 def redis_counter() -> Callable[[], int]:
     import redis
 
@@ -84,10 +93,8 @@ def run(system: str, jobs: int, workers: int, processes: int, log: Path | None) 
         result.note = "huey_consumer -k thread"
     elif system == "dramatiq-redis":
         import dramatiq_app
-        import redis
 
-        client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
-        client.flushdb()
+        client = fresh_redis()
         for _ in range(jobs):
             dramatiq_app.noop.send()
         remaining = lambda: int(client.hlen("dramatiq:default.msgs"))  # noqa: E731
@@ -96,10 +103,8 @@ def run(system: str, jobs: int, workers: int, processes: int, log: Path | None) 
         result.note = "1 process"
     elif system == "celery-redis":
         import celery_app
-        import redis
 
-        client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
-        client.flushdb()
+        client = fresh_redis()
         for _ in range(jobs):
             celery_app.noop.delay()
 
@@ -114,12 +119,10 @@ def run(system: str, jobs: int, workers: int, processes: int, log: Path | None) 
         requests = redis_counter()
         result.note = "--pool threads"
     elif system == "rq-redis":
-        import redis
         import rq
         import rq_app
 
-        client = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
-        client.flushdb()
+        client = fresh_redis()
         queue = rq.Queue(connection=client)
         for _ in range(jobs):
             queue.enqueue(rq_app.noop, result_ttl=0)
