@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.support.waiting import wait_for
 from tests.test_processes import connected, runs_by_job, scheduler, workers
 
 if TYPE_CHECKING:
@@ -37,25 +38,19 @@ def most_in_a_window(times: list[datetime], window: timedelta) -> int:
 
 
 def wait_all(db: Any, ids: list[Any], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        done = db.mongosched_jobs.count_documents(
-            {
-                "_id": {"$in": ids},
-                "status": {"$in": ["completed", "failed", "cancelled", "expired"]},
-            }
-        )
-        if done == len(ids):
-            return
-        assert time.monotonic() < deadline, f"{done} of {len(ids)} jobs finished"
-        time.sleep(0.1)
+    """Wait until every job of ``ids`` has finished (any final status)."""
+    final = ["completed", "failed", "cancelled", "expired"]
+    query = {"_id": {"$in": ids}, "status": {"$in": final}}
+    wait_for(
+        lambda: db.mongosched_jobs.count_documents(query) == len(ids),
+        timeout=timeout,
+        interval=0.1,
+        message=f"all {len(ids)} jobs to finish",
+    )
 
 
 def up(procs: list[Any]) -> None:
-    deadline = time.monotonic() + 30
-    while not all(w.started() for w in procs):
-        assert time.monotonic() < deadline, "workers up"
-        time.sleep(0.05)
+    wait_for(lambda: all(w.started() for w in procs), timeout=30, message="workers up")
 
 
 def test_a_rate_limit_holds_across_processes(shared_db: SharedDatabase, tmp_path: Path) -> None:
