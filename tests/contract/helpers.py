@@ -52,6 +52,20 @@ def claim(
     )
 
 
+def batch(
+    store: Store,
+    limit: int,
+    tasks: tuple[str, ...] = ("t",),
+    queues: tuple[str, ...] | None = None,
+    owner: str = "me",
+    now: datetime = LATER,
+) -> list[JobRecord]:
+    """Claim up to ``limit`` jobs at once (``claim_batch``)."""
+    return store.claim_batch(
+        owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=LEASE, limit=limit
+    )
+
+
 def claimed(store: Store, **options: Any) -> JobRecord:
     """Claim a job that must be there."""
     got = claim(store, **options)

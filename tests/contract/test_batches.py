@@ -17,6 +17,7 @@ from .helpers import (
     LEASE,
     T0,
     add,
+    batch,
     claim,
     given_back,
     ids,
@@ -28,19 +29,6 @@ from .helpers import (
     token,
 )
 from .test_atomicity import race
-
-
-def batch(
-    store: Store,
-    limit: int,
-    tasks: tuple[str, ...] = ("t",),
-    queues: tuple[str, ...] | None = None,
-    owner: str = "me",
-    now: Any = LATER,
-) -> list[Any]:
-    return store.claim_batch(
-        owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=LEASE, limit=limit
-    )
 
 
 def test_a_batch_takes_up_to_its_limit_in_claim_order(store: Store) -> None:

@@ -13,7 +13,7 @@ from mongosched.records import JobQuery
 from mongosched.store.documents import INDEXES, PERMIT_INDEXES
 from mongosched.store.mongo import MongoStore
 
-from .helpers import LATER, T0, add, claimed, job, sec, succeeded
+from .helpers import LATER, T0, add, batch, claimed, job, sec, succeeded
 from .test_settle_fence import WHEN, WRITES, claimed_pair
 
 if TYPE_CHECKING:
@@ -317,18 +317,14 @@ def test_a_batched_claim_returns_a_job_edited_after_its_read_as_edited(
             mongo_store.link_dependencies([target.id], T0)
 
     watched = _watch(monkeypatch, mongo_store, edit)
-    got = mongo_store.claim_batch(
-        owner="me", tasks=["t"], queues=None, now=LATER, lease_duration=30.0, limit=4
-    )
+    got = batch(mongo_store, 4)
     monkeypatch.undo()
     assert edits == [change]
     assert watched.calls[-2:] == ["bulk_write", "find"]  # its update missed: read back
     assert target.id not in {r.id for r in got} and len(got) == 3
     for record in got:  # each claim is the job as stored
         assert record == mongo_store.get(record.id)
-    again = mongo_store.claim_batch(
-        owner="me", tasks=["t"], queues=None, now=LATER, lease_duration=30.0, limit=4
-    )
+    again = batch(mongo_store, 4)
     assert [r.id for r in again] == [target.id]  # pending still, and claimed as edited
     edited = again[0]
     assert edited == mongo_store.get(target.id)
@@ -344,9 +340,7 @@ def test_a_batched_claim_that_misses_nothing_is_two_round_trips(
     a write, and each record is what the store then holds."""
     add(mongo_store, *[job(args=(n,)) for n in range(5)])
     watched = _watch(monkeypatch, mongo_store)
-    got = mongo_store.claim_batch(
-        owner="me", tasks=["t"], queues=None, now=LATER, lease_duration=30.0, limit=4
-    )
+    got = batch(mongo_store, 4)
     monkeypatch.undo()
     assert watched.calls == ["find", "bulk_write"]
     assert [r.args for r in got] == [(0,), (1,), (2,), (3,)]

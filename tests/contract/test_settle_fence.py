@@ -19,7 +19,7 @@ import pytest
 from mongosched.records import JobRecord, JobStatus, Settlement
 from mongosched.store import Store
 
-from .helpers import LATER, LEASE, T0, add, cancelled, job, raised, sec, succeeded, token
+from .helpers import LATER, T0, add, batch, cancelled, job, raised, sec, succeeded, token
 
 DECLARED = "schedule:t"
 
@@ -94,15 +94,11 @@ def claimed_pair(store: Store, name: str) -> tuple[JobRecord, JobRecord]:
     else:
         add(store, job(max_attempts=3, priority=1), job(priority=9))
     if name == "progress_again":  # a first attempt that wrote progress at WHEN, retried
-        [first] = store.claim_batch(
-            owner="me", tasks=["t"], queues=None, now=LATER, lease_duration=LEASE, limit=1
-        )
+        [first] = batch(store, 1)
         assert store.write_progress(first.id, token(first), 0.25, "a quarter", WHEN["same_ms"])
         retried = store.settle(first, raised(first, LATER))
         assert retried is not None and retried.status is JobStatus.PENDING
-    target, bystander = store.claim_batch(
-        owner="me", tasks=["t"], queues=None, now=LATER, lease_duration=LEASE, limit=2
-    )
+    target, bystander = batch(store, 2)
     assert target.updated_at == LATER and bystander.priority == 9
     return target, bystander
 
@@ -135,9 +131,7 @@ def test_settle_many_of_a_cancelled_job_ends_it_as_settle_would(store: Store, wh
     """A cancel requested within the claim's millisecond is honoured by a batched
     settlement exactly as by a single one (the same job, claimed twice)."""
     add(store, job(max_attempts=3), job(max_attempts=3))
-    one, two = store.claim_batch(
-        owner="me", tasks=["t"], queues=None, now=LATER, lease_duration=LEASE, limit=2
-    )
+    one, two = batch(store, 2)
     for running in (one, two):
         assert store.request_cancel(running.id, WHEN[when]) is not None
     at = LATER + sec(2)
