@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mongosched import App, JobStatus
+from mongosched import App, JobStatus, Task
 from mongosched.errors import ConfigurationError, JobNotFound
 from mongosched.events import Event
 from mongosched.limits import RateLimit
@@ -31,6 +31,18 @@ def events(app: App, name: str) -> list[Event]:
     seen: list[Event] = []
     app.on(name, seen.append)
     return seen
+
+
+def failing_steps(app: App, ran: list[str]) -> Task[..., None]:
+    """Task ``step`` (no retries): records its ``name`` in ``ran``, then raises if told to."""
+
+    @app.task(name="step", retry=1)
+    def step(name: str, fail: bool = False) -> None:
+        ran.append(name)
+        if fail:
+            raise ValueError(name)
+
+    return step
 
 
 # Spelling of the options -------------------------------------------------------------------------
@@ -327,11 +339,7 @@ def test_a_failed_dependency_cancels_its_dependents_down_the_line(
 ) -> None:
     ran: list[str] = []
 
-    @flow.task(name="step", retry=1)
-    def step(name: str, fail: bool = False) -> None:
-        ran.append(name)
-        if fail:
-            raise ValueError(name)
+    step = failing_steps(flow, ran)
 
     root = step.schedule("root", fail=True)
     child = step.configure(depends_on=root).schedule("child")
@@ -448,11 +456,7 @@ def test_chain_runs_steps_in_order_and_stops_at_a_failure(flow: App, clock: Fake
 
     order: list[str] = []
 
-    @flow.task(name="step", retry=1)
-    def step(name: str, fail: bool = False) -> None:
-        order.append(name)
-        if fail:
-            raise ValueError(name)
+    step = failing_steps(flow, order)
 
     first, middle, last = chain(
         step.job("fetch"), [step.job("a"), step.job("b")], step.job("publish")
