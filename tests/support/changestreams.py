@@ -29,7 +29,7 @@ import itertools
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -38,7 +38,7 @@ from mongomock.filtering import filter_applies
 
 from tests.support.server_admin import CommandError
 
-__all__ = ["ChangeStreams"]
+__all__ = ["ChangeStreams", "hang_up"]
 
 HISTORY = 20_000  # events kept for resuming (at least; ``ChangeStreams.history``)
 _STAGES = frozenset({"$match", "$project"})
@@ -331,9 +331,14 @@ class ChangeStreams:
                 stream.dead = True
             self._cursors.clear()
             self._cond.notify_all()
-        for conn in connections:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        hang_up(connections)
         return len(connections)
+
+
+def hang_up(connections: Iterable[socket.socket]) -> None:
+    """Reset each of ``connections`` now (one already closed is skipped)."""
+    for conn in connections:
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass

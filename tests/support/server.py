@@ -34,7 +34,7 @@ from bson import Int64
 from mockupdb import Command, OpMsg, mock_server_receive_request
 from pymongo.errors import DuplicateKeyError, OperationFailure, WriteError
 
-from tests.support.changestreams import ChangeStreams
+from tests.support.changestreams import ChangeStreams, hang_up
 from tests.support.server_admin import AdminCommands, CommandError
 
 __all__ = ["MockServer", "CommandError"]
@@ -471,11 +471,7 @@ class MockServer:
         """Reset every open connection now; returns how many."""
         with self._connections_lock:
             connections = list(self._connections)
-        for conn in connections:
-            try:
-                conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        hang_up(connections)
         return len(connections)
 
     def drop_replies(self, count: int, commands: Iterator[str] | list[str] | None = None) -> None:
