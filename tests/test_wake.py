@@ -36,20 +36,14 @@ PROMPT = 4.0  # seconds: well under LONG_POLL, with room for a loaded machine (2
 
 @pytest.fixture
 def replica() -> Iterator[MockServer]:
-    server = MockServer(change_streams=True).start()
-    try:
+    with MockServer(change_streams=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def standalone() -> Iterator[MockServer]:
-    server = MockServer().start()
-    try:
+    with MockServer() as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _apps(uri: str, **options: object) -> tuple[App, App, threading.Event]:

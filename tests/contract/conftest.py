@@ -59,11 +59,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def wire_server() -> Iterator[MockServer]:
     """The wire-protocol stand-in, one for the session (a database per test)."""
-    server = MockServer().start()
-    try:
+    with MockServer() as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _unique() -> str:

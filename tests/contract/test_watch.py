@@ -30,11 +30,8 @@ WATCHING = ["memory", "wire_rs", *(["mongodb"] if TEST_URI else [])]
 
 @pytest.fixture(scope="module")
 def replica_server() -> Iterator[MockServer]:
-    server = MockServer(change_streams=True).start()
-    try:
+    with MockServer(change_streams=True) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=WATCHING)

@@ -56,11 +56,8 @@ def mongo_server() -> Iterator[MockServer | None]:
     if TEST_URI:
         yield None
         return
-    server = MockServer().start()
-    try:
+    with MockServer() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
