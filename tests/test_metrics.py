@@ -84,8 +84,11 @@ def test_render_parses_with_prometheus_client(
     assert got[("mongosched_job_run_seconds_bucket", (("le", "2.5"), ("task", odd)))] == 3
     assert got[("mongosched_job_run_seconds_bucket", (("le", "+Inf"), ("task", odd)))] == 3
     # due-to-start: the odd jobs were due 30 s before they were scheduled
-    delay = ("mongosched_job_start_delay_seconds_bucket", (("le", "30.0"), ("task", odd)))
-    assert got[delay] >= 1
+    delay = "mongosched_job_start_delay_seconds"
+    assert got[(f"{delay}_count", (("task", odd),))] == 3
+    assert got[(f"{delay}_bucket", (("le", "10.0"), ("task", odd)))] == 0  # none on time
+    assert got[(f"{delay}_bucket", (("le", "30.0"), ("task", odd)))] >= 1
+    assert got[(f"{delay}_bucket", (("le", "60.0"), ("task", odd)))] == 3
     assert got[("mongosched_workers", (("state", "live"),))] == 0
     assert kinds(text) == {
         "mongosched_jobs": "gauge",
