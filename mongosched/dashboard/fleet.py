@@ -10,7 +10,7 @@ from ..errors import MongoschedError
 from .data import Operations
 from .http import Response, redirect
 from .render import Context, Markup, ago, badge, duration, fmt, join, table, when
-from .views import boxed, link, pause_link, resume_link
+from .views import boxed, link, pause_link
 
 __all__ = ["rule_text", "schedule_edit", "schedules_page", "workers_page"]
 
@@ -47,9 +47,7 @@ def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
                 fmt(
                     '<a class="button small" href="{}">Edit…</a> {}',
                     ctx.url("/schedules/edit", [("id", name)]),
-                    resume_link(ctx, "schedule", name)
-                    if paused
-                    else pause_link(ctx, "schedule", name),
+                    pause_link(ctx, "schedule", name, paused=paused),
                 ),
             ]
         )

@@ -40,7 +40,6 @@ __all__ = [
     "notice",
     "overview_page",
     "pause_link",
-    "resume_link",
 ]
 
 PER_PAGE = 50
@@ -164,7 +163,7 @@ def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     pauses = Markup("")
     if view.pauses:
         rows = [
-            (p.kind, p.name, ago(p.since, now), resume_link(ctx, p.kind, p.name))
+            (p.kind, p.name, ago(p.since, now), pause_link(ctx, p.kind, p.name, paused=True))
             for p in view.pauses
         ]
         pauses = fmt(
@@ -191,17 +190,15 @@ def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     return "Overview", body
 
 
-def pause_link(ctx: Context, kind: str, name: str) -> Markup:
+def pause_link(ctx: Context, kind: str, name: str, *, paused: bool = False) -> Markup:
+    """A button to pause ``name`` (a ``kind``), or to resume it when ``paused``."""
     return fmt(
-        '<a class="button small" href="{}">Pause</a>',
-        ctx.url("/pause", [("kind", kind), ("name", name), ("next", ctx.request.path)]),
-    )
-
-
-def resume_link(ctx: Context, kind: str, name: str) -> Markup:
-    return fmt(
-        '<a class="button small" href="{}">Resume</a>',
-        ctx.url("/resume", [("kind", kind), ("name", name), ("next", ctx.request.path)]),
+        '<a class="button small" href="{}">{}</a>',
+        ctx.url(
+            "/resume" if paused else "/pause",
+            [("kind", kind), ("name", name), ("next", ctx.request.path)],
+        ),
+        "Resume" if paused else "Pause",
     )
 
 
@@ -216,9 +213,8 @@ def _counts_table(ctx: Context, rows: list[Row], now: Any, kind: str) -> Markup:
             jobs_link(ctx, _number(row.running), **{kind: row.name, "status": "running"}),
             jobs_link(ctx, _number(row.failed), **{kind: row.name, "status": "failed"}),
             fmt('<span class="{}">{}</span>', "late" if late and late > 60 else "", duration(late)),
-            badge("paused") + Markup(" ") + resume_link(ctx, kind, row.name)
-            if row.paused
-            else pause_link(ctx, kind, row.name),
+            (badge("paused") + Markup(" ") if row.paused else Markup(""))
+            + pause_link(ctx, kind, row.name, paused=row.paused),
         ]
         out.append(cells)
     headers = [kind.capitalize(), "Due", "Running", "Failed", "Late by", ""]
