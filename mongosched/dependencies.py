@@ -163,10 +163,7 @@ def repair(
         moved += linked.status is not JobStatus.WAITING
     for job in store.unreleased(finished_before, BATCH):
         moved += release(store, job, now=now, retention=retention, emit=emit)
-    for job in store.stranded(BATCH):
-        decision = outcome.after_dependency(job, None, JobStatus.COMPLETED, now, retention)
-        stored = store.release_dependent(job, None, decision.settlement)
-        if stored is not None and stored.status is JobStatus.PENDING:
-            moved += 1
-            emit(decision.event, stored)
+    for job in store.stranded(BATCH):  # waiting for nothing: pending now
+        stored = _release_one(store, job, None, JobStatus.COMPLETED, now, retention, emit)
+        moved += stored is not None and stored.status is JobStatus.PENDING
     return moved
