@@ -33,6 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import start_server  # noqa: E402
 from mongosched import App  # noqa: E402
 
 MODES = {"change_stream": 5.0, "poll": 1.0}  # wake mode: poll_interval
@@ -50,17 +51,6 @@ def worker(uri: str, wake: str, poll: float) -> None:
     print(f"ready {runner.health()['wake']}", flush=True)
     while True:
         time.sleep(3600)
-
-
-def start_server() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.server", "0", "--change-streams"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip().rstrip("/")
 
 
 def measure(uri: str, wake: str, poll: float, jobs: int) -> dict[str, Any]:
@@ -111,7 +101,8 @@ def main() -> None:
     base = os.environ.get("MONGOSCHED_BENCH_URI")
     server = None
     if base is None:
-        server, base = start_server()
+        command = [sys.executable, "-m", "tests.support.server", "0", "--change-streams"]
+        server, base = start_server(command, "stand-in server")
     name = f"bench_wake_{uuid.uuid4().hex[:8]}"
     uri = f"{base.split('?')[0].rstrip('/')}/{name}"
     results = []
