@@ -29,6 +29,11 @@ __all__ = ["Gate"]
 log = logging.getLogger("mongosched.runner")
 
 
+def _rate_key(claim: Claim) -> str | None:
+    """The key ``claim``'s start is recorded under (None: the task's one rate)."""
+    return claim.record.rate_key if claim.task.rate_key is not None else None
+
+
 class Gate:
     """The limits a runner's claims pass (see the module)."""
 
@@ -68,7 +73,7 @@ class Gate:
             claim.slot_key = slot
         limit = task.rate_limit
         if limit is not None:
-            key = record.rate_key if task.rate_key is not None else None
+            key = _rate_key(claim)
             known = self._keys.get((task.name, key))
             if known is not None and known[0] > now:  # saturated a moment ago
                 return self._hold_key(claim, now, key, known[0])
@@ -112,7 +117,6 @@ class Gate:
                 store.release_slot(task.name, slot, claim.token)
             if claim.rate_taken and not started:
                 claim.rate_taken = False
-                key = claim.record.rate_key if task.rate_key is not None else None
-                store.return_rate(task.name, key, claim.token)
+                store.return_rate(task.name, _rate_key(claim), claim.token)
         except StoreError as exc:  # a slot expires with its lease; a start with its window
             log.warning("could not release a limit of %s: %s", task.name, exc)
