@@ -326,11 +326,17 @@ class RunnerSteps:
         """The tasks and queues a claim may take jobs of, now (not paused)."""
         return self._claimable(), self.pause_set.claimable_queues(self.queues)
 
-    def _take(self, job_id: Any = None) -> tuple[Claim | None, bool]:
+    def _take(
+        self, job_id: Any = None, scope: tuple[list[str], Sequence[str] | None] | None = None
+    ) -> tuple[Claim | None, bool]:
         """One claim: ``(claim, True)``; ``(None, True)`` when the job was given back
-        (see :meth:`_admit`); ``(None, False)`` when nothing is due."""
+        (see :meth:`_admit`); ``(None, False)`` when nothing is due. ``scope``: the
+        tasks and queues, when the caller has just read them (:meth:`_scope`)."""
         now = self.app.now()
-        tasks, queues = self._scope() if job_id is None else (list(self.app.tasks), None)
+        if job_id is not None:
+            tasks, queues = list(self.app.tasks), None
+        else:
+            tasks, queues = scope or self._scope()
         record = self.store.claim(
             owner=self.name,
             tasks=tasks,
@@ -381,7 +387,7 @@ class RunnerSteps:
                 claims.append(claim)
         claimed = len(records)
         if single:
-            claim, taken = self._take()
+            claim, taken = self._take(scope=(tasks, queues))
             claimed += int(taken)
             if claim is not None:
                 claims.append(claim)
@@ -394,15 +400,15 @@ class RunnerSteps:
         a flow-control limit is saturated) or ended unrun (past its expiry).
         ``by_id``: claimed by its id (pauses do not apply)."""
         task = self.app.tasks[record.task]
-        if outcome.is_expired(record, self.app.now()):
-            self._settle_unrun(record, outcome.expired(record, self.app.now(), self.app.retention))
+        arrived = self.app.now()  # the claim's reply: what the checks below go by
+        if outcome.is_expired(record, arrived):
+            self._settle_unrun(record, outcome.expired(record, arrived, self.app.retention))
             return None
         claim = Claim(self, record, task)
         if not by_id and self.pause_set.holds(record.id):  # paused since we read
             self._give_back(claim)
-            self.store.hold_schedules([record.id], self.app.now())
+            self.store.hold_schedules([record.id], arrived)
             return None
-        arrived = self.app.now()
         if arrived + timedelta(seconds=self.heartbeat_interval) >= claim.until:
             # The reply came so late that the lease ran out (or will before the first
             # heartbeat can renew it): another runner may take the job; never run it.
