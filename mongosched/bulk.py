@@ -22,7 +22,7 @@ from . import outcome, validate
 from .errors import ConfigurationError
 from .filters import JobFilters, job_query
 from .outcome import Retention
-from .records import JobQuery, JobStatus
+from .records import RETRYABLE_STATUSES, JobQuery, JobStatus
 from .store import Store
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ BATCH_SIZE = 500
 """Ids per write of a bulk operation (a MongoDB ``$in`` of this many ids is one small
 command; a million matches are two thousand of them)."""
 
-RETRYABLE = (JobStatus.FAILED, JobStatus.CANCELLED)
+RETRYABLE = RETRYABLE_STATUSES
 CANCELLABLE = tuple(s for s in JobStatus if not s.is_final)
 PURGEABLE = tuple(s for s in JobStatus if s.is_final)
 
@@ -62,9 +62,9 @@ class BulkControl:
         batch_size: int = BATCH_SIZE,
         **filters: Unpack[JobFilters],
     ) -> int:
-        """Run again every failed or cancelled job matching the filters (as
+        """Run again every failed, cancelled or expired job matching the filters (as
         :meth:`retry_job` does one: back to pending, due now, attempts reset).
-        ``status`` narrows to ``failed`` or ``cancelled`` (default both). A job whose
+        ``status`` narrows to some of them (default all three). A job whose
         dedupe key another job holds now is left as it is (and logged). Returns how
         many went back to pending, or with ``dry_run`` how many match."""
         query = self._bulk_query(
@@ -73,7 +73,7 @@ class BulkControl:
             filters,
             dry_run,
             batch_size,
-            "only failed or cancelled jobs can be retried",
+            "only failed, cancelled or expired jobs can be retried",
         )
         if dry_run:
             return self.store.count(query)

@@ -16,7 +16,7 @@ from .errors import ConfigurationError, JobNotFound, JobStateError
 from .filters import JobFilters, job_query, statuses
 from .job import Job
 from .outcome import Retention
-from .records import SORTABLE, JobStatus, PendingChanges
+from .records import RETRYABLE_STATUSES, SORTABLE, JobStatus, PendingChanges
 from .store import Store
 
 if TYPE_CHECKING:
@@ -186,14 +186,14 @@ class JobControl:
         return Job(record, self.store)
 
     def retry_job(self, job_id: Any) -> Job:
-        """Run a failed or cancelled job again: back to pending, due now, attempts reset.
+        """Run a failed, cancelled or expired job again: back to pending, due now, attempts reset.
         Raises :class:`JobStateError` for any other status, or when its dedupe key is now
         held by another job."""
         job = self._require_job(job_id)
-        if job.status not in (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED):
+        if job.status not in RETRYABLE_STATUSES:
             raise JobStateError(
-                f"job {job.id} ({job.task}) is {job.status}; only failed or cancelled jobs "
-                "(or expired ones) can be retried"
+                f"job {job.id} ({job.task}) is {job.status}; only failed, cancelled or "
+                "expired jobs can be retried"
             )
         record = self.store.retry_finished(job.id, job.status, self.now())
         if record is None:

@@ -87,6 +87,9 @@ class JobStatus(str, enum.Enum):
 FINAL_STATUSES = frozenset(
     {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED}
 )
+RETRYABLE_STATUSES = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED)
+"""Statuses of a job that can be run again (``retry_job``, ``retry_jobs``, the
+dashboard's and the CLI's retry): ended without completing."""
 UNSTARTED_STATUSES = (JobStatus.PENDING, JobStatus.WAITING)
 """Statuses of a job that has not started its current occurrence: a cancel or an
 expiry settles it without a run."""

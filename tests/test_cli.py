@@ -331,7 +331,7 @@ def test_cancel_then_retry(sched: App, cli: Callable[..., Run]) -> None:
 
     run = cli("jobs", "retry", str(job.id), app=sched)
     assert run.code == 1
-    assert_one_line_error(run.err, "pending", "only failed or cancelled")
+    assert_one_line_error(run.err, "pending", "only failed, cancelled or expired")
 
     run = cli("jobs", "cancel", str(job.id), app=sched)
     assert run.code == 0, run.err

@@ -321,7 +321,7 @@ def test_retry_job_brings_back_a_failed_job(app: App) -> None:
     assert again.status is JobStatus.PENDING and again.attempts == 0
     drain(app)
     assert job.refresh().status is JobStatus.COMPLETED and job.result == "second time"
-    with pytest.raises(JobStateError, match="only failed or cancelled"):
+    with pytest.raises(JobStateError, match="only failed, cancelled or expired"):
         app.retry_job(job.id)
 
 

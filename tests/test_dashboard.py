@@ -542,7 +542,7 @@ def test_retry_and_cancel_one_job_after_confirming(
     # Retrying what cannot be retried says why, on the confirmation page.
     completed = jobs["done"]
     wrong = browser.post(f"/jobs/{completed.id}/retry", {"csrf_token": page.csrf()})
-    assert wrong.status == 409 and "only failed or cancelled" in wrong.body
+    assert wrong.status == 409 and "only failed, cancelled or expired" in wrong.body
 
 
 def test_bulk_retry_by_the_filter_shows_the_dry_run_count_first(
@@ -551,7 +551,7 @@ def test_bulk_retry_by_the_filter_shows_the_dry_run_count_first(
     listing = browser.get("/jobs?task=boom&status=failed")
     assert "/bulk/retry?task=boom&amp;status=failed" in listing.body
     confirm = browser.get("/bulk/retry?task=boom&status=failed")
-    assert "Run again <strong>3</strong> failed or cancelled jobs" in confirm.body
+    assert "Run again <strong>3</strong> failed, cancelled or expired jobs" in confirm.body
     assert all(j.status is JobStatus.FAILED for j in sched.get_jobs(task="boom"))
     reply = browser.post(
         "/bulk/retry",

@@ -56,11 +56,28 @@ def test_retry_jobs_by_filter_in_batches(make_app: Callable[..., App], clock: Fa
     again = app.get_jobs(status="pending", limit=0)
     assert all(j.attempts == 0 and j.run_at == clock() for j in again)
     assert app.retry_jobs(task="boom", error_type="ValueError") == 0  # they are pending
-    with pytest.raises(ConfigurationError, match="retry_jobs: only failed or cancelled"):
+    with pytest.raises(ConfigurationError, match="retry_jobs: only failed, cancelled or expired"):
         app.retry_jobs(status="completed")
     with pytest.raises(ConfigurationError, match="unknown status"):
         app.retry_jobs(status="broken")
 
+
+
+def test_retry_jobs_runs_expired_jobs_again_as_retry_job_does(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    """Bulk retry takes the statuses a single retry takes: an expired job too."""
+    app = make_app(clock=clock)
+    ran: list[int] = []
+    task = app.task(name="t")(ran.append)
+    late = [task.configure(expires=timedelta(seconds=1)).schedule(n) for n in range(3)]
+    clock.advance(seconds=5)
+    drain(app)
+    assert app.count_jobs(status="expired") == 3 and ran == []
+    assert app.retry_jobs(status="expired") == 3
+    assert all(job.refresh().status is JobStatus.PENDING for job in late)
+    drain(app)
+    assert sorted(ran) == [0, 1, 2]
 
 def test_retry_jobs_by_time_range(make_app: Callable[..., App], clock: FakeClock) -> None:
     app = failing_app(make_app, clock)

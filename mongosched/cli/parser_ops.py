@@ -7,13 +7,13 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from ..records import JobStatus
+from ..records import RETRYABLE_STATUSES, JobStatus
 from . import operations
 
 __all__ = ["OPERATION_VERBS", "add_operation_verbs"]
 
 OPERATION_VERBS = {
-    "retry": "run again every failed or cancelled job matching the filters",
+    "retry": "run again every failed, cancelled or expired job matching the filters",
     "cancel": "cancel every unfinished job matching the filters",
     "purge": "delete every finished job matching the filters",
     "pause": "stop every runner claiming a queue's, task's or schedule's jobs",
@@ -24,7 +24,7 @@ OPERATION_VERBS = {
 }
 
 STATUSES = {
-    "retry": [s.value for s in (JobStatus.FAILED, JobStatus.CANCELLED)],
+    "retry": [s.value for s in RETRYABLE_STATUSES],
     "cancel": [s.value for s in JobStatus if not s.is_final],
     "purge": [s.value for s in JobStatus if s.is_final],
 }

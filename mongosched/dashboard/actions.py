@@ -146,7 +146,7 @@ def describe_filter(filters: Filters) -> Markup:
 
 
 BULK_WORDS = {
-    "retry": ("Retry jobs", "Run again", "failed or cancelled", False),
+    "retry": ("Retry jobs", "Run again", "failed, cancelled or expired", False),
     "cancel": ("Cancel jobs", "Cancel", "pending or running", True),
     "purge": ("Delete jobs", "Delete", "finished", True),
 }

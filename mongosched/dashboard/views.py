@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..job import Job
-from ..records import SORTABLE, JobStatus
+from ..records import RETRYABLE_STATUSES, SORTABLE, JobStatus
 from .chart import throughput_chart
 from .data import BULK_ACTIONS, DUE_SCAN_LIMIT, Filters, Operations, Row
 from .render import (
@@ -386,7 +386,7 @@ def _pager(ctx: Context, page: int, pages: int, base: list[tuple[str, str]]) -> 
 def job_actions(ctx: Context, ops: Operations, job: Job) -> Markup:
     buttons = []
     path = f"/jobs/{job.id}"
-    if job.status in (JobStatus.FAILED, JobStatus.CANCELLED):
+    if job.status in RETRYABLE_STATUSES:
         buttons.append(
             fmt('<a class="button primary" href="{}">Retry…</a>', ctx.url(path + "/retry"))
         )
