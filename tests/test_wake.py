@@ -245,11 +245,11 @@ def test_a_wake_up_time_already_past_does_not_hide_a_later_one() -> None:
     job due later, scheduled meanwhile, must still start at its due time, not a poll
     interval later."""
     app = App(f"memory://wake-later-{uuid.uuid4().hex[:8]}", poll_interval=LONG_POLL)
-    later = threading.Event()
+    later, release = threading.Event(), threading.Event()
 
     @app.task(name="first")
     def first() -> None:
-        time.sleep(0.5)  # busy while the second job is scheduled
+        release.wait(5)  # busy until the second job is scheduled
 
     @app.task(name="second")
     def second() -> None:
@@ -261,6 +261,7 @@ def test_a_wake_up_time_already_past_does_not_hide_a_later_one() -> None:
         first.configure(delay=0.2).schedule()
         wait_for(lambda: runner.in_flight == 1, message="the first job running")
         second.configure(delay=1.0).schedule()  # due after the first's (past) time
+        release.set()
         assert later.wait(1.0 + PROMPT)
     finally:
         runner.stop(timeout=5)
