@@ -16,12 +16,16 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from mongosched import App
 from mongosched.errors import ConfigurationError
+from mongosched.runner import Runner
 from mongosched.store import DueHint
 from tests.contract.helpers import T0, add, job, sec
 from tests.support import worker_app
@@ -60,6 +64,30 @@ def _apps(uri: str, **options: object) -> tuple[App, App, threading.Event]:
     return runner_app, other, ran
 
 
+@dataclass
+class Running:
+    runner: Runner
+    app: App  # the runner's
+    other: App  # schedules task ``t``
+    ran: threading.Event  # set when ``t`` ran
+
+
+@contextmanager
+def _running(
+    uri: str, runner_options: dict[str, Any] | None = None, **options: object
+) -> Iterator[Running]:
+    """A started one-worker runner of an app on ``uri`` (App ``options``) and another app
+    to schedule with, as in :func:`_apps`; stopped and closed afterwards."""
+    runner_app, other, ran = _apps(uri, **options)
+    runner = runner_app.runner(workers=1, **(runner_options or {})).start()
+    try:
+        yield Running(runner, runner_app, other, ran)
+    finally:
+        runner.stop(timeout=5)
+        runner_app.close()
+        other.close()
+
+
 def test_a_job_scheduled_by_another_process_starts_at_once(
     replica: MockServer, tmp_path: Path
 ) -> None:
@@ -91,17 +119,11 @@ def test_a_job_scheduled_by_another_process_starts_at_once(
 
 def _assert_woken_at_once(uri: str) -> None:
     """A runner watching ``uri`` starts a job another app schedules well before its poll."""
-    runner_app, other, ran = _apps(uri)
-    runner = runner_app.runner(workers=1).start()
-    try:
-        assert runner.wait_ready(10)
-        wait_for(lambda: runner.health()["wake"] == "watching", message="watching")
-        other.get_task("t").schedule()
-        assert ran.wait(PROMPT)
-    finally:
-        runner.stop(timeout=5)
-        runner_app.close()
-        other.close()
+    with _running(uri) as r:
+        assert r.runner.wait_ready(10)
+        wait_for(lambda: r.runner.health()["wake"] == "watching", message="watching")
+        r.other.get_task("t").schedule()
+        assert r.ran.wait(PROMPT)
 
 
 def test_a_runner_of_another_app_on_a_replica_set_starts_a_job_at_once(
@@ -117,41 +139,30 @@ def test_runners_of_a_shared_memory_store_wake_each_other() -> None:
 def test_a_standalone_server_falls_back_to_polling(
     standalone: MockServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    runner_app, other, ran = _apps(standalone.uri("wake_standalone"), wake="change_stream")
-    runner = runner_app.runner(workers=1, poll_interval=0.1).start()
-    try:
+    uri = standalone.uri("wake_standalone")
+    with _running(uri, {"poll_interval": 0.1}, wake="change_stream") as r:
         with caplog.at_level(logging.WARNING, logger="mongosched"):
-            wait_for(lambda: runner.health()["wake"] == "polling", message="polling")
+            wait_for(lambda: r.runner.health()["wake"] == "polling", message="polling")
         assert "cannot watch for due jobs" in caplog.text and "replica sets" in caplog.text
-        other.get_task("t").schedule()
-        assert ran.wait(5)  # by polling
+        r.other.get_task("t").schedule()
+        assert r.ran.wait(5)  # by polling
         assert standalone.streams.open_streams == 0
-    finally:
-        runner.stop(timeout=5)
-        runner_app.close()
-        other.close()
 
 
 def test_a_dropped_stream_resumes_without_missing_a_job(replica: MockServer) -> None:
-    runner_app, other, ran = _apps(replica.uri("wake_resume"))
-    runner = runner_app.runner(workers=1).start()
-    try:
-        assert runner.wait_ready(10)
-        wait_for(lambda: runner.health()["wake"] == "watching", message="watching")
+    with _running(replica.uri("wake_resume")) as r:
+        assert r.runner.wait_ready(10)
+        wait_for(lambda: r.runner.health()["wake"] == "watching", message="watching")
         assert replica.streams.drop(refuse_for=1.0) >= 1
         # Scheduled while the stream is down, due after any claim in progress: only the
         # resumed stream's report (with its due time) can start it before a poll.
-        other.get_task("t").configure(delay=1.5).schedule()
+        r.other.get_task("t").configure(delay=1.5).schedule()
         streams = replica.streams
-        assert ran.wait(1.5 + PROMPT), (  # say which path stalled if it ever does
-            f"health {runner.health()}; streams opened {streams.opened}, resumed "
+        assert r.ran.wait(1.5 + PROMPT), (  # say which path stalled if it ever does
+            f"health {r.runner.health()}; streams opened {streams.opened}, resumed "
             f"{streams.resumed}, open {streams.open_streams}"
         )
         assert replica.streams.resumed >= 1
-    finally:
-        runner.stop(timeout=5)
-        runner_app.close()
-        other.close()
 
 
 def test_a_resumed_watch_reports_what_changed_while_it_was_down(replica: MockServer) -> None:
@@ -196,30 +207,19 @@ def test_a_watch_whose_resume_point_is_gone_starts_afresh_and_says_claim_now(
 
 
 def test_stopping_a_runner_closes_its_stream(replica: MockServer) -> None:
-    runner_app, other, _ = _apps(replica.uri("wake_stop"))
-    runner = runner_app.runner(workers=1).start()
-    try:
+    with _running(replica.uri("wake_stop")) as r:
         wait_for(lambda: replica.streams.open_streams == 1, message="a stream")
-        assert runner.stop(timeout=5)
+        assert r.runner.stop(timeout=5)
         wait_for(lambda: replica.streams.open_streams == 0, 2, message="the stream closed")
         assert replica.streams.killed == 1
-        assert runner.health()["wake"] == "stopped"
-    finally:
-        runner_app.close()
-        other.close()
+        assert r.runner.health()["wake"] == "stopped"
 
 
 def test_wake_poll_never_watches(replica: MockServer) -> None:
-    runner_app, other, ran = _apps(replica.uri("wake_poll"), wake="poll")
-    runner = runner_app.runner(workers=1).start()
-    try:
-        assert runner.wait_ready(5) and runner.health()["wake"] == "poll"
-        assert runner_app.runner(wake="auto").wake_mode == "auto"  # a runner's own choice
+    with _running(replica.uri("wake_poll"), wake="poll") as r:
+        assert r.runner.wait_ready(5) and r.runner.health()["wake"] == "poll"  # no watcher
+        assert r.app.runner(wake="auto").wake_mode == "auto"  # a runner's own choice
         assert replica.streams.opened == 0
-    finally:
-        runner.stop(timeout=5)
-        runner_app.close()
-        other.close()
 
 
 def test_wake_must_be_a_known_mode() -> None:
