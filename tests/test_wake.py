@@ -26,7 +26,7 @@ import pytest
 from mongosched import App
 from mongosched.errors import ConfigurationError
 from mongosched.runner import Runner
-from mongosched.store import DueHint
+from mongosched.store import DueHint, Store
 from tests.contract.helpers import T0, add, job, sec
 from tests.support import worker_app
 from tests.support.server import MockServer
@@ -117,6 +117,22 @@ def test_a_job_scheduled_by_another_process_starts_at_once(
         app.close()
 
 
+@contextmanager
+def _watching(uri: str) -> Iterator[tuple[Hints, Store]]:
+    """A store watching ``uri``'s jobs (established: its first hint read) and another
+    client's store to write with."""
+    watching, writing = App(uri), App(uri)
+    writing.ensure_indexes()
+    hints = Hints(watching.store.watch_due(None))
+    try:
+        assert hints.next() == DueHint()
+        yield hints, writing.store
+    finally:
+        hints.close()
+        watching.close()
+        writing.close()
+
+
 def _assert_woken_at_once(uri: str) -> None:
     """A runner watching ``uri`` starts a job another app schedules well before its poll."""
     with _running(uri) as r:
@@ -168,42 +184,24 @@ def test_a_dropped_stream_resumes_without_missing_a_job(replica: MockServer) -> 
 def test_a_resumed_watch_reports_what_changed_while_it_was_down(replica: MockServer) -> None:
     """Resuming uses the stream's token: a job due in an hour, inserted while the stream
     was down, is reported with its due time (a fresh stream would not report it)."""
-    uri = replica.uri("wake_resume_store")
-    watching, writing = App(uri), App(uri)
-    writing.ensure_indexes()
-    hints = Hints(watching.store.watch_due(None))
-    try:
-        assert hints.next() == DueHint()
+    with _watching(replica.uri("wake_resume_store")) as (hints, writing):
         replica.streams.drop(refuse_for=1.0)
-        add(writing.store, job("later", at=T0 + sec(3600)))
+        add(writing, job("later", at=T0 + sec(3600)))
         assert hints.next(10) == DueHint(at=T0 + sec(3600), task="later")
         assert replica.streams.resumed >= 1
-    finally:
-        hints.close()
-        watching.close()
-        writing.close()
 
 
 def test_a_watch_whose_resume_point_is_gone_starts_afresh_and_says_claim_now(
     replica: MockServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    uri = replica.uri("wake_history_lost")
-    watching, writing = App(uri), App(uri)
-    writing.ensure_indexes()
     replica.streams.history = 5
-    hints = Hints(watching.store.watch_due(None))
-    try:
-        assert hints.next() == DueHint()
+    with _watching(replica.uri("wake_history_lost")) as (hints, writing):
         replica.streams.drop(refuse_for=1.0)
-        add(writing.store, *(job("gone", at=T0) for _ in range(20)))  # more than is kept
+        add(writing, *(job("gone", at=T0) for _ in range(20)))  # more than is kept
         assert hints.next(10) == DueHint()  # what it missed is unknown: claim now
-        add(writing.store, job("after", at=T0))
+        add(writing, job("after", at=T0))
         assert hints.next() == DueHint(at=T0, task="after")
         assert "lost its place" in caplog.text
-    finally:
-        hints.close()
-        watching.close()
-        writing.close()
 
 
 def test_stopping_a_runner_closes_its_stream(replica: MockServer) -> None:
