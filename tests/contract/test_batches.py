@@ -182,7 +182,10 @@ def test_settle_many_lands_each_settlement_and_returns_the_jobs_as_stored(store:
     assert isinstance(done, JobRecord) and done.result == {"n": 1, "s": "x"}
     assert done.finished_at == at and done.expire_at is not None and done.lease is None
     dated = results["dated"]
-    assert isinstance(dated, JobRecord) and dated.result == {"when": LATER + sec(0.001), "t": [1, 2]}
+    assert isinstance(dated, JobRecord) and dated.result == {
+        "when": LATER + sec(0.001),
+        "t": [1, 2],
+    }
     kept = results["progress"]
     assert isinstance(kept, JobRecord) and kept.progress is not None
     assert kept.progress.message == "half"

@@ -51,7 +51,13 @@ def test_the_documented_query_filters_lead_an_index(mongo_store: MongoStore) -> 
         (["status"], "lease.until"),  # expired, running
     ]:
         assert any(f[: len(filters) + 1] == [*filters, sort] for f in fields), (filters, fields)
-    assert [f for f, _ in keys(info["claim_by_task"])] == ["status", "queue", "task", "priority", "run_at"]
+    assert [f for f, _ in keys(info["claim_by_task"])] == [
+        "status",
+        "queue",
+        "task",
+        "priority",
+        "run_at",
+    ]
 
 
 def test_reads_create_no_index(mongo_store: MongoStore) -> None:
@@ -237,8 +243,6 @@ def test_a_result_is_encoded_once_on_its_way_to_the_server(
 
     from mongosched.store import codec
 
-    from .helpers import succeeded
-
     mongo_store.prepare()
     add(mongo_store, job(), job())
     first, second = claimed(mongo_store), claimed(mongo_store)
@@ -256,7 +260,6 @@ def test_a_result_is_encoded_once_on_its_way_to_the_server(
     for record in settled:
         assert record is not None and not isinstance(record, Exception)
         assert record.result == result == mongo_store.get(record.id).result  # type: ignore[union-attr]
-
 
 
 class _Watched:
@@ -288,7 +291,9 @@ class _Watched:
         return attribute
 
 
-def _watch(monkeypatch: pytest.MonkeyPatch, store: MongoStore, on_claim_read: Any = None) -> _Watched:
+def _watch(
+    monkeypatch: pytest.MonkeyPatch, store: MongoStore, on_claim_read: Any = None
+) -> _Watched:
     watched = _Watched(store.jobs, on_claim_read)
     monkeypatch.setattr(type(store), "jobs", property(lambda self: watched))
     return watched
