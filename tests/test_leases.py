@@ -82,10 +82,12 @@ def test_heartbeat_threads_renew_long_jobs_and_never_touch_short_ones(
     woken for it); one that runs on is renewed on time, each by a thread of its own."""
     app = make_app(lease_duration=3.0)  # renewals every second
     renewed: list[object] = []
+    renewers: dict[object, set[str]] = {}  # job id -> names of the threads renewing it
     renew = app.store.renew
 
     def counted(job_id: object, *args: object) -> object:
         renewed.append(job_id)
+        renewers.setdefault(job_id, set()).add(threading.current_thread().name)
         return renew(job_id, *args)  # type: ignore[arg-type]
 
     app.store.renew = counted  # type: ignore[method-assign]
@@ -106,6 +108,11 @@ def test_heartbeat_threads_renew_long_jobs_and_never_touch_short_ones(
     gate.set()
     assert runner.stop(timeout=10)
     assert not set(renewed) & {job.id for job in shorts}
+    # Each long job kept alive by one heartbeat thread, a different one for each.
+    threads = [renewers[job.id] for job in longs]
+    assert all(len(names) == 1 for names in threads), threads
+    names = set().union(*threads)
+    assert len(names) == 3 and all(n.startswith("mongosched-heartbeat-") for n in names), names
     assert {job.refresh().status for job in longs} == {JobStatus.COMPLETED}
 
 
