@@ -662,6 +662,11 @@ def test_invariants_hold_under_randomized_faults() -> None:
     assert totals["bulk finishes"] > RUNS // 4
     assert sum(v for k, v in totals.items() if k.endswith(":after")) > RUNS // 10
     assert totals["slots concluded"] > RUNS // 2  # the repeating job ran too
+    # The flow-control invariants were put to the test, not held vacuously (60 runs: ~100
+    # rate-limited starts, ~120 dependents, ~60 expired jobs).
+    assert totals["rated starts"] > RUNS // 2
+    assert totals["dependents"] > RUNS // 2
+    assert totals["expired"] > RUNS // 4
 
 
 @pytest.mark.soak
