@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -28,6 +28,7 @@ __all__ = [
     "Progress",
     "Renewal",
     "ScheduleChanges",
+    "assembled",
     "evolved",
     "ScheduleEdit",
     "Settlement",
@@ -52,6 +53,27 @@ def evolved(record: _R, **changes: Any) -> _R:
     new = object.__new__(type(record))
     new.__dict__.update(state)
     new.__dict__.update(changes)
+    return new
+
+
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def assembled(cls: type[_R], values: Mapping[str, Any]) -> _R:
+    """``cls(**values)`` for one of this module's frozen values, ``values`` naming every
+    field (defaults included): built as :func:`evolved` builds, for a tenth of the cost
+    of ``__init__``, which sets each field through ``object.__setattr__`` (a
+    :class:`JobRecord` has 37). The stores pay it for every job they read, the runner
+    twice per job. A missing or unknown field is a TypeError, as with ``__init__``."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+    if values.keys() != names:
+        missing = ", ".join(sorted(names - values.keys()))
+        unknown = ", ".join(sorted(values.keys() - names))
+        raise TypeError(f"{cls.__name__}: missing field(s) [{missing}], unknown [{unknown}]")
+    new = object.__new__(cls)
+    new.__dict__.update(values)
     return new
 
 
@@ -281,7 +303,6 @@ class PendingChanges:
     run_at: datetime | None = None
     args: tuple[Any, ...] | None = None
     kwargs: Mapping[str, Any] | None = None
-
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from ..records import (
     LeaseInfo,
     Progress,
     ScheduleEdit,
+    assembled,
 )
 
 __all__ = [
@@ -244,62 +245,68 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
     or reaped), :class:`MalformedJob` if it is not a well-formed one."""
     if check:
         check_document(doc)
-    lease = doc.get("lease")
-    progress = doc.get("progress")
-    last = doc.get("last_run")
-    scope = doc.get("dedupe_scope")
-    return JobRecord(
-        id=doc["_id"],
-        task=doc["task"],
-        args=tuple(doc.get("args") or ()),
-        kwargs=dict(doc.get("kwargs") or {}),
-        queue=doc.get("queue", "default"),
-        priority=doc.get("priority", 5),
-        status=JobStatus(doc["status"]),
-        run_at=aware(doc["run_at"]),
-        attempts=doc.get("attempts", 0),
-        max_attempts=doc.get("max_attempts", 1),
-        created_at=aware(doc.get("created_at")),
-        updated_at=aware(doc.get("updated_at")),
-        lease=None
-        if not lease
-        else LeaseInfo(
-            owner=lease.get("owner"),
-            token=lease.get("token"),
-            until=aware(lease.get("until")),
-            heartbeat_at=aware(lease.get("heartbeat_at")),
-        ),
-        repeat=doc.get("repeat") or None,
-        scheduled_for=aware(doc.get("scheduled_for")),
-        dedupe_key=doc.get("dedupe_key"),
-        dedupe_scope=scope if doc.get("dedupe_key") is not None else None,
-        result=doc.get("result"),
-        error=error_record(doc.get("error")),
-        progress=None
-        if not progress
-        else Progress(progress.get("value"), progress.get("message"), aware(progress.get("at"))),
-        cancel_requested=bool(doc.get("cancel_requested")),
-        started_at=aware(doc.get("started_at")),
-        finished_at=aware(doc.get("finished_at")),
-        expire_at=aware(doc.get("expire_at")),
-        last_run=None
-        if not last
-        else LastRun(
-            slot=aware(last.get("slot")),
-            status=JobStatus(last.get("status")),
-            finished_at=aware(last.get("finished_at")),
-            error=error_record(last.get("error")),
-        ),
-        edit=edit_record(doc.get("edit")),
-        trace=_trace(doc.get("trace")),
-        expires_at=aware(doc.get("expires_at")),
-        timeout=doc.get("timeout"),
-        depends_on=tuple(doc.get("depends_on") or ()),
-        waiting_for=tuple(doc.get("waiting_for") or ()),
-        on_dependency_failure=doc.get("on_dependency_failure") or "cancel",
-        has_dependents=bool(doc.get("has_dependents")),
-        rate_key=doc.get("rate_key"),
-        concurrency_key=doc.get("concurrency_key"),
+    get = doc.get
+    lease = get("lease")
+    progress = get("progress")
+    last = get("last_run")
+    # Every field named: assembled() skips the frozen __init__ (every job read pays it).
+    return assembled(
+        JobRecord,
+        {
+            "id": doc["_id"],
+            "task": doc["task"],
+            "args": tuple(get("args") or ()),
+            "kwargs": dict(get("kwargs") or {}),
+            "queue": get("queue", "default"),
+            "priority": get("priority", 5),
+            "status": JobStatus(doc["status"]),
+            "run_at": aware(doc["run_at"]),
+            "attempts": get("attempts", 0),
+            "max_attempts": get("max_attempts", 1),
+            "created_at": aware(get("created_at")),
+            "updated_at": aware(get("updated_at")),
+            "lease": None
+            if not lease
+            else LeaseInfo(
+                owner=lease.get("owner"),
+                token=lease.get("token"),
+                until=aware(lease.get("until")),
+                heartbeat_at=aware(lease.get("heartbeat_at")),
+            ),
+            "repeat": get("repeat") or None,
+            "scheduled_for": aware(get("scheduled_for")),
+            "dedupe_key": get("dedupe_key"),
+            "dedupe_scope": get("dedupe_scope") if get("dedupe_key") is not None else None,
+            "result": get("result"),
+            "error": error_record(get("error")),
+            "progress": None
+            if not progress
+            else Progress(
+                progress.get("value"), progress.get("message"), aware(progress.get("at"))
+            ),
+            "cancel_requested": bool(get("cancel_requested")),
+            "started_at": aware(get("started_at")),
+            "finished_at": aware(get("finished_at")),
+            "expire_at": aware(get("expire_at")),
+            "last_run": None
+            if not last
+            else LastRun(
+                slot=aware(last.get("slot")),
+                status=JobStatus(last.get("status")),
+                finished_at=aware(last.get("finished_at")),
+                error=error_record(last.get("error")),
+            ),
+            "edit": edit_record(get("edit")),
+            "trace": _trace(get("trace")),
+            "expires_at": aware(get("expires_at")),
+            "timeout": get("timeout"),
+            "depends_on": tuple(get("depends_on") or ()),
+            "waiting_for": tuple(get("waiting_for") or ()),
+            "on_dependency_failure": get("on_dependency_failure") or "cancel",
+            "has_dependents": bool(get("has_dependents")),
+            "rate_key": get("rate_key"),
+            "concurrency_key": get("concurrency_key"),
+        },
     )
 
 

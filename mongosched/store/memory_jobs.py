@@ -20,6 +20,7 @@ from ..records import (
     Progress,
     ScheduleEdit,
     Settlement,
+    assembled,
 )
 from . import codec
 
@@ -160,14 +161,15 @@ class StoredJob:
 
     def record(self) -> JobRecord:
         payload = codec.decode(self.payload)
-        return JobRecord(
-            **{name: getattr(self, name) for name in PLAIN_FIELDS},
+        values = {name: getattr(self, name) for name in PLAIN_FIELDS}
+        values.update(
             args=tuple(payload["args"]),
             kwargs=payload["kwargs"],
             repeat=decode_value(self.repeat),
             result=decode_value(self.result),
             trace=None if self.trace is None else dict(self.trace),
         )
+        return assembled(JobRecord, values)  # every field named: no frozen __init__
 
 
 def matches(job: StoredJob, query: JobQuery) -> bool:
