@@ -262,6 +262,7 @@ class Heartbeats:
         self._held: dict[int, Claim] = {}  # watched, not adopted yet, by id()
         self._urgent: collections.deque[Claim] = collections.deque()
         self._timer = False  # an idle thread waits for the next adoption
+        self._timer_due: float | None = None  # when the timer wakes on its own (None: never)
         self._stopping = False
         self._threads: list[threading.Thread] = []
 
@@ -284,10 +285,14 @@ class Heartbeats:
                 self._timer_wake.notify()
                 return
             self._held[id(claim)] = claim
-            if len(self._held) == 1:  # the timer waits for nothing yet: time this one
-                self._timer_wake.notify()
-                if not self._timer:
+            if not self._timer:
+                if len(self._held) == 1:  # no thread times adoptions: an idle one will
                     self._wake.notify()
+            elif self._timer_due is None or claim.started + self.adopt_after < self._timer_due:
+                # The timer would wake too late for this one. (Claims come in the order
+                # they were made, so with a backlog the timer is rarely woken: it wakes
+                # on its own for the first held claim, and finds it gone or due.)
+                self._timer_wake.notify()
 
     def forget(self, claim: Claim) -> None:
         """A finished claim: no thread needs to adopt it."""
@@ -333,9 +338,10 @@ class Heartbeats:
                     self._wake.wait()
                     continue
                 self._timer = True
+                due = None if first is None else first.started + self.adopt_after
+                self._timer_due = due
                 try:
-                    due = None if first is None else first.started + self.adopt_after - now
-                    self._timer_wake.wait(due)
+                    self._timer_wake.wait(None if due is None else due - now)
                 finally:
                     self._timer = False
 
