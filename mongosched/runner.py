@@ -99,6 +99,8 @@ class Runner(RunnerSteps):
         self._last_error: str | None = None
         self._held = 0  # free workers' places the dispatcher holds
         self.settler.company = self._in_flight_others
+        self.settler.claiming = self._claiming
+        self._freed_early: set[int] = set()  # claims whose outcome waits for a claim
         self._batching = False  # the last claims found a backlog: claim in batches
         self._full_rounds = 0  # claims in a row that found all they asked for
         self.finished = 0
@@ -312,7 +314,7 @@ class Runner(RunnerSteps):
                 claimed = self._claim_and_submit()
             except StoreError as exc:
                 self._release_held()
-                self._batching, self._full_rounds = False, 0
+                self._stop_batching()
                 self._last_error = f"database: {exc}"
                 backoff = min(max(backoff * 2, self.poll_interval), 30.0)
                 log.warning(
@@ -322,7 +324,7 @@ class Runner(RunnerSteps):
                 continue
             except Exception as exc:
                 self._release_held()
-                self._batching, self._full_rounds = False, 0
+                self._stop_batching()
                 self._last_error = f"{type(exc).__name__}: {exc}"
                 log.exception("runner %s: unexpected error in the dispatcher", self.name)
                 self._stopping.wait(self.poll_interval)
@@ -335,6 +337,7 @@ class Runner(RunnerSteps):
             if not claimed:
                 self._wake.wait(self._idle_wait())
                 self._wake.clear()
+        self._stop_batching()
 
     def health(self) -> dict[str, Any]:
         """How this runner is doing, for health checks and probes: ``healthy`` is False
@@ -382,8 +385,12 @@ class Runner(RunnerSteps):
         # A backlog: two claims in a row found all they asked for (one alone does not
         # say so: a lone job is claimed alone, and so is the next one).
         full = claimed >= self._held
-        self._batching = full and (self._held > 1 or self._full_rounds > 0)
-        self._full_rounds = self._full_rounds + 1 if full else 0
+        if full and (self._held > 1 or self._full_rounds > 0):
+            self._batching = True
+            self._full_rounds += 1
+        else:
+            self._stop_batching()
+            self._full_rounds = 1 if full else 0
         self._held -= len(claims)  # each claim's worker releases its place
         self._release_held()
         for claim in claims:
@@ -392,6 +399,23 @@ class Runner(RunnerSteps):
 
     def _in_flight_others(self) -> int:
         return len(self._claims) - 1
+
+    def _claiming(self) -> bool:
+        """Whether a batched claim comes in a moment (the settler hands outcomes to it)."""
+        return self._batching and not self._stopping.is_set()
+
+    def _stop_batching(self) -> None:
+        """Claim one job at a time again; outcomes left for a batched claim are written
+        by their workers now."""
+        was, self._batching, self._full_rounds = self._batching, False, 0
+        if was:
+            self.settler.flush()
+
+    def _hand_off(self, claim: Claim) -> None:
+        """``claim``'s outcome waits for the next batched claim: free its worker's place
+        now, so that the claim can be made (and carry the outcome)."""
+        self._freed_early.add(id(claim))
+        self._free.release()
 
     def _release_held(self) -> None:
         """Give back the free workers' places the dispatcher holds."""
@@ -439,7 +463,10 @@ class Runner(RunnerSteps):
                 self._heartbeats.forget(claim)
             self._forget(claim)
             self.finished += 1
-            self._free.release()
+            if id(claim) in self._freed_early:
+                self._freed_early.discard(id(claim))
+            else:
+                self._free.release()
 
     def _forget(self, claim: Claim) -> None:
         with self._idle:

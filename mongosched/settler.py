@@ -1,5 +1,5 @@
-"""Writing the outcomes of finished jobs: alone, or together when several finish at
-once (:class:`Settler`).
+"""Writing the outcomes of finished jobs: alone, together when several finish at once,
+or in the next batched claim's write (:class:`Settler`).
 
 A job that finishes while no other outcome is being written writes its own at once, with
 :meth:`Store.settle <mongosched.store.Store.settle>`: one round trip, no waiting. Jobs
@@ -9,34 +9,49 @@ writes every queued outcome in one :meth:`Store.settle_many
 each worker its own job's result, and lets the next queued worker write the outcomes
 queued meanwhile. So the round trips per job fall as the load rises, and no worker waits
 for more than the write on its way and its own.
+
+With a backlog, a runner claims in batches as soon as its workers free, and a batch's
+write can carry the outcomes too (:meth:`Store.settle_and_claim
+<mongosched.store.Store.settle_and_claim>`). Then an outcome is *handed off*: it waits
+in the queue, its worker's place is freed at once, and the dispatcher's next claim
+:meth:`takes <Settler.take>` every queued outcome, writes them with its claims and
+:meth:`delivers <Settler.deliver>` each worker its job's result. A handed-off outcome
+that no claim takes within :data:`HANDOFF_WAIT`, or that a failed claim :meth:`gives
+back <Settler.give_back>`, is written by its own worker, as above.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from .errors import SerializationError
 from .records import JobRecord, Settlement
 from .store import Store
 
-__all__ = ["Settler"]
+__all__ = ["HANDOFF_WAIT", "Settler"]
 
 MAX_BATCH = 100
 """Outcomes a writer waits for at most."""
+HANDOFF_WAIT = 0.05
+"""Seconds a handed-off outcome waits for a claim to take it before its worker writes
+it (the dispatcher gathers its batch for :data:`~mongosched.steps.GATHER` seconds)."""
 
 
 def _nobody() -> int:
     return 0
 
 
+def _no_claim() -> bool:
+    return False
+
+
 class _Outcome:
     """One queued outcome, and what its write found."""
 
-    __slots__ = ("job", "settlement", "signal", "done", "stored", "error")
+    __slots__ = ("job", "settlement", "signal", "done", "stored", "error", "handed_off")
 
-    def __init__(self, job: JobRecord, settlement: Settlement) -> None:
+    def __init__(self, job: JobRecord, settlement: Settlement, handed_off: bool) -> None:
         self.job = job
         self.settlement = settlement
         self.signal = threading.Lock()
@@ -44,11 +59,30 @@ class _Outcome:
         self.done = False
         self.stored: JobRecord | None = None
         self.error: BaseException | None = None
+        self.handed_off = handed_off
+        """It waits for a claim to write it (no turn is passed to it)."""
 
     def result(self) -> JobRecord | None:
         if self.error is not None:
             raise self.error
         return self.stored
+
+
+class Batch:
+    """Outcomes a claim took to write with its claims (see :meth:`Settler.take`)."""
+
+    __slots__ = ("outcomes",)
+
+    def __init__(self, outcomes: list[_Outcome]) -> None:
+        self.outcomes = outcomes
+
+    @property
+    def items(self) -> list[tuple[JobRecord, Settlement]]:
+        """What to settle: each job and its settlement, in order."""
+        return [(o.job, o.settlement) for o in self.outcomes]
+
+
+_CLAIM = object()  # the writer when a claim took the queue
 
 
 class Settler:
@@ -60,11 +94,14 @@ class Settler:
         """Seconds a writer waits for the others' outcomes when other jobs are running."""
         self.company: Callable[[], int] = _nobody
         """How many other jobs are running (that may finish in a moment)."""
+        self.claiming: Callable[[], bool] = _no_claim
+        """Whether a batched claim will take the queued outcomes in a moment (a runner
+        with a backlog says so)."""
         self._lock = threading.Lock()
         self._full = threading.Condition(self._lock)
         self._queue: list[_Outcome] = []
         self._expect = 0  # a writer waits for this many outcomes
-        self._writing = False
+        self._writer: object | None = None  # an outcome whose worker writes, or _CLAIM
         self.bulk_writes = 0
         """Bulk writes made (for tests and benchmarks)."""
 
@@ -74,22 +111,30 @@ class Settler:
         with self._lock:
             return len(self._queue)
 
-    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
+    def settle(
+        self,
+        job: JobRecord,
+        settlement: Settlement,
+        hand_off: Callable[[], None] | None = None,
+    ) -> JobRecord | None:
         """As :meth:`Store.settle <mongosched.store.Store.settle>`: the job as stored
         after the write, or None when its lease token no longer held it; raises what
         that raises (:class:`~mongosched.errors.SerializationError` with nothing
-        written, a store error)."""
-        mine = _Outcome(job, settlement)
+        written, a store error). ``hand_off``: called when the outcome is left for
+        the next batched claim to write (see the module), before waiting for it."""
         with self._lock:
+            handed_off = hand_off is not None and self.claiming()
+            mine = _Outcome(job, settlement, handed_off)
             self._queue.append(mine)
-            wait = self._writing
-            self._writing = True
-            if wait and self._expect and len(self._queue) >= self._expect:
+            if self._writer is None and not handed_off:
+                self._writer = mine  # nothing on its way: write at once
+            elif self._expect and len(self._queue) >= self._expect:
                 self._full.notify()
-        if wait:
-            mine.signal.acquire()
-            if mine.done:
-                return mine.result()
+        if handed_off:
+            assert hand_off is not None
+            hand_off()
+        if self._writer is not mine and not self._wait(mine):
+            return mine.result()
         others = self.company() if self.gather > 0 else 0
         with self._lock:  # this one writes everything queued, itself first in line
             if others > 0:  # they may finish in a moment: one write for all
@@ -100,16 +145,83 @@ class Settler:
         try:
             self._write(batch)
         finally:
-            with self._lock:
-                following = self._queue[0] if self._queue else None
-                self._writing = following is not None
-            for other in batch:
-                if other is not mine:
-                    other.done = True
-                    other.signal.release()
-            if following is not None:
-                following.signal.release()
+            self._written(batch, mine)
         return mine.result()
+
+    def _wait(self, mine: _Outcome) -> bool:
+        """Wait until ``mine`` was written (False) or is for its worker to write (True):
+        its turn came, or, handed off, no claim took it in time."""
+        timeout = HANDOFF_WAIT if mine.handed_off else -1
+        while True:
+            signalled = mine.signal.acquire(timeout=timeout)
+            with self._lock:
+                if mine.done:
+                    return False
+                if self._writer is mine:
+                    return True
+                if not signalled:  # no claim took it: write it, or wait for a turn
+                    mine.handed_off = False
+                    if self._writer is None and mine in self._queue:
+                        self._writer = mine
+                        return True
+                timeout = -1
+
+    def take(self) -> Batch | None:
+        """For a claim about to write: every queued outcome, to write with its claims
+        (then :meth:`deliver` their results); None when none is queued or a write is on
+        its way (its writer takes them)."""
+        with self._lock:
+            if self._writer is not None or not self._queue:
+                return None
+            self._writer = _CLAIM
+            taken, self._queue = self._queue, []
+        return Batch(taken)
+
+    def deliver(
+        self, batch: Batch | None, results: Sequence[JobRecord | SerializationError | None]
+    ) -> None:
+        """After the claim's write: each outcome's result, in order; the next queued
+        worker writes what queued meanwhile."""
+        if batch is not None:
+            self._record(batch.outcomes, results)
+            self._written(batch.outcomes, None)
+
+    def give_back(self, batch: Batch | None) -> None:
+        """The claim failed before its write landed: its outcomes go back to their
+        workers, who write them as if they had never been handed off."""
+        if batch is None:
+            return
+        with self._lock:
+            for outcome in batch.outcomes:
+                outcome.handed_off = False
+            self._queue[:0] = batch.outcomes
+            following = self._queue[0]
+            self._writer = following
+        following.signal.release()
+
+    def flush(self) -> None:
+        """No claim is coming (the backlog is gone, the runner stops): the outcomes
+        handed off are written by their workers at once."""
+        with self._lock:
+            for outcome in self._queue:
+                outcome.handed_off = False
+            following = self._queue[0] if self._writer is None and self._queue else None
+            self._writer = following
+        if following is not None:
+            following.signal.release()
+
+    def _written(self, batch: list[_Outcome], mine: _Outcome | None) -> None:
+        """A write is done: release each of its outcomes' workers, and pass the turn to
+        the first queued outcome not handed off (those wait for a claim)."""
+        with self._lock:
+            following = next((o for o in self._queue if not o.handed_off), None)
+            self._writer = following
+        for other in batch:
+            if other is not mine:
+                other.done = True
+                other.signal.release()
+        if following is not None:
+            following.signal.release()
 
     def _write(self, batch: list[_Outcome]) -> None:
         """Write the batch's outcomes, recording each one's stored job or error."""
@@ -118,11 +230,17 @@ class Settler:
                 batch[0].stored = self.store.settle(batch[0].job, batch[0].settlement)
                 return
             self.bulk_writes += 1
-            results: list[Any] = self.store.settle_many([(o.job, o.settlement) for o in batch])
+            results = self.store.settle_many([(o.job, o.settlement) for o in batch])
         except BaseException as exc:  # every writer learns it
             for outcome in batch:
                 outcome.error = exc
             return
+        self._record(batch, results)
+
+    @staticmethod
+    def _record(
+        batch: list[_Outcome], results: Sequence[JobRecord | SerializationError | None]
+    ) -> None:
         for outcome, result in zip(batch, results, strict=True):
             if isinstance(result, SerializationError):
                 outcome.error = result

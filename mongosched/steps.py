@@ -303,6 +303,10 @@ class RunnerSteps:
     def _emit(self, event: str, record: JobRecord) -> None:
         self.app.emit(event, job=self._job(record), runner=self)
 
+    def _hand_off(self, claim: Claim) -> None:
+        """``claim``'s outcome waits for the next batched claim to write it (see
+        :class:`~mongosched.settler.Settler`); a runner frees its worker's place."""
+
     def _release_dependents(self, stored: JobRecord) -> None:
         """A job this runner settled is final: release the jobs waiting for it."""
         if stored.status.is_final and stored.has_dependents:
@@ -355,21 +359,28 @@ class RunnerSteps:
         claimed one at a time (a batch would take more than their limits allow, only to
         give them back): when such tasks may be claimed, the last place is a single claim
         over every task, so they are not starved."""
-        if limit <= 1:
+        if limit <= 1 and not self.settler.queued:
             claim, taken = self._take()
             return ([] if claim is None else [claim]), int(taken)
         tasks, queues = self._scope()
         unlimited = [name for name in tasks if not self.app.tasks[name].limited]
         single = len(unlimited) < len(tasks)
         now = self.app.now()
-        records = self.store.claim_batch(
-            owner=self.name,
-            tasks=unlimited,
-            queues=queues,
-            now=now,
-            lease_duration=self.lease_duration,
-            limit=limit - single,
-        )
+        outcomes = self.settler.take()  # finished jobs' outcomes, written with the claims
+        try:
+            settled, records = self.store.settle_and_claim(
+                () if outcomes is None else outcomes.items,
+                owner=self.name,
+                tasks=unlimited,
+                queues=queues,
+                now=now,
+                lease_duration=self.lease_duration,
+                limit=limit - single,
+            )
+        except BaseException:  # nothing written, or not known: their workers write them
+            self.settler.give_back(outcomes)
+            raise
+        self.settler.deliver(outcomes, settled)
         claims = []
         for record in records:
             try:
@@ -516,7 +527,9 @@ class RunnerSteps:
         if decision is None:
             return None
         try:
-            stored = self.settler.settle(claim.record, decision.settlement)
+            stored = self.settler.settle(
+                claim.record, decision.settlement, lambda: self._hand_off(claim)
+            )
         except SerializationError as exc:  # the result cannot be stored
             decision = self._decide(claim, Ending.ERROR, None, exc, NEVER_RETRY)
             stored = self.settler.settle(claim.record, decision.settlement)

@@ -8,21 +8,27 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from mongosched import App, JobStatus
+from mongosched import settler as settler_module
+from mongosched.errors import StoreUnavailable
 from mongosched.outcome import given_back
 from tests.support.tasks import Recorder
 from tests.support.waiting import wait_for
 
 
 class ClaimSpy:
-    """Counts the store's claims: single ones, and the sizes of batches."""
+    """Counts the store's claims: single ones, and the sizes of batches; and the
+    outcomes written with a batched claim."""
 
     def __init__(self, app: App) -> None:
         store = app.store
         self.lock = threading.Lock()
         self.singles = 0
         self.batches: list[int] = []
-        claim, claim_batch = store.claim, store.claim_batch
+        self.settled_with_claims = 0
+        claim, settle_and_claim = store.claim, store.settle_and_claim
 
         def single(**kwargs: Any) -> Any:
             got = claim(**kwargs)
@@ -30,15 +36,17 @@ class ClaimSpy:
                 self.singles += got is not None
             return got
 
-        def batch(**kwargs: Any) -> Any:
-            got = claim_batch(**kwargs)
-            assert len(got) <= kwargs["limit"]
+        def batch(items: Any, **kwargs: Any) -> Any:
+            singles = self.singles  # a store may claim a small batch one at a time
+            settled, got = settle_and_claim(items, **kwargs)
+            assert len(got) <= kwargs["limit"] and len(settled) == len(items)
             with self.lock:
-                self.batches.append(len(got))
-            return got
+                self.batches.append(len(got) - (self.singles - singles))
+                self.settled_with_claims += len(items)
+            return settled, got
 
         store.claim = single  # type: ignore[method-assign]
-        store.claim_batch = batch  # type: ignore[method-assign]
+        store.settle_and_claim = batch  # type: ignore[method-assign]
 
 
 def test_a_backlog_is_claimed_in_batches_and_each_job_runs_once(
@@ -66,6 +74,8 @@ def test_a_backlog_is_claimed_in_batches_and_each_job_runs_once(
     batched = sum(spy.batches)
     assert batched + spy.singles == 200 == runner.claimed
     assert max(spy.batches) > 1 and batched > spy.singles, (spy.singles, spy.batches)
+    # With a backlog, most outcomes ride in the next batched claim's write.
+    assert spy.settled_with_claims > 100, spy.settled_with_claims
 
 
 def test_a_lone_job_is_claimed_alone(make_app: Callable[..., App]) -> None:
@@ -191,3 +201,98 @@ def test_run_claims_reports_a_lost_lease_alone_and_sends_each_job_as_stored(
         assert job.result == stored.result and job.finished_at == stored.finished_at
     assert [job.id for name, job in events if name == "job:lease_lost"] == [lost.job_id]
     assert app.get_job(lost.job_id).status is JobStatus.RUNNING  # the other runner's
+
+
+def _handing_off(count: int) -> tuple[App, Any, list[Any], list[Any]]:
+    """An app with ``2 * count`` jobs due, a runner whose settler hands outcomes to the
+    next batched claim, and ``count`` of the jobs claimed and running in threads of
+    their own: (app, runner, their claims, what each run_claim returned or raised)."""
+    app = App("memory://")
+    app.task(name="work")(lambda n: n * 10)
+    app.schedule_bulk(app.tasks["work"].job(n) for n in range(2 * count))
+    runner = app.runner(workers=count)
+    runner.settler.claiming = lambda: True
+    claims = runner.claim_batch(count)
+    ended: list[Any] = []
+    runner.handed_off = []  # type: ignore[attr-defined]
+    hand_off = runner._hand_off
+    runner._hand_off = lambda c: (runner.handed_off.append(c), hand_off(c))  # type: ignore[attr-defined, method-assign]
+
+    def run(claim: Any) -> None:
+        try:
+            ended.append(runner.run_claim(claim))
+        except Exception as exc:
+            ended.append(exc)
+
+    for claim in claims:
+        threading.Thread(target=run, args=(claim,), daemon=True).start()
+    return app, runner, claims, ended
+
+
+def test_outcomes_handed_off_ride_in_the_next_batched_claims_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a backlog, a finished job's outcome waits for the dispatcher's next claim,
+    which writes it with the jobs it claims; its worker's place is freed at once."""
+    monkeypatch.setattr(settler_module, "HANDOFF_WAIT", 30.0)
+    app, runner, claims, ended = _handing_off(3)
+    store = app.store
+    wait_for(lambda: runner.settler.queued == 3, message="3 outcomes handed off")
+    handed_off = {id(c) for c in runner.handed_off}  # type: ignore[attr-defined]
+    assert handed_off == {id(c) for c in claims} and ended == []
+    assert all(app.get_job(c.job_id).status is JobStatus.RUNNING for c in claims)
+    calls: list[int] = []
+    settle_and_claim = store.settle_and_claim
+
+    def spy(items: Any, **kwargs: Any) -> Any:
+        calls.append(len(items))
+        return settle_and_claim(items, **kwargs)
+
+    store.settle_and_claim = spy  # type: ignore[method-assign]
+    more = runner.claim_batch(3)
+    assert calls == [3] and [c.record.args for c in more] == [(3,), (4,), (5,)]
+    wait_for(lambda: len(ended) == 3, message="3 runs ended")
+    assert [d.event for d in ended] == ["job:success"] * 3
+    for claim in claims:
+        job = app.get_job(claim.job_id)
+        assert job.status is JobStatus.COMPLETED and job.result == job.args[0] * 10
+
+
+@pytest.mark.parametrize("how", ["no claim came", "flushed"])
+def test_an_outcome_no_claim_takes_is_written_by_its_worker(
+    monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A handed-off outcome that no claim takes in time (the backlog ended, the runner
+    stops: flushed) is written by its own worker."""
+    wait = 0.05 if how == "no claim came" else 30.0
+    monkeypatch.setattr(settler_module, "HANDOFF_WAIT", wait)
+    app, runner, claims, ended = _handing_off(2)
+    if how == "flushed":
+        wait_for(lambda: runner.settler.queued == 2, message="2 outcomes handed off")
+        runner.settler.flush()
+    wait_for(lambda: len(ended) == 2, timeout=10, message="2 runs ended")
+    assert [d.event for d in ended] == ["job:success"] * 2
+    assert runner.settler.queued == 0
+    for claim in claims:
+        assert app.get_job(claim.job_id).status is JobStatus.COMPLETED
+
+
+def test_a_failed_claim_gives_its_outcomes_back_to_their_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claim that carried the outcomes failed: each goes back to its worker, which
+    writes it as if it had never been handed off (nothing is lost)."""
+    monkeypatch.setattr(settler_module, "HANDOFF_WAIT", 30.0)
+    app, runner, claims, ended = _handing_off(2)
+    wait_for(lambda: runner.settler.queued == 2, message="2 outcomes handed off")
+
+    def down(items: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("settle_and_claim: connection refused")
+
+    app.store.settle_and_claim = down  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailable):
+        runner.claim_batch(2)
+    wait_for(lambda: len(ended) == 2, message="2 runs ended")
+    assert [d.event for d in ended] == ["job:success"] * 2
+    for claim in claims:
+        assert app.get_job(claim.job_id).status is JobStatus.COMPLETED

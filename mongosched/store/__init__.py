@@ -181,6 +181,23 @@ class Store(Protocol):
         stored (nothing written for that job). What happens to one job never changes
         what happens to another."""
 
+    def settle_and_claim(
+        self,
+        items: Sequence[tuple[JobRecord, Settlement]],
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        limit: int,
+    ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
+        """:meth:`settle_many` of ``items`` and then :meth:`claim_batch`, in the round
+        trips of the claim alone (the settlements ride in the claim's write): what each
+        returns. A runner with a backlog writes the outcomes of the jobs that just
+        finished this way. The jobs settled are running (its own), so none of them is
+        among those claimed."""
+
     def expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         """Running jobs whose lease ran out before ``now``, oldest first."""
 
@@ -240,9 +257,7 @@ class Store(Protocol):
         """Delete each of ``ids`` that is in one of the final ``statuses`` (declared
         schedules stay: their tombstones keep them off). Returns how many."""
 
-    def finished_counts(
-        self, since: datetime, bucket: float
-    ) -> dict[tuple[int, JobStatus], int]:
+    def finished_counts(self, since: datetime, bucket: float) -> dict[tuple[int, JobStatus], int]:
         """Jobs completed or failed since ``since``: how many per (bucket number,
         status), bucket ``n`` covering ``since + n * bucket`` seconds onwards."""
 

@@ -26,7 +26,10 @@ token.
 
 Several settlements are written in one unordered bulk write, each update fenced on its
 own job's token (and on the job being as claimed), so one that misses never affects the
-others; see :meth:`MongoBatches.settle_many`.
+others; see :meth:`MongoBatches.settle_many`. With a backlog, the runner's dispatcher
+hands the outcomes of the jobs that just finished to its next claim, and the same bulk
+write carries both (:meth:`MongoBatches.settle_and_claim`): a batch of jobs costs two
+round trips, not three. One read back by id resolves whichever updates missed.
 """
 
 from __future__ import annotations
@@ -75,6 +78,106 @@ def settled_result(task: str, settlement: Settlement) -> tuple[Any, bytes | None
     return codec.decode(encoded)["v"], encoded
 
 
+class _Settling:
+    """The settlements of one bulk write: an update each, fenced on its job's token and
+    on the job being as claimed (:func:`unchanged_since_claim`), tagged with a fresh
+    write id (``last_write``) by which a read back tells which landed."""
+
+    def __init__(self, items: Sequence[tuple[JobRecord, Settlement]]) -> None:
+        self.items = items
+        self.results: list[Any] = [None] * len(items)
+        self.writes: dict[int, tuple[str, UpdateOne, Any]] = {}
+        for n, (job, settlement) in enumerate(items):
+            try:
+                result, encoded = settled_result(job.task, settlement)
+            except SerializationError as exc:
+                self.results[n] = exc
+                continue
+            if job.repeat is not None:
+                # Its slot is recorded right after the claim, maybe within the same
+                # millisecond (updated_at unchanged): settled alone, afterwards.
+                continue
+            token = job.lease.token if job.lease is not None else ""
+            write = codec.new_token()
+            update = set_also(
+                settle_update(job.id, settlement, dedupe_hold(job), encoded), {"last_write": write}
+            )
+            fence = {"_id": job.id, "lease.token": token, "status": RUNNING}
+            fence.update(unchanged_since_claim(job))
+            self.writes[n] = (write, UpdateOne(fence, update), result)
+        self.ops = [op for _, op, _ in self.writes.values()]
+        self.ids = [items[n][0].id for n in self.writes]
+
+    def finish(self, store: MongoBatches, read: dict[Any, Any] | None) -> list[Any]:
+        """The results, once the bulk write is done: ``read`` holds the jobs as read back
+        by id (None: every write landed, as written). Those that did not land, and those
+        settled alone, are settled one by one as :meth:`settle` does (which says which
+        lost their lease, and sees a cancel requested or a dedupe key taken)."""
+        for n, (write, _, result) in self.writes.items():
+            job, settlement = self.items[n]
+            landed = read is None or (read.get(job.id) or {}).get("last_write") == write
+            self.results[n] = (
+                settled_record(job, settlement, result) if landed else store.settle(job, settlement)
+            )
+        for n, item in enumerate(self.items):
+            if n not in self.writes and self.results[n] is None:
+                self.results[n] = store.settle(*item)
+        return self.results
+
+
+class _Claiming:
+    """The claims of one bulk write: an update per candidate read, each under a token
+    of its own and fenced on the claim filter and on the job being the document read
+    (:func:`claim_fence`)."""
+
+    def __init__(
+        self,
+        query: dict[str, Any],
+        docs: list[dict[str, Any]],
+        owner: str,
+        now: datetime,
+        lease_duration: float,
+    ) -> None:
+        self.docs = docs
+        self.now = now
+        self.ids = [doc["_id"] for doc in docs]
+        self.tokens = {job_id: codec.new_token() for job_id in self.ids}
+        self.updates = {
+            job_id: claim_update(owner, token, now, lease_duration)
+            for job_id, token in self.tokens.items()
+        }
+        self.ops = [
+            UpdateOne({**query, **claim_fence(doc)}, self.updates[doc["_id"]]) for doc in docs
+        ]
+
+    def finish(self, store: MongoBatches, read: dict[Any, Any] | None) -> list[JobRecord]:
+        """The jobs claimed, in claim order: the documents read with the claim applied
+        when every update landed (``read`` None), else those ``read`` back under their
+        token. A malformed one fails alone, unrun."""
+        docs = self.docs
+        if read is None:
+            mine = {doc["_id"]: claimed_document(doc, self.updates[doc["_id"]]) for doc in docs}
+        else:
+            mine = {
+                job_id: doc
+                for job_id, doc in read.items()
+                if job_id in self.tokens
+                and doc.get("status") == RUNNING
+                and (doc.get("lease") or {}).get("token") == self.tokens[job_id]
+            }
+        records = []
+        for job_id in self.ids:
+            doc = mine.get(job_id)
+            if doc is None:
+                continue  # another claimer was first
+            try:
+                records.append(to_record(doc, check=True))
+            except MalformedJob as exc:  # failed alone
+                fence = {"_id": job_id, "lease.token": self.tokens[job_id]}
+                store._fail_malformed(fence, str(exc), self.now)
+        return records
+
+
 class MongoBatches(MongoPermits):
     """The batched operations of :class:`~mongosched.store.mongo.MongoStore`."""
 
@@ -88,10 +191,51 @@ class MongoBatches(MongoPermits):
         lease_duration: float,
         limit: int,
     ) -> list[JobRecord]:
-        if not tasks or limit < 1:
-            return []
-        if limit < BATCH_FROM:  # fewer round trips (and less work) one at a time
-            claimed: list[JobRecord] = []
+        return self.settle_and_claim(
+            (),
+            owner=owner,
+            tasks=tasks,
+            queues=queues,
+            now=now,
+            lease_duration=lease_duration,
+            limit=limit,
+        )[1]
+
+    def settle_many(
+        self, items: Sequence[tuple[JobRecord, Settlement]]
+    ) -> list[JobRecord | SerializationError | None]:
+        """One unordered bulk write of every settlement (see :class:`_Settling`): the
+        records of those that landed are computed (:func:`settled_record`), not read
+        back. Jobs whose write did not land (a cancel requested, progress written, a
+        lease lost, a dedupe key taken meanwhile) are found by reading back the writes'
+        ids, and settled one by one as :meth:`settle` does, which says which of those
+        lost their lease. Repeating jobs are settled one by one too."""
+        return self._write(_Settling(items), None)[0]
+
+    def settle_and_claim(
+        self,
+        items: Sequence[tuple[JobRecord, Settlement]],
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        limit: int,
+    ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
+        """The settlements and the claims in one unordered bulk write, after the read
+        of the candidates: two round trips for both when nothing unusual happened."""
+        settling = _Settling(items)
+        claiming = None
+        if tasks and limit >= BATCH_FROM:
+            query = claim_query(tasks, queues, now)
+            docs = self._retrying(
+                "claim", lambda _: list(self.jobs.find(query, sort=CLAIM_SORT, limit=limit))
+            )
+            if docs:
+                claiming = _Claiming(query, docs, owner, now, lease_duration)
+        results, claimed = self._write(settling, claiming)
+        if tasks and limit < BATCH_FROM:  # fewer round trips (and less work) one at a time
             while len(claimed) < limit:
                 record = self.claim(
                     owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=lease_duration
@@ -99,115 +243,46 @@ class MongoBatches(MongoPermits):
                 if record is None:
                     break
                 claimed.append(record)
-            return claimed
-        query = claim_query(tasks, queues, now)
-        docs = self._retrying(
-            "claim", lambda _: list(self.jobs.find(query, sort=CLAIM_SORT, limit=limit))
-        )
-        if not docs:
-            return []
-        ids = [doc["_id"] for doc in docs]
-        tokens = {job_id: codec.new_token() for job_id in ids}
-        updates = {
-            job_id: claim_update(owner, token, now, lease_duration)
-            for job_id, token in tokens.items()
-        }
-        ops = [UpdateOne({**query, **claim_fence(doc)}, updates[doc["_id"]]) for doc in docs]
+        return results, claimed
+
+    def _write(
+        self, settling: _Settling, claiming: _Claiming | None
+    ) -> tuple[list[Any], list[JobRecord]]:
+        """One unordered bulk write of the settlements' and the claims' updates. When
+        one missed (a claim taken or a job changed meanwhile, a settlement fenced off, a
+        write refused, a reply lost and the write repeated), one read back by id tells
+        which landed."""
+        ops = settling.ops + ([] if claiming is None else claiming.ops)
+        what = "settle" if claiming is None else "claim"
+        read: dict[Any, Any] | None = None
+        if ops and not self._all_landed(what, ops, len(settling.ops), claiming):
+            ids = settling.ids + ([] if claiming is None else claiming.ids)
+            docs = self._retrying(what, lambda _: list(self.jobs.find({"_id": {"$in": ids}})))
+            read = {doc["_id"]: doc for doc in docs}
+        results = settling.finish(self, read)
+        return results, ([] if claiming is None else claiming.finish(self, read))
+
+    def _all_landed(
+        self, what: str, ops: list[UpdateOne], settlements: int, claiming: _Claiming | None
+    ) -> bool:
+        """Write ``ops`` (``settlements`` of them first, then the claims) in one
+        unordered bulk write: True when every one landed, at the first try."""
         tries: list[int] = []
 
-        def write(attempt: int) -> int:
+        def bulk(attempt: int) -> bool:
             tries.append(attempt)
             try:
-                return self.jobs.bulk_write(ops, ordered=False).matched_count
+                return bool(self.jobs.bulk_write(ops, ordered=False).matched_count == len(ops))
             except BulkWriteError as exc:  # the others landed: read back what did
                 for error in exc.details.get("writeErrors", []):
-                    log.warning("claim of job %s refused: %s", ids[error["index"]], error)
-                return -1
+                    index = error["index"] - settlements
+                    if claiming is not None and index >= 0:  # (a settlement refused:
+                        # a dedupe key taken, seen when it is settled alone)
+                        log.warning("claim of job %s refused: %s", claiming.ids[index], error)
+                return False
 
-        matched = self._retrying("claim", write)
-        if matched == len(ops) and len(tries) == 1:  # every one landed, as read
-            mine = {doc["_id"]: claimed_document(doc, updates[doc["_id"]]) for doc in docs}
-        else:  # some were taken or changed meanwhile, or a reply was lost: read back
-            landed = {"_id": {"$in": ids}, "lease.token": {"$in": list(tokens.values())}}
-            mine = {
-                doc["_id"]: doc
-                for doc in self._retrying("claim", lambda _: list(self.jobs.find(landed)))
-                if doc.get("status") == RUNNING and doc["lease"]["token"] == tokens[doc["_id"]]
-            }
-        records = []
-        for job_id in ids:  # in claim order
-            doc = mine.get(job_id)
-            if doc is None:
-                continue  # another claimer was first
-            try:
-                records.append(to_record(doc, check=True))
-            except MalformedJob as exc:  # failed alone
-                self._fail_malformed({"_id": job_id, "lease.token": tokens[job_id]}, str(exc), now)
-        return records
-
-    def settle_many(
-        self, items: Sequence[tuple[JobRecord, Settlement]]
-    ) -> list[JobRecord | SerializationError | None]:
-        """One unordered bulk write of every settlement, each fenced on its job's token
-        and on the job being as claimed (:func:`unchanged_since_claim`): the records of
-        those that landed are computed (:func:`settled_record`), not read back. Jobs whose
-        write did not land (a cancel requested, progress written, a lease lost, a dedupe
-        key taken meanwhile) are found by reading back the writes' ids, and settled one
-        by one as :meth:`settle` does, which says which of those lost their lease.
-        Repeating jobs are settled one by one too."""
-        results: list[Any] = [None] * len(items)
-        writes: dict[int, tuple[str, UpdateOne, Any]] = {}
-        for n, (job, settlement) in enumerate(items):
-            try:
-                result, encoded = settled_result(job.task, settlement)
-            except SerializationError as exc:
-                results[n] = exc
-                continue
-            if job.repeat is not None:
-                # Its slot is recorded right after the claim, maybe within the same
-                # millisecond (updated_at unchanged): settled alone, below.
-                continue
-            token = job.lease.token if job.lease is not None else ""
-            write = codec.new_token()
-            update = set_also(
-                settle_update(job.id, settlement, dedupe_hold(job), encoded), {"last_write": write}
-            )
-            fence = {"_id": job.id, "lease.token": token, "status": RUNNING}
-            fence.update(unchanged_since_claim(job))
-            writes[n] = (write, UpdateOne(fence, update), result)
-        alone = [n for n in range(len(items)) if n not in writes and results[n] is None]
-        for n in alone:
-            results[n] = self.settle(*items[n])
-        if not writes:
-            return results
-        ops = [op for _, op, _ in writes.values()]
-        tries: list[int] = []
-
-        def bulk(attempt: int) -> tuple[int, bool]:
-            tries.append(attempt)
-            try:
-                return self.jobs.bulk_write(ops, ordered=False).matched_count, False
-            except BulkWriteError as exc:  # a dedupe key taken: settled one by one below
-                return int(exc.details.get("nMatched", 0)), True
-
-        matched, refused = self._retrying("settle", bulk)
-        if matched == len(ops) and not refused and len(tries) == 1:
-            landed = set(writes)  # every write landed, as written
-        else:
-            ids = [items[n][0].id for n in writes]
-            docs = self._retrying(
-                "settle",
-                lambda _: list(self.jobs.find({"_id": {"$in": ids}}, {"last_write": True})),
-            )
-            last = {doc["_id"]: doc.get("last_write") for doc in docs}
-            landed = {n for n, (write, _, _) in writes.items() if last.get(items[n][0].id) == write}
-        for n, (_, _, result) in writes.items():
-            job, settlement = items[n]
-            if n in landed:
-                results[n] = settled_record(job, settlement, result)
-            else:  # as alone: the cancel, the dedupe key, the lost lease are seen there
-                results[n] = self.settle(job, settlement)
-        return results
+        landed = self._retrying(what, bulk)
+        return landed and len(tries) == 1
 
     # What MongoStore defines.
     def claim(

@@ -76,3 +76,25 @@ class MemoryBatches:
                 if results[n] is None:
                     results[n] = self._settle_locked(job, settlement, encoded[n])
         return results
+
+    def settle_and_claim(
+        self,
+        items: Sequence[tuple[JobRecord, Settlement]],
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        limit: int,
+    ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
+        settled = self.settle_many(items)
+        claimed = self.claim_batch(
+            owner=owner,
+            tasks=tasks,
+            queues=queues,
+            now=now,
+            lease_duration=lease_duration,
+            limit=limit,
+        )
+        return settled, claimed

@@ -246,3 +246,70 @@ def test_settle_many_of_the_same_claim_from_racing_threads_lands_once(store: Sto
 
 def test_settle_many_of_nothing_is_nothing(store: Store) -> None:
     assert store.settle_many([]) == []
+
+
+# settle_and_claim ---------------------------------------------------------------------------
+def _settle_and_claim(
+    store: Store, items: list[tuple[JobRecord, Any]], limit: int, now: Any = LATER
+) -> tuple[list[Any], list[JobRecord]]:
+    return store.settle_and_claim(
+        items, owner="me", tasks=("t",), queues=None, now=now, lease_duration=LEASE, limit=limit
+    )
+
+
+@pytest.mark.parametrize("limit", [2, 10], ids=["one at a time", "batched"])
+def test_settle_and_claim_settles_as_settle_many_and_claims_as_claim_batch(
+    store: Store, limit: int
+) -> None:
+    """The outcomes of finished jobs and the next claims together: each settlement
+    reported as settle_many reports it (a cancel requested meanwhile, a lease lost and
+    taken by another worker concern their own job only), the claims those of
+    claim_batch, in claim order; a settlement that misses never keeps a claim from
+    landing, nor the other way round."""
+    add(store, *[job(max_attempts=3, args=(n,)) for n in range(3)])
+    done, cancelled, lost = batch(store, 3)
+    queued = add(store, *[job(args=(n,), at=T0 + sec(n)) for n in range(3, 7)])
+    later = LATER + sec(LEASE + 1)
+    assert store.request_cancel(cancelled.id, later) is not None
+    assert store.reap(lost, later, lapsed(lost, later)) is not None
+    taken = claim(store, now=later, owner="other", job_id=lost.id)
+    assert taken is not None
+    items = [
+        (done, succeeded(done, later, result={"n": 1})),
+        (cancelled, succeeded(cancelled, later)),
+        (lost, succeeded(lost, later)),
+        (queued[0], succeeded(queued[0], later)),  # never claimed: no lease to settle
+    ]
+    settled, got = _settle_and_claim(store, items, limit, now=later)
+    assert ids(got) == ids(queued[: min(limit, 4)])
+    for record in got:
+        assert record == store.get(record.id) and record.status is JobStatus.RUNNING
+        assert record.lease is not None and record.lease.owner == "me"
+    assert isinstance(settled[0], JobRecord) and settled[0].status is JobStatus.COMPLETED
+    assert settled[0] == store.get(done.id) and settled[0].result == {"n": 1}
+    assert isinstance(settled[1], JobRecord) and settled[1].status is JobStatus.CANCELLED
+    assert settled[1] == store.get(cancelled.id)
+    assert settled[2] is None and store.get(lost.id) == taken  # the other's lease holds
+    assert settled[3] is None
+
+
+def test_settle_and_claim_without_outcomes_or_without_tasks(store: Store) -> None:
+    """No outcomes: a claim_batch. No tasks (or a limit of 0): a settle_many."""
+    add(store, *[job(args=(n,)) for n in range(4)])
+    settled, got = _settle_and_claim(store, [], 3)
+    assert settled == [] and [r.args for r in got] == [(0,), (1,), (2,)]
+    first = got[0]
+    settled, none = store.settle_and_claim(
+        [(first, succeeded(first))],
+        owner="me",
+        tasks=(),
+        queues=None,
+        now=LATER,
+        lease_duration=LEASE,
+        limit=5,
+    )
+    assert none == [] and settled == [store.get(first.id)]
+    assert settled[0] is not None and settled[0].status is JobStatus.COMPLETED
+    settled, none = _settle_and_claim(store, [(got[1], succeeded(got[1]))], 0)
+    assert none == [] and settled == [store.get(got[1].id)]
+    assert [r.args for r in batch(store, 5)] == [(3,)]  # the limits held

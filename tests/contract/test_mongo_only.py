@@ -353,6 +353,31 @@ def test_a_batched_claim_that_misses_nothing_is_two_round_trips(
         assert record == mongo_store.get(record.id)
 
 
+def test_outcomes_written_with_a_batched_claim_take_no_round_trip_of_their_own(
+    mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """settle_and_claim: the settlements ride in the claim's bulk write (a read and a
+    write for both), and every record returned is what the store then holds."""
+    add(mongo_store, *[job(args=(n,)) for n in range(7)])
+    finished = batch(mongo_store, 3)
+    watched = _watch(monkeypatch, mongo_store)
+    settled, got = mongo_store.settle_and_claim(
+        [(r, succeeded(r, LATER + sec(1), result=n)) for n, r in enumerate(finished)],
+        owner="me",
+        tasks=("t",),
+        queues=None,
+        now=LATER + sec(1),
+        lease_duration=30.0,
+        limit=4,
+    )
+    monkeypatch.undo()
+    assert watched.calls == ["find", "bulk_write"]
+    assert [r.args for r in got] == [(3,), (4,), (5,), (6,)]
+    for record in [*settled, *got]:
+        assert record == mongo_store.get(record.id)  # type: ignore[union-attr]
+    assert [r.result for r in settled] == [0, 1, 2]  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("write", [None, *(n for n, w in WRITES.items() if not w.repeating)])
 def test_a_batched_settlement_of_a_job_written_since_its_claim_is_settled_alone(
     mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch, write: str | None
