@@ -181,7 +181,11 @@ def act_claim(w: World, worker: int, batch: int = 1) -> None:
     except StoreError:
         w.stats["claim raised"] += 1
         return
-    claims = [claim for claim in claims if claim is not None]
+    holding(w, worker, [claim for claim in claims if claim is not None], now, batch)
+
+
+def holding(w: World, worker: int, claims: list[Claim], now: Any, batch: int) -> None:
+    """The claims a runner just made: checked against every earlier holder, held."""
     assert len(claims) <= batch, f"a batch of {len(claims)} for a limit of {batch}"
     assert len({claim.token for claim in claims}) == len(claims), "a token shared in a batch"
     for claim in claims:
@@ -255,10 +259,48 @@ def act_finish(w: World, holder: Holder) -> None:
         holder.done = True
 
 
-def act_finish_many(w: World, holders: list[Holder]) -> None:
+def act_finish_many(
+    w: World, holders: list[Holder], claim: int = 0, claimed: list[Any] | None = None
+) -> None:
     """Holders of one worker run their jobs one after another, then write every
-    outcome in one bulk write (each fenced on its own lease)."""
+    outcome in one bulk write (each fenced on its own lease). With ``claim``, that
+    write also claims up to that many jobs for the worker (``settle_and_claim``, as a
+    runner with a backlog writes the outcomes handed off to its next claim): a
+    fenced-off holder's job may be among them (``claimed``), changed by the claim."""
     runner = w.runners[holders[0].worker]
+    if claim:
+        now = w.clock()
+        records: list[Any] = []
+        settle_many = runner.store.settle_many
+
+        def with_claims(items: Any) -> Any:
+            tasks = [name for name, task in runner.app.tasks.items() if not task.limited]
+            settled, claimed = runner.store.settle_and_claim(
+                items,
+                owner=runner.name,
+                tasks=tasks,
+                queues=runner.queues,
+                now=now,
+                lease_duration=runner.lease_duration,
+                limit=claim,
+            )
+            records.extend(claimed)
+            return settled
+
+        runner.store.settle_many = with_claims  # type: ignore[method-assign]
+        try:
+            act_finish_many(w, holders, claimed=records)
+        finally:
+            runner.store.settle_many = settle_many  # type: ignore[method-assign]
+        admitted = []
+        for record in records:
+            try:
+                admitted.append(runner._admit(record, now))
+            except StoreError:  # not given back: its lease expires (as the runner logs)
+                w.stats["admission raised"] += 1
+        w.stats["outcomes written with claims"] += 1
+        holding(w, holders[0].worker, [c for c in admitted if c is not None], now, claim)
+        return
     current = {id(h): is_current(w, h) for h in holders}
     before = {id(h): w.raw(h.claim.job_id) for h in holders}
     w.failing = w.rng.random() < 0.3
@@ -284,7 +326,7 @@ def act_finish_many(w: World, holders: list[Holder]) -> None:
         taken_over = history.index(holder) < len(history) - 1
         if not current[id(holder)] or taken_over:
             assert decision is None, "a fenced-off holder reported an outcome"
-        if not current[id(holder)]:
+        if not current[id(holder)] and claim.job_id not in {r.id for r in claimed or ()}:
             assert w.raw(claim.job_id) == before[id(holder)], "a fenced-off holder's write landed"
         if decision is not None:
             assert not is_current(w, holder), "outcome reported but not written"
@@ -541,7 +583,8 @@ def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Coun
             act_claim(w, worker, batch=w.rng.randint(2, 4))
         elif roll < 0.65 and len(holders) > 1 and w.rng.random() < 0.6:
             by_job = list({h.claim.job_id: h for h in holders}.values())  # one per job
-            act_finish_many(w, w.rng.sample(by_job, w.rng.randint(1, len(by_job))))
+            claim = w.rng.choice([0, 0, 3, 4])
+            act_finish_many(w, w.rng.sample(by_job, w.rng.randint(1, len(by_job))), claim)
         elif roll < 0.65 and holders:
             act_finish(w, w.rng.choice(holders))
         elif roll < 0.72 and holders:
@@ -637,7 +680,8 @@ def report(runs: int, seed: int, totals: Counter[str]) -> None:
     late = sum(v for k, v in totals.items() if k.endswith(":late"))
     print(
         f"\nfault injection: {runs} runs, master seed {seed}; {totals['claims']} claims "
-        f"({totals['batched claims']} in batches), {totals['bulk finishes']} bulk finishes, "
+        f"({totals['batched claims']} in batches), {totals['bulk finishes']} bulk finishes "
+        f"({totals['outcomes written with claims']} with claims), "
         f"{injected} faults injected "
         f"({lost} lost replies after the write applied), "
         f"{totals['crashes']} crashed holders, {totals['reaped']} reaped, "
@@ -660,6 +704,7 @@ def test_invariants_hold_under_randomized_faults() -> None:
     assert totals["claims"] > RUNS  # the runs did real work
     assert totals["batched claims"] > RUNS // 2
     assert totals["bulk finishes"] > RUNS // 4
+    assert totals["outcomes written with claims"] > RUNS // 8
     assert sum(v for k, v in totals.items() if k.endswith(":after")) > RUNS // 10
     assert totals["slots concluded"] > RUNS // 2  # the repeating job ran too
     # The flow-control invariants were put to the test, not held vacuously (60 runs: ~100
