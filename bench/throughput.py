@@ -80,7 +80,9 @@ def thread_cpu() -> Counter[str]:
     return out
 
 
-def run(app: App, workers: int, jobs: int, threads: Counter[str] | None = None) -> tuple[float, float]:
+def run(
+    app: App, workers: int, jobs: int, threads: Counter[str] | None = None
+) -> tuple[float, float]:
     """Start a runner, wait for ``jobs`` successes, stop it: (seconds, CPU seconds);
     with ``threads``, add the CPU seconds of each kind of thread to it."""
     done, lock, count = threading.Event(), threading.Lock(), [0]
@@ -152,12 +154,14 @@ def memory_delay(jobs: int, workers: int) -> dict[str, float]:
 def phase_of(name: str, cmd: dict[str, Any]) -> str:
     """A command's phase, by the first rule that matches its name and shape: setup
     (indexes, the clock check: per app or runner, not per job); insert: scheduling;
-    permits: claiming; ``last_write`` set (a settle, or a bulk write of settles) or looked
-    for: finishing; filter ``status: pending`` and set ``status: running`` (or a bulk
+    permits: claiming; ``last_write`` set (a settle, or a bulk write of settles, also
+    one that carries the next batch's claims with them) or looked for: finishing;
+    filter ``status: pending`` and set ``status: running`` (or a bulk
     write of such updates), or a read of due pending jobs (a batched claim's candidates):
     a claim (an idle poll if it found nothing); only ``lease.*`` set (a renewal):
-    heartbeats; find by ``lease.token`` (a batched claim's read back, or after a retried
-    claim): claiming; filter on ``lease.until`` (reaper) or aggregate (report of
+    heartbeats; find by ``lease.token`` (after a retried claim) or by a list of ids (a
+    batched write's read back, when an update missed): claiming; filter on
+    ``lease.until`` (reaper) or aggregate (report of
     unknown tasks): maintenance."""
     query = cmd.get("query") or cmd.get("filter") or {}
     fields = (cmd.get("update") or {}).get("$set", {}) if name == "findAndModify" else {}
@@ -174,9 +178,14 @@ def phase_of(name: str, cmd: dict[str, Any]) -> str:
         (name == "find" and query.get("status") == "pending" and "run_at" in query, "claim"),
         (bool(fields) and all(k.startswith("lease.") for k in fields), "heartbeats"),
         (name == "find" and "lease.token" in query, "claiming"),
+        (name == "find" and set(query) == {"_id"} and "$in" in _mapping(query["_id"]), "claiming"),
         ("lease.until" in query or name == "aggregate", "maintenance"),
     ]
     return next((phase for matched, phase in rules if matched), f"other: {name}")
+
+
+def _mapping(value: Any) -> Any:
+    return value if isinstance(value, dict) else {}
 
 
 class Phases(monitoring.CommandListener):
