@@ -27,6 +27,7 @@ It runs on the embedded stand-in and, with ``MONGOSCHED_TEST_URI``, on a real se
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import uuid
@@ -658,10 +659,25 @@ def run_databases() -> Iterator[Any]:
     yield embedded_place
 
 
+@contextmanager
+def unlogged() -> Iterator[None]:
+    """The library's warnings off while the simulations run: every run makes dozens on
+    purpose (lost leases, failed attempts, refused outcomes), and pytest keeps each
+    record it captures until the test ends (the soak's 20,000 runs grew to gigabytes).
+    A failure names its run and seed, which replays it, logs and all."""
+    logger = logging.getLogger("mongosched")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def run_many(runs: int, seed: int) -> Counter[str]:
     master = random.Random(seed)
     totals: Counter[str] = Counter()
-    with run_databases() as place:
+    with unlogged(), run_databases() as place:
         for n in range(runs):
             run_seed = master.randrange(2**32)
             with place(n) as (database, collection):
