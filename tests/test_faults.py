@@ -270,11 +270,13 @@ def act_finish_many(
     fenced-off holder's job may be among them (``claimed``), changed by the claim."""
     runner = w.runners[holders[0].worker]
     if claim:
-        now = w.clock()
+        now = w.clock()  # when the write is made (others may act, and the clock move, before)
         records: list[Any] = []
         settle_many = runner.store.settle_many
 
         def with_claims(items: Any) -> Any:
+            nonlocal now
+            now = w.clock()
             tasks = [name for name, task in runner.app.tasks.items() if not task.limited]
             settled, claimed = runner.store.settle_and_claim(
                 items,
