@@ -81,7 +81,12 @@ class Claim:
         """Whether a start of its task's rate limit was recorded for it."""
         self.lost = False
         self._lock = threading.Lock()
-        self._done = threading.Event()
+        self._finished = False
+        self._running = threading.Lock()
+        """Held until :meth:`finish`: what a heartbeat thread waits on (a bare lock, not
+        an Event: every job makes one, and an Event costs as much as the rest of the
+        claim)."""
+        self._running.acquire()
         self._worker_thread: int | None = None
         self._interrupt: type[BaseException] | None = None
         self._started = time.monotonic()
@@ -93,7 +98,7 @@ class Claim:
 
     @property
     def finished(self) -> bool:
-        return self._done.is_set()
+        return self._finished
 
     @property
     def started(self) -> float:
@@ -110,7 +115,16 @@ class Claim:
         """No more heartbeats: from here on the holder writes only its outcome. Waits
         for a renewal in progress, so none races the outcome write."""
         with self._lock:
-            self._done.set()
+            if not self._finished:
+                self._finished = True
+                self._running.release()
+
+    def _wait_finished(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for :meth:`finish`; True once finished."""
+        if self._running.acquire(timeout=timeout):
+            self._running.release()  # for any other waiter
+            return True
+        return self._finished
 
     # Heartbeats (called from a heartbeat thread) -------------------------------------------
     def keep_alive(self, interval: float) -> None:
@@ -119,10 +133,10 @@ class Claim:
         timeout = self.timeout
         deadline = None if timeout is None else self._started + timeout
         next_beat = self._started + interval
-        while not self._done.is_set():
+        while not self._finished:
             now = time.monotonic()
             wake = next_beat if deadline is None else min(next_beat, deadline)
-            if self._done.wait(max(0.0, wake - now)):
+            if self._wait_finished(max(0.0, wake - now)):
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 deadline = None
@@ -142,7 +156,7 @@ class Claim:
         with self._lock:
             if self.lost:
                 return False
-            if self._done.is_set():
+            if self._finished:
                 return True
             now = keeper.now()
             until = now + timedelta(seconds=keeper.lease_duration)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -284,13 +283,12 @@ class JobContext:
         self.queue: str = record.queue
         self.scheduled_for: datetime | None = record.scheduled_for
         self._lease = lease
-        self._cancelled = threading.Event()
-        self._reason: str | None = None
+        self._reason: str | None = None  # set once: cancelled (nobody waits on it)
 
     def is_cancelled(self) -> bool:
         """True once the job should stop: cancelled by a user, timed out, its runner
         shutting down, or its lease lost (another worker may now run it)."""
-        return self._cancelled.is_set()
+        return self._reason is not None
 
     @property
     def cancel_reason(self) -> str | None:
@@ -323,9 +321,8 @@ class JobContext:
     def cancel(self, reason: str) -> None:
         """Mark the job as to stop, for ``reason`` (the runner's; the first reason
         stays)."""
-        if not self._cancelled.is_set():
+        if self._reason is None:
             self._reason = reason
-            self._cancelled.set()
 
     def __repr__(self) -> str:
         return f"<JobContext {self.id} {self.task} attempt {self.attempt}>"
