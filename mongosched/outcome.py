@@ -12,12 +12,12 @@ from __future__ import annotations
 import enum
 import random
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from .errors import DependencyFailed, JobExpired, JobTimeout, LeaseLost, MalformedJob
-from .records import ErrorInfo, JobRecord, JobStatus, LastRun, Settlement, evolved
+from .records import ErrorInfo, JobRecord, JobStatus, LastRun, Settlement, assembled, evolved
 from .retry import Retry
 from .schedule import Misfire, plan_misfire, rule_from_document
 
@@ -126,6 +126,9 @@ def error_info(exc: BaseException, *, with_traceback: bool = True) -> ErrorInfo:
     )
 
 
+_SETTLEMENT_DEFAULTS = {f.name: f.default for f in fields(Settlement)}
+
+
 def finished(
     status: JobStatus,
     now: datetime,
@@ -134,16 +137,22 @@ def finished(
     attempts: int | None = None,
     result: object = None,
     error: ErrorInfo | None = None,
+    on_cancel: Settlement | None = None,
 ) -> Settlement:
-    """A job ends in the final ``status``, kept as long as the retention says."""
-    return Settlement(
+    """A job ends in the final ``status``, kept as long as the retention says
+    (``on_cancel``: see :attr:`Settlement.on_cancel`)."""
+    values = dict(_SETTLEMENT_DEFAULTS)
+    values.update(
         status=status,
         now=now,
         attempts=attempts,
         result=result,
         error=error,
         expire_at=retention.expire_at(status, now),
+        on_cancel=on_cancel,
     )
+    # Every field named: assembled() skips the frozen __init__ (a run builds two).
+    return assembled(Settlement, values)
 
 
 def cancelled(
@@ -259,8 +268,8 @@ def decide(
     arrived meanwhile (the store checks it in the same write).
     """
     decision = _decide(job, ending, now, retention, retry, result, error, slot, timeout, rng)
-    if ending is Ending.CANCELLED:
-        return decision
+    if ending is Ending.CANCELLED or decision.settlement.on_cancel is not None:
+        return decision  # cancelled already, or made with its on_cancel (a success)
     settlement = decision.settlement
     on_cancel = cancelled(now, retention, result=settlement.result, error=settlement.error)
     return evolved(decision, settlement=evolved(settlement, on_cancel=on_cancel))
@@ -285,7 +294,16 @@ def _decide(
     if ending is Ending.SUCCESS:
         if job.repeat:
             return Decision("job:success", _next_slot(job, now, slot, JobStatus.COMPLETED, result))
-        done = finished(JobStatus.COMPLETED, now, retention, attempts=job.attempts, result=result)
+        # The usual case: its on_cancel made at once (see decide()), not added after.
+        on_cancel = cancelled(now, retention, result=result)
+        done = finished(
+            JobStatus.COMPLETED,
+            now,
+            retention,
+            attempts=job.attempts,
+            result=result,
+            on_cancel=on_cancel,
+        )
         return Decision("job:success", done)
     if ending is Ending.LEASE_EXPIRED:
         owner = job.lease.owner if job.lease else None
