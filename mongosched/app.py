@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -131,9 +132,11 @@ class App(JobControl, BulkControl, Admin):
     def now(self) -> datetime:
         """The app clock's current time, aware UTC, in whole milliseconds (as stored)."""
         clock = self._clock
-        if clock is utcnow:  # the default clock: aware UTC already (a runner asks often)
-            value = datetime.now(timezone.utc)
-            return value.replace(microsecond=value.microsecond // 1000 * 1000)
+        if clock is utcnow:  # the default clock (a runner asks twice per job)
+            # The system clock's whole milliseconds, made at once: a fifth of the cost of
+            # datetime.now() and then replace(). Exact (until 2112): a time in ms / 1000
+            # is within half a microsecond of its value, which fromtimestamp rounds to.
+            return datetime.fromtimestamp(time.time_ns() // 1_000_000 / 1000, timezone.utc)
         value = clock()
         if not isinstance(value, datetime) or value.tzinfo is None or value.utcoffset() is None:
             raise ConfigurationError("App: clock must return a timezone-aware datetime")

@@ -79,3 +79,23 @@ def test_the_stats_command_shows_the_offset(
     assert main(["stats"], app=skewed(120)) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("clock:"))
     assert "ahead of this host's" in line and float(line.split()[4]) > 100
+
+
+def test_the_default_clock_reads_whole_milliseconds_of_the_system_clock() -> None:
+    app = App("memory://")
+    before = datetime.now(timezone.utc) - timedelta(milliseconds=1)
+    now = app.now()
+    after = datetime.now(timezone.utc)
+    assert now.tzinfo is timezone.utc and now.microsecond % 1000 == 0
+    assert before <= now <= after
+
+
+def test_a_time_in_milliseconds_is_exact_as_a_float_of_seconds() -> None:
+    # What App.now relies on: fromtimestamp(ms / 1000) is that millisecond, exactly.
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    start = int((datetime(2020, 1, 1, tzinfo=timezone.utc) - epoch).total_seconds() * 1000)
+    end = int((datetime(2112, 1, 1, tzinfo=timezone.utc) - epoch).total_seconds() * 1000)
+    step = (end - start) // 200_000 + 1  # ~200,000 values across the range, and their ends
+    for ms in [*range(start, end, step), *range(end - 1000, end)]:
+        value = datetime.fromtimestamp(ms / 1000, timezone.utc)
+        assert value == epoch + timedelta(milliseconds=ms), ms

@@ -155,6 +155,8 @@ LIMIT_INDEXES: list[Index] = [
 def ms(value: datetime) -> datetime:
     """BSON datetimes are UTC milliseconds: round here so what we compare (and return)
     is what is stored."""
+    if value.tzinfo is timezone.utc and not value.microsecond % 1000:
+        return value  # already so (App.now's times are): a write makes several
     if value.tzinfo is not None:
         value = value.astimezone(timezone.utc)
     return value.replace(microsecond=value.microsecond // 1000 * 1000)

@@ -63,6 +63,8 @@ Timed = TypeVar("Timed", LeaseInfo, Progress, LastRun)
 
 def ms(value: datetime) -> datetime:
     """A datetime as BSON keeps it: UTC (a naive one taken as UTC), whole milliseconds."""
+    if value.tzinfo is timezone.utc and not value.microsecond % 1000:
+        return value  # already so (App.now's times are)
     value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
     if value.tzinfo is not timezone.utc:
         value = value.astimezone(timezone.utc)
