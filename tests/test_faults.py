@@ -685,10 +685,13 @@ def run_many(runs: int, seed: int) -> Counter[str]:
             with place(n) as (database, collection):
                 try:
                     totals.update(simulate(run_seed, database, collection))
-                except AssertionError as exc:
+                except Exception as exc:  # an invariant broken, or anything unexpected
                     raise AssertionError(
-                        f"run {n} (seed {run_seed}, master seed {seed}): {exc}"
+                        f"run {n} (seed {run_seed}, master seed {seed}): "
+                        f"{type(exc).__name__}: {exc}"
                     ) from exc
+            if runs >= 1000 and (n + 1) % 1000 == 0:  # a long run says how far it got
+                print(f"fault injection: {n + 1} of {runs} runs", flush=True)
     return totals
 
 

@@ -58,3 +58,23 @@ def test_a_forked_child_is_not_blocked_by_a_lock_held_at_the_fork() -> None:
         assert collection.count_documents({}) == 1  # the child's write stayed in the child
     finally:
         reset_embedded(server)
+
+
+def test_a_document_whose_id_is_a_document_expires_by_its_ttl_index() -> None:
+    """mongomock's TTL expiry fails on such an id (unhashable); the stand-in deletes the
+    document, as a server does (limit documents have such ids and expire when idle)."""
+    from datetime import datetime, timedelta, timezone
+
+    name = "ttl-compound-id"
+    try:
+        limits = embedded_client(name).get_database("d").get_collection("limits")
+        limits.create_index([("expire_at", 1)], expireAfterSeconds=0)
+        past = datetime.now(timezone.utc) - timedelta(seconds=5)
+        future = past + timedelta(hours=1)
+        limits.insert_one({"_id": {"kind": "concurrency", "key": "k1"}, "expire_at": past})
+        limits.insert_one({"_id": {"kind": "concurrency", "key": "k2"}, "expire_at": future})
+        assert [d["_id"]["key"] for d in limits.find({})] == ["k2"]
+        limits.update_one({"_id": {"kind": "concurrency", "key": "k2"}}, {"$set": {"n": 1}})
+        assert limits.count_documents({}) == 1
+    finally:
+        reset_embedded(name)

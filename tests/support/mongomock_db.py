@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 __all__ = [
     "EmbeddedClient",
     "embedded_client",
+    "expire_by_any_id",
     "is_embedded",
     "parse_embedded_uri",
     "reset_embedded",
@@ -46,7 +47,27 @@ def _import_mongomock() -> Any:
         raise ImportError(
             "App('mongomock://') needs mongomock: pip install 'mongosched[testing]'"
         ) from exc
+    expire_by_any_id(mongomock)
     return mongomock
+
+
+def expire_by_any_id(mongomock: Any) -> None:
+    """mongomock keys a document whose ``_id`` is itself a document by a hashable copy
+    of it, but its TTL expiry deletes by the ``_id`` as stored, and fails (``TypeError:
+    unhashable``) as soon as such a document expires. A server deletes it: so does this
+    (flow-control limit documents have such ids and a TTL index)."""
+    from mongomock import helpers
+    from mongomock.store import CollectionStore
+
+    delete = CollectionStore.__delitem__
+    if getattr(delete, "by_any_id", False):
+        return
+
+    def by_any_id(self: Any, key: Any) -> None:
+        delete(self, helpers.hashdict(key) if isinstance(key, dict) else key)
+
+    by_any_id.by_any_id = True  # type: ignore[attr-defined]
+    CollectionStore.__delitem__ = by_any_id
 
 
 class _ServerLock:

@@ -35,7 +35,10 @@ from mockupdb import Command, OpMsg, mock_server_receive_request
 from pymongo.errors import DuplicateKeyError, OperationFailure, WriteError
 
 from tests.support.changestreams import ChangeStreams, hang_up
+from tests.support.mongomock_db import expire_by_any_id
 from tests.support.server_admin import AdminCommands, CommandError
+
+expire_by_any_id(mongomock)
 
 __all__ = ["MockServer", "CommandError"]
 
