@@ -13,12 +13,17 @@ from typing import Any, TypeAlias
 from . import validate
 from .errors import ConfigurationError
 
-__all__ = ["MAX_RATE", "KeySpec", "RateLimit", "RateSpec", "key_spec", "rate_limit"]
+__all__ = ["IDLE", "MAX_RATE", "KeySpec", "RateLimit", "RateSpec", "key_spec", "rate_limit"]
 
 MAX_RATE = 1000
 """Starts a rate limit may allow per window: the store keeps the time of each of the
 last N starts (a sliding log). For more, use a shorter window ("1000/m", not
 "60000/h")."""
+
+IDLE = timedelta(minutes=1)
+"""How long a limit's record (a rate log, a key's holders) outlives its last use (its
+window, or its last holder's lease) before the store deletes it: storage stays bounded
+by the keys in use."""
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*([smhd])\s*$")

@@ -17,15 +17,12 @@ from typing import Any
 
 from pymongo.errors import DuplicateKeyError
 
+from ..limits import IDLE
 from ..records import Admission
 from .connection import MongoConnection
 from .documents import aware, ms
 
-__all__ = ["IDLE", "MongoLimits", "limit_id"]
-
-IDLE = timedelta(minutes=1)
-"""How long a limit document outlives its last use (its window, or its last holder's
-lease) before the TTL index deletes it."""
+__all__ = ["MongoLimits", "limit_id"]
 
 
 def limit_id(kind: str, task: str, key: str | None) -> dict[str, Any]:

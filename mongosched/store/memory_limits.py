@@ -9,12 +9,11 @@ import bisect
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from ..limits import IDLE
 from ..records import Admission
 
-__all__ = ["IDLE", "Limits"]
+__all__ = ["Limits"]
 
-IDLE = timedelta(minutes=1)
-"""How long a limit entry outlives its last use before it is pruned."""
 
 Key = tuple[str, str, str | None]  # (kind, task, key)
 
