@@ -80,6 +80,9 @@ class Claim:
         self.rate_taken = False
         """Whether a start of its task's rate limit was recorded for it."""
         self.lost = False
+        self.place_freed = False
+        """Whether its worker's place was freed before its outcome was written (handed
+        to the next batched claim: see :class:`~mongosched.settler.Settler`)."""
         self._lock = threading.Lock()
         self._finished = False
         self._running = threading.Lock()

@@ -100,7 +100,6 @@ class Runner(RunnerSteps):
         self._held = 0  # free workers' places the dispatcher holds
         self.settler.company = self._in_flight_others
         self.settler.claiming = self._claiming
-        self._freed_early: set[int] = set()  # claims whose outcome waits for a claim
         self._batching = False  # the last claims found a backlog: claim in batches
         self._full_rounds = 0  # claims in a row that found all they asked for
         self.finished = 0
@@ -414,7 +413,7 @@ class Runner(RunnerSteps):
     def _hand_off(self, claim: Claim) -> None:
         """``claim``'s outcome waits for the next batched claim: free its worker's place
         now, so that the claim can be made (and carry the outcome)."""
-        self._freed_early.add(id(claim))
+        claim.place_freed = True
         self._free.release()
 
     def _release_held(self) -> None:
@@ -463,9 +462,7 @@ class Runner(RunnerSteps):
                 self._heartbeats.forget(claim)
             self._forget(claim)
             self.finished += 1
-            if id(claim) in self._freed_early:
-                self._freed_early.discard(id(claim))
-            else:
+            if not claim.place_freed:
                 self._free.release()
 
     def _forget(self, claim: Claim) -> None:

@@ -14,22 +14,30 @@ With a backlog, a runner claims in batches as soon as its workers free, and a ba
 write can carry the outcomes too (:meth:`Store.settle_and_claim
 <mongosched.store.Store.settle_and_claim>`). Then an outcome is *handed off*: it waits
 in the queue, its worker's place is freed at once, and the dispatcher's next claim
-:meth:`takes <Settler.take>` every queued outcome, writes them with its claims and
-:meth:`delivers <Settler.deliver>` each worker its job's result. A handed-off outcome
-that no claim takes within :data:`HANDOFF_WAIT`, or that a failed claim :meth:`gives
-back <Settler.give_back>`, is written by its own worker, as above.
+takes every queued outcome, writes them with its claims and hands each worker its
+job's result (:meth:`Settler.write_with`). A handed-off outcome that no claim takes
+within :data:`HANDOFF_WAIT`, or that a failed claim gives back, is written by its own
+worker, as above.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from .errors import SerializationError
 from .records import JobRecord, Settlement
 from .store import Store
 
 __all__ = ["HANDOFF_WAIT", "Settler"]
+
+_T = TypeVar("_T")
+Item = tuple[JobRecord, Settlement]
+"""A job to settle, and its settlement."""
+Result = JobRecord | SerializationError | None
+"""What writing one outcome found (see :meth:`Store.settle_many
+<mongosched.store.Store.settle_many>`)."""
 
 MAX_BATCH = 100
 """Outcomes a writer waits for at most."""
@@ -66,20 +74,6 @@ class _Outcome:
         if self.error is not None:
             raise self.error
         return self.stored
-
-
-class Batch:
-    """Outcomes a claim took to write with its claims (see :meth:`Settler.take`)."""
-
-    __slots__ = ("outcomes",)
-
-    def __init__(self, outcomes: list[_Outcome]) -> None:
-        self.outcomes = outcomes
-
-    @property
-    def items(self) -> list[tuple[JobRecord, Settlement]]:
-        """What to settle: each job and its settlement, in order."""
-        return [(o.job, o.settlement) for o in self.outcomes]
 
 
 _CLAIM = object()  # the writer when a claim took the queue
@@ -166,38 +160,36 @@ class Settler:
                         return True
                 timeout = -1
 
-    def take(self) -> Batch | None:
-        """For a claim about to write: every queued outcome, to write with its claims
-        (then :meth:`deliver` their results); None when none is queued or a write is on
-        its way (its writer takes them)."""
+    def write_with(self, claim: Callable[[list[Item]], tuple[Sequence[Result], _T]]) -> _T:
+        """Run ``claim`` (a batched claim about to write), giving it every queued
+        outcome to write with its own updates, and return what else it returns. It
+        must return the outcomes' results, in order: each worker learns its own. When
+        a write is already on its way, the claim gets none (that writer takes them).
+        When the claim fails, its outcomes go back to their workers, who write them as
+        if they had never been handed off, and the error is raised."""
         with self._lock:
-            if self._writer is not None or not self._queue:
-                return None
-            self._writer = _CLAIM
-            taken, self._queue = self._queue, []
-        return Batch(taken)
+            taken: list[_Outcome] = []
+            if self._writer is None and self._queue:
+                self._writer = _CLAIM
+                taken, self._queue = self._queue, []
+        try:
+            results, claimed = claim([(o.job, o.settlement) for o in taken])
+        except BaseException:
+            if taken:
+                self._give_back(taken)
+            raise
+        if taken:
+            self._record(taken, results)
+            self._written(taken, None)
+        return claimed
 
-    def deliver(
-        self, batch: Batch | None, results: Sequence[JobRecord | SerializationError | None]
-    ) -> None:
-        """After the claim's write: each outcome's result, in order; the next queued
-        worker writes what queued meanwhile."""
-        if batch is not None:
-            self._record(batch.outcomes, results)
-            self._written(batch.outcomes, None)
-
-    def give_back(self, batch: Batch | None) -> None:
-        """The claim failed before its write landed: its outcomes go back to their
-        workers, who write them as if they had never been handed off."""
-        if batch is None:
-            return
+    def _give_back(self, taken: list[_Outcome]) -> None:
         with self._lock:
-            for outcome in batch.outcomes:
+            for outcome in taken:
                 outcome.handed_off = False
-            self._queue[:0] = batch.outcomes
-            following = self._queue[0]
-            self._writer = following
-        following.signal.release()
+            self._queue[:0] = taken
+            self._writer = taken[0]
+        taken[0].signal.release()
 
     def flush(self) -> None:
         """No claim is coming (the backlog is gone, the runner stops): the outcomes
@@ -238,9 +230,7 @@ class Settler:
         self._record(batch, results)
 
     @staticmethod
-    def _record(
-        batch: list[_Outcome], results: Sequence[JobRecord | SerializationError | None]
-    ) -> None:
+    def _record(batch: list[_Outcome], results: Sequence[Result]) -> None:
         for outcome, result in zip(batch, results, strict=True):
             if isinstance(result, SerializationError):
                 outcome.error = result

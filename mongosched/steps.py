@@ -366,10 +366,9 @@ class RunnerSteps:
         unlimited = [name for name in tasks if not self.app.tasks[name].limited]
         single = len(unlimited) < len(tasks)
         now = self.app.now()
-        outcomes = self.settler.take()  # finished jobs' outcomes, written with the claims
-        try:
-            settled, records = self.store.settle_and_claim(
-                () if outcomes is None else outcomes.items,
+        records = self.settler.write_with(  # with the outcomes of jobs just finished
+            lambda outcomes: self.store.settle_and_claim(
+                outcomes,
                 owner=self.name,
                 tasks=unlimited,
                 queues=queues,
@@ -377,10 +376,7 @@ class RunnerSteps:
                 lease_duration=self.lease_duration,
                 limit=limit - single,
             )
-        except BaseException:  # nothing written, or not known: their workers write them
-            self.settler.give_back(outcomes)
-            raise
-        self.settler.deliver(outcomes, settled)
+        )
         claims = []
         for record in records:
             try:
