@@ -11,6 +11,7 @@ import time
 import pytest
 
 from mongosched.claim import Heartbeats
+from tests.support.waiting import wait_for
 
 
 class FakeClaim:
@@ -43,13 +44,18 @@ def _voluntary_switches(names: set[int]) -> int:
     return total
 
 
+def _timing(beats: Heartbeats) -> None:
+    """Wait until a heartbeat thread times the adoption of a held claim."""
+    wait_for(lambda: beats._timer_due is not None, message="the timer waiting")
+
+
 def test_a_claim_watched_after_a_finished_one_is_adopted_before_its_renewal() -> None:
     beats = Heartbeats(2, 0.6, "test")
     beats.start()
     try:
         first = FakeClaim()
         beats.watch(first)  # the timer waits for its adoption...
-        time.sleep(0.05)
+        _timing(beats)
         first.done.set()  # ...but it ends before
         beats.forget(first)
         second = FakeClaim()
@@ -83,7 +89,7 @@ def test_short_claims_do_not_wake_the_heartbeat_threads() -> None:
     try:
         warm = FakeClaim()
         beats.watch(warm)  # the timer now waits for its adoption, 1 s away
-        time.sleep(0.05)
+        _timing(beats)
         warm.done.set()
         beats.forget(warm)
         ids = {t.native_id for t in threading.enumerate() if t.name.startswith("mongosched-heart")}
