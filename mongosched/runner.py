@@ -11,24 +11,22 @@ dispatcher when a job becomes due elsewhere (:mod:`mongosched.wakeup`).
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
 import signal
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from types import FrameType
 from typing import Any
 
-from . import logs, validate
+from . import exiting, logs, validate
 from .claim import Claim, Heartbeats
 from .errors import ConfigurationError, MongoschedError, StoreError, WorkerShutdown
+from .host import RunnerHost
 from .registry import Registration
-from .steps import RunnerHost, RunnerSteps
+from .steps import RunnerSteps
 from .wakeup import WakeWatcher, wake_mode
 
 __all__ = ["Runner", "RunnerHost"]
@@ -137,7 +135,7 @@ class Runner(RunnerSteps):
             target=self._dispatch, name="mongosched-dispatcher", daemon=True
         )
         self.app.attach(self)
-        _at_exit.add(self)
+        exiting.at_exit.add(self)
         log.info(
             "runner %s started: %d worker(s), queues %s, tasks %s, wake %s",
             self.name,
@@ -210,7 +208,7 @@ class Runner(RunnerSteps):
             self._pool.shutdown(wait=False)
         if done and self._heartbeats is not None:
             self._heartbeats.stop()
-        _at_exit.discard(self)
+        exiting.at_exit.discard(self)
         self.app.detach(self)
         self.registration.remove()
         if done:
@@ -503,53 +501,3 @@ class Runner(RunnerSteps):
 
 def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
-class _RunnersAtExit:
-    """Stops the runners still running when the process exits normally, before the
-    interpreter shuts the worker pools (which would leave claims that never start).
-
-    ``threading`` runs its exit hooks before it waits for the pools' threads, in the
-    reverse order of registration; ours is registered after ``concurrent.futures``'s,
-    so it runs first. Where that hook does not exist, :mod:`atexit` is the fallback.
-    """
-
-    def __init__(self) -> None:
-        self._runners: weakref.WeakSet[Runner] = weakref.WeakSet()
-        self._registered = False
-        self._lock = threading.Lock()
-
-    def add(self, runner: Runner) -> None:
-        with self._lock:
-            self._runners.add(runner)
-            if not self._registered:
-                self._registered = True
-                register = getattr(threading, "_register_atexit", None)
-                try:
-                    (register or atexit.register)(self.stop_all)
-                except RuntimeError:  # already shutting down
-                    atexit.register(self.stop_all)
-
-    def discard(self, runner: Runner) -> None:
-        with self._lock:
-            self._runners.discard(runner)
-
-    def stop_all(self) -> None:
-        with self._lock:
-            runners = list(self._runners)
-        for runner in runners:
-            if runner.is_running:
-                log.info("runner %s: the process is exiting; stopping gracefully", runner.name)
-                runner.stop(graceful=True, timeout=runner.shutdown_timeout)
-
-
-_at_exit = _RunnersAtExit()
-
-
-def _reset_after_fork() -> None:
-    global _at_exit
-    _at_exit = _RunnersAtExit()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)

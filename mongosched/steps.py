@@ -9,59 +9,29 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from . import dependencies, logs, outcome, tracing, validate
 from .claim import Claim
 from .errors import ConfigurationError, JobTimeout, SerializationError, StoreError, WorkerShutdown
 from .gate import Gate
+from .host import RunnerHost
 from .job import Job
-from .outcome import Decision, Ending, Retention
+from .outcome import Decision, Ending
 from .pauseset import PauseSet
 from .records import JobRecord, Settlement
 from .retry import Retry
 from .settler import Settler
-from .store import Store
-from .task import Task
 
-__all__ = ["RunnerHost", "RunnerSteps"]
+__all__ = ["RunnerSteps"]
 
 log = logging.getLogger("mongosched.runner")
 
 NEVER_RETRY = Retry(max_attempts=1)
 GATHER = 0.002
 """Seconds a batch waits for more of its kind (see :attr:`RunnerSteps.gather`)."""
-
-
-class RunnerHost(Protocol):
-    """What a runner needs from its app (an :class:`~mongosched.App`)."""
-
-    @property
-    def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def lease_duration(self) -> float: ...
-
-    @property
-    def poll_interval(self) -> float: ...
-
-    @property
-    def retention(self) -> Retention: ...
-
-    def now(self) -> datetime: ...
-
-    def emit(self, name: str, **fields: Any) -> None: ...
-
-    def ensure_schedules(self, *, queues: Sequence[str] | None = None) -> list[str]: ...
-
-    def attach(self, runner: Any) -> None: ...
-
-    def detach(self, runner: Any) -> None: ...
 
 
 class RunnerSteps:

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .errors import ConfigurationError, WatchUnavailable
-from .steps import RunnerHost
+from .host import RunnerHost
 from .store import DueWatch, Store
 
 __all__ = ["WAKE_MODES", "WakeWatcher", "wake_mode"]
