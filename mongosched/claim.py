@@ -80,9 +80,10 @@ class Claim:
         self.rate_taken = False
         """Whether a start of its task's rate limit was recorded for it."""
         self.lost = False
-        self.place_freed = False
-        """Whether its worker's place was freed before its outcome was written (handed
-        to the next batched claim: see :class:`~mongosched.settler.Settler`)."""
+        self.handed_off = False
+        """Whether its outcome was handed to the next batched claim's write (its
+        worker's place freed at once; it lands later: see
+        :class:`~mongosched.settler.Settler`)."""
         self._lock = threading.Lock()
         self._finished = False
         self._running = threading.Lock()

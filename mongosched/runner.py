@@ -15,9 +15,11 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -25,6 +27,8 @@ from . import exiting, logs, validate
 from .claim import Claim, Heartbeats
 from .errors import ConfigurationError, MongoschedError, StoreError, WorkerShutdown
 from .host import RunnerHost
+from .outcome import Decision
+from .records import JobRecord
 from .registry import Registration
 from .steps import RunnerSteps
 from .wakeup import WakeWatcher, wake_mode
@@ -98,6 +102,7 @@ class Runner(RunnerSteps):
         self._held = 0  # free workers' places the dispatcher holds
         self.settler.company = self._in_flight_others
         self.settler.claiming = self._claiming
+        self.settler.run_soon = self._run_soon
         self._batching = False  # the last claims found a backlog: claim in batches
         self._full_rounds = 0  # claims in a row that found all they asked for
         self.finished = 0
@@ -300,6 +305,12 @@ class Runner(RunnerSteps):
             raise
 
     def _dispatch_loop(self) -> None:
+        try:
+            self._dispatch_until_stopped()
+        finally:  # (however it ends) the outcomes handed off are written now
+            self._stop_batching()
+
+    def _dispatch_until_stopped(self) -> None:
         backoff = 0.0
         while not self._stopping.is_set():
             if not self._free.acquire(timeout=self.poll_interval):
@@ -334,7 +345,6 @@ class Runner(RunnerSteps):
             if not claimed:
                 self._wake.wait(self._idle_wait())
                 self._wake.clear()
-        self._stop_batching()
 
     def health(self) -> dict[str, Any]:
         """How this runner is doing, for health checks and probes: ``healthy`` is False
@@ -402,17 +412,49 @@ class Runner(RunnerSteps):
         return self._batching and not self._stopping.is_set()
 
     def _stop_batching(self) -> None:
-        """Claim one job at a time again; outcomes left for a batched claim are written
-        by their workers now."""
-        was, self._batching, self._full_rounds = self._batching, False, 0
-        if was:
-            self.settler.flush()
+        """Claim one job at a time again: no claim is coming, so the outcomes handed
+        off are written now."""
+        self._batching, self._full_rounds = False, 0
+        self.settler.flush()
 
-    def _hand_off(self, claim: Claim) -> None:
-        """``claim``'s outcome waits for the next batched claim: free its worker's place
-        now, so that the claim can be made (and carry the outcome)."""
-        claim.place_freed = True
+    def _hand_off(self, claim: Claim, decision: Decision, seconds: float) -> bool:
+        """With a backlog, ``claim``'s outcome waits for the next batched claim, and
+        its worker's place is freed at once, so that the claim can be made (and carry
+        the outcome); the outcome lands later, in a worker (:meth:`_land_later`)."""
+        if claim.task.limited:  # its permit or slot is released after its outcome
+            return False
+        landing = partial(self._land_later, claim, decision, seconds)
+        if not self.settler.hand_off(claim.record, decision.settlement, landing):
+            return False
+        claim.handed_off = True
         self._free.release()
+        return True
+
+    def _land_later(
+        self,
+        claim: Claim,
+        decision: Decision,
+        seconds: float,
+        stored: JobRecord | None,
+        failure: BaseException | None,
+    ) -> None:
+        """A handed-off outcome was written (found ``stored``, or raised ``failure``)."""
+        try:
+            with self._reporting(claim):
+                self._land(claim, decision, seconds, stored, failure)
+        finally:
+            self._done(claim)
+
+    def _run_soon(self, work: Callable[[], None]) -> None:
+        """Have a worker run ``work`` (the landings of outcomes a claim wrote)."""
+        pool = self._pool
+        try:
+            if pool is not None:
+                pool.submit(work)
+                return
+        except RuntimeError:  # the pool is shut: the interpreter is exiting
+            pass
+        work()
 
     def _release_held(self) -> None:
         """Give back the free workers' places the dispatcher holds."""
@@ -438,7 +480,18 @@ class Runner(RunnerSteps):
 
     def _work(self, claim: Claim) -> None:
         try:
-            self.run_claim(claim)
+            with self._reporting(claim):
+                self.run_claim(claim)
+        finally:
+            if not claim.handed_off:  # (else when it lands)
+                self._done(claim)
+
+    @contextmanager
+    def _reporting(self, claim: Claim) -> Iterator[None]:
+        """Log what escapes running or landing ``claim`` (a job's own errors never
+        do: they are its outcome)."""
+        try:
+            yield
         except MongoschedError as exc:
             log.warning(
                 "job %s (%s): database error (%s); its outcome may not be recorded: if not, "
@@ -455,13 +508,15 @@ class Runner(RunnerSteps):
                 claim.task.name,
                 extra=logs.fields(claim.record),
             )
-        finally:
-            if self._heartbeats is not None:
-                self._heartbeats.forget(claim)
-            self._forget(claim)
-            self.finished += 1
-            if not claim.place_freed:
-                self._free.release()
+
+    def _done(self, claim: Claim) -> None:
+        """``claim``'s outcome is written (or could not be): it is no longer in flight."""
+        if self._heartbeats is not None:
+            self._heartbeats.forget(claim)
+        self._forget(claim)
+        self.finished += 1
+        if not claim.handed_off:  # (else its place was freed at the hand-off)
+            self._free.release()
 
     def _forget(self, claim: Claim) -> None:
         with self._idle:

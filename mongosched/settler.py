@@ -12,25 +12,32 @@ for more than the write on its way and its own.
 
 With a backlog, a runner claims in batches as soon as its workers free, and a batch's
 write can carry the outcomes too (:meth:`Store.settle_and_claim
-<mongosched.store.Store.settle_and_claim>`). Then an outcome is *handed off*: it waits
-in the queue, its worker's place is freed at once, and the dispatcher's next claim
-takes every queued outcome, writes them with its claims and hands each worker its
-job's result (:meth:`Settler.write_with`). A handed-off outcome that no claim takes
-within :data:`HANDOFF_WAIT`, or that a failed claim gives back, is written by its own
-worker, as above.
+<mongosched.store.Store.settle_and_claim>`). Then an outcome is *handed off*
+(:meth:`Settler.hand_off`): it waits in the queue with its *landing* (what follows the
+write: the job's event, its dependents), its worker goes on to its next job at once, and
+the dispatcher's next claim takes every queued outcome, writes them with its claims and
+has the landings run (:meth:`Settler.write_with`, :attr:`Settler.run_soon`). Nobody
+waits on a handed-off outcome, so the write that carries it must come: the next claim;
+else the writer on its way, which writes what was handed off meanwhile once it is done;
+else :meth:`Settler.flush`, when no claim is coming (the backlog ended, a claim failed,
+the runner stops).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
 from .errors import SerializationError
 from .records import JobRecord, Settlement
 from .store import Store
 
-__all__ = ["HANDOFF_WAIT", "Settler"]
+__all__ = ["Landing", "Settler"]
+
+log = logging.getLogger("mongosched")
 
 _T = TypeVar("_T")
 Item = tuple[JobRecord, Settlement]
@@ -38,12 +45,12 @@ Item = tuple[JobRecord, Settlement]
 Result = JobRecord | SerializationError | None
 """What writing one outcome found (see :meth:`Store.settle_many
 <mongosched.store.Store.settle_many>`)."""
+Landing = Callable[[JobRecord | None, BaseException | None], None]
+"""What follows a handed-off outcome's write, called with the job as stored (None: its
+lease no longer held it) or the error the write raised."""
 
 MAX_BATCH = 100
 """Outcomes a writer waits for at most."""
-HANDOFF_WAIT = 0.05
-"""Seconds a handed-off outcome waits for a claim to take it before its worker writes
-it (the dispatcher gathers its batch for :data:`~mongosched.steps.GATHER` seconds)."""
 
 
 def _nobody() -> int:
@@ -54,21 +61,25 @@ def _no_claim() -> bool:
     return False
 
 
+def _at_once(work: Callable[[], None]) -> None:
+    work()
+
+
 class _Outcome:
     """One queued outcome, and what its write found."""
 
-    __slots__ = ("job", "settlement", "signal", "done", "stored", "error", "handed_off")
+    __slots__ = ("job", "settlement", "signal", "done", "stored", "error", "landing")
 
-    def __init__(self, job: JobRecord, settlement: Settlement, handed_off: bool) -> None:
+    def __init__(self, job: JobRecord, settlement: Settlement, landing: Landing | None) -> None:
         self.job = job
         self.settlement = settlement
+        self.landing = landing
+        """Handed off: called once it is written (nobody waits on it)."""
         self.signal = threading.Lock()
         self.signal.acquire()  # released when written, or when it is this one's turn
         self.done = False
         self.stored: JobRecord | None = None
         self.error: BaseException | None = None
-        self.handed_off = handed_off
-        """It waits for a claim to write it (no turn is passed to it)."""
 
     def result(self) -> JobRecord | None:
         if self.error is not None:
@@ -76,7 +87,19 @@ class _Outcome:
         return self.stored
 
 
+def _land(landed: list[_Outcome]) -> None:
+    """Call the landings of handed-off outcomes written: each one alone (a landing
+    contains its own errors; one that does not cannot keep the others from theirs)."""
+    for outcome in landed:
+        assert outcome.landing is not None
+        try:
+            outcome.landing(outcome.stored, outcome.error)
+        except Exception:
+            log.exception("landing of job %s raised", outcome.job.id)
+
+
 _CLAIM = object()  # the writer when a claim took the queue
+_FLUSH = object()  # the writer when a flush took it
 
 
 class Settler:
@@ -91,11 +114,15 @@ class Settler:
         self.claiming: Callable[[], bool] = _no_claim
         """Whether a batched claim will take the queued outcomes in a moment (a runner
         with a backlog says so)."""
+        self.run_soon: Callable[[Callable[[], None]], None] = _at_once
+        """Runs the landings of outcomes handed off, once written (a runner has its
+        workers run them, so that a claim's writer, the dispatcher, never runs
+        listeners)."""
         self._lock = threading.Lock()
         self._full = threading.Condition(self._lock)
         self._queue: list[_Outcome] = []
         self._expect = 0  # a writer waits for this many outcomes
-        self._writer: object | None = None  # an outcome whose worker writes, or _CLAIM
+        self._writer: object | None = None  # an outcome whose worker writes, _CLAIM, _FLUSH
         self.bulk_writes = 0
         """Bulk writes made (for tests and benchmarks)."""
 
@@ -105,30 +132,22 @@ class Settler:
         with self._lock:
             return len(self._queue)
 
-    def settle(
-        self,
-        job: JobRecord,
-        settlement: Settlement,
-        hand_off: Callable[[], None] | None = None,
-    ) -> JobRecord | None:
+    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
         """As :meth:`Store.settle <mongosched.store.Store.settle>`: the job as stored
         after the write, or None when its lease token no longer held it; raises what
         that raises (:class:`~mongosched.errors.SerializationError` with nothing
-        written, a store error). ``hand_off``: called when the outcome is left for
-        the next batched claim to write (see the module), before waiting for it."""
+        written, a store error)."""
         with self._lock:
-            handed_off = hand_off is not None and self.claiming()
-            mine = _Outcome(job, settlement, handed_off)
+            mine = _Outcome(job, settlement, None)
             self._queue.append(mine)
-            if self._writer is None and not handed_off:
+            if self._writer is None:
                 self._writer = mine  # nothing on its way: write at once
             elif self._expect and len(self._queue) >= self._expect:
                 self._full.notify()
-        if handed_off:
-            assert hand_off is not None
-            hand_off()
-        if self._writer is not mine and not self._wait(mine):
-            return mine.result()
+        if self._writer is not mine:
+            mine.signal.acquire()  # written, or this one's turn to write
+            if mine.done:
+                return mine.result()
         others = self.company() if self.gather > 0 else 0
         with self._lock:  # this one writes everything queued, itself first in line
             if others > 0:  # they may finish in a moment: one write for all
@@ -136,37 +155,29 @@ class Settler:
                 self._full.wait_for(lambda: len(self._queue) >= self._expect, self.gather)
                 self._expect = 0
             batch, self._queue = self._queue, []
-        try:
-            self._write(batch)
-        finally:
-            self._written(batch, mine)
+        self._write_all(batch, mine)
         return mine.result()
 
-    def _wait(self, mine: _Outcome) -> bool:
-        """Wait until ``mine`` was written (False) or is for its worker to write (True):
-        its turn came, or, handed off, no claim took it in time."""
-        timeout = HANDOFF_WAIT if mine.handed_off else -1
-        while True:
-            signalled = mine.signal.acquire(timeout=timeout)
-            with self._lock:
-                if mine.done:
-                    return False
-                if self._writer is mine:
-                    return True
-                if not signalled:  # no claim took it: write it, or wait for a turn
-                    mine.handed_off = False
-                    if self._writer is None and mine in self._queue:
-                        self._writer = mine
-                        return True
-                timeout = -1
+    def hand_off(self, job: JobRecord, settlement: Settlement, landing: Landing) -> bool:
+        """Leave the outcome to the next batched claim's write when one is coming
+        (:attr:`claiming`), and return True: ``landing`` is called once it is written
+        (see the module), and nobody waits for it. False: no claim is coming (write it
+        with :meth:`settle`)."""
+        with self._lock:
+            if not self.claiming():
+                return False
+            self._queue.append(_Outcome(job, settlement, landing))
+            if self._expect and len(self._queue) >= self._expect:
+                self._full.notify()
+        return True
 
     def write_with(self, claim: Callable[[list[Item]], tuple[Sequence[Result], _T]]) -> _T:
         """Run ``claim`` (a batched claim about to write), giving it every queued
         outcome to write with its own updates, and return what else it returns. It
-        must return the outcomes' results, in order: each worker learns its own. When
-        a write is already on its way, the claim gets none (that writer takes them).
-        When the claim fails, its outcomes go back to their workers, who write them as
-        if they had never been handed off, and the error is raised."""
+        must return the outcomes' results, in order: each worker or landing learns its
+        own. When a write is already on its way, the claim gets none (that writer takes
+        them). When the claim fails, its outcomes go back to the queue, at its head, and
+        the error is raised: a waiting worker writes them, else :meth:`flush` does."""
         with self._lock:
             taken: list[_Outcome] = []
             if self._writer is None and self._queue:
@@ -180,40 +191,60 @@ class Settler:
             raise
         if taken:
             self._record(taken, results)
-            self._written(taken, None)
+            self._written(taken, None, drain=False)
         return claimed
 
     def _give_back(self, taken: list[_Outcome]) -> None:
         with self._lock:
-            for outcome in taken:
-                outcome.handed_off = False
             self._queue[:0] = taken
-            self._writer = taken[0]
-        taken[0].signal.release()
-
-    def flush(self) -> None:
-        """No claim is coming (the backlog is gone, the runner stops): the outcomes
-        handed off are written by their workers at once."""
-        with self._lock:
-            for outcome in self._queue:
-                outcome.handed_off = False
-            following = self._queue[0] if self._writer is None and self._queue else None
+            following = next((o for o in self._queue if o.landing is None), None)
             self._writer = following
         if following is not None:
             following.signal.release()
 
-    def _written(self, batch: list[_Outcome], mine: _Outcome | None) -> None:
-        """A write is done: release each of its outcomes' workers, and pass the turn to
-        the first queued outcome not handed off (those wait for a claim)."""
+    def flush(self) -> None:
+        """No claim is coming (the backlog is gone, a claim failed, the runner stops):
+        write the outcomes handed off, in this thread, unless a write is on its way
+        (that writer writes them once done)."""
         with self._lock:
-            following = next((o for o in self._queue if not o.handed_off), None)
-            self._writer = following
+            if self._writer is not None or not self._queue:
+                return
+            self._writer = _FLUSH
+            batch, self._queue = self._queue, []
+        self._write_all(batch, None)
+
+    def _write_all(self, batch: list[_Outcome], mine: _Outcome | None) -> None:
+        """Write ``batch``, then the outcomes handed off meanwhile, until the queue
+        holds none that nobody else will write."""
+        while batch:
+            self._write(batch)  # (records errors: never raises)
+            batch, mine = self._written(batch, mine, drain=True), None
+
+    def _written(self, batch: list[_Outcome], mine: _Outcome | None, drain: bool) -> list[_Outcome]:
+        """A write is done: release each of its outcomes' workers, have the landings
+        of those handed off run, and pass the turn to the first queued outcome whose
+        worker waits. With none, and ``drain``: take the queued outcomes handed off
+        meanwhile and return them, for this writer to write (a claim does not drain:
+        its next claim takes them, or a flush)."""
+        with self._lock:
+            following = next((o for o in self._queue if o.landing is None), None)
+            more: list[_Outcome] = []
+            if following is None and drain and self._queue:
+                more, self._queue = self._queue, []  # this writer goes on
+            else:
+                self._writer = following
+        landed = []
         for other in batch:
-            if other is not mine:
+            if other.landing is not None:
+                landed.append(other)
+            elif other is not mine:
                 other.done = True
                 other.signal.release()
         if following is not None:
             following.signal.release()
+        if landed:
+            self.run_soon(partial(_land, landed))
+        return more
 
     def _write(self, batch: list[_Outcome]) -> None:
         """Write the batch's outcomes, recording each one's stored job or error."""

@@ -154,8 +154,10 @@ class RunnerSteps:
     def run_claim(self, claim: Claim) -> Decision | None:
         """Run a claimed job in this thread and record its outcome; returns the
         decision, or None when it did not run to a recorded outcome (its repeating
-        slot moved on, or its lease was lost). Without a heartbeat (as in
-        :meth:`run_until_idle`) a task's timeout is not enforced."""
+        slot moved on, or its lease was lost). In a runner's worker with a backlog, the
+        outcome may be handed to the next batched claim's write: the decision as made,
+        which lands later. Without a heartbeat (as in :meth:`run_until_idle`) a task's
+        timeout is not enforced."""
         try:
             ran = self._run(claim)
             return None if ran is None else self._conclude(claim, *ran)
@@ -273,9 +275,11 @@ class RunnerSteps:
     def _emit(self, event: str, record: JobRecord) -> None:
         self.app.emit(event, job=self._job(record), runner=self)
 
-    def _hand_off(self, claim: Claim) -> None:
-        """``claim``'s outcome waits for the next batched claim to write it (see
-        :class:`~mongosched.settler.Settler`); a runner frees its worker's place."""
+    def _hand_off(self, claim: Claim, decision: Decision, seconds: float) -> bool:
+        """Leave ``claim``'s outcome to the next batched claim's write, if one is
+        coming: True when it was (it lands later: see :class:`~mongosched.settler.Settler`).
+        Only a runner's workers do; here, never."""
+        return False
 
     def _release_dependents(self, stored: JobRecord) -> None:
         """A job this runner settled is final: release the jobs waiting for it."""
@@ -488,17 +492,32 @@ class RunnerSteps:
     def _conclude(
         self, claim: Claim, result: Any, error: BaseException | None, seconds: float
     ) -> Decision | None:
-        """Record how one attempt ended, fenced on the lease token."""
+        """Record how one attempt ended, fenced on the lease token: now, or handed off
+        to the next batched claim's write (:meth:`_hand_off`), which lands it later."""
         decision = self._decision(claim, result, error)
-        if decision is None:
-            return None
+        if decision is None or self._hand_off(claim, decision, seconds):
+            return decision
         try:
-            stored = self.settler.settle(
-                claim.record, decision.settlement, lambda: self._hand_off(claim)
-            )
-        except SerializationError as exc:  # the result cannot be stored
-            decision = self._decide(claim, Ending.ERROR, None, exc, NEVER_RETRY)
+            stored, failure = self.settler.settle(claim.record, decision.settlement), None
+        except SerializationError as exc:
+            stored, failure = None, exc
+        return self._land(claim, decision, seconds, stored, failure)
+
+    def _land(
+        self,
+        claim: Claim,
+        decision: Decision,
+        seconds: float,
+        stored: JobRecord | None,
+        failure: BaseException | None,
+    ) -> Decision | None:
+        """After the outcome write found ``stored`` (or raised ``failure``): a result
+        that cannot be stored fails the job instead; otherwise as :meth:`_landed`."""
+        if isinstance(failure, SerializationError):
+            decision = self._decide(claim, Ending.ERROR, None, failure, NEVER_RETRY)
             stored = self.settler.settle(claim.record, decision.settlement)
+        elif failure is not None:
+            raise failure
         return self._landed(claim, decision, stored, seconds)
 
     def _decision(self, claim: Claim, result: Any, error: BaseException | None) -> Decision | None:

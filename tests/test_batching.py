@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from mongosched import App, JobStatus
-from mongosched import settler as settler_module
 from mongosched.errors import StoreUnavailable
 from mongosched.outcome import given_back
 from tests.support.tasks import Recorder
@@ -203,44 +202,51 @@ def test_run_claims_reports_a_lost_lease_alone_and_sends_each_job_as_stored(
     assert app.get_job(lost.job_id).status is JobStatus.RUNNING  # the other runner's
 
 
-def _handing_off(count: int) -> tuple[App, Any, list[Any], list[Any]]:
+def _handing_off(count: int, *, running: int | None = None) -> tuple[App, Any, list[Any], Any]:
     """An app with ``2 * count`` jobs due, a runner whose settler hands outcomes to the
-    next batched claim, and ``count`` of the jobs claimed and running in threads of
-    their own: (app, runner, their claims, what each run_claim returned or raised)."""
+    next batched claim, and ``running`` (default ``count``) of ``count`` jobs claimed
+    and run, each in a thread of its own: (app, runner, the claims, the events sent)."""
     app = App("memory://")
     app.task(name="work")(lambda n: n * 10)
+    events: list[tuple[str, Any, str]] = []
+    for name in ("job:success", "job:lease_lost"):
+        app.on(
+            name,
+            lambda event, name=name: events.append(
+                (name, event.job, threading.current_thread().name)
+            ),
+        )
     app.schedule_bulk(app.tasks["work"].job(n) for n in range(2 * count))
     runner = app.runner(workers=count)
     runner.settler.claiming = lambda: True
     claims = runner.claim_batch(count)
-    ended: list[Any] = []
-    runner.handed_off = []  # type: ignore[attr-defined]
-    hand_off = runner._hand_off
-    runner._hand_off = lambda c: (runner.handed_off.append(c), hand_off(c))  # type: ignore[attr-defined, method-assign]
+    threads = [
+        threading.Thread(target=runner.run_claim, args=(claim,), daemon=True)
+        for claim in claims[: count if running is None else running]
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:  # a worker does not wait for an outcome it handed off
+        thread.join(10)
+        assert not thread.is_alive()
+    return app, runner, claims, events
 
-    def run(claim: Any) -> None:
-        try:
-            ended.append(runner.run_claim(claim))
-        except Exception as exc:
-            ended.append(exc)
 
+def _landed(app: App, claims: list[Any]) -> None:
     for claim in claims:
-        threading.Thread(target=run, args=(claim,), daemon=True).start()
-    return app, runner, claims, ended
+        job = app.get_job(claim.job_id)
+        assert job is not None and job.status is JobStatus.COMPLETED and job.result == job.args[0] * 10
 
 
-def test_outcomes_handed_off_ride_in_the_next_batched_claims_write(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_outcomes_handed_off_ride_in_the_next_batched_claims_write() -> None:
     """With a backlog, a finished job's outcome waits for the dispatcher's next claim,
-    which writes it with the jobs it claims; its worker's place is freed at once."""
-    monkeypatch.setattr(settler_module, "HANDOFF_WAIT", 30.0)
-    app, runner, claims, ended = _handing_off(3)
+    which writes it with the jobs it claims and has it land (its event sent, in a
+    worker); its worker goes on at once."""
+    app, runner, claims, events = _handing_off(3)
     store = app.store
-    wait_for(lambda: runner.settler.queued == 3, message="3 outcomes handed off")
-    handed_off = {id(c) for c in runner.handed_off}  # type: ignore[attr-defined]
-    assert handed_off == {id(c) for c in claims} and ended == []
+    assert runner.settler.queued == 3 and all(c.handed_off for c in claims)
     assert all(app.get_job(c.job_id).status is JobStatus.RUNNING for c in claims)
+    assert events == [] and runner.finished == 0  # not landed yet
     calls: list[int] = []
     settle_and_claim = store.settle_and_claim
 
@@ -249,50 +255,145 @@ def test_outcomes_handed_off_ride_in_the_next_batched_claims_write(
         return settle_and_claim(items, **kwargs)
 
     store.settle_and_claim = spy  # type: ignore[method-assign]
+    landings: list[Any] = []
+    runner.settler.run_soon = landings.append  # a runner's workers run them
     more = runner.claim_batch(3)
     assert calls == [3] and [c.record.args for c in more] == [(3,), (4,), (5,)]
-    wait_for(lambda: len(ended) == 3, message="3 runs ended")
-    assert [d.event for d in ended] == ["job:success"] * 3
-    for claim in claims:
-        job = app.get_job(claim.job_id)
-        assert job.status is JobStatus.COMPLETED and job.result == job.args[0] * 10
+    _landed(app, claims)
+    assert events == [] and len(landings) == 1  # one work item lands the three
+    landings[0]()
+    assert sorted(job.id for _, job, _ in events) == sorted(c.job_id for c in claims)
+    assert all(name == "job:success" and job.result == job.args[0] * 10 for name, job, _ in events)
+    assert runner.finished == 3 and runner.settler.queued == 0
 
 
-@pytest.mark.parametrize("how", ["no claim came", "flushed"])
-def test_an_outcome_no_claim_takes_is_written_by_its_worker(
-    monkeypatch: pytest.MonkeyPatch, how: str
-) -> None:
-    """A handed-off outcome that no claim takes in time (the backlog ended, the runner
-    stops: flushed) is written by its own worker."""
-    wait = 0.05 if how == "no claim came" else 30.0
-    monkeypatch.setattr(settler_module, "HANDOFF_WAIT", wait)
-    app, runner, claims, ended = _handing_off(2)
-    if how == "flushed":
-        wait_for(lambda: runner.settler.queued == 2, message="2 outcomes handed off")
-        runner.settler.flush()
-    wait_for(lambda: len(ended) == 2, timeout=10, message="2 runs ended")
-    assert [d.event for d in ended] == ["job:success"] * 2
+def test_handed_off_outcomes_no_claim_takes_are_flushed() -> None:
+    """The backlog ended, a claim failed or the runner stops: a flush writes the
+    outcomes handed off (nothing waits on them), and they land."""
+    app, runner, claims, events = _handing_off(2)
+    assert runner.settler.queued == 2 and events == []
+    runner.settler.flush()
     assert runner.settler.queued == 0
-    for claim in claims:
-        assert app.get_job(claim.job_id).status is JobStatus.COMPLETED
+    _landed(app, claims)
+    assert sorted(job.id for _, job, _ in events) == sorted(c.job_id for c in claims)
+    assert runner.finished == 2
 
 
-def test_a_failed_claim_gives_its_outcomes_back_to_their_workers(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The claim that carried the outcomes failed: each goes back to its worker, which
-    writes it as if it had never been handed off (nothing is lost)."""
-    monkeypatch.setattr(settler_module, "HANDOFF_WAIT", 30.0)
-    app, runner, claims, ended = _handing_off(2)
-    wait_for(lambda: runner.settler.queued == 2, message="2 outcomes handed off")
+def test_the_writer_on_its_way_writes_what_was_handed_off_meanwhile() -> None:
+    """A worker was writing its own outcome when others were handed off: the claim
+    that came meanwhile could not take them; that writer writes them once done."""
+    app, runner, claims, events = _handing_off(3, running=0)
+    store = app.store
+    writing, gate = threading.Event(), threading.Event()
+    settle = store.settle
+
+    def slow_settle(job: Any, settlement: Any) -> Any:
+        writing.set()
+        gate.wait(10)  # the first write is on its way...
+        return settle(job, settlement)
+
+    store.settle = slow_settle  # type: ignore[method-assign]
+    runner.settler.claiming = lambda: False  # ...a worker writes its own
+    first = threading.Thread(target=runner.run_claim, args=(claims[0],), daemon=True)
+    first.start()
+    assert writing.wait(10)
+    runner.settler.claiming = lambda: True
+    for claim in claims[1:]:
+        runner.run_claim(claim)  # handed off at once
+    assert runner.settler.queued == 2
+    taken: list[int] = []
+    settle_and_claim = store.settle_and_claim
+
+    def counted(items: Any, **kwargs: Any) -> Any:
+        taken.append(len(items))
+        return settle_and_claim(items, **kwargs)
+
+    store.settle_and_claim = counted  # type: ignore[method-assign]
+    assert len(runner.claim_batch(2)) == 2 and taken == [0]  # the writer takes them
+    gate.set()
+    first.join(10)
+    assert runner.settler.queued == 0
+    _landed(app, claims)
+    assert runner.finished == 2 and len(events) == 3  # (run_claim alone counts none)
+
+
+def test_a_failed_claim_gives_its_outcomes_back_and_a_flush_writes_them() -> None:
+    """The claim that carried the outcomes failed: they go back to the queue, and the
+    flush the dispatcher makes when it stops batching writes them (nothing is lost)."""
+    app, runner, claims, events = _handing_off(2)
 
     def down(items: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable("settle_and_claim: connection refused")
 
+    settle_and_claim = app.store.settle_and_claim
     app.store.settle_and_claim = down  # type: ignore[method-assign]
     with pytest.raises(StoreUnavailable):
         runner.claim_batch(2)
-    wait_for(lambda: len(ended) == 2, message="2 runs ended")
-    assert [d.event for d in ended] == ["job:success"] * 2
-    for claim in claims:
-        assert app.get_job(claim.job_id).status is JobStatus.COMPLETED
+    assert runner.settler.queued == 2 and events == []
+    app.store.settle_and_claim = settle_and_claim  # type: ignore[method-assign]
+    runner.settler.flush()
+    _landed(app, claims)
+    assert runner.finished == 2 and len(events) == 2
+
+
+def test_a_handed_off_result_that_cannot_be_stored_fails_the_job_when_it_lands() -> None:
+    """The claim's write refuses a result BSON cannot hold: the landing fails the job
+    instead (written then, by the worker that lands it), as a worker writing its own
+    outcome would."""
+    app = App("memory://")
+    app.task(name="odd")(lambda: object())
+    app.task(name="work")(lambda: None)
+    failed: list[Any] = []
+    app.on("job:fail", lambda event: failed.append(event.job))
+    odd = app.schedule("odd")
+    app.schedule_bulk(app.tasks["work"].job() for _ in range(2))
+    runner = app.runner(workers=2)
+    runner.settler.claiming = lambda: True
+    claims = runner.claim_batch(1)
+    assert [c.job_id for c in claims] == [odd.id]
+    runner.run_claim(claims[0])
+    assert claims[0].handed_off and runner.settler.queued == 1
+    assert len(runner.claim_batch(2)) == 2 and runner.finished == 1
+    job = app.get_job(odd.id)
+    assert job is not None and job.status is JobStatus.FAILED
+    assert job.error is not None and "return value" in job.error.message
+    assert [j.id for j in failed] == [odd.id]
+
+
+def test_a_handed_off_outcome_whose_lease_was_lost_lands_as_lost() -> None:
+    """Written with a claim, an outcome fenced off (its lease lost meanwhile) lands as
+    a lost lease: the job is left to whoever holds it now."""
+    app, runner, claims, events = _handing_off(2)
+    lost = claims[0]
+    app.store.reap(
+        lost.record, lost.until + timedelta(seconds=1), given_back(lost.record, app.now())
+    )
+    assert app.runner(workers=1, name="other").claim_next(job_id=lost.job_id) is not None
+    runner.claim_batch(2)
+    assert lost.lost and app.get_job(lost.job_id).status is JobStatus.RUNNING  # the other's
+    _landed(app, claims[1:])
+    landed = sorted((name, job.id) for name, job, _ in events)
+    assert landed == sorted([("job:lease_lost", lost.job_id), ("job:success", claims[1].job_id)])
+    assert runner.finished == 2
+
+
+def test_with_a_backlog_outcomes_land_in_workers_and_all_before_stop_returns(
+    make_app: Callable[..., App],
+) -> None:
+    """A started runner with a backlog: outcomes handed off land in worker threads
+    (never the dispatcher, which must not run listeners), and a graceful stop waits
+    until every one is written."""
+    app = make_app()
+    app.task(name="work")(lambda n: n * 10)
+    threads: set[str] = set()
+    app.on("job:success", lambda event: threads.add(threading.current_thread().name))
+    spy = ClaimSpy(app)
+    app.schedule_bulk(app.tasks["work"].job(n) for n in range(300))
+    runner = app.runner(workers=4).start()
+    wait_for(lambda: runner.finished >= 150, timeout=60, message="150 finished")
+    assert runner.stop(timeout=30)
+    assert spy.settled_with_claims > 0
+    running = app.count_jobs(status="running")
+    completed = app.count_jobs(status="completed")
+    assert running == 0 and completed == runner.finished == runner.claimed
+    assert threads and all(name.startswith("mongosched-worker") for name in threads), threads
