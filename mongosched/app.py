@@ -472,6 +472,10 @@ class App(JobControl, BulkControl, Admin):
         """Send an event to its listeners (the runner and the app do)."""
         self._listeners.emit(name, **fields)
 
+    def listening(self, name: str) -> bool:
+        """Whether event ``name`` has listeners (:meth:`on`)."""
+        return self._listeners.listening(name)
+
     # Runners --------------------------------------------------------------------------------------
     def runner(
         self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any

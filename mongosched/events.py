@@ -87,6 +87,11 @@ class Listeners:
         except ValueError:
             pass
 
+    def listening(self, name: str) -> bool:
+        """Whether an ``name`` event has listeners (else what it would carry need not
+        be made)."""
+        return bool(self._by_name.get(name))
+
     def emit(self, name: str, **fields: Any) -> None:
         listeners = self._by_name.get(name)
         if not listeners:

@@ -15,9 +15,8 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
 from types import FrameType
@@ -440,8 +439,7 @@ class Runner(RunnerSteps):
     ) -> None:
         """A handed-off outcome was written (found ``stored``, or raised ``failure``)."""
         try:
-            with self._reporting(claim):
-                self._land(claim, decision, seconds, stored, failure)
+            self._reported(claim, self._land, claim, decision, seconds, stored, failure)
         finally:
             self._done(claim)
 
@@ -480,18 +478,16 @@ class Runner(RunnerSteps):
 
     def _work(self, claim: Claim) -> None:
         try:
-            with self._reporting(claim):
-                self.run_claim(claim)
+            self._reported(claim, self.run_claim, claim)
         finally:
             if not claim.handed_off:  # (else when it lands)
                 self._done(claim)
 
-    @contextmanager
-    def _reporting(self, claim: Claim) -> Iterator[None]:
-        """Log what escapes running or landing ``claim`` (a job's own errors never
-        do: they are its outcome)."""
+    def _reported(self, claim: Claim, step: Callable[..., Any], *args: Any) -> None:
+        """Run ``step(*args)``, a step of running or landing ``claim``, logging what
+        escapes it (a job's own errors never do: they are its outcome)."""
         try:
-            yield
+            step(*args)
         except MongoschedError as exc:
             log.warning(
                 "job %s (%s): database error (%s); its outcome may not be recorded: if not, "

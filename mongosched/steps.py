@@ -104,7 +104,7 @@ class RunnerSteps:
             why,
             extra=logs.fields(claim.record),
         )
-        self.app.emit("job:lease_lost", job=self._job(claim.record), runner=self)
+        self._emit("job:lease_lost", claim.record)
 
     def _job(self, record: Any) -> Job:
         return Job(record, self.store)
@@ -202,7 +202,7 @@ class RunnerSteps:
         try:
             if claim.record.repeat and claim.record.attempts <= 1 and not self._start_slot(claim):
                 return None
-            self.app.emit("job:start", job=self._job(claim.record), runner=self)
+            self._emit("job:start", claim.record)
             log.debug(
                 "job %s (%s) attempt %d started",
                 claim.job_id,
@@ -257,7 +257,7 @@ class RunnerSteps:
                     extra=logs.fields(record),
                 )
                 event = decision.as_landed(stored.status).event
-                self.app.emit(event, job=self._job(stored), runner=self)
+                self._emit(event, stored)
                 self._release_dependents(stored)
         return reaped
 
@@ -272,8 +272,11 @@ class RunnerSteps:
             self.store, now=now, finished_before=grace, retention=retention, emit=self._emit
         )
 
-    def _emit(self, event: str, record: JobRecord) -> None:
-        self.app.emit(event, job=self._job(record), runner=self)
+    def _emit(self, event: str, record: JobRecord, error: BaseException | None = None) -> None:
+        """Send ``event`` about the job ``record`` is (made a :class:`Job` only for
+        listeners)."""
+        if self.app.listening(event):
+            self.app.emit(event, job=self._job(record), error=error, runner=self)
 
     def _hand_off(self, claim: Claim, decision: Decision, seconds: float) -> bool:
         """Leave ``claim``'s outcome to the next batched claim's write, if one is
@@ -550,7 +553,7 @@ class RunnerSteps:
             return None
         decision = decision.as_landed(stored.status)
         logs.log_decision(claim, decision, seconds)
-        self.app.emit(decision.event, job=self._job(stored), error=decision.error, runner=self)
+        self._emit(decision.event, stored, decision.error)
         self._release_dependents(stored)
         return decision
 

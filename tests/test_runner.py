@@ -323,6 +323,30 @@ def test_unknown_task_jobs_are_left_pending_and_reported(
     assert worker.stats()["unknown_tasks"] == {"only.in.web": 1}
 
 
+def test_a_listener_added_or_removed_takes_effect_at_the_next_event(app: App) -> None:
+    """A runner makes an event's job view only for listeners (``App.listening``): one
+    added between two jobs hears the second, one removed hears nothing more."""
+    app.task(name="t")(lambda: 1)
+    heard: list[Any] = []
+
+    def listener(event: Event) -> None:
+        heard.append((event.name, event.job.id if event.job else None))
+
+    assert not app.listening("job:success")
+    first = app.schedule("t")
+    drain(app)
+    app.on("job:success", listener)
+    assert app.listening("job:success") and not app.listening("job:start")
+    second = app.schedule("t")
+    drain(app)
+    app.off("job:success", listener)
+    assert not app.listening("job:success")
+    app.schedule("t")
+    drain(app)
+    assert first.refresh().status is JobStatus.COMPLETED
+    assert heard == [("job:success", second.id)]
+
+
 def test_listener_errors_never_break_scheduling_or_running(
     app: App, caplog: pytest.LogCaptureFixture
 ) -> None:
