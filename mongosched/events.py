@@ -88,7 +88,7 @@ class Listeners:
             pass
 
     def listening(self, name: str) -> bool:
-        """Whether an ``name`` event has listeners (else what it would carry need not
+        """Whether a ``name`` event has listeners (else what it would carry need not
         be made)."""
         return bool(self._by_name.get(name))
 
