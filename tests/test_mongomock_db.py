@@ -1,5 +1,5 @@
 """The serialised mongomock stand-in of the test support (``tests/support/mongomock_db``):
-shared named servers, and fork safety."""
+shared named servers, fork safety, the commands it runs itself."""
 
 from __future__ import annotations
 
@@ -78,3 +78,39 @@ def test_a_document_whose_id_is_a_document_expires_by_its_ttl_index() -> None:
         assert limits.count_documents({}) == 1
     finally:
         reset_embedded(name)
+
+
+def test_the_find_and_update_commands_reply_as_a_server_does() -> None:
+    """mongomock's own ``command`` runs neither: the stand-in does, on the collection,
+    with a server's reply (the first batch; counts and the write errors by index)."""
+    server = "command-test"
+    try:
+        database = embedded_client(server).get_database("db")
+        collection = database.get_collection("c")
+        collection.create_index("k", unique=True)
+        collection.insert_many([{"_id": n, "k": n} for n in range(4)])
+        found = database.command(
+            {"find": "c", "filter": {"k": {"$gte": 1}}, "sort": {"k": -1}, "limit": 2}
+        )
+        assert found["cursor"]["firstBatch"] == [{"_id": 3, "k": 3}, {"_id": 2, "k": 2}]
+        assert found["cursor"]["id"] == 0 and found["ok"] == 1.0
+        updated = database.command(
+            {
+                "update": "c",
+                "updates": [
+                    {"q": {"_id": 0}, "u": {"$set": {"k": 1}}},  # the key is taken
+                    {"q": {"_id": 1}, "u": {"$set": {"x": 1}}},
+                    {"q": {"_id": 9}, "u": {"$set": {"x": 1}}},  # matches nothing
+                    {"q": {"_id": 2}, "u": {"$set": {"x": 1}}},
+                ],
+                "ordered": False,
+            }
+        )
+        assert updated["n"] == updated["nModified"] == 2
+        [error] = updated["writeErrors"]
+        assert error["index"] == 0 and error["code"] == 11000
+        assert sorted(d["_id"] for d in collection.find({"x": 1})) == [1, 2]
+        with pytest.raises(NotImplementedError, match="collation"):
+            database.command({"find": "c", "filter": {}, "collation": {"locale": "fr"}})
+    finally:
+        reset_embedded(server)

@@ -6,11 +6,12 @@ A batched claim takes up to ``limit`` due jobs in two round trips whatever the l
 
 1. read the first ``limit`` candidates on the claim index (the claim's own filter and
    sort);
-2. one unordered bulk write of one update per candidate, each re-checking the whole
-   claim filter (still pending, still due, ...) and that the job is still the document
-   read (:func:`~mongosched.store.updates.claim_fence`: its ``rev``, which every
-   write that changes an unstarted job's fields or makes a job pending sets afresh),
-   and setting a lease under a token of its own, made before the call.
+2. one unordered bulk write (one ``update`` command) of one update per candidate,
+   each re-checking the whole claim filter (still pending, still due, ...) and that
+   the job is still the document read (:func:`~mongosched.store.updates.claim_fence`:
+   its ``rev``, which every write that changes an unstarted job's fields or makes a
+   job pending sets afresh), and setting a lease under a token of its own, made
+   before the call.
 
 When every update landed at the first try, the claimed jobs are the documents read
 with the claim applied (:func:`~mongosched.store.updates.claimed_document`). Otherwise
@@ -23,6 +24,12 @@ claimer that read the same candidates loses those updates whose filter no longer
 matches; nobody takes a job twice. After a network error the bulk write is repeated
 (an update that landed no longer matches) and the read back finds what landed by
 token.
+
+Both round trips are commands sent as they are (:mod:`~mongosched.store.commands`): a
+``find`` of one batch and an ``update`` of many statements, without the cursor and
+bulk-write objects the collection methods build around them (a large share of the
+client's CPU per batch). A write concern error counts as a miss: what landed is read
+back.
 
 Several settlements are written in one unordered bulk write, each update fenced on its
 own job's token (and on the job being as claimed), so one that misses never affects the
@@ -39,12 +46,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from pymongo import UpdateOne
-from pymongo.errors import BulkWriteError
-
 from ..errors import MalformedJob, SerializationError
 from ..records import JobRecord, Settlement
-from . import codec
+from . import codec, commands
 from .documents import CLAIM_SORT, RUNNING, to_record
 from .permits import MongoPermits
 from .updates import (
@@ -86,7 +90,7 @@ class _Settling:
     def __init__(self, items: Sequence[tuple[JobRecord, Settlement]]) -> None:
         self.items = items
         self.results: list[Any] = [None] * len(items)
-        self.writes: dict[int, tuple[str, UpdateOne, Any]] = {}
+        self.writes: dict[int, tuple[str, dict[str, Any], Any]] = {}
         for n, (job, settlement) in enumerate(items):
             try:
                 result, encoded = settled_result(job.task, settlement)
@@ -104,8 +108,8 @@ class _Settling:
             )
             fence = {"_id": job.id, "lease.token": token, "status": RUNNING}
             fence.update(unchanged_since_claim(job))
-            self.writes[n] = (write, UpdateOne(fence, update), result)
-        self.ops = [op for _, op, _ in self.writes.values()]
+            self.writes[n] = (write, {"q": fence, "u": update}, result)
+        self.statements = [statement for _, statement, _ in self.writes.values()]
         self.ids = [items[n][0].id for n in self.writes]
 
     def finish(self, store: MongoBatches, read: dict[Any, Any] | None) -> list[Any]:
@@ -146,8 +150,8 @@ class _Claiming:
             job_id: claim_update(owner, token, now, lease_duration)
             for job_id, token in self.tokens.items()
         }
-        self.ops = [
-            UpdateOne({**query, **claim_fence(doc)}, self.updates[doc["_id"]]) for doc in docs
+        self.statements = [
+            {"q": {**query, **claim_fence(doc)}, "u": self.updates[doc["_id"]]} for doc in docs
         ]
 
     def finish(self, store: MongoBatches, read: dict[Any, Any] | None) -> list[JobRecord]:
@@ -230,7 +234,8 @@ class MongoBatches(MongoPermits):
         if tasks and limit >= BATCH_FROM:
             query = claim_query(tasks, queues, now)
             docs = self._retrying(
-                "claim", lambda _: list(self.jobs.find(query, sort=CLAIM_SORT, limit=limit))
+                "claim",
+                lambda _: commands.find_batch(self.jobs, query, sort=CLAIM_SORT, limit=limit),
             )
             if docs:
                 claiming = _Claiming(query, docs, owner, now, lease_duration)
@@ -252,37 +257,52 @@ class MongoBatches(MongoPermits):
         one missed (a claim taken or a job changed meanwhile, a settlement fenced off, a
         write refused, a reply lost and the write repeated), one read back by id tells
         which landed."""
-        ops = settling.ops + ([] if claiming is None else claiming.ops)
+        statements = settling.statements + ([] if claiming is None else claiming.statements)
         what = "settle" if claiming is None else "claim"
         read: dict[Any, Any] | None = None
-        if ops and not self._all_landed(what, ops, len(settling.ops), claiming):
+        if statements and not self._all_landed(
+            what, statements, len(settling.statements), claiming
+        ):
             ids = settling.ids + ([] if claiming is None else claiming.ids)
-            docs = self._retrying(what, lambda _: list(self.jobs.find({"_id": {"$in": ids}})))
-            read = {doc["_id"]: doc for doc in docs}
+            read = self._read_back(what, ids)
         results = settling.finish(self, read)
         return results, ([] if claiming is None else claiming.finish(self, read))
 
     def _all_landed(
-        self, what: str, ops: list[UpdateOne], settlements: int, claiming: _Claiming | None
+        self,
+        what: str,
+        statements: list[dict[str, Any]],
+        settlements: int,
+        claiming: _Claiming | None,
     ) -> bool:
-        """Write ``ops`` (``settlements`` of them first, then the claims) in one
-        unordered bulk write: True when every one landed, at the first try."""
+        """Write ``statements`` (``settlements`` of them first, then the claims) in one
+        unordered bulk write: True when every one landed, at the first try (and the
+        write concern was met)."""
         tries: list[int] = []
 
         def bulk(attempt: int) -> bool:
             tries.append(attempt)
-            try:
-                return bool(self.jobs.bulk_write(ops, ordered=False).matched_count == len(ops))
-            except BulkWriteError as exc:  # the others landed: read back what did
-                for error in exc.details.get("writeErrors", []):
-                    index = error["index"] - settlements
-                    if claiming is not None and index >= 0:  # (a settlement refused:
-                        # a dedupe key taken, seen when it is settled alone)
-                        log.warning("claim of job %s refused: %s", claiming.ids[index], error)
-                return False
+            updated = commands.update(self.jobs, statements)
+            for error in updated.errors:  # the others landed: read back what did
+                index = error["index"] - settlements
+                if claiming is not None and index >= 0:  # (a settlement refused:
+                    # a dedupe key taken, seen when it is settled alone)
+                    log.warning("claim of job %s refused: %s", claiming.ids[index], error)
+            return updated.matched == len(statements) and not updated.unknown
 
         landed = self._retrying(what, bulk)
         return landed and len(tries) == 1
+
+    def _read_back(self, what: str, ids: list[Any]) -> dict[Any, Any]:
+        """The jobs ``ids`` as stored, by id: one batch, and only when it came back
+        short (a batch holds 16 MiB; or a job was deleted) a cursor for the rest."""
+        docs = self._retrying(what, lambda _: commands.find_batch(self.jobs, {"_id": {"$in": ids}}))
+        read = {doc["_id"]: doc for doc in docs}
+        if len(read) < len(ids):
+            rest = [job_id for job_id in ids if job_id not in read]
+            more = self._retrying(what, lambda _: list(self.jobs.find({"_id": {"$in": rest}})))
+            read.update((doc["_id"], doc) for doc in more)
+        return read
 
     # What MongoStore defines.
     def claim(

@@ -263,8 +263,10 @@ def test_a_result_is_encoded_once_on_its_way_to_the_server(
 
 
 class _Watched:
-    """A store's jobs collection that records the calls made on it and can run
-    ``on_claim_read`` right after a claim has read its candidates."""
+    """A store's jobs collection that records the calls made on it, and the commands
+    sent through its database (by command name: a batched claim's ``find`` and
+    ``update``), and can run ``on_claim_read`` right after a claim has read its
+    candidates."""
 
     def __init__(self, collection: Any, on_claim_read: Any = None) -> None:
         self.collection = collection
@@ -274,10 +276,31 @@ class _Watched:
     def find(self, filter: Any = None, *args: Any, **kwargs: Any) -> Any:
         self.calls.append("find")
         found = list(self.collection.find(filter, *args, **kwargs))
+        self._read(filter)
+        return found
+
+    def _read(self, filter: Any) -> None:
         if self.on_claim_read is not None and isinstance(filter, Mapping) and "run_at" in filter:
             edit, self.on_claim_read = self.on_claim_read, None
             edit()
-        return found
+
+    @property
+    def database(self) -> Any:
+        watched, database = self, self.collection.database
+
+        class Commands:
+            def command(self, command: Any, *args: Any, **kwargs: Any) -> Any:
+                name = command if isinstance(command, str) else next(iter(command))
+                watched.calls.append(name)
+                reply = database.command(command, *args, **kwargs)
+                if name == "find":
+                    watched._read(command.get("filter"))
+                return reply
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(database, name)
+
+        return Commands()
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self.collection, name)
@@ -325,7 +348,7 @@ def test_a_batched_claim_returns_a_job_edited_after_its_read_as_edited(
     got = batch(mongo_store, 4)
     monkeypatch.undo()
     assert edits == [change]
-    assert watched.calls[-2:] == ["bulk_write", "find"]  # its update missed: read back
+    assert watched.calls[-2:] == ["update", "find"]  # its update missed: read back
     assert target.id not in {r.id for r in got} and len(got) == 3
     for record in got:  # each claim is the job as stored
         assert record == mongo_store.get(record.id)
@@ -347,7 +370,7 @@ def test_a_batched_claim_that_misses_nothing_is_two_round_trips(
     watched = _watch(monkeypatch, mongo_store)
     got = batch(mongo_store, 4)
     monkeypatch.undo()
-    assert watched.calls == ["find", "bulk_write"]
+    assert watched.calls == ["find", "update"]
     assert [r.args for r in got] == [(0,), (1,), (2,), (3,)]
     for record in got:
         assert record == mongo_store.get(record.id)
@@ -371,7 +394,7 @@ def test_outcomes_written_with_a_batched_claim_take_no_round_trip_of_their_own(
         limit=4,
     )
     monkeypatch.undo()
-    assert watched.calls == ["find", "bulk_write"]
+    assert watched.calls == ["find", "update"]
     assert [r.args for r in got] == [(3,), (4,), (5,), (6,)]
     for record in [*settled, *got]:
         assert record == mongo_store.get(record.id)  # type: ignore[union-attr]
@@ -396,8 +419,8 @@ def test_a_batched_settlement_of_a_job_written_since_its_claim_is_settled_alone(
     )
     monkeypatch.undo()
     if write is None:
-        assert watched.calls == ["bulk_write"]
+        assert watched.calls == ["update"]
     else:
-        assert watched.calls[:2] == ["bulk_write", "find"]  # the ids, read back
+        assert watched.calls[:2] == ["update", "find"]  # the ids, read back
         assert set(watched.calls[2:]) == {"find_one_and_update"}  # the target, alone
     assert results == [mongo_store.get(target.id), mongo_store.get(bystander.id)]

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pymongo.errors import AutoReconnect, NetworkTimeout
 
 # Calls that do not reach the server, or only read.
-_LOCAL = frozenset({"name", "full_name", "database", "with_options", "index_information"})
+_LOCAL = frozenset({"name", "full_name", "with_options", "index_information"})
+# Writes whose reply may come late (after the lease it grants ran out).
+_WRITES = frozenset({"find_one_and_update", "bulk_write", "update"})
 
 
 class FaultyCollection:
-    """``late``, if given, is called after an applied ``find_one_and_update`` or
-    ``bulk_write`` with some probability (``late_rate``): the reply arrived late (a test moves its clock on)."""
+    """``late``, if given, is called after an applied ``find_one_and_update``, ``bulk_write``
+    or ``update`` command with some probability (``late_rate``): the reply arrived late (a
+    test moves its clock on). Commands the store sends itself (``collection.database
+    .command``) are injected too, under the command's name."""
 
     def __init__(
         self,
@@ -38,33 +42,57 @@ class FaultyCollection:
         self.enabled = True
         self.injected: Counter[str] = Counter()
 
+    @property
+    def database(self) -> _FaultyDatabase:
+        return _FaultyDatabase(self._target.database, self)
+
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._target, name)
         if not callable(value) or name in _LOCAL:
             return value
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            if self.enabled and self.rng.random() < self.rate:
-                if self.rng.random() < 0.5:
-                    self.injected[f"{name}:before"] += 1
-                    raise AutoReconnect(f"injected: connection dropped before {name}")
-                result = value(*args, **kwargs)
-                if hasattr(result, "__iter__") and not isinstance(result, (dict, list)):
-                    list(result)  # a cursor: its query ran
-                self.injected[f"{name}:after"] += 1
-                raise NetworkTimeout(f"injected: reply to {name} lost")
-            result = value(*args, **kwargs)
-            if (
-                self.enabled
-                and self.late is not None
-                and name in ("find_one_and_update", "bulk_write")
-                and self.rng.random() < self.late_rate
-            ):
-                self.injected[f"{name}:late"] += 1
-                self.late()
-            return result
+            return self.run(name, lambda: value(*args, **kwargs))
 
         return call
+
+    def run(self, name: str, call: Callable[[], Any]) -> Any:
+        """``call()`` (the operation ``name``), or a network error before or after it."""
+        if self.enabled and self.rng.random() < self.rate:
+            if self.rng.random() < 0.5:
+                self.injected[f"{name}:before"] += 1
+                raise AutoReconnect(f"injected: connection dropped before {name}")
+            result = call()
+            if hasattr(result, "__iter__") and not isinstance(result, (Mapping, list)):
+                list(result)  # a cursor: its query ran
+            self.injected[f"{name}:after"] += 1
+            raise NetworkTimeout(f"injected: reply to {name} lost")
+        result = call()
+        if (
+            self.enabled
+            and self.late is not None
+            and name in _WRITES
+            and self.rng.random() < self.late_rate
+        ):
+            self.injected[f"{name}:late"] += 1
+            self.late()
+        return result
+
+
+class _FaultyDatabase:
+    """The database of a :class:`FaultyCollection`: its ``command`` fails as the
+    collection's methods do."""
+
+    def __init__(self, target: Any, faults: FaultyCollection) -> None:
+        self._target = target
+        self._faults = faults
+
+    def command(self, command: Any, *args: Any, **kwargs: Any) -> Any:
+        name = command if isinstance(command, str) else next(iter(command))
+        return self._faults.run(name, lambda: self._target.command(command, *args, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
 
 
 def inject(

@@ -183,6 +183,8 @@ class _Locked:
             return self._create_index
         if name == "bulk_write":
             return self._bulk_write
+        if name == "command" and isinstance(self._target, mongomock.Database):
+            return self._command
         if name in ("get_collection", "with_options"):
 
             def plain(*args: Any, **kwargs: Any) -> Any:
@@ -224,55 +226,81 @@ class _Locked:
     def _bulk_write(self, requests: Any, ordered: bool = True, **options: Any) -> Any:
         """A bulk write, atomically, as pymongo 4 describes it to a server (mongomock's
         own does not know the options pymongo 4.10+ passes)."""
-        from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
+        from pymongo.errors import BulkWriteError
         from pymongo.results import BulkWriteResult
 
         ops = _BulkOps()
         for request in requests:
             request._add_to_bulk(ops)
-        ops.ops = _plain(ops.ops)
-        totals = {"nInserted": 0, "nMatched": 0, "nModified": 0, "nRemoved": 0, "nUpserted": 0}
-        upserted: list[dict[str, Any]] = []
-        errors: list[dict[str, Any]] = []
-        with self._lock:
-            for index, (kind, args) in enumerate(ops.ops):
-                try:
-                    if kind == "insert":
-                        self._target.insert_one(*args)
-                        totals["nInserted"] += 1
-                        continue
-                    if kind == "delete":
-                        selector, limit = args
-                        many = self._target.delete_one if limit == 1 else self._target.delete_many
-                        totals["nRemoved"] += many(selector).deleted_count
-                        continue
-                    selector, update, multi, upsert = args
-                    if kind == "replace":
-                        result = self._target.replace_one(selector, update, upsert=upsert)
-                    elif multi:
-                        result = self._target.update_many(selector, update, upsert=upsert)
-                    else:
-                        result = self._target.update_one(selector, update, upsert=upsert)
-                except (DuplicateKeyError, OperationFailure) as exc:
-                    errors.append({"index": index, "code": exc.code or 2, "errmsg": str(exc)})
-                    if ordered:
-                        break
-                    continue
-                if result.upserted_id is not None:
-                    totals["nUpserted"] += 1
-                    upserted.append({"index": index, "_id": result.upserted_id})
-                else:
-                    totals["nMatched"] += result.matched_count
-                    totals["nModified"] += result.modified_count
-        details: dict[str, Any] = {
-            **totals,
-            "upserted": upserted,
-            "writeErrors": errors,
-            "writeConcernErrors": [],
-        }
-        if errors:
+        details = _apply(self._target, self._lock, _plain(ops.ops), ordered)
+        if details["writeErrors"]:
             raise BulkWriteError(details)
         return BulkWriteResult(details, True)
+
+    def _command(self, command: Any, *args: Any, **kwargs: Any) -> Any:
+        """``Database.command``; mongomock cannot run ``find`` and ``update``, which the
+        store sends as commands (store/commands.py): those run here, on the collection,
+        atomically, and reply as a server does (raw when the codec options ask for it)."""
+        from bson.raw_bson import RawBSONDocument
+
+        name = command if isinstance(command, str) else next(iter(command))
+        if name not in ("find", "update"):
+            args, kwargs = _plain(args), _plain(kwargs)
+            with self._lock:
+                return self._target.command(_plain(command), *args, **kwargs)
+        if isinstance(command, str) or args:
+            raise NotImplementedError(f"the stand-in's {name}: pass the command as a document")
+        options = kwargs.get("codec_options")
+        cmd = _plain(dict(command))
+        reply = self._find_command(cmd) if name == "find" else self._update_command(cmd)
+        reply["ok"] = 1.0
+        if options is not None and issubclass(options.document_class, RawBSONDocument):
+            import bson
+
+            from mongosched.store.codec import CODEC_OPTIONS
+
+            return RawBSONDocument(bson.encode(reply, codec_options=CODEC_OPTIONS), options)
+        return reply
+
+    def _find_command(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        _only(cmd, "find", {"filter", "sort", "limit", "skip", "singleBatch", "readConcern"})
+        limit = int(cmd.get("limit") or 0)
+        options: dict[str, Any] = {"skip": int(cmd.get("skip") or 0), "limit": abs(limit)}
+        if cmd.get("sort"):
+            options["sort"] = list(cmd["sort"].items())
+        with self._lock:
+            collection = self._target.get_collection(cmd["find"])
+            docs = list(collection.find(cmd.get("filter") or {}, **options))
+        # Every document found in the first batch: the cursor is exhausted (id 0).
+        namespace = f"{self._target.name}.{cmd['find']}"
+        return {"cursor": {"firstBatch": docs, "id": 0, "ns": namespace}}
+
+    def _update_command(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        _only(cmd, "update", {"updates", "ordered", "writeConcern"})
+        ops: list[tuple[str, tuple[Any, ...]]] = []
+        for statement in cmd["updates"]:
+            _only(statement, "q", {"u", "upsert", "multi"})
+            update = statement["u"]
+            kind = "update" if any(str(k).startswith("$") for k in update) else "replace"
+            args = (
+                statement["q"],
+                update,
+                bool(statement.get("multi")),
+                bool(statement.get("upsert")),
+            )
+            ops.append((kind, args))
+        with self._lock:
+            collection = self._target.get_collection(cmd["update"])
+            details = _apply(collection, self._lock, ops, bool(cmd.get("ordered", True)))
+        reply: dict[str, Any] = {
+            "n": details["nMatched"] + details["nUpserted"],
+            "nModified": details["nModified"],
+        }
+        if details["upserted"]:
+            reply["upserted"] = details["upserted"]
+        if details["writeErrors"]:
+            reply["writeErrors"] = details["writeErrors"]
+        return reply
 
     def __getitem__(self, name: str) -> Any:
         with self._lock:
@@ -288,6 +316,56 @@ class _Locked:
 
     def __repr__(self) -> str:
         return f"Embedded({self._target!r})"
+
+
+def _apply(
+    collection: Any, lock: _ServerLock, ops: list[tuple[str, tuple[Any, ...]]], ordered: bool
+) -> dict[str, Any]:
+    """Apply the operations of a bulk write to a mongomock ``collection``, atomically;
+    the totals, upserts and write errors as a server counts them."""
+    from pymongo.errors import DuplicateKeyError, OperationFailure
+
+    totals = {"nInserted": 0, "nMatched": 0, "nModified": 0, "nRemoved": 0, "nUpserted": 0}
+    upserted: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    with lock:
+        for index, (kind, args) in enumerate(ops):
+            try:
+                if kind == "insert":
+                    collection.insert_one(*args)
+                    totals["nInserted"] += 1
+                    continue
+                if kind == "delete":
+                    selector, limit = args
+                    many = collection.delete_one if limit == 1 else collection.delete_many
+                    totals["nRemoved"] += many(selector).deleted_count
+                    continue
+                selector, update, multi, upsert = args
+                if kind == "replace":
+                    result = collection.replace_one(selector, update, upsert=upsert)
+                elif multi:
+                    result = collection.update_many(selector, update, upsert=upsert)
+                else:
+                    result = collection.update_one(selector, update, upsert=upsert)
+            except (DuplicateKeyError, OperationFailure) as exc:
+                errors.append({"index": index, "code": exc.code or 2, "errmsg": str(exc)})
+                if ordered:
+                    break
+                continue
+            if result.upserted_id is not None:
+                totals["nUpserted"] += 1
+                upserted.append({"index": index, "_id": result.upserted_id})
+            else:
+                totals["nMatched"] += result.matched_count
+                totals["nModified"] += result.modified_count
+    return {**totals, "upserted": upserted, "writeErrors": errors, "writeConcernErrors": []}
+
+
+def _only(command: dict[str, Any], name: str, fields: set[str]) -> None:
+    """Refuse what the stand-in's emulation of command ``name`` does not implement."""
+    unknown = set(command) - fields - {name}
+    if unknown:
+        raise NotImplementedError(f"the stand-in's {name}: {', '.join(sorted(unknown))}")
 
 
 def _plain(value: Any) -> Any:
