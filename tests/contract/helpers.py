@@ -5,6 +5,7 @@ Settlements come from :mod:`mongosched.outcome`, as the runner and the reaper ma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -50,6 +51,15 @@ def claim(
     return store.claim(
         owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=lease, job_id=job_id
     )
+
+
+def as_stored(store: Store, records: Sequence[Any], *args: tuple[Any, ...]) -> None:
+    """Each of ``records`` is its job as ``store`` holds it; with ``args``, the jobs'
+    arguments are those, in that order."""
+    if args:
+        assert [r.args for r in records] == list(args)
+    for record in records:
+        assert record == store.get(record.id)
 
 
 def batch(

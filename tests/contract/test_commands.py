@@ -19,7 +19,7 @@ from mongosched.records import JobStatus
 from mongosched.store.documents import CLAIM_SORT
 from mongosched.store.mongo import MongoStore
 
-from .helpers import LATER, add, batch, job, sec, succeeded
+from .helpers import LATER, add, as_stored, batch, job, sec, succeeded
 
 Send = Callable[[dict[str, Any]], Any]
 """Sends a command (as the store built it, or changed) and returns the reply."""
@@ -138,9 +138,7 @@ def test_a_write_concern_error_counts_as_a_miss(mongo_store: MongoStore) -> None
     with sending(mongo_store, unmet) as sent:
         got = batch(mongo_store, 4)
     assert names(sent) == ["find", "update", "find"]
-    assert [r.args for r in got] == [(0,), (1,), (2,), (3,)]
-    for record in got:
-        assert record == mongo_store.get(record.id)
+    as_stored(mongo_store, got, (0,), (1,), (2,), (3,))
 
 
 def test_a_refused_claim_is_logged_and_the_others_land(
@@ -226,6 +224,4 @@ def test_a_read_back_cut_short_reads_the_rest(mongo_store: MongoStore) -> None:
     with sending(mongo_store, short) as sent:
         got = batch(mongo_store, 4)
     assert names(sent) == ["find", "update", "find"]  # and the rest through the collection
-    assert [r.args for r in got] == [(0,), (1,), (2,), (3,)]
-    for record in got:
-        assert record == mongo_store.get(record.id)
+    as_stored(mongo_store, got, (0,), (1,), (2,), (3,))

@@ -13,7 +13,7 @@ from mongosched.records import JobQuery
 from mongosched.store.documents import INDEXES, PERMIT_INDEXES
 from mongosched.store.mongo import MongoStore
 
-from .helpers import LATER, T0, add, batch, claimed, job, sec, succeeded
+from .helpers import LATER, T0, add, as_stored, batch, claimed, job, sec, succeeded
 from .test_settle_fence import WHEN, WRITES, claimed_pair
 
 if TYPE_CHECKING:
@@ -350,8 +350,7 @@ def test_a_batched_claim_returns_a_job_edited_after_its_read_as_edited(
     assert edits == [change]
     assert watched.calls[-2:] == ["update", "find"]  # its update missed: read back
     assert target.id not in {r.id for r in got} and len(got) == 3
-    for record in got:  # each claim is the job as stored
-        assert record == mongo_store.get(record.id)
+    as_stored(mongo_store, got)  # each claim is the job as stored
     again = batch(mongo_store, 4)
     assert [r.id for r in again] == [target.id]  # pending still, and claimed as edited
     edited = again[0]
@@ -371,9 +370,7 @@ def test_a_batched_claim_that_misses_nothing_is_two_round_trips(
     got = batch(mongo_store, 4)
     monkeypatch.undo()
     assert watched.calls == ["find", "update"]
-    assert [r.args for r in got] == [(0,), (1,), (2,), (3,)]
-    for record in got:
-        assert record == mongo_store.get(record.id)
+    as_stored(mongo_store, got, (0,), (1,), (2,), (3,))
 
 
 def test_outcomes_written_with_a_batched_claim_take_no_round_trip_of_their_own(
