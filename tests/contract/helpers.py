@@ -62,6 +62,16 @@ def as_stored(store: Store, records: Sequence[Any], *args: tuple[Any, ...]) -> N
         assert record == store.get(record.id)
 
 
+def settle_and_claim(
+    store: Store, items: Sequence[tuple[JobRecord, Any]], limit: int, now: datetime = LATER
+) -> tuple[list[Any], list[JobRecord]]:
+    """Write ``items``' outcomes and claim up to ``limit`` jobs of task ``t`` at once
+    (``settle_and_claim``, as owner ``me``)."""
+    return store.settle_and_claim(
+        items, owner="me", tasks=("t",), queues=None, now=now, lease_duration=LEASE, limit=limit
+    )
+
+
 def batch(
     store: Store,
     limit: int,

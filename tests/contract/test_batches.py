@@ -25,6 +25,7 @@ from .helpers import (
     lapsed,
     raised,
     sec,
+    settle_and_claim,
     succeeded,
     token,
 )
@@ -249,14 +250,6 @@ def test_settle_many_of_nothing_is_nothing(store: Store) -> None:
 
 
 # settle_and_claim ---------------------------------------------------------------------------
-def _settle_and_claim(
-    store: Store, items: list[tuple[JobRecord, Any]], limit: int, now: Any = LATER
-) -> tuple[list[Any], list[JobRecord]]:
-    return store.settle_and_claim(
-        items, owner="me", tasks=("t",), queues=None, now=now, lease_duration=LEASE, limit=limit
-    )
-
-
 @pytest.mark.parametrize("limit", [2, 10], ids=["one at a time", "batched"])
 def test_settle_and_claim_settles_as_settle_many_and_claims_as_claim_batch(
     store: Store, limit: int
@@ -280,7 +273,7 @@ def test_settle_and_claim_settles_as_settle_many_and_claims_as_claim_batch(
         (lost, succeeded(lost, later)),
         (queued[0], succeeded(queued[0], later)),  # never claimed: no lease to settle
     ]
-    settled, got = _settle_and_claim(store, items, limit, now=later)
+    settled, got = settle_and_claim(store, items, limit, now=later)
     assert ids(got) == ids(queued[: min(limit, 4)])
     for record in got:
         assert record == store.get(record.id) and record.status is JobStatus.RUNNING
@@ -296,7 +289,7 @@ def test_settle_and_claim_settles_as_settle_many_and_claims_as_claim_batch(
 def test_settle_and_claim_without_outcomes_or_without_tasks(store: Store) -> None:
     """No outcomes: a claim_batch. No tasks (or a limit of 0): a settle_many."""
     add(store, *[job(args=(n,)) for n in range(4)])
-    settled, got = _settle_and_claim(store, [], 3)
+    settled, got = settle_and_claim(store, [], 3)
     assert settled == [] and [r.args for r in got] == [(0,), (1,), (2,)]
     first = got[0]
     settled, none = store.settle_and_claim(
@@ -310,6 +303,6 @@ def test_settle_and_claim_without_outcomes_or_without_tasks(store: Store) -> Non
     )
     assert none == [] and settled == [store.get(first.id)]
     assert settled[0] is not None and settled[0].status is JobStatus.COMPLETED
-    settled, none = _settle_and_claim(store, [(got[1], succeeded(got[1]))], 0)
+    settled, none = settle_and_claim(store, [(got[1], succeeded(got[1]))], 0)
     assert none == [] and settled == [store.get(got[1].id)]
     assert [r.args for r in batch(store, 5)] == [(3,)]  # the limits held

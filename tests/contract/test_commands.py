@@ -19,7 +19,7 @@ from mongosched.records import JobStatus
 from mongosched.store.documents import CLAIM_SORT
 from mongosched.store.mongo import MongoStore
 
-from .helpers import LATER, add, as_stored, batch, job, sec, succeeded
+from .helpers import LATER, add, as_stored, batch, job, sec, settle_and_claim, succeeded
 
 Send = Callable[[dict[str, Any]], Any]
 """Sends a command (as the store built it, or changed) and returns the reply."""
@@ -124,18 +124,20 @@ def test_a_batch_reads_uuids_and_decimals_as_themselves(mongo_store: MongoStore)
         assert record == mongo_store.get(record.id)
 
 
+def _unmet(command: dict[str, Any], send: Send) -> Any:
+    """``command`` sent; an update's reply says its write concern was not met."""
+    reply = send(command)
+    if "update" in command:
+        reply["writeConcernError"] = {"code": 64, "errmsg": "waiting for replication"}
+    return reply
+
+
 def test_a_write_concern_error_counts_as_a_miss(mongo_store: MongoStore) -> None:
     """A reply saying the write concern was not met: what landed is not known, so it is
     read back (the claims that did land are returned, as stored)."""
 
-    def unmet(command: dict[str, Any], send: Send) -> Any:
-        reply = send(command)
-        if "update" in command:
-            reply["writeConcernError"] = {"code": 64, "errmsg": "waiting for replication"}
-        return reply
-
     add(mongo_store, *[job(args=(n,)) for n in range(4)])
-    with sending(mongo_store, unmet) as sent:
+    with sending(mongo_store, _unmet) as sent:
         got = batch(mongo_store, 4)
     assert names(sent) == ["find", "update", "find"]
     as_stored(mongo_store, got, (0,), (1,), (2,), (3,))
@@ -188,15 +190,7 @@ def test_statements_too_large_for_one_command_are_sent_in_several(
     finished = batch(mongo_store, 3)
     outcomes = [(r, succeeded(r, LATER + sec(1), result=n)) for n, r in enumerate(finished)]
     with caplog.at_level(logging.WARNING, "mongosched"), sending(mongo_store, small) as sent:
-        settled, got = mongo_store.settle_and_claim(
-            outcomes,
-            owner="me",
-            tasks=("t",),
-            queues=None,
-            now=LATER + sec(1),
-            lease_duration=30.0,
-            limit=4,
-        )
+        settled, got = settle_and_claim(mongo_store, outcomes, 4, now=LATER + sec(1))
     sizes = [len(c["updates"]) for c in sent.sent if "update" in c]
     assert sizes == [1, 2, 2, 1]  # 7 = (1 + 2) + (2 + 2), the refused statement not sent
     assert names(sent)[-1] == "find"  # one refused: read back
@@ -215,10 +209,7 @@ def test_a_read_back_cut_short_reads_the_rest(mongo_store: MongoStore) -> None:
         if "find" in command and "_id" in command["filter"]:
             ids = command["filter"]["_id"]["$in"]
             return send({**command, "filter": {"_id": {"$in": ids[:-1]}}})
-        reply = send(command)
-        if "update" in command:
-            reply["writeConcernError"] = {"code": 64, "errmsg": "waiting for replication"}
-        return reply
+        return _unmet(command, send)
 
     add(mongo_store, *[job(args=(n,)) for n in range(4)])
     with sending(mongo_store, short) as sent:

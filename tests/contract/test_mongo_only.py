@@ -13,7 +13,18 @@ from mongosched.records import JobQuery
 from mongosched.store.documents import INDEXES, PERMIT_INDEXES
 from mongosched.store.mongo import MongoStore
 
-from .helpers import LATER, T0, add, as_stored, batch, claimed, job, sec, succeeded
+from .helpers import (
+    LATER,
+    T0,
+    add,
+    as_stored,
+    batch,
+    claimed,
+    job,
+    sec,
+    settle_and_claim,
+    succeeded,
+)
 from .test_settle_fence import WHEN, WRITES, claimed_pair
 
 if TYPE_CHECKING:
@@ -381,15 +392,8 @@ def test_outcomes_written_with_a_batched_claim_take_no_round_trip_of_their_own(
     add(mongo_store, *[job(args=(n,)) for n in range(7)])
     finished = batch(mongo_store, 3)
     watched = _watch(monkeypatch, mongo_store)
-    settled, got = mongo_store.settle_and_claim(
-        [(r, succeeded(r, LATER + sec(1), result=n)) for n, r in enumerate(finished)],
-        owner="me",
-        tasks=("t",),
-        queues=None,
-        now=LATER + sec(1),
-        lease_duration=30.0,
-        limit=4,
-    )
+    outcomes = [(r, succeeded(r, LATER + sec(1), result=n)) for n, r in enumerate(finished)]
+    settled, got = settle_and_claim(mongo_store, outcomes, 4, now=LATER + sec(1))
     monkeypatch.undo()
     assert watched.calls == ["find", "update"]
     assert [r.args for r in got] == [(3,), (4,), (5,), (6,)]
