@@ -359,6 +359,11 @@ def test_stats_counts_by_task_and_status(app: App) -> None:
     assert stats["by_task"] == {"ok": {"completed": 3, "pending": 1}, "bad": {"failed": 1}}
     assert stats["totals"]["completed"] == 3 and stats["totals"]["failed"] == 1
     assert stats["oldest_due"] is None and stats["running"] == []
+    app.get_task("ok").schedule()
+    claim = app.runner(workers=1).claim_next()
+    assert claim is not None
+    assert [r["id"] for r in app.stats()["running"]] == [claim.job_id]
+    assert app.stats(running=False)["running"] == []
 
 
 # Retention ----------------------------------------------------------------------------------------------

@@ -385,6 +385,23 @@ def test_a_page_reads_the_workers_and_the_pauses_once(
         assert reads.count("workers") <= 1 and reads.count("pauses") <= 1, (path, reads)
 
 
+def test_the_overview_reads_no_running_jobs(
+    sched: App, jobs: dict[str, Any], browser: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The overview shows counts; the running jobs (up to 1,000 of them read) have a page
+    of their own."""
+    reads: list[str] = []
+    real = sched.store.running
+
+    def running(*args: Any, **kwargs: Any) -> Any:
+        reads.append("running")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sched.store, "running", running)
+    assert browser.get("/").status == 200
+    assert reads == []
+
+
 def test_overview_shows_how_late_the_oldest_due_job_is(make_app: Callable[..., App]) -> None:
     from mongosched.testing import FakeClock
 

@@ -159,7 +159,7 @@ class Operations:
     def overview(self) -> Overview:
         """Counts per task (stats) and per queue (index-backed counts), and the due
         jobs of each, oldest first (one read through the due-time index)."""
-        stats = self.app.stats()
+        stats = self.app.stats(running=False)  # (the running jobs have a page of their own)
         now: datetime = stats["now"]
         pauses = self.app.pauses()
         paused = {(p.kind, p.name) for p in pauses}
