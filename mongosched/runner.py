@@ -422,7 +422,7 @@ class Runner(RunnerSteps):
         the outcome); the outcome lands later, in a worker (:meth:`_land_later`)."""
         if claim.task.limited:  # its permit or slot is released after its outcome
             return False
-        landing = partial(self._land_later, claim, decision, seconds)
+        landing = partial(self._land_later, claim, partial(self._land, claim, decision, seconds))
         if not self.settler.hand_off(claim.record, decision.settlement, landing):
             return False
         claim.handed_off = True
@@ -432,14 +432,14 @@ class Runner(RunnerSteps):
     def _land_later(
         self,
         claim: Claim,
-        decision: Decision,
-        seconds: float,
+        land: Callable[[JobRecord | None, BaseException | None], Any],
         stored: JobRecord | None,
         failure: BaseException | None,
     ) -> None:
-        """A handed-off outcome was written (found ``stored``, or raised ``failure``)."""
+        """A handed-off outcome was written (found ``stored``, or raised ``failure``):
+        ``land`` it (:meth:`_land`, bound to its decision), and it is done."""
         try:
-            self._reported(claim, self._land, claim, decision, seconds, stored, failure)
+            self._reported(claim, land, stored, failure)
         finally:
             self._done(claim)
 

@@ -197,8 +197,7 @@ class Settler:
     def _give_back(self, taken: list[_Outcome]) -> None:
         with self._lock:
             self._queue[:0] = taken
-            following = next((o for o in self._queue if o.landing is None), None)
-            self._writer = following
+            following = self._writer = self._first_waiting()
         if following is not None:
             following.signal.release()
 
@@ -227,7 +226,7 @@ class Settler:
         meanwhile and return them, for this writer to write (a claim does not drain:
         its next claim takes them, or a flush)."""
         with self._lock:
-            following = next((o for o in self._queue if o.landing is None), None)
+            following = self._first_waiting()
             more: list[_Outcome] = []
             if following is None and drain and self._queue:
                 more, self._queue = self._queue, []  # this writer goes on
@@ -245,6 +244,11 @@ class Settler:
         if landed:
             self.run_soon(partial(_land, landed))
         return more
+
+    def _first_waiting(self) -> _Outcome | None:
+        """The first queued outcome whose worker waits (holding the lock): the next
+        writer. Outcomes handed off wait for a claim, or a writer that drains."""
+        return next((o for o in self._queue if o.landing is None), None)
 
     def _write(self, batch: list[_Outcome]) -> None:
         """Write the batch's outcomes, recording each one's stored job or error."""

@@ -27,6 +27,8 @@ class ClaimSpy:
         self.singles = 0
         self.batches: list[int] = []
         self.settled_with_claims = 0
+        self.outcomes: list[int] = []
+        """How many outcomes each batched claim wrote."""
         claim, settle_and_claim = store.claim, store.settle_and_claim
 
         def single(**kwargs: Any) -> Any:
@@ -42,6 +44,7 @@ class ClaimSpy:
             with self.lock:
                 self.batches.append(len(got) - (self.singles - singles))
                 self.settled_with_claims += len(items)
+                self.outcomes.append(len(items))
             return settled, got
 
         store.claim = single  # type: ignore[method-assign]
@@ -235,7 +238,8 @@ def _handing_off(count: int, *, running: int | None = None) -> tuple[App, Any, l
 def _landed(app: App, claims: list[Any]) -> None:
     for claim in claims:
         job = app.get_job(claim.job_id)
-        assert job is not None and job.status is JobStatus.COMPLETED and job.result == job.args[0] * 10
+        assert job is not None and job.status is JobStatus.COMPLETED
+        assert job.result == job.args[0] * 10
 
 
 def test_outcomes_handed_off_ride_in_the_next_batched_claims_write() -> None:
@@ -243,22 +247,14 @@ def test_outcomes_handed_off_ride_in_the_next_batched_claims_write() -> None:
     which writes it with the jobs it claims and has it land (its event sent, in a
     worker); its worker goes on at once."""
     app, runner, claims, events = _handing_off(3)
-    store = app.store
     assert runner.settler.queued == 3 and all(c.handed_off for c in claims)
     assert all(app.get_job(c.job_id).status is JobStatus.RUNNING for c in claims)
     assert events == [] and runner.finished == 0  # not landed yet
-    calls: list[int] = []
-    settle_and_claim = store.settle_and_claim
-
-    def spy(items: Any, **kwargs: Any) -> Any:
-        calls.append(len(items))
-        return settle_and_claim(items, **kwargs)
-
-    store.settle_and_claim = spy  # type: ignore[method-assign]
+    spy = ClaimSpy(app)
     landings: list[Any] = []
     runner.settler.run_soon = landings.append  # a runner's workers run them
     more = runner.claim_batch(3)
-    assert calls == [3] and [c.record.args for c in more] == [(3,), (4,), (5,)]
+    assert spy.outcomes == [3] and [c.record.args for c in more] == [(3,), (4,), (5,)]
     _landed(app, claims)
     assert events == [] and len(landings) == 1  # one work item lands the three
     landings[0]()
@@ -301,15 +297,8 @@ def test_the_writer_on_its_way_writes_what_was_handed_off_meanwhile() -> None:
     for claim in claims[1:]:
         runner.run_claim(claim)  # handed off at once
     assert runner.settler.queued == 2
-    taken: list[int] = []
-    settle_and_claim = store.settle_and_claim
-
-    def counted(items: Any, **kwargs: Any) -> Any:
-        taken.append(len(items))
-        return settle_and_claim(items, **kwargs)
-
-    store.settle_and_claim = counted  # type: ignore[method-assign]
-    assert len(runner.claim_batch(2)) == 2 and taken == [0]  # the writer takes them
+    spy = ClaimSpy(app)
+    assert len(runner.claim_batch(2)) == 2 and spy.outcomes == [0]  # the writer takes them
     gate.set()
     first.join(10)
     assert runner.settler.queued == 0
