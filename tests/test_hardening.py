@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -334,6 +334,65 @@ def test_payloads_that_cannot_be_stored_raise_serialization_errors(value: object
     with pytest.raises(SerializationError, match="task 't'"):
         app.schedule("t", value)
     assert app.count_jobs() == 0
+
+
+def nested(depth: int) -> list[Any]:
+    """A list nested ``depth`` deep (deeper than Python's recursion limit)."""
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+class Unreadable(Mapping[str, Any]):
+    """A mapping whose items cannot be read: bson surfaces the error as a KeyError."""
+
+    def __getitem__(self, key: str) -> Any:
+        raise LookupError(f"{key} is gone")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["k"])
+
+    def __len__(self) -> int:
+        return 1
+
+
+HOSTILE = [nested(5000), {"rows": nested(5000)}, Unreadable(), [1, {"m": Unreadable()}]]
+HOSTILE_IDS = ["deep", "deep-in-dict", "unreadable-mapping", "unreadable-inside"]
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=HOSTILE_IDS)
+def test_an_argument_whose_encoding_fails_any_way_is_a_serialization_error(value: object) -> None:
+    """Whatever encoding a value raises (a RecursionError, a mapping's own error) is a
+    SerializationError naming the task and the argument, and nothing is stored."""
+    app = App("memory://")
+    t = app.task(name="t")(lambda x=None, y=None: None)
+    with pytest.raises(SerializationError, match="task 't': argument 1 "):
+        t.schedule(1, value)
+    with pytest.raises(SerializationError, match="task 't': keyword argument 'y' "):
+        t.schedule(y=value)
+    assert app.count_jobs() == 0
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=HOSTILE_IDS)
+def test_a_result_whose_encoding_fails_any_way_fails_its_job_once(
+    make_app: Callable[..., App], value: object
+) -> None:
+    app = make_app()
+    runs: list[int] = []
+
+    @app.task(name="bad", retry=3)
+    def bad() -> object:
+        runs.append(1)
+        return value
+
+    ok = app.task(name="ok")(lambda: "fine")
+    job, fine = bad.schedule(), ok.schedule()
+    drain(app)
+    assert runs == [1] and job.refresh().status is JobStatus.FAILED
+    assert job.error is not None and job.error.type == "SerializationError"
+    assert "task 'bad': return value" in job.error.message
+    assert fine.refresh().status is JobStatus.COMPLETED
 
 
 def test_a_huge_result_fails_the_job_once_without_retrying(make_app: Callable[..., App]) -> None:

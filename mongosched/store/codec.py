@@ -61,14 +61,6 @@ MAX_PAYLOAD_BYTES = 15 * 1024 * 1024  # a document may not exceed 16 MiB
 MAX_VALUE_BYTES = 1024 * 1024
 """Largest result a job keeps (1 MiB as BSON): a result is a summary, not a data store."""
 
-_ENCODE_ERRORS = (
-    RecursionError,
-    bson.errors.InvalidDocument,
-    bson.errors.InvalidStringData,
-    OverflowError,
-    TypeError,
-    ValueError,
-)
 HINT = (
     "pass ids and plain data (str, int, float, bool, None, datetime, UUID, Decimal, bytes, "
     "list, dict); a date as a datetime or its isoformat()"
@@ -78,30 +70,34 @@ HINT = (
 def encode_payload(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:
     """The payload as BSON, or :class:`SerializationError` naming the argument at fault
     (a tuple too: BSON would keep it as a list, so the task would get another type)."""
-    for what, value in [
+    named = [
         *((f"argument {i}", v) for i, v in enumerate(args)),
         *((f"keyword argument {k!r}", v) for k, v in kwargs.items()),
-    ]:
-        where = _tuple_in(value)
+    ]
+    for what, value in named:
+        try:
+            where = _tuple_in(value)
+        except Exception as exc:  # a value too deep to walk, a mapping that raises
+            raise _unencodable(task, what, value, exc) from None
         if where is not None:
+            path = "".join(f"[{key!r}]" for key in reversed(where))
             raise SerializationError(
-                f"task {task!r}: {what} holds a tuple{where}; it would come back as a list "
+                f"task {task!r}: {what} holds a tuple{path}; it would come back as a list "
                 "(BSON has no tuples): pass a list"
             )
     try:
         data = bson.encode(
             {"args": list(args), "kwargs": dict(kwargs)}, codec_options=CODEC_OPTIONS
         )
-    except _ENCODE_ERRORS as exc:
-        for index, value in enumerate(args):
-            encode_value(task, f"argument {index}", value)
-        for key, value in kwargs.items():
+    except Exception as exc:
+        for key in kwargs:
             if not isinstance(key, str):
                 raise SerializationError(
                     f"task {task!r}: keyword argument names must be str, not {key!r}"
                 ) from None
-            encode_value(task, f"keyword argument {key!r}", value)
-        raise SerializationError(f"task {task!r}: payload is not BSON-encodable: {exc}") from None
+        for what, value in named:
+            encode_value(task, what, value)
+        raise _unencodable(task, "payload", {"args": args, "kwargs": kwargs}, exc) from None
     if len(data) > MAX_PAYLOAD_BYTES:
         raise SerializationError(
             f"task {task!r}: payload is {len(data)} bytes; the limit is {MAX_PAYLOAD_BYTES}"
@@ -109,10 +105,11 @@ def encode_payload(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) ->
     return data
 
 
-def _tuple_in(value: Any, path: str = "") -> str | None:
-    """Where in ``value`` a tuple is (``""``: the value itself), or None."""
+def _tuple_in(value: Any) -> list[Any] | None:
+    """Where in ``value`` a tuple is, as the keys leading to it from the innermost
+    (``[]``: the value itself), or None."""
     if isinstance(value, tuple):
-        return path
+        return []
     if isinstance(value, list):
         items: Any = enumerate(value)
     elif isinstance(value, dict):
@@ -120,8 +117,9 @@ def _tuple_in(value: Any, path: str = "") -> str | None:
     else:
         return None
     for key, item in items:
-        found = _tuple_in(item, f"{path}[{key!r}]")
+        found = _tuple_in(item)
         if found is not None:
+            found.append(key)
             return found
     return None
 
@@ -131,16 +129,35 @@ def encode_value(task: str, what: str, value: Any, limit: int = MAX_VALUE_BYTES)
     when it is larger than ``limit`` bytes: :class:`ResultTooLarge`)."""
     try:
         data = bson.encode({"v": value}, codec_options=CODEC_OPTIONS)
-    except _ENCODE_ERRORS as exc:
-        raise SerializationError(
-            f"task {task!r}: {what} is not BSON-encodable ({type(value).__name__}: {exc}); {HINT}"
-        ) from None
+    except Exception as exc:
+        raise _unencodable(task, what, value, exc) from None
     if len(data) > limit:
         raise ResultTooLarge(
             f"task {task!r}: {what} is {len(data):,} bytes as BSON; the limit is {limit:,} "
             "(store large results elsewhere and return a reference)"
         )
     return data
+
+
+def _unencodable(task: str, what: str, value: Any, exc: Exception) -> SerializationError:
+    """The error for a value whose encoding raised ``exc``, whatever ``exc`` is: a type
+    BSON has no form for, a value nested deeper than Python recurses
+    (``RecursionError``), a string UTF-8 cannot hold, or the value's own code failing
+    (a mapping whose ``__getitem__`` raises). Every encoding of a user's value in this
+    module ends here, so no such failure leaves the codec as anything else."""
+    return SerializationError(
+        f"task {task!r}: {what} is not BSON-encodable ({type(value).__name__}; "
+        f"{type(exc).__name__}: {_said(exc)}); {HINT}"
+    )
+
+
+def _said(exc: Exception) -> str:
+    """What ``exc`` says, at most 300 characters (its text may repeat the value)."""
+    try:
+        text = str(exc)
+    except Exception:  # an exception whose __str__ raises
+        text = "?"
+    return text if len(text) <= 300 else f"{text[:300]}..."
 
 
 def decode(data: bytes) -> dict[str, Any]:
