@@ -142,9 +142,7 @@ class Admin:
         if kind == "queue":
             return kind, validate.queue(value, task="*"), None
         if kind == "task":
-            if not isinstance(value, str) or not value:
-                raise ConfigurationError(f"{what}: task must be a task name, not {value!r}")
-            return kind, value, None
+            return kind, validate.text(value, what=f"{what}: task", expected="a task name"), None
         record = self._schedule(value)
         return kind, str(record.id), record
 
@@ -270,6 +268,7 @@ class Admin:
         except InvalidJobId:
             if not isinstance(schedule, str) or not schedule:
                 raise
+            validate.text(schedule, what="schedule")
         if record is None and isinstance(schedule, str):
             record = self.store.get(schedule_id(schedule))
             if record is None:

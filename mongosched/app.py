@@ -108,7 +108,7 @@ class App(JobControl, BulkControl, Admin):
         self.store: Store = open_store(
             uri,
             database=database,
-            collection=collection,
+            collection=validate.text(collection, what="App: collection"),
             write_concern=write_concern,
             connect_timeout=timeout,
         )

@@ -32,9 +32,7 @@ def statuses(status: Any) -> list[JobStatus]:
 
 
 def _name(value: Any, what: str) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value):
-        raise ConfigurationError(f"{what} must be a {what} name, not {value!r}")
-    return value
+    return None if value is None else validate.text(value, what=what, expected=f"a {what} name")
 
 
 def _time(value: Any, what: str, task: Any) -> datetime | None:
@@ -78,9 +76,11 @@ def job_query(what: str, filters: Mapping[str, Any]) -> JobQuery:
         )
     task = filters.get("task")
     error_type = filters.get("error_type")
-    if error_type is not None and (not isinstance(error_type, str) or not error_type):
-        raise ConfigurationError(
-            f"{what}: error_type must be an exception type name (as stored), not {error_type!r}"
+    if error_type is not None:
+        validate.text(
+            error_type,
+            what=f"{what}: error_type",
+            expected="an exception type name (as stored)",
         )
     status = filters.get("status")
     return JobQuery(

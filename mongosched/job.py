@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Protocol, cast
 
+from . import validate
 from .errors import ConfigurationError, JobNotFound, WaitTimeout
 from .records import ErrorInfo, JobRecord, JobStatus, LastRun, LeaseInfo, Progress
 
@@ -312,8 +313,8 @@ class JobContext:
             raise ConfigurationError(
                 f"task {self.task!r}: progress value must be within 0..1, not {value!r}"
             )
-        if message is not None and not isinstance(message, str):
-            raise ConfigurationError(f"task {self.task!r}: progress message must be a str")
+        if message is not None:
+            validate.text(message, what=f"task {self.task!r}: progress message", empty=True)
         if self._lease is None:
             return True
         return self._lease.write_progress(None if value is None else float(value), message)

@@ -111,12 +111,12 @@ class KeySpec:
                 ) from exc
         if isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
-        if not isinstance(value, str) or not value or len(value) > 200:
-            raise ConfigurationError(
-                f"{what}: a job's key must be a non-empty str (or int) of at most 200 "
-                f"characters, not {value!r:.60}"
-            )
-        return value
+        return validate.text(
+            value,
+            what=f"{what}: a job's key",
+            expected="a non-empty str (or int) of at most 200 characters",
+            maximum=200,
+        )
 
 
 def key_spec(value: Any, *, task: str, field: str) -> KeySpec | None:

@@ -102,11 +102,15 @@ MAX_TRACEBACK = 32 * 1024
 
 
 def shorten(text: str, limit: int) -> str:
-    """``text`` cut to about ``limit`` characters from the middle, saying how much went."""
-    if len(text) <= limit:
+    """``text`` cut to about ``limit`` characters from the middle, saying how much went,
+    and storable: what UTF-8 cannot hold (a lone surrogate in an exception's message)
+    escaped, as ``\\ud800``, not left to fail the write of the job's outcome."""
+    if len(text) > limit:
+        keep = limit // 2
+        text = f"{text[:keep]}\n[... {len(text) - 2 * keep} characters cut ...]\n{text[-keep:]}"
+    if text.isascii():
         return text
-    keep = limit // 2
-    return f"{text[:keep]}\n[... {len(text) - 2 * keep} characters cut ...]\n{text[-keep:]}"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def error_info(exc: BaseException, *, with_traceback: bool = True) -> ErrorInfo:

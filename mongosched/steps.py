@@ -66,6 +66,7 @@ class RunnerSteps:
             raise ConfigurationError("Runner: queues must be a list of names, not a str")
         self.queues = None if queues is None else [validate.queue(q, task="*") for q in queues]
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        validate.text(self.name, what="Runner: name")
         self.lease_duration = _duration(lease_duration, app.lease_duration, "lease_duration")
         self.poll_interval = _duration(poll_interval, app.poll_interval, "poll_interval")
         third = self.lease_duration / 3

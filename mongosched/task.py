@@ -178,10 +178,8 @@ class Task(Generic[P, R]):
     ) -> None:
         self.app = app
         self.fn = fn
-        self.name = name or f"{fn.__module__}.{fn.__qualname__}"
+        self.name = validate.text(name or f"{fn.__module__}.{fn.__qualname__}", what="task name")
         task = self.name
-        if not isinstance(self.name, str) or not self.name:
-            raise ConfigurationError(f"task name must be a non-empty str, not {name!r}")
         self.queue = validate.queue(queue, task=task)
         self.priority = validate.priority(priority, task=task)
         self.retry = Retry.coerce(retry, task=task)
@@ -440,8 +438,7 @@ def _first_slot(rule: Rule, start: datetime, *, explicit: bool) -> datetime:
 def _dedupe(task: str, key: Any, scope: Any) -> tuple[str | None, str | None]:
     if key is None:
         return None, None
-    if not isinstance(key, str) or not key:
-        raise ConfigurationError(f"task {task!r}: dedupe_key must be a non-empty str, not {key!r}")
+    validate.text(key, what=f"task {task!r}: dedupe_key")
     if scope not in DEDUPE_SCOPES:
         raise ConfigurationError(
             f"task {task!r}: dedupe_scope must be 'active' or 'pending', not {scope!r}"

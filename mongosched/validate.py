@@ -11,7 +11,7 @@ from typing import Any, overload
 
 from .errors import ConfigurationError
 
-__all__ = ["aware_datetime", "priority", "queue", "seconds", "whole"]
+__all__ = ["aware_datetime", "priority", "queue", "seconds", "text", "whole"]
 
 MAX_SECONDS = 100 * 365 * 86400.0
 """A century: longer durations are taken for mistakes (and would overflow datetimes)."""
@@ -76,10 +76,37 @@ def priority(value: Any, *, task: str) -> int:
     return value
 
 
-def queue(value: Any, *, task: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ConfigurationError(f"task {task!r}: queue must be a non-empty str, not {value!r}")
+def text(
+    value: Any,
+    *,
+    what: str,
+    expected: str = "a non-empty str",
+    empty: bool = False,
+    maximum: int | None = None,
+) -> str:
+    """A str that can be stored: names, keys and messages users give. Not empty
+    (unless ``empty``), at most ``maximum`` characters, and UTF-8 (what BSON strings
+    are) must hold it: a lone surrogate (``"\\ud800"``, from a bad decode) cannot be
+    stored, and would fail as a raw ``UnicodeEncodeError`` at the write."""
+    if (
+        not isinstance(value, str)
+        or (not value and not empty)
+        or (maximum is not None and len(value) > maximum)
+    ):
+        raise ConfigurationError(f"{what} must be {expected}, not {value!r:.60}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(
+                f"{what} {value!r:.60} cannot be stored: its character {exc.start} "
+                f"({value[exc.start]!r}) is a lone surrogate, which UTF-8 cannot encode"
+            ) from None
     return value
+
+
+def queue(value: Any, *, task: str) -> str:
+    return text(value, what=f"task {task!r}: queue")
 
 
 def aware_datetime(value: Any, *, task: str, what: str = "run_at") -> datetime:

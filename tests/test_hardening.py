@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from mongosched import App, Cancellation, Event, JobStatus, Retry
+from mongosched import App, Cancellation, Event, JobStatus, Retry, current_job
 from mongosched.errors import ConfigurationError, InvalidJobId, SerializationError
 from mongosched.records import PendingChanges
 from mongosched.store import schedule_id
@@ -393,6 +393,77 @@ def test_a_result_whose_encoding_fails_any_way_fails_its_job_once(
     assert job.error is not None and job.error.type == "SerializationError"
     assert "task 'bad': return value" in job.error.message
     assert fine.refresh().status is JobStatus.COMPLETED
+
+
+SURROGATE = "lone \ud800 surrogate"  # a str that UTF-8, hence BSON, cannot hold
+
+
+def test_option_values_that_cannot_be_stored_are_refused_naming_the_option(
+    make_app: Callable[..., App],
+) -> None:
+    """A name or key holding a lone surrogate is refused where it is given, naming the
+    option, whatever the option (one check, in mongosched.validate)."""
+    app = make_app()
+    t = app.task(name="t")(lambda x=None: None)
+    keyed = app.task(
+        name="k", rate_limit="5/s", rate_key="customer", concurrency=2, concurrency_key="tenant"
+    )(lambda customer="a", tenant="b": None)
+    job = t.schedule()
+    cases: list[tuple[Callable[[], object], str]] = [
+        (lambda: t.configure(dedupe_key=SURROGATE).schedule(), "task 't': dedupe_key"),
+        (lambda: t.configure(queue=SURROGATE).schedule(), "task 't': queue"),
+        (lambda: app.task(name=SURROGATE)(lambda: None), "task name"),
+        (lambda: app.task(name="q", queue=SURROGATE)(lambda: None), "task 'q': queue"),
+        (lambda: keyed.schedule(customer=SURROGATE, tenant="t"), "task 'k': rate_key"),
+        (lambda: keyed.schedule(customer="c", tenant=SURROGATE), "task 'k': concurrency_key"),
+        (lambda: app.update_job(job.id, queue=SURROGATE), "task 't': queue"),
+        (lambda: app.pause(queue=SURROGATE), "queue"),
+        (lambda: app.pause(task=SURROGATE), "pause: task"),
+        (lambda: app.resume(schedule=SURROGATE), "schedule"),
+        (lambda: app.get_jobs(task=SURROGATE), "task"),
+        (lambda: app.count_jobs(queue=SURROGATE), "queue"),
+        (lambda: app.cancel_jobs(error_type=SURROGATE), "error_type"),
+        (lambda: app.runner(queues=[SURROGATE]), "queue"),
+        (lambda: app.runner(name=SURROGATE), "Runner: name"),
+        (lambda: make_app(collection=SURROGATE), "App: collection"),
+    ]
+    for call, option in cases:
+        with pytest.raises(ConfigurationError) as raised:
+            call()
+        assert option in str(raised.value) and "cannot be stored" in str(raised.value)
+    for value in (SURROGATE, f"schedule:{SURROGATE}"):
+        with pytest.raises(InvalidJobId):
+            app.get_job(value)
+    assert [j.id for j in app.get_jobs()] == [job.id]
+    assert app.pauses() == []
+
+
+def test_text_a_task_reports_that_cannot_be_stored(make_app: Callable[..., App]) -> None:
+    """A progress message that cannot be stored is refused in the task, naming it; an
+    exception's message that cannot be stored is recorded with the character escaped
+    (the job fails once, with its error)."""
+    app = make_app()
+    refused: list[BaseException] = []
+
+    @app.task(name="progress", retry=1)
+    def progress() -> None:
+        ctx = current_job()
+        assert ctx is not None
+        try:
+            ctx.set_progress(0.5, SURROGATE)
+        except ConfigurationError as exc:
+            refused.append(exc)
+
+    @app.task(name="boom", retry=3)
+    def boom() -> None:
+        raise ValueError(SURROGATE)
+
+    reporting, failing = progress.schedule(), boom.schedule()
+    drain(app)
+    assert reporting.refresh().status is JobStatus.COMPLETED
+    assert len(refused) == 1 and "task 'progress': progress message" in str(refused[0])
+    assert failing.refresh().status is JobStatus.FAILED and failing.attempts == 3
+    assert failing.error is not None and failing.error.message == "lone \\ud800 surrogate"
 
 
 def test_a_huge_result_fails_the_job_once_without_retrying(make_app: Callable[..., App]) -> None:

@@ -19,7 +19,8 @@ from bson.binary import UuidRepresentation
 from bson.codec_options import CodecOptions, TypeCodec, TypeRegistry
 from bson.errors import InvalidId
 
-from ..errors import InvalidJobId, ResultTooLarge, SerializationError
+from .. import validate
+from ..errors import ConfigurationError, InvalidJobId, ResultTooLarge, SerializationError
 
 __all__ = [
     "CODEC_OPTIONS",
@@ -200,8 +201,11 @@ def parse_id(value: Any) -> Any:
                 return ObjectId(value)
             except InvalidId:
                 pass
-        if value.startswith(SCHEDULE_ID_PREFIX) and len(value) <= 1024:
-            return value
+        if value.startswith(SCHEDULE_ID_PREFIX):
+            try:
+                return validate.text(value, what="a schedule's id", maximum=1024)
+            except ConfigurationError:
+                pass
     raise InvalidJobId(f"{value!r} is not a job id (an ObjectId or its 24-digit hex string)")
 
 
