@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .app import App, Cancellation
 from .chains import chain, group
-from .errors import Fail, MongoschedError
+from .errors import ArgumentError, Fail, MongoschedError
 from .events import EVENTS, Event
 from .job import Job, JobContext, current_job
 from .records import ErrorInfo, JobStatus
@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 __all__ = [
     "EVENTS",
     "App",
+    "ArgumentError",
     "Cancellation",
     "Cron",
     "ErrorInfo",

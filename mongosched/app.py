@@ -325,7 +325,8 @@ class App(JobControl, BulkControl, Admin):
     # Scheduling -------------------------------------------------------------------------------
     def schedule(self, task: str | Task[Any, Any], *args: Any, **kwargs: Any) -> Job[Any]:
         """Schedule a task by name (or Task), as :meth:`Task.schedule`: every argument
-        is payload (not checked against the function's parameters). With options:
+        is payload, bound to the function's parameters (the type checker cannot check
+        a call by name; this does, at run time). With options:
         ``app.get_task(name).configure(delay=60).schedule(...)``."""
         target = self.get_task(task) if isinstance(task, str) else task
         return target.schedule(*args, **kwargs)

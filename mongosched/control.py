@@ -144,7 +144,10 @@ class JobControl:
 
     def update_job(self, job_id: Any, **changes: Any) -> Job:
         """Change a pending job: ``priority``, ``run_at`` (or ``delay``), ``queue``,
-        ``args``, ``kwargs``. Raises :class:`JobStateError` unless it is pending."""
+        ``args``, ``kwargs``. Raises :class:`JobStateError` unless it is pending. New
+        arguments are bound to the function's parameters when this process knows the
+        task (:class:`~mongosched.errors.ArgumentError`); a process that does not, as
+        an operator's shell, cannot check them."""
         allowed = {"priority", "run_at", "delay", "queue", "args", "kwargs"}
         unknown = set(changes) - allowed
         if unknown:
@@ -168,6 +171,12 @@ class JobControl:
             if not isinstance(kwargs, dict):
                 raise ConfigurationError(f"task {name!r}: kwargs must be a dict")
         args = changes.get("args")
+        task = self.tasks.get(name)
+        if task is not None and (args is not None or kwargs is not None):
+            task.parameters.bind(
+                current.args if args is None else tuple(args),
+                current.kwargs if kwargs is None else kwargs,
+            )
         update = PendingChanges(
             priority=None
             if "priority" not in changes

@@ -9,6 +9,7 @@ swallow them: :class:`JobTimeout` and :class:`WorkerShutdown`.
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentError",
     "ConfigurationError",
     "DependencyFailed",
     "Fail",
@@ -58,6 +59,14 @@ class SerializationError(MongoschedError, TypeError):
     BSON-encodable (``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``,
     ``datetime``, ``ObjectId``, ``Decimal128``, lists and dicts with string keys).
     """
+
+
+class ArgumentError(MongoschedError, TypeError):
+    """The arguments given for a job do not fit its task's function (too many, one
+    missing, a keyword it does not take): run, the job could only fail, at every
+    attempt, so it is not made. Raised where the job is made (``schedule()``,
+    ``job()``, ``update_job()``); the message names the task, the problem and the
+    function's parameters."""
 
 
 class ResultTooLarge(SerializationError):

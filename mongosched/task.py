@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypedDict, TypeVar
 
 from . import tracing, validate
+from .arguments import Binding, Parameters
 from .errors import ConfigurationError, InvalidSchedule
 from .job import Job
 from .limits import KeySpec, RateSpec, key_spec
@@ -136,12 +137,19 @@ class BoundOptions:
 @dataclass(frozen=True)
 class JobSpec:
     """One job to schedule: made by :meth:`Task.job` (or ``task.configure(...).job(...)``),
-    taken by :meth:`App.schedule_bulk`."""
+    taken by :meth:`App.schedule_bulk`. Its arguments are bound to the task function's
+    parameters when it is made: :class:`~mongosched.errors.ArgumentError` if the
+    function cannot take them."""
 
     task: Task[Any, Any]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     options: BoundOptions = field(default_factory=BoundOptions)
+    binding: Binding = field(init=False, repr=False, compare=False)
+    """Where each parameter's value is in ``args`` and ``kwargs``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "binding", self.task.parameters.bind(self.args, self.kwargs))
 
     def build(self, now: datetime) -> JobRecord:
         """The new job, its options validated (the store checks the payload when it
@@ -180,6 +188,8 @@ class Task(Generic[P, R]):
         self.fn = fn
         self.name = validate.text(name or f"{fn.__module__}.{fn.__qualname__}", what="task name")
         task = self.name
+        self.parameters = Parameters(fn, task)
+        """The function's parameters, which a job's arguments are bound to."""
         self.queue = validate.queue(queue, task=task)
         self.priority = validate.priority(priority, task=task)
         self.retry = Retry.coerce(retry, task=task)
@@ -228,8 +238,10 @@ class Task(Generic[P, R]):
         :class:`~mongosched.Job`.
 
         Every argument is payload, passed to the function when the job runs (whatever
-        the parameters are called, ``delay`` or ``queue`` included). Scheduling options
-        go through :meth:`configure`: ``task.configure(delay=60).schedule(user_id)``.
+        the parameters are called, ``delay`` or ``queue`` included), and bound to its
+        parameters now: :class:`~mongosched.errors.ArgumentError` if the function
+        cannot take them. Scheduling options go through :meth:`configure`:
+        ``task.configure(delay=60).schedule(user_id)``.
         """
         return self.app.schedule_spec(JobSpec(self, args, kwargs))
 

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from mongosched import App, JobStatus
+from mongosched import App, ArgumentError, JobStatus, MongoschedError, chain, group
 from mongosched.errors import ConfigurationError, SerializationError, TaskNotRegistered
-from mongosched.task import SCHEDULE_OPTIONS, BoundOptions, ScheduleOptions, Task, TaskOptions
+from mongosched.task import (
+    SCHEDULE_OPTIONS,
+    BoundOptions,
+    JobSpec,
+    ScheduleOptions,
+    Task,
+    TaskOptions,
+)
 
 
 def test_bare_decorator_names_the_task_after_module_and_function(app: App) -> None:
@@ -124,8 +132,84 @@ def test_parameters_named_like_options_are_payload(app: App) -> None:
     bulk = app.schedule_bulk([mail.job("cy", 2, queue="x"), mail.configure(delay=60).job("di", 1)])
     assert bulk[0].kwargs == {"queue": "x"} and bulk[0].queue == "default"
     assert bulk[1].run_at > bulk[0].run_at
-    by_name = app.schedule("mail", "ed", delay=0, dedupe_key="k")
-    assert by_name.kwargs == {"delay": 0, "dedupe_key": "k"} and by_name.dedupe_key is None
+    by_name = app.schedule("mail", "ed", delay=0, queue="k")
+    assert by_name.kwargs == {"delay": 0, "queue": "k"} and by_name.queue == "default"
+
+
+def test_arguments_the_function_cannot_take_are_refused_at_schedule(app: App) -> None:
+    """Arguments are bound to the function's parameters where the job is made, by
+    every way of making one: a job that could only fail at run time is never stored."""
+
+    @app.task(name="t")
+    def t(x: int | None = None) -> None: ...
+
+    @app.task(name="kw")
+    def kw(a: int, /, b: int = 0, *, c: int) -> None: ...
+
+    cases: list[tuple[Callable[[], object], str]] = [
+        (lambda: t.schedule(1, 2), "task 't': too many positional arguments"),
+        (lambda: t.schedule(y=1), "task 't': got an unexpected keyword argument 'y'"),
+        (lambda: t.schedule(1, x=2), "task 't': multiple values for argument 'x'"),
+        (lambda: kw.schedule(1), "task 'kw': missing a required argument: 'c'"),
+        (lambda: kw.schedule(a=1, c=2), "task 'kw': 'a' parameter is positional only"),
+        (lambda: app.schedule("t", 1, 2), "task 't': too many positional arguments"),
+        (lambda: t.configure(delay=5).schedule(z=1), "task 't': got an unexpected keyword"),
+        (lambda: t.job(1, 2), "task 't': too many positional arguments"),
+        (lambda: t.configure(priority=1).job(y=1), "task 't': got an unexpected keyword"),
+        (lambda: JobSpec(t, (1, 2)), "task 't': too many positional arguments"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ArgumentError) as raised:
+            call()
+        assert isinstance(raised.value, TypeError) and isinstance(raised.value, MongoschedError)
+        assert str(raised.value).startswith(message), str(raised.value)
+    assert "(x: 'int | None' = None)" in str(raised.value)  # what the function takes
+    assert app.count_jobs() == 0
+    assert t.schedule(1).args == [1] and t.schedule(x=2).kwargs == {"x": 2}
+    assert kw.schedule(1, c=3).kwargs == {"c": 3}
+
+
+def test_a_workflow_with_a_bad_step_schedules_nothing(app: App) -> None:
+    @app.task(name="t")
+    def t(x: int) -> None: ...
+
+    with pytest.raises(ArgumentError, match="task 't': too many positional"):
+        chain(t.job(1), [t.job(2), t.job(3, 4)])
+    with pytest.raises(ArgumentError, match="task 't': missing a required argument"):
+        group(t.job(1), t.job())
+    with pytest.raises(ArgumentError, match="task 't': missing a required argument"):
+        app.schedule_bulk([t.job(1), t.job()])
+    assert app.count_jobs() == 0
+
+
+def test_functions_that_take_anything_or_hide_their_signature_take_any_arguments(
+    app: App,
+) -> None:
+    anything = app.task(name="anything")(lambda *args, **kwargs: None)
+    opaque = app.task(name="opaque")([].append)  # a builtin: its signature is (object, /)
+    assert anything.schedule(1, 2, y=3).kwargs == {"y": 3}
+    with pytest.raises(ArgumentError, match="task 'opaque': too many positional"):
+        opaque.schedule(1, 2)
+    assert opaque.schedule(1).args == [1]
+
+
+def test_update_job_binds_new_arguments_when_the_task_is_known(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app()
+
+    @app.task(name="t")
+    def t(x: int, y: int = 0) -> None: ...
+
+    job = t.schedule(1)
+    with pytest.raises(ArgumentError, match="task 't': too many positional arguments"):
+        app.update_job(job.id, args=[1, 2, 3])
+    with pytest.raises(ArgumentError, match="task 't': got an unexpected keyword argument 'z'"):
+        app.update_job(job.id, kwargs={"z": 1})
+    assert app.update_job(job.id, args=[5], kwargs={"y": 6}).kwargs == {"y": 6}
+    # A process that does not know the task (no function) cannot check: it passes.
+    other = make_app()
+    assert other.update_job(job.id, args=[1, 2, 3]).args == [1, 2, 3]
 
 
 def test_unknown_scheduling_options_are_refused_naming_them(app: App) -> None:

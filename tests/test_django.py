@@ -328,6 +328,23 @@ def test_backend_an_argument_that_cannot_be_stored_names_the_django_task(app: Ap
     assert app.count_jobs() == 0
 
 
+def test_backend_arguments_the_django_task_cannot_take_are_refused_at_enqueue(
+    app: App,
+) -> None:
+    from mongosched import ArgumentError
+    from tests.djangoproject.testapp.tasks import multiply, with_context
+
+    name = "task 'tests.djangoproject.testapp.tasks.multiply'"
+    with pytest.raises(ArgumentError, match=f"{name}: too many positional arguments"):
+        multiply.enqueue(1, 2, 3)
+    with pytest.raises(ArgumentError, match=f"{name}: got an unexpected keyword argument 'c'"):
+        multiply.enqueue(1, 2, c=3)
+    with pytest.raises(ArgumentError, match="with_context': missing a required argument: 'tag'"):
+        with_context.enqueue()  # the framework passes the context; tag is missing
+    assert app.count_jobs() == 0
+    assert with_context.enqueue("x").args == ["x"]
+
+
 def test_backend_a_cancelled_task_reads_failed_with_an_error(
     app: App, signals: dict[str, list[Any]]
 ) -> None:

@@ -17,6 +17,8 @@ in-process runner. ``django.tasks`` (Django 6) is used when present, else the
   pending → READY, running → RUNNING, completed → SUCCESSFUL, failed and cancelled →
   FAILED (a cancelled task's last error is :class:`TaskCancelled`). ``run_after``
   reads back as given.
+* The arguments are bound to the function's parameters at ``enqueue()``: arguments it
+  cannot take raise :class:`~mongosched.errors.ArgumentError` naming the task.
 * Arguments and the return value must be JSON-like (as Django requires) and storable
   (BSON: no integer beyond 64 bits; a return value of at most 1 MiB): an argument that
   is not raises :class:`~mongosched.errors.SerializationError` from ``enqueue()``,
@@ -33,6 +35,7 @@ in-process runner. ``django.tasks`` (Django 6) is used when present, else the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import traceback
 from datetime import datetime
@@ -42,6 +45,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ...app import App
+from ...arguments import Parameters
 from ...errors import Fail, JobNotFound, MongoschedError, WorkerShutdown
 from ...job import Job, current_job
 from ...records import ErrorInfo, JobStatus
@@ -102,6 +106,9 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
         self.validate_task(task)
         normalize = fw.normalize_json
         payload_args, payload_kwargs = normalize(list(args)), normalize(dict(kwargs))
+        # The function is called with the context first, when it takes one.
+        taken = [None, *payload_args] if task.takes_context else payload_args
+        parameters(task.func, task.module_path).bind(taken, payload_kwargs)
         # The store checks the payload too, but would name the job's own arguments.
         encode_payload(task.module_path, payload_args, payload_kwargs)
         options: dict[str, Any] = {
@@ -234,6 +241,12 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
         if status == Status.SUCCESSFUL:
             object.__setattr__(result, "_return_value", value)
         fw.task_finished.send(sender=type(self), task_result=result)
+
+
+@functools.lru_cache(maxsize=1024)
+def parameters(func: Any, name: str) -> Parameters:
+    """The parameters of a Django task's function, read once."""
+    return Parameters(func, name)
 
 
 def mongosched_traceback(exc: BaseException) -> str:
