@@ -284,8 +284,9 @@ class App(JobControl, BulkControl, Admin):
         :param rate_limit: at most so many of its jobs start per window, across every
             runner: ``"100/m"`` (also ``/s``, ``/h``, ``/d``, ``"10/30s"``), ``(count,
             timedelta)``, or a timedelta (one per interval). See :doc:`/flow-control`.
-        :param rate_key: count the rate limit per key: the name of a keyword argument,
-            or a callable over the job's arguments returning the key.
+        :param rate_key: count the rate limit per key: the name of a parameter (its
+            value, however the job passes it), or a callable over the job's arguments
+            returning the key.
         :param concurrency_key: count the concurrency limit per key, likewise.
         """
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any, TypeAlias
 
 from . import validate
+from .arguments import Binding, Parameters
 from .errors import ConfigurationError
 
 __all__ = ["IDLE", "MAX_RATE", "KeySpec", "RateLimit", "RateSpec", "key_spec", "rate_limit"]
@@ -84,23 +85,27 @@ def rate_limit(value: Any, *, task: str) -> RateLimit | None:
 
 @dataclass(frozen=True)
 class KeySpec:
-    """How a job's limit key is taken from its arguments: the keyword argument
-    ``name``, or what ``fn(*args, **kwargs)`` returns."""
+    """How a job's limit key is taken from its arguments: the value of the argument
+    ``name`` (however it is passed), or what ``fn(*args, **kwargs)`` returns."""
 
     field: str
     name: str | None = None
     fn: Callable[..., Any] | None = None
 
-    def key(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-        """The key of one job (a non-empty str; ints are taken as their decimal form)."""
+    def key(
+        self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any], binding: Binding
+    ) -> str:
+        """The key of one job (a non-empty str; ints are taken as their decimal form);
+        ``binding`` says where the function's parameters take their values."""
         what = f"task {task!r}: {self.field}"
         if self.name is not None:
-            if self.name not in kwargs:
+            try:
+                value = binding.value(self.name, args, kwargs)
+            except KeyError:
                 raise ConfigurationError(
-                    f"{what} names the keyword argument {self.name!r}, which this job does not "
-                    f"pass (pass it as {self.name}=...)"
-                )
-            value = kwargs[self.name]
+                    f"{what} names the argument {self.name!r}, which this job does not pass "
+                    f"(pass it as {self.name}=...)"
+                ) from None
         else:
             assert self.fn is not None
             try:
@@ -119,16 +124,18 @@ class KeySpec:
         )
 
 
-def key_spec(value: Any, *, task: str, field: str) -> KeySpec | None:
-    """A ``rate_key=``/``concurrency_key=`` option: a keyword argument's name or a
-    callable over the arguments (None stays None)."""
+def key_spec(value: Any, *, task: str, field: str, parameters: Parameters) -> KeySpec | None:
+    """A ``rate_key=``/``concurrency_key=`` option: the name of an argument of the
+    task's function (with its ``parameters``) or a callable over the arguments (None
+    stays None)."""
     if value is None:
         return None
     if isinstance(value, str) and value.isidentifier():
+        parameters.check_name(value, f"task {task!r}: {field}")
         return KeySpec(field=field, name=value)
     if callable(value) and not isinstance(value, str):
         return KeySpec(field=field, fn=value)
     raise ConfigurationError(
-        f"task {task!r}: {field} must be the name of a keyword argument or a callable over "
+        f"task {task!r}: {field} must be the name of an argument or a callable over "
         f"the arguments, not {value!r}"
     )

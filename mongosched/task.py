@@ -154,7 +154,7 @@ class JobSpec:
     def build(self, now: datetime) -> JobRecord:
         """The new job, its options validated (the store checks the payload when it
         inserts it). ``now`` comes from the app's clock."""
-        return self.task.new_job(self.args, self.kwargs, self.options, now)
+        return self.task.new_job(self.args, self.kwargs, self.options, now, self.binding)
 
 
 class Task(Generic[P, R]):
@@ -205,10 +205,12 @@ class Task(Generic[P, R]):
         self.misfire = _misfire(task, misfire, misfire_grace, max_catchup)
         self.rate_limit = rate_limit_of(rate_limit, task=task)
         """At most so many of its jobs start per window, across every runner."""
-        self.rate_key: KeySpec | None = key_spec(rate_key, task=task, field="rate_key")
+        self.rate_key: KeySpec | None = key_spec(
+            rate_key, task=task, field="rate_key", parameters=self.parameters
+        )
         """Counts the rate limit per key of each job (None: one count for the task)."""
         self.concurrency_key: KeySpec | None = key_spec(
-            concurrency_key, task=task, field="concurrency_key"
+            concurrency_key, task=task, field="concurrency_key", parameters=self.parameters
         )
         """Counts the concurrency limit per key of each job (None: for the task)."""
         if self.rate_key is not None and self.rate_limit is None:
@@ -264,8 +266,10 @@ class Task(Generic[P, R]):
         kwargs: Mapping[str, Any],
         options: BoundOptions,
         now: datetime,
+        binding: Binding,
     ) -> JobRecord:
-        """A new job of this task (not yet stored), its options validated."""
+        """A new job of this task (not yet stored), its options validated (``binding``:
+        where the function's parameters take their values in ``args`` and ``kwargs``)."""
         task = self.name
         queue = validate.queue(
             options.queue if options.queue is not None else self.queue, task=task
@@ -297,10 +301,11 @@ class Task(Generic[P, R]):
             )
         if depends_on and key is not None:
             raise ConfigurationError(f"task {task!r}: depends_on and dedupe_key cannot be combined")
-        rate_key = None if self.rate_key is None else self.rate_key.key(task, args, kwargs)
-        concurrency_key = (
-            None if self.concurrency_key is None else self.concurrency_key.key(task, args, kwargs)
-        )
+        rate_key = concurrency_key = None
+        if self.rate_key is not None:
+            rate_key = self.rate_key.key(task, args, kwargs, binding)
+        if self.concurrency_key is not None:
+            concurrency_key = self.concurrency_key.key(task, args, kwargs, binding)
         return JobRecord(
             task=task,
             args=tuple(args),

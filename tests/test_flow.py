@@ -84,13 +84,13 @@ def test_bad_flow_options_name_the_task_and_field(
     flow: App, options: dict[str, Any], message: str
 ) -> None:
     with pytest.raises(ConfigurationError, match="task 'bad'") as raised:
-        flow.task(name="bad", **options)(lambda customer=None: None)
+        flow.task(name="bad", **options)(lambda customer=None, c=None: None)
     assert message in str(raised.value)
 
 
 def test_bad_scheduling_options_name_the_task_and_field(flow: App, clock: FakeClock) -> None:
     task = flow.task(name="t")(lambda: None)
-    keyed = flow.task(name="k", rate_limit="1/s", rate_key="customer")(lambda customer: None)
+    keyed = flow.task(name="k", rate_limit="1/s", rate_key="customer")(lambda **kw: None)
     cases: list[tuple[Callable[[], Any], str]] = [
         (lambda: task.configure(expires=timedelta(0)).schedule(), "expires must be > 0"),
         (lambda: task.configure(expires=5).schedule(), "expires must be a timedelta"),
@@ -109,7 +109,7 @@ def test_bad_scheduling_options_name_the_task_and_field(flow: App, clock: FakeCl
             lambda: task.configure(on_dependency_failure="ignore").schedule(),
             "on_dependency_failure must be 'cancel' or 'run'",
         ),
-        (lambda: keyed.schedule(), "names the keyword argument 'customer'"),
+        (lambda: keyed.schedule(), "names the argument 'customer', which this job does not"),
         (lambda: keyed.schedule(customer=""), "a job's key must be a non-empty str"),
     ]
     for call, message in cases:
@@ -185,6 +185,48 @@ def test_a_keyed_rate_limit_lets_other_keys_run(flow: App, clock: FakeClock) -> 
     assert all(j.refresh().status is JobStatus.COMPLETED for j in noisy)
     starts = sorted(j.started_at for j in noisy if j.started_at)
     assert all(b - a > timedelta(seconds=60) for a, b in zip(starts, starts[2:], strict=False))
+
+
+def test_a_key_named_by_its_parameter_is_found_whatever_the_call_form(
+    flow: App, clock: FakeClock
+) -> None:
+    """A key names a parameter: its value is found passed by position, by keyword, or
+    as its default; one through ``**kwargs`` by keyword."""
+
+    @flow.task(name="call", rate_limit="1/m", rate_key="customer")
+    def call(customer: str, i: int) -> None: ...
+
+    @flow.task(name="regional", concurrency=1, concurrency_key="region")
+    def regional(customer: str, region: str = "eu", **extra: Any) -> None: ...
+
+    @flow.task(name="open", rate_limit="1/m", rate_key="tenant")
+    def open_(*args: Any, **kwargs: Any) -> None: ...
+
+    positional, keyword = call.schedule("acme", 1), call.schedule(i=2, customer="acme")
+    assert positional.record.rate_key == keyword.record.rate_key == "acme"
+    assert call.schedule("other", 3).record.rate_key == "other"
+    assert regional.schedule("x").record.concurrency_key == "eu"
+    assert regional.schedule("x", "us").record.concurrency_key == "us"
+    assert regional.schedule("x", region="ap", more=1).record.concurrency_key == "ap"
+    assert open_.schedule(1, tenant="t1").record.rate_key == "t1"
+    with pytest.raises(ConfigurationError, match="task 'open': rate_key names the argument"):
+        open_.schedule("t1")
+    drain(flow)  # one start a minute per customer, however its jobs were scheduled
+    statuses = [j.refresh().status for j in (positional, keyword)]
+    assert sorted(statuses) == [JobStatus.COMPLETED, JobStatus.PENDING]
+
+
+@pytest.mark.parametrize("option", ["rate_key", "concurrency_key"])
+def test_a_key_naming_no_parameter_is_refused_at_decoration(flow: App, option: str) -> None:
+    limits = {"rate_limit": "1/s", "concurrency": 1}
+    with pytest.raises(ConfigurationError) as raised:
+        flow.task(name="bad", **limits, **{option: "customer"})(lambda client, *rest: None)
+    message = str(raised.value)
+    assert message.startswith(f"task 'bad': {option} names 'customer', which is not a parameter")
+    assert "(client, *rest)" in message
+    # A function taking **kwargs may be given the key by keyword.
+    task = flow.task(name="open", **limits, **{option: "customer"})(lambda **kw: None)
+    assert getattr(task.schedule(customer="c").record, option) == "c"
 
 
 def test_a_key_function_over_the_arguments(flow: App, clock: FakeClock) -> None:
