@@ -202,6 +202,8 @@ class Task(Generic[P, R]):
             else validate.whole(concurrency, what=f"task {task!r}: concurrency")
         )
         self.rule = _rule_from_options(task, cron, every, timezone)
+        if self.rule is not None:
+            self.parameters.bind((), {})  # the jobs of its declared schedule pass none
         self.misfire = _misfire(task, misfire, misfire_grace, max_catchup)
         self.rate_limit = rate_limit_of(rate_limit, task=task)
         """At most so many of its jobs start per window, across every runner."""

@@ -169,6 +169,13 @@ def test_arguments_the_function_cannot_take_are_refused_at_schedule(app: App) ->
     assert kw.schedule(1, c=3).kwargs == {"c": 3}
 
 
+def test_a_declared_schedule_needs_a_function_that_takes_no_arguments(app: App) -> None:
+    """Its jobs pass none: a function that requires one is refused at decoration."""
+    with pytest.raises(ArgumentError, match="task 'c': missing a required argument: 'x'"):
+        app.task(name="c", every=60)(lambda x: None)
+    assert app.task(name="d", cron="0 * * * *")(lambda x=1, *a, **k: None).rule is not None
+
+
 def test_a_workflow_with_a_bad_step_schedules_nothing(app: App) -> None:
     @app.task(name="t")
     def t(x: int) -> None: ...
