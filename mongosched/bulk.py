@@ -55,6 +55,9 @@ class BulkControl:
     def _writable(self) -> Store:
         raise NotImplementedError
 
+    def _release_for_purge(self, through: datetime) -> None:
+        raise NotImplementedError
+
     def retry_jobs(
         self,
         *,
@@ -125,8 +128,9 @@ class BulkControl:
     ) -> int:
         """Delete every finished job (completed, failed or cancelled; ``status``
         narrows) matching the filters. Declared schedules stay (a cancelled one is the
-        tombstone that keeps it off). Returns how many were deleted, or with
-        ``dry_run`` how many match."""
+        tombstone that keeps it off). Jobs still waiting for one of them are released
+        first, as its outcome says. Returns how many were deleted, or with ``dry_run``
+        how many match."""
         query = self._bulk_query(
             "purge_jobs",
             PURGEABLE,
@@ -137,6 +141,7 @@ class BulkControl:
         )
         if dry_run:
             return self.store.count(query)
+        self._release_for_purge(self.now())
         final = query.statuses or PURGEABLE
         return self._walk(
             "purged", query, lambda ids: self._writable().purge_many(ids, final), batch_size

@@ -16,7 +16,7 @@ from .errors import ConfigurationError, JobNotFound, JobStateError
 from .filters import JobFilters, job_query, statuses
 from .job import Job
 from .outcome import Retention
-from .records import RETRYABLE_STATUSES, SORTABLE, JobStatus, PendingChanges
+from .records import RETRYABLE_STATUSES, SORTABLE, JobRecord, JobStatus, PendingChanges
 from .store import Store
 
 if TYPE_CHECKING:
@@ -57,6 +57,9 @@ class JobControl:
         raise NotImplementedError
 
     def _created(self, job: Job) -> None:
+        raise NotImplementedError
+
+    def emit_record(self, event: str, record: JobRecord) -> None:
         raise NotImplementedError
 
     # Queries ------------------------------------------------------------------------------------
@@ -215,15 +218,27 @@ class JobControl:
         """Delete one finished job (completed, failed or cancelled) now. Raises
         :class:`JobNotFound` when there is no such job, :class:`JobStateError` when it
         has not finished (cancel it first). A declared schedule's job is never deleted
-        (cancel the schedule instead)."""
-        job = self._require_job(job_id)
-        if not job.is_finished:
-            raise JobStateError(
-                f"job {job.id} ({job.task}) is {job.status}; only finished jobs can be deleted"
-            )
-        if not self.store.purge_many([job.id], [job.status]):
-            raise JobStateError(f"job {job.id} ({job.task}) changed or stays; not deleted")
-        log.info("job %s (%s) deleted", job.id, job.task)
+        (cancel the schedule instead). Jobs still waiting for it are released first,
+        as its outcome says."""
+        for _ in range(3):  # a job may depend on it between the release and the delete
+            job = self._require_job(job_id)
+            if not job.is_finished:
+                raise JobStateError(
+                    f"job {job.id} ({job.task}) is {job.status}; only finished jobs can be "
+                    "deleted"
+                )
+            if job.record.has_dependents:
+                dependencies.release(
+                    self.store,
+                    job.record,
+                    now=self.now(),
+                    retention=self.retention,
+                    emit=self.emit_record,
+                )
+            if self.store.purge_many([job.id], [job.status]):
+                log.info("job %s (%s) deleted", job.id, job.task)
+                return
+        raise JobStateError(f"job {job.id} ({job.task}) changed or stays; not deleted")
 
     def purge(
         self,
@@ -233,15 +248,31 @@ class JobControl:
         task: str | None = None,
     ) -> int:
         """Delete finished jobs of the given final statuses that finished more than
-        ``older_than`` ago. Returns how many were deleted."""
+        ``older_than`` ago. Jobs still waiting for one of them are released first, as
+        its outcome says. Returns how many were deleted."""
         chosen = statuses(status)
         bad = [s.value for s in chosen if not s.is_final]
         if bad:
             raise ConfigurationError(f"purge: only final statuses can be purged, not {bad}")
         age = validate.seconds(older_than, what="purge: older_than")
-        deleted = self.store.purge(chosen, self.now() - timedelta(seconds=age), task)
+        cutoff = self.now() - timedelta(seconds=age)
+        self._release_for_purge(cutoff)
+        deleted = self.store.purge(chosen, cutoff, task)
         log.info("purged %d %s job(s)", deleted, "/".join(s.value for s in chosen))
         return deleted
+
+    def _release_for_purge(self, through: datetime) -> None:
+        """Before a purge of jobs that finished by ``through``: release the dependents
+        of those still marked as having some (a crash stopped their release), or the
+        store's delete would leave them (a job marked again meanwhile stays until a
+        later purge)."""
+        dependencies.release_finished(
+            self.store,
+            before=through + timedelta(milliseconds=1),  # stored times: whole milliseconds
+            now=self.now(),
+            retention=self.retention,
+            emit=self.emit_record,
+        )
 
     def stats(self, *, running: bool = True) -> dict[str, Any]:
         """Counts by task and status, the oldest due pending job, the running leases,

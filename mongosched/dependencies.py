@@ -1,21 +1,25 @@
 """Releasing the jobs that wait for others (``configure(depends_on=...)``), and the
 expiry sweep: the steps that follow when a job reaches a final status, for the runner,
-the reaper and :meth:`App.cancel` alike.
+the reaper, :meth:`App.cancel` and the purges alike.
 
 What each dependent does is decided by :func:`mongosched.outcome.after_dependency`
 (and an expired job by :func:`mongosched.outcome.expired`); this module only finds the
 jobs concerned (each lookup on an index) and writes those decisions. When a job ends,
 its dependents are released at once if it is marked as having any; a crash between
 the job's own write and that release is repaired by :func:`repair` (the reaper's), so
-nothing waits forever. No scan of waiting jobs happens per claim.
+nothing waits forever. A purge releases them first (:func:`release_finished`): the
+store never deletes a job still so marked. A job deleted anyway before it released
+its dependents (by the server's retention, or by hand) is found by the repair's walk
+of the waiting jobs, a page per pass. No scan of waiting jobs happens per claim.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from . import outcome
 from .errors import JobNotFound
@@ -23,7 +27,17 @@ from .outcome import Retention
 from .records import JobRecord, JobStatus
 from .store import Store
 
-__all__ = ["BATCH", "Emit", "checked", "expire_due", "release", "repair", "resolve_new"]
+__all__ = [
+    "BATCH",
+    "Emit",
+    "Walk",
+    "checked",
+    "expire_due",
+    "release",
+    "release_finished",
+    "repair",
+    "resolve_new",
+]
 
 log = logging.getLogger("mongosched")
 
@@ -111,9 +125,23 @@ def resolve_new(
     were already final when it was linked to them (``statuses``, as
     :meth:`Store.link_dependencies` read them after the insert; a dependency missing
     there no longer exists). Returns the job as it stands."""
+    ended = [(d, statuses.get(d)) for d in job.depends_on]
+    return _release_ended(store, job, ended, now, retention, emit)
+
+
+def _release_ended(
+    store: Store,
+    job: JobRecord,
+    ended: Iterable[tuple[Any, JobStatus | None]],
+    now: datetime,
+    retention: Retention,
+    emit: Emit,
+) -> JobRecord:
+    """Release the waiting ``job`` from each dependency that ended with the status
+    given (None: it no longer exists; one not final is passed over) until it ends
+    (then its own dependents in turn). Returns the job as it stands."""
     current = job
-    for dependency in job.depends_on:
-        status = statuses.get(dependency)
+    for dependency, status in ended:
         if status is not None and not status.is_final:
             continue
         stored = _release_one(store, current, dependency, status, now, retention, emit)
@@ -144,6 +172,41 @@ def expire_due(
     return expired
 
 
+def release_finished(
+    store: Store,
+    *,
+    before: datetime,
+    now: datetime,
+    retention: Retention,
+    emit: Emit,
+    pages: int | None = None,
+) -> int:
+    """Release the dependents of the final jobs that finished before ``before`` and are
+    still marked as having some (a release a crash interrupted, or one under way:
+    releasing twice changes nothing), ``BATCH`` jobs a page, ``pages`` pages (None:
+    until none is left; one marked again meanwhile is not taken twice). Returns how
+    many dependents were released."""
+    released, seen = 0, set[Any]()
+    while pages is None or pages > 0:
+        page = store.unreleased(before, BATCH)
+        fresh = [job for job in page if job.id not in seen]
+        for job in fresh:
+            released += release(store, job, now=now, retention=retention, emit=emit)
+        seen.update(job.id for job in fresh)
+        if len(page) < BATCH or not fresh:
+            break
+        pages = None if pages is None else pages - 1
+    return released
+
+
+@dataclass
+class Walk:
+    """Where a reaper's walk of the waiting jobs (for those whose dependency no longer
+    exists) goes on at its next pass."""
+
+    after: Any = None
+
+
 def repair(
     store: Store,
     *,
@@ -151,19 +214,28 @@ def repair(
     finished_before: datetime,
     retention: Retention,
     emit: Emit,
+    walk: Walk | None = None,
 ) -> int:
     """The reaper's repair of releases a crash interrupted: waiting jobs whose
     dependencies were never linked (created before ``finished_before``), final jobs
-    (finished before it) still marked as having dependents, and waiting jobs left
-    waiting for nothing. Returns how many jobs it moved."""
+    (finished before it) still marked as having dependents, waiting jobs left waiting
+    for nothing, and the next page of ``walk`` (a fresh walk: the first page): waiting
+    jobs whose dependency no longer exists, released as from any missing dependency
+    (:func:`~mongosched.outcome.after_dependency`). Returns how many jobs it moved."""
     moved = 0
     for job in store.unlinked(finished_before, BATCH):
         statuses = store.link_dependencies(job.depends_on, now, job.id)
         linked = resolve_new(store, job, statuses, now=now, retention=retention, emit=emit)
         moved += linked.status is not JobStatus.WAITING
-    for job in store.unreleased(finished_before, BATCH):
-        moved += release(store, job, now=now, retention=retention, emit=emit)
+    moved += release_finished(
+        store, before=finished_before, now=now, retention=retention, emit=emit, pages=1
+    )
     for job in store.stranded(BATCH):  # waiting for nothing: pending now
         stored = _release_one(store, job, None, JobStatus.COMPLETED, now, retention, emit)
         moved += stored is not None and stored.status is JobStatus.PENDING
+    walk = walk or Walk()
+    orphans, walk.after = store.orphaned(walk.after, BATCH)
+    for job, missing in orphans:
+        ended = [(dependency, None) for dependency in missing]
+        moved += _release_ended(store, job, ended, now, retention, emit) is not job
     return moved

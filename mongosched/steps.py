@@ -91,6 +91,8 @@ class RunnerSteps:
         self.claimed = 0
         self.pause_set = PauseSet(self.store, self.poll_interval)
         """What is paused, as this runner last read it (once per poll interval)."""
+        self._walk = dependencies.Walk()
+        """Where the sweep's walk of waiting jobs goes on (a page per pass)."""
 
     # What a claim needs (LeaseKeeper) ---------------------------------------------------------
     def now(self) -> datetime:
@@ -264,13 +266,19 @@ class RunnerSteps:
 
     def sweep(self) -> int:
         """Flow control's share of the reaper: end pending and waiting jobs past their
-        expiry, and finish releases of dependents that a crash interrupted. Returns
+        expiry, finish releases of dependents that a crash interrupted, and release
+        jobs waiting for a job that no longer exists (a page of them a pass). Returns
         how many jobs it moved."""
         now, retention = self.app.now(), self.app.retention
         moved = dependencies.expire_due(self.store, now=now, retention=retention, emit=self._emit)
         grace = now - timedelta(seconds=self.lease_duration)
         return moved + dependencies.repair(
-            self.store, now=now, finished_before=grace, retention=retention, emit=self._emit
+            self.store,
+            now=now,
+            finished_before=grace,
+            retention=retention,
+            emit=self._emit,
+            walk=self._walk,
         )
 
     def _emit(self, event: str, record: JobRecord, error: BaseException | None = None) -> None:

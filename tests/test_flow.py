@@ -492,6 +492,93 @@ def test_a_schedule_that_failed_after_its_insert_is_linked_by_the_reaper(
     assert waiting.refresh().status is JobStatus.PENDING
 
 
+
+def settle_unreleased(app: App, clock: FakeClock, job: Any, fail: bool = False) -> None:
+    """A runner claims ``job`` and writes its outcome (completed, or failed), then dies
+    before releasing its dependents."""
+    from mongosched import outcome
+    from mongosched.outcome import Ending
+
+    claim = app.runner(workers=1, lease_duration=5).claim_next()
+    assert claim is not None and claim.job_id == job.id
+    ending, error = (Ending.ERROR, ValueError("boom")) if fail else (Ending.SUCCESS, None)
+    decision = outcome.decide(
+        claim.record, ending, now=clock(), retention=app.retention, error=error
+    )
+    stored = app.store.settle(claim.record, decision.settlement)  # ... and no release
+    claim.finish()
+    assert stored is not None and stored.status.is_final and stored.has_dependents
+
+
+@pytest.mark.parametrize("how", ["purge", "purge_jobs", "delete_job"])
+@pytest.mark.parametrize("fail", [False, True], ids=["completed", "failed"])
+def test_deleting_a_job_first_releases_the_dependents_a_crash_left_waiting(
+    flow: App, clock: FakeClock, how: str, fail: bool
+) -> None:
+    """The runner died between the job's final write and the release of its
+    dependents, and an operator deletes the job before the reaper's repair: the delete
+    releases them first, as the job's outcome says (run, or cancelled naming it)."""
+    ran: list[str] = []
+    step = failing_steps(flow, ran)
+    parent = step.schedule("parent", fail)
+    child = step.configure(depends_on=parent).schedule("child")
+    settle_unreleased(flow, clock, parent, fail)
+    assert child.refresh().status is JobStatus.WAITING
+    status = "failed" if fail else "completed"
+    if how == "purge":
+        assert flow.purge(status=status) == 1
+    elif how == "purge_jobs":
+        assert flow.purge_jobs(status=status) == 1
+    else:
+        flow.delete_job(parent.id)
+    assert flow.get_job(parent.id) is None
+    released = child.refresh()
+    if fail:
+        assert released.status is JobStatus.CANCELLED and released.error is not None
+        assert released.error.type == "DependencyFailed"
+        assert f"its dependency {parent.id} ended failed" in released.error.message
+    else:
+        assert released.status is JobStatus.PENDING
+    drain(flow)
+    assert ran == ([] if fail else ["child"])
+
+
+@pytest.mark.parametrize("on_failure", ["cancel", "run"])
+def test_the_dependents_of_a_job_deleted_before_their_release_end_by_the_repair(
+    database: Any, clock: FakeClock, on_failure: str
+) -> None:
+    """The runner died before releasing the job's dependents, and the server's TTL
+    deleted the job (a retention shorter than the repair's wait): the reaper's repair
+    walks the waiting jobs, a page per pass, and ends those waiting for a job that no
+    longer exists as for any missing dependency."""
+    from mongosched.dependencies import BATCH
+
+    app = App(database=database, clock=clock)
+    ran: list[str] = []
+    step = failing_steps(app, ran)
+    blocker = step.configure(delay=3600).schedule("blocker")  # its dependents wait on
+    app.schedule_bulk(
+        [step.configure(depends_on=blocker).job(f"w{n}") for n in range(BATCH + 50)]
+    )
+    parent = step.schedule("parent")
+    child = step.configure(depends_on=parent, on_dependency_failure=on_failure).schedule("c")
+    settle_unreleased(app, clock, parent)
+    app.store.jobs.delete_one({"_id": parent.id})  # as the TTL monitor does, if it is short
+    runner = app.runner(workers=1, lease_duration=5)
+    runner.sweep()  # the first page: jobs waiting for the blocker, which exists
+    assert child.refresh().status is JobStatus.WAITING
+    runner.sweep()
+    ended = child.refresh()
+    if on_failure == "run":
+        assert ended.status is JobStatus.PENDING
+    else:
+        assert ended.status is JobStatus.CANCELLED and ended.error is not None
+        assert ended.error.type == "DependencyFailed"
+        assert f"its dependency {parent.id} no longer exists" in ended.error.message
+    assert app.count_jobs(status="waiting") == BATCH + 50
+    assert ran == []
+
+
 # chain and group ------------------------------------------------------------------------------
 def test_chain_runs_steps_in_order_and_stops_at_a_failure(flow: App, clock: FakeClock) -> None:
     from mongosched import chain, group

@@ -234,7 +234,9 @@ class Store(Protocol):
     def purge(
         self, statuses: Sequence[JobStatus], finished_before: datetime, task: str | None
     ) -> int:
-        """Delete jobs of the final ``statuses`` that finished before the given time."""
+        """Delete jobs of the final ``statuses`` that finished before the given time
+        (or at it). A job still marked as having dependents stays (see
+        :meth:`purge_many`)."""
 
     # Bulk operations (by filter, a bounded batch of ids at a time) ---------------------------
     def select_ids(self, query: JobQuery, *, after: Any = None, limit: int = 500) -> list[Any]:
@@ -255,7 +257,10 @@ class Store(Protocol):
 
     def purge_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus]) -> int:
         """Delete each of ``ids`` that is in one of the final ``statuses`` (declared
-        schedules stay: their tombstones keep them off). Returns how many."""
+        schedules stay: their tombstones keep them off). A job still marked as having
+        dependents stays too, checked in the delete itself: the jobs waiting for it
+        would wait forever (release them first, :meth:`dependents_released` clears the
+        mark). Returns how many."""
 
     def finished_counts(self, since: datetime, bucket: float) -> dict[tuple[int, JobStatus], int]:
         """Jobs completed or failed since ``since``: how many per (bucket number,
@@ -360,6 +365,17 @@ class Store(Protocol):
     def unreleased(self, finished_before: datetime, limit: int = 100) -> list[JobRecord]:
         """Final jobs, finished before the given time, still marked as having
         dependents: a release interrupted by a crash (the reaper's repair)."""
+
+    def orphaned(
+        self, after: Any = None, limit: int = 100
+    ) -> tuple[list[tuple[JobRecord, tuple[Any, ...]]], Any]:
+        """One page of a walk over the waiting jobs, in id order after the id
+        ``after`` (None: from the first), for those that wait for a job that no longer
+        exists (deleted before it released them: by retention, or by hand): each with
+        the dependencies it waits for that are missing, in its own order. Also the id
+        the next page goes on after, or None when the walk is through. A page reads up
+        to ``limit`` jobs, by index, and their dependencies by id: the reaper's repair
+        takes a page per pass."""
 
     # Flow control: limits -------------------------------------------------------------------
     def take_rate(

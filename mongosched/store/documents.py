@@ -32,6 +32,7 @@ __all__ = [
     "DEDUPE_FIELDS",
     "INDEXES",
     "FINAL",
+    "KEEPS_DEPENDENTS",
     "LIMIT_INDEXES",
     "PENDING",
     "PAUSE_INDEXES",
@@ -54,6 +55,9 @@ PENDING, RUNNING = JobStatus.PENDING.value, JobStatus.RUNNING.value
 WAITING = JobStatus.WAITING.value
 UNSTARTED = [PENDING, WAITING]
 FINAL = [s.value for s in JobStatus if s.is_final]
+KEEPS_DEPENDENTS = {"has_dependents": {"$ne": True}}
+"""What a purge's delete filter adds: a job still marked as having dependents stays
+(the jobs waiting for it would wait forever); it is deleted once they are released."""
 STATUSES = frozenset(s.value for s in JobStatus)
 DEDUPE_FIELDS = {"active": "dedupe_active", "pending": "dedupe_pending"}
 

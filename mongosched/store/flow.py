@@ -1,6 +1,7 @@
 """Expiry and dependencies in MongoDB (part of :class:`~mongosched.store.mongo.MongoStore`):
 the queries and updates on the job collection that flow control adds, each on an
-index of its own (``expiring``, ``waiting_for``, ``dependents``)."""
+index of its own (``expiring``, ``waiting_for``, ``dependents``; the walk of
+:meth:`~MongoFlow.orphaned` on ``bulk_by_status``)."""
 
 from __future__ import annotations
 
@@ -124,3 +125,37 @@ class MongoFlow(MongoConnection):
             lambda _: list(self.jobs.find(query, sort=[("finished_at", 1)], limit=limit)),
         )
         return [to_record(doc) for doc in docs if JobStatus(doc["status"]).is_final]
+
+    def orphaned(
+        self, after: Any = None, limit: int = 100
+    ) -> tuple[list[tuple[JobRecord, tuple[Any, ...]]], Any]:
+        query: dict[str, Any] = {"status": WAITING}
+        if after is not None:
+            query["_id"] = {"$gt": after}
+
+        def page(_: int) -> list[dict[str, Any]]:
+            # A keyset page on bulk_by_status (status, _id, ...): what each waits for.
+            found = self.jobs.find(query, {"waiting_for": 1}, sort=[("_id", 1)], limit=limit)
+            return list(found)
+
+        def present(ids: list[Any]) -> set[Any]:
+            return {doc["_id"] for doc in self.jobs.find({"_id": {"$in": ids}}, {"_id": 1})}
+
+        docs = self._retrying("orphaned", page)
+        wanted = list({dep for doc in docs for dep in doc.get("waiting_for") or ()})
+        gone = set(wanted) - (
+            self._retrying("orphaned", lambda _: present(wanted)) if wanted else set()
+        )
+        lost = [doc["_id"] for doc in docs if gone.intersection(doc.get("waiting_for") or ())]
+        found: list[tuple[JobRecord, tuple[Any, ...]]] = []
+        if lost:
+            read = {"_id": {"$in": lost}, "status": WAITING}
+            full = self._retrying(
+                "orphaned", lambda _: list(self.jobs.find(read, sort=[("_id", 1)]))
+            )
+            for doc in full:
+                record = to_record(doc)
+                missing = tuple(dep for dep in record.waiting_for if dep in gone)
+                if missing:
+                    found.append((record, missing))
+        return found, docs[-1]["_id"] if len(docs) == limit else None

@@ -55,6 +55,7 @@ from .memory_jobs import (
     ms,
     ms_in,
     opt_ms,
+    purgeable,
     sort_key,
 )
 from .memory_limits import Limits
@@ -388,13 +389,17 @@ class MemoryStore(MemoryFlow, MemoryBatches, MemoryOperations, MemoryPermits):
                 if job.finished_at is not None
                 and job.finished_at <= cutoff
                 and (task is None or job.task == task)
-                and not codec.is_schedule_id(job.id)  # declared schedules stay
+                and purgeable(job)
             ]
-            for job in doomed:  # index entries of theirs, if any, no longer count
-                del self._jobs[job.id], self._by_status[job.status][job.id]
-                self._release_key(job)
-                self._flow.forget(job)
+            for job in doomed:
+                self._delete(job)
             return len(doomed)
+
+    def _delete(self, job: StoredJob) -> None:
+        """Delete ``job`` (a purge's): index entries of its, if any, no longer count."""
+        del self._jobs[job.id], self._by_status[job.status][job.id]
+        self._release_key(job)
+        self._flow.forget(job)
 
     # Internals: all but _encode run under the lock ----------------------------------------
     def _encode(self, job: JobRecord) -> tuple[bytes, bytes | None, bytes | None]:

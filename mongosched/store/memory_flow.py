@@ -3,7 +3,8 @@ limits (a part of :class:`~mongosched.store.memory.MemoryStore`, as
 :mod:`mongosched.store.flow` and :mod:`mongosched.store.limits` are of the MongoDB
 store), with indexes of their own so that nothing scans: a heap of expiring jobs, the
 waiting jobs by what they wait for, the finished jobs still marked as having
-dependents. Every method runs under the store's one lock."""
+dependents, what is waited for but no longer exists. Every method runs under the
+store's one lock."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 
 from ..records import UNSTARTED_STATUSES as UNSTARTED
 from ..records import Admission, JobRecord, JobStatus, Settlement
-from .memory_jobs import Entry, StoredJob, ms
+from .memory_jobs import Entry, StoredJob, ms, sort_key
 from .memory_limits import Limits
 
 __all__ = ["FlowIndex", "MemoryFlow"]
@@ -35,9 +36,11 @@ class FlowIndex:
         self._stranded: set[Any] = set()  # waiting for nothing any more
         self._flagged: set[Any] = set()  # marked as having dependents
         self._unlinked: set[Any] = set()  # waiting, dependencies not yet linked
+        self._gone: set[Any] = set()  # waited for, but no such job (any more)
 
     def track(self, job: StoredJob) -> None:
         """After a change of ``job`` (under a new version)."""
+        self._gone.discard(job.id)
         if job.expires_at is not None and job.status in UNSTARTED:
             heapq.heappush(self._expiring, (job.expires_at, job.seq, job.version, job.id))
             if len(self._expiring) > self._expiring_cap:
@@ -49,8 +52,11 @@ class FlowIndex:
                 self._waiting.get(dep, set()).discard(job.id)
                 if not self._waiting.get(dep, True):
                     del self._waiting[dep]
+                    self._gone.discard(dep)
             for dep in waits:
                 self._waiting.setdefault(dep, set()).add(job.id)
+                if dep not in self._jobs:
+                    self._gone.add(dep)
             if waits:
                 self._registered[job.id] = tuple(waits)
             else:
@@ -72,6 +78,8 @@ class FlowIndex:
         """``job`` was deleted."""
         job.status, job.has_dependents, job.unlinked = JobStatus.CANCELLED, False, False
         self.track(job)
+        if job.id in self._waiting:  # jobs wait for it still
+            self._gone.add(job.id)
 
     def _rebuild_expiring(self) -> None:
         self._expiring = sorted(
@@ -98,6 +106,17 @@ class FlowIndex:
 
     def stranded(self, limit: int) -> list[StoredJob]:
         return [self._jobs[i] for i in list(self._stranded)[:limit] if i in self._jobs]
+
+    def orphaned(self, after: Any, limit: int) -> list[tuple[StoredJob, tuple[Any, ...]]]:
+        start = None if after is None else sort_key(after)
+        found = {
+            self._jobs[i]
+            for dep in self._gone
+            for i in self._waiting.get(dep, ())
+            if i in self._jobs and (start is None or sort_key(i) > start)
+        }
+        jobs = sorted(found, key=lambda j: sort_key(j.id))[:limit]
+        return [(j, tuple(d for d in j.waiting_for if d in self._gone)) for j in jobs]
 
     def unlinked(self, before: datetime, limit: int) -> list[StoredJob]:
         jobs = [
@@ -202,6 +221,13 @@ class MemoryFlow:
     def unreleased(self, finished_before: datetime, limit: int = 100) -> list[JobRecord]:
         with self._lock:
             return [job.record() for job in self._flow.unreleased(ms(finished_before), limit)]
+
+    def orphaned(
+        self, after: Any = None, limit: int = 100
+    ) -> tuple[list[tuple[JobRecord, tuple[Any, ...]]], Any]:
+        with self._lock:
+            page = [(job.record(), missing) for job, missing in self._flow.orphaned(after, limit)]
+        return page, page[-1][0].id if len(page) == limit else None
 
     # Limits -----------------------------------------------------------------------------------
     def take_rate(

@@ -41,6 +41,7 @@ __all__ = [
     "ms",
     "ms_in",
     "opt_ms",
+    "purgeable",
     "sort_key",
 ]
 
@@ -172,6 +173,13 @@ class StoredJob:
             trace=None if self.trace is None else dict(self.trace),
         )
         return assembled(JobRecord, values)  # every field named: no frozen __init__
+
+
+def purgeable(job: StoredJob) -> bool:
+    """Whether a purge may delete ``job`` (one of the statuses it purges): not a
+    declared schedule (a cancelled one is the tombstone that keeps it off), nor a job
+    still marked as having dependents (they would wait for it forever)."""
+    return not codec.is_schedule_id(job.id) and not job.has_dependents
 
 
 def matches(job: StoredJob, query: JobQuery) -> bool:

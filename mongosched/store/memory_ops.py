@@ -26,7 +26,16 @@ from ..records import (
 )
 from . import codec
 from .memory_index import JobIndexes
-from .memory_jobs import PAUSED, PENDING, RUNNING, StoredJob, matches, ms, sort_key
+from .memory_jobs import (
+    PAUSED,
+    PENDING,
+    RUNNING,
+    StoredJob,
+    matches,
+    ms,
+    purgeable,
+    sort_key,
+)
 
 __all__ = ["MemoryOperations"]
 
@@ -58,7 +67,7 @@ class MemoryOperations:
     def _refresh(self, job: StoredJob, hold: bool = False) -> None:
         raise NotImplementedError
 
-    def _release_key(self, job: StoredJob) -> None:
+    def _delete(self, job: StoredJob) -> None:
         raise NotImplementedError
 
     # Bulk operations -------------------------------------------------------------------------
@@ -115,10 +124,9 @@ class MemoryOperations:
         with self._lock:
             for job_id in ids:
                 job = self._find(job_id)
-                if job is None or job.status not in final or codec.is_schedule_id(job.id):
+                if job is None or job.status not in final or not purgeable(job):
                     continue
-                del self._jobs[job.id], self._by_status[job.status][job.id]
-                self._release_key(job)
+                self._delete(job)
                 deleted += 1
         return deleted
 

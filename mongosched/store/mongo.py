@@ -49,6 +49,7 @@ from .batches import MongoBatches
 from .documents import (
     CLAIM_SORT,
     DEDUPE_FIELDS,
+    KEEPS_DEPENDENTS,
     PENDING,
     RUNNING,
     UNSTARTED,
@@ -524,6 +525,7 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
             "status": {"$in": [s.value for s in statuses]},
             "finished_at": {"$lte": finished_before},
             "_id": {"$type": "objectId"},  # declared schedules stay (tombstones)
+            **KEEPS_DEPENDENTS,
         }
         if task is not None:
             query["task"] = task

@@ -29,7 +29,16 @@ from ..records import (
     WorkerInfo,
 )
 from . import codec
-from .documents import PENDING, RUNNING, aware, edit_document, ms, query_document, to_record
+from .documents import (
+    KEEPS_DEPENDENTS,
+    PENDING,
+    RUNNING,
+    aware,
+    edit_document,
+    ms,
+    query_document,
+    to_record,
+)
 from .permits import MongoPermits
 from .updates import edit_fields, revised, settle_update
 
@@ -136,7 +145,7 @@ class MongoOperations(MongoPermits):
         if not doomed:
             return 0
         final = [s.value for s in statuses if s.is_final]
-        query = {"_id": {"$in": doomed}, "status": {"$in": final}}
+        query = {"_id": {"$in": doomed}, "status": {"$in": final}, **KEEPS_DEPENDENTS}
         result = self._retrying("purge", lambda _: self.jobs.delete_many(query))
         return int(result.deleted_count)
 

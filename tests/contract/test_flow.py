@@ -1,7 +1,8 @@
 """Flow control: rate logs (take_rate, return_rate), keyed concurrency slots
 (take_slot, renew_slot, release_slot), expiry (expiring, cancel_pending of unstarted
 jobs) and dependencies (link_dependencies, dependents, release_dependent,
-dependents_released, unreleased, stranded)."""
+dependents_released, unreleased, stranded, orphaned); a purge keeps a job whose
+dependents were not released."""
 
 from __future__ import annotations
 
@@ -253,3 +254,70 @@ def test_unlinked_lists_waiting_jobs_until_their_link(store: Store) -> None:
     [other] = add(store, waiting_on(dep.id))
     store.cancel_pending(other.id, outcome.cancelled(LATER, RETENTION))  # ended: not listed
     assert store.unlinked(T0 + sec(1)) == []
+
+
+def test_no_purge_deletes_a_job_still_marked_as_having_dependents(store: Store) -> None:
+    """Its dependents would wait for it forever: a purge, by age or by id, leaves it
+    until its dependents were released (the mark cleared)."""
+    parent, other = add(store, job(), job())
+    store.link_dependencies([parent.id], LATER)
+    [child] = add(store, waiting_on(parent.id))
+    for record in (parent, other):
+        running = claimed(store, job_id=record.id)
+        store.settle(running, succeeded(running))
+    completed = [JobStatus.COMPLETED]
+    assert store.purge_many([parent.id, other.id], completed) == 1
+    assert store.purge(completed, LATER + sec(1), None) == 0
+    assert store.get(parent.id) is not None and store.get(other.id) is None
+    assert [r.id for r in store.dependents(parent.id)] == [child.id]
+    store.release_dependent(child, parent.id, ready())
+    store.dependents_released(parent.id)
+    assert store.purge(completed, LATER + sec(1), None) == 1
+    assert store.get(parent.id) is None
+
+
+def walk(store: Store, limit: int) -> list[tuple[Any, tuple[Any, ...]]]:
+    """Every page of the walk for waiting jobs whose dependencies no longer exist."""
+    found: list[tuple[Any, tuple[Any, ...]]] = []
+    after = None
+    for _ in range(100):
+        page, after = store.orphaned(after, limit)
+        found += [(record.id, missing) for record, missing in page]
+        if after is None:
+            return found
+    raise AssertionError("the walk never ends")
+
+
+def test_orphaned_walks_to_the_jobs_waiting_for_a_job_that_no_longer_exists(
+    store: Store,
+) -> None:
+    """A dependency deleted before its dependents were released (by retention, by hand,
+    or never marked): the jobs waiting for it are found, with what is missing."""
+    gone, kept, other = add(store, job(), job(), job())
+    nowhere = store.parse_id("0123456789abcdef01234567")
+    waiting = add(
+        store,
+        waiting_on(kept.id),
+        waiting_on(gone.id, kept.id),
+        waiting_on(nowhere),
+        waiting_on(kept.id, gone.id, nowhere),
+        waiting_on(other.id),
+    )
+    for record in (gone, other):
+        running = claimed(store, job_id=record.id)
+        store.settle(running, succeeded(running))
+    assert walk(store, 100) == [(waiting[2].id, (nowhere,)), (waiting[3].id, (nowhere,))]
+    assert store.purge_many([gone.id], [JobStatus.COMPLETED]) == 1  # never marked
+    expected = [
+        (waiting[1].id, (gone.id,)),
+        (waiting[2].id, (nowhere,)),
+        (waiting[3].id, (gone.id, nowhere)),
+    ]
+    assert walk(store, 100) == expected
+    assert walk(store, 1) == expected  # a page at a time, on from where one ended
+    assert walk(store, 2) == expected
+    page, after = store.orphaned(None, 100)
+    assert after is None and [r.status for r, _ in page] == [JobStatus.WAITING] * 3
+    ended = store.cancel_pending(waiting[1].id, outcome.cancelled(LATER, RETENTION))
+    assert ended is not None
+    assert walk(store, 1) == expected[1:]
