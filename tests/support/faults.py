@@ -18,13 +18,25 @@ from pymongo.errors import AutoReconnect, NetworkTimeout
 _LOCAL = frozenset({"name", "full_name", "with_options", "index_information"})
 # Writes whose reply may come late (after the lease it grants ran out).
 _WRITES = frozenset({"find_one_and_update", "bulk_write", "update"})
+# Every write: another client may act between one landing and its reply arriving.
+_ALL_WRITES = _WRITES | {
+    "insert_one",
+    "insert_many",
+    "update_one",
+    "update_many",
+    "replace_one",
+    "delete_one",
+    "delete_many",
+}
 
 
 class FaultyCollection:
     """``late``, if given, is called after an applied ``find_one_and_update``, ``bulk_write``
     or ``update`` command with some probability (``late_rate``): the reply arrived late (a
-    test moves its clock on). Commands the store sends itself (``collection.database
-    .command``) are injected too, under the command's name."""
+    test moves its clock on). ``meanwhile``, if given, is called after any applied write
+    with some probability (``meanwhile_rate``): another client acted before the reply
+    arrived. Commands the store sends itself (``collection.database .command``) are
+    injected too, under the command's name."""
 
     def __init__(
         self,
@@ -33,12 +45,16 @@ class FaultyCollection:
         rate: float,
         late: Callable[[], None] | None = None,
         late_rate: float = 0.0,
+        meanwhile: Callable[[], None] | None = None,
+        meanwhile_rate: float = 0.0,
     ) -> None:
         self._target = target
         self.rng = rng
         self.rate = rate
         self.late = late
         self.late_rate = late_rate
+        self.meanwhile = meanwhile
+        self.meanwhile_rate = meanwhile_rate
         self.enabled = True
         self.injected: Counter[str] = Counter()
 
@@ -68,15 +84,23 @@ class FaultyCollection:
             self.injected[f"{name}:after"] += 1
             raise NetworkTimeout(f"injected: reply to {name} lost")
         result = call()
-        if (
-            self.enabled
-            and self.late is not None
-            and name in _WRITES
-            and self.rng.random() < self.late_rate
-        ):
-            self.injected[f"{name}:late"] += 1
-            self.late()
+        self._after(name, "late", _WRITES, self.late, self.late_rate)
+        self._after(name, "meanwhile", _ALL_WRITES, self.meanwhile, self.meanwhile_rate)
         return result
+
+    def _after(
+        self,
+        name: str,
+        what: str,
+        names: frozenset[str],
+        hook: Callable[[], None] | None,
+        rate: float,
+    ) -> None:
+        """After the operation ``name`` applied: ``hook()`` with probability ``rate``,
+        if the operation is one of ``names`` (counted as ``name:what``)."""
+        if self.enabled and hook is not None and name in names and self.rng.random() < rate:
+            self.injected[f"{name}:{what}"] += 1
+            hook()
 
 
 class _FaultyDatabase:
@@ -101,10 +125,13 @@ def inject(
     rate: float,
     late: Callable[[], None] | None = None,
     late_rate: float = 0.0,
+    meanwhile: Callable[[], None] | None = None,
+    meanwhile_rate: float = 0.0,
 ) -> list[FaultyCollection]:
-    """Wrap a MongoStore's collections; returns the wrappers (set ``enabled`` to switch)."""
+    """Wrap a MongoStore's collections; returns the wrappers (set ``enabled`` to switch).
+    ``late`` and ``meanwhile`` act on the job collection's writes."""
     store.retry_pause = 0.0
-    store.jobs = FaultyCollection(store.jobs, rng, rate, late, late_rate)
+    store.jobs = FaultyCollection(store.jobs, rng, rate, late, late_rate, meanwhile, meanwhile_rate)
     store.permits = FaultyCollection(store.permits, rng, rate)
     store.limits = FaultyCollection(store.limits, rng, rate)
     return [store.jobs, store.permits, store.limits]
