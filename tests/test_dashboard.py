@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import re
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from mongosched.dashboard.auth import COOKIE, TokenAuth
 from mongosched.dashboard.http import Request, mounted_request
 from mongosched.testing import drain
 from tests.support.dashboard import (
+    NEXT_TARGETS,
     TOKEN,
     XSS,
     Client,
@@ -215,19 +217,29 @@ def test_no_token_no_dashboard(app: App) -> None:
         StandaloneDashboard(app, "")
 
 
-@pytest.mark.parametrize(
-    "target, expected",
-    [
-        ("/jobs?task=a", "/jobs?task=a"),
-        ("//evil.example/", "/"),
-        ("https://evil.example/", "/"),
-        ("/\\evil.example", "/"),
-        ("", "/"),
-        ("jobs", "/"),
-    ],
-)
+@pytest.mark.parametrize("target, expected", NEXT_TARGETS)
 def test_redirects_stay_on_the_dashboard(target: str, expected: str) -> None:
     assert safe_next(target) == expected
+    assert safe_next(expected) == expected  # what it gives back passes as it is
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/\t/other.host/x", "/\\/other.host/x", " //other.host/x", "/\r\n/other.host/x"],
+)
+def test_a_sign_in_never_sends_the_browser_off_the_dashboard(
+    wsgi: StandaloneDashboard, target: str
+) -> None:
+    """The reported redirect: ``/login?next=/%09/other.host/x`` answered with a
+    Location of ``/``, a tab, ``/other.host/x``, which a browser reads as
+    ``//other.host/x``: another site."""
+    client = Client(wsgi, headers={"Accept": "text/html"})
+    form = client.get("/login?" + urllib.parse.urlencode({"next": target}))
+    assert 'name="next" value="/"' in form.body
+    reply = client.post("/login", {"csrf_token": form.csrf(), "token": TOKEN, "next": target})
+    assert reply.status == 303 and reply.header("Location") == "/"
+    again = client.get("/login?" + urllib.parse.urlencode({"next": target}))
+    assert again.status == 303 and again.header("Location") == "/"  # signed in: at once
 
 
 @pytest.mark.parametrize(

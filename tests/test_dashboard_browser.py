@@ -9,9 +9,10 @@ why, where Playwright or Chromium is missing, and fail instead under
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from mongosched import App, JobStatus
 from mongosched.dashboard import StandaloneDashboard
 from mongosched.store.memory import MemoryStore
 from tests.support.browser import launch, require_browser, serve
-from tests.support.dashboard import TOKEN, XSS, populate
+from tests.support.dashboard import NEXT_TARGETS, TOKEN, XSS, populate
 
 pytestmark = pytest.mark.browser
 pytest_plugins = ["tests.djangoproject.fixtures"]  # project: the Django test project
@@ -177,6 +178,70 @@ def test_job_text_is_shown_as_text(signed_in: Any, base: str, shared: App) -> No
     assert XSS in page.locator("pre.code").first.inner_text()
     assert page.locator("script:not([src])").count() == 0
     # (the page fixture fails the test if any dialog opened)
+
+
+HOSTILE_NEXT = "login?next=/%09/other.host/x"  # a tab: a browser drops it, then "//"
+
+
+def offsite(page: Any, base: str) -> list[str]:
+    """The URLs off the dashboard's origin that ``page`` asks for from now on."""
+    origin, asked = base.rstrip("/") + "/", list[str]()
+    page.on("request", lambda r: None if r.url.startswith(origin) else asked.append(r.url))
+    return asked
+
+
+def settled_on(page: Any, url: str, go: Callable[[], Any]) -> str:
+    """Where ``page`` is once ``go()`` (a navigation) is over and it reached ``url``,
+    or gave up trying (a navigation off the dashboard fails here: no such host)."""
+    from playwright.sync_api import Error
+
+    with contextlib.suppress(Error):
+        go()
+        page.wait_for_url(url, timeout=5_000)
+    return str(page.url)
+
+
+def test_signing_in_with_a_hostile_next_stays_on_the_dashboard(page: Any, base: str) -> None:
+    """The reported open redirect, through the sign-in form: the browser lands on the
+    dashboard's home, on its origin."""
+    asked = offsite(page, base)
+    page.goto(base + HOSTILE_NEXT)
+    page.fill("#token", TOKEN)
+    where = settled_on(page, base, lambda: page.click("button[type=submit]"))
+    assert asked == [] and where == base
+
+
+def test_a_signed_in_visit_with_a_hostile_next_stays_on_the_dashboard(
+    signed_in: Any, base: str
+) -> None:
+    """Signed in, the sign-in page redirects at once, on a plain GET (no form, so no
+    form-action policy to stop it): still to the dashboard."""
+    asked = offsite(signed_in, base)
+    where = settled_on(signed_in, base, lambda: signed_in.goto(base + HOSTILE_NEXT))
+    assert asked == [] and where == base
+
+
+@pytest.mark.parametrize("root", ["", "/ops"])
+def test_every_next_the_dashboard_accepts_stays_under_it_in_the_browser(
+    page: Any, root: str
+) -> None:
+    """Each hostile ``next`` of the unit tests, as the dashboard puts it in a Location
+    (its mount point, then what :func:`safe_next` gave back), parsed by Chromium's own
+    URL parser: the same origin, a path under the mount point, and the very URL that
+    safe_next said the browser would send."""
+    from mongosched.dashboard.actions import safe_next
+
+    page.set_content("<p>parser</p>")
+    for target, _ in NEXT_TARGETS:
+        location = root + safe_next(target)
+        parsed = page.evaluate(
+            "loc => { const u = new URL(loc, 'http://dashboard.test/'); "
+            "return [u.origin, u.pathname, u.search, u.hash]; }",
+            location,
+        )
+        assert parsed[0] == "http://dashboard.test", (target, location, parsed)
+        assert parsed[1].startswith(root + "/"), (target, location, parsed)
+        assert parsed[1] + parsed[2] == location and parsed[3] == "", (target, location, parsed)
 
 
 def test_unauthenticated_requests_are_refused(chromium: Any, base: str) -> None:

@@ -7,8 +7,10 @@ before any of this runs) and the answer redirects to a page that says what was d
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from ..errors import MongoschedError
 from ..job import Job
@@ -25,12 +27,46 @@ Page = tuple[str, Markup, int]
 """A page to show: title, body, HTTP status."""
 
 
+# How a browser reads a URL (the WHATWG URL standard, for http and https): the C0
+# controls and spaces around it are stripped, tabs and newlines anywhere removed, a
+# backslash in the path is a slash, and what the path and the query may not hold as
+# they are is percent-encoded (besides controls, spaces and non-ASCII characters).
+C0_OR_SPACE = "".join(map(chr, range(0x21)))
+TAB_OR_NEWLINE = str.maketrans("", "", "\t\n\r")
+PATH_ENCODED = '"<>`{}'
+QUERY_ENCODED = "\"<>'"
+DOT_SEGMENTS = frozenset({".", "..", "%2e", ".%2e", "%2e.", "%2e%2e"})
+ENCODED_SEPARATOR = re.compile("%(2f|5c)", re.IGNORECASE)
+
+
 def safe_next(value: str, default: str = "/") -> str:
-    """A path under the dashboard to go back to; anything else (another site, a
-    scheme) becomes ``default``."""
-    if not value.startswith("/") or value.startswith("//") or "\\" in value or "\n" in value:
+    """Where to send the browser back to: ``value`` if, read as a browser reads a
+    URL, it is a path that stays under the dashboard once its mount point is put in
+    front (no scheme, no host, no dot segment to climb out of it, no encoded slash or
+    backslash that the server would decode into one), given back as the browser would
+    send it (percent-encoded, without a fragment); anything else becomes
+    ``default``."""
+    text = value.strip(C0_OR_SPACE).translate(TAB_OR_NEWLINE).partition("#")[0]
+    path, mark, query = text.partition("?")
+    path = path.replace("\\", "/")
+    if (
+        not path.startswith("/")
+        or path.startswith("//")
+        or ENCODED_SEPARATOR.search(path)
+        or any(segment.lower() in DOT_SEGMENTS for segment in path.split("/"))
+    ):
         return default
-    return value
+    return _encoded(path, PATH_ENCODED) + mark + _encoded(query, QUERY_ENCODED)
+
+
+def _encoded(text: str, special: str) -> str:
+    """``text`` with controls, spaces, non-ASCII characters and ``special`` ones
+    percent-encoded (as UTF-8; a lone surrogate as a replacement), as a browser
+    sends them."""
+    return "".join(
+        c if " " < c < "\x7f" and c not in special else quote(c, safe="", errors="replace")
+        for c in text
+    )
 
 
 def _done(ctx: Context, path: str, code: str, n: int | None = None) -> Response:

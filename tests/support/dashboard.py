@@ -17,6 +17,77 @@ from mongosched.testing import drain
 TOKEN = "test-dashboard-token-0123456789"
 XSS = "<script>alert(1)</script>"
 
+# Where a sign-in or an action may send the browser: a path under the dashboard, as a
+# browser reads it (WHATWG URL parsing: leading and trailing C0 controls and spaces
+# stripped, tabs and newlines removed anywhere, a backslash a slash in the path), given
+# back as the browser would send it; anything else sends it to the dashboard's home.
+NEXT_TARGETS = [
+    ("/jobs?task=a", "/jobs?task=a"),
+    ("/jobs?status=failed&status=dead&page=2", "/jobs?status=failed&status=dead&page=2"),
+    ("/jobs/0123456789abcdef01234567", "/jobs/0123456789abcdef01234567"),
+    ("/", "/"),
+    ("/jobs?next=//evil.example", "/jobs?next=//evil.example"),  # a query is not a host
+    ("//evil.example/", "/"),
+    ("///evil.example/", "/"),
+    ("https://evil.example/", "/"),
+    ("https:evil.example", "/"),
+    ("https:/evil.example", "/"),
+    ("http:evil.example", "/"),
+    ("javascript:alert(1)", "/"),
+    ("JaVaScRiPt:alert(1)", "/"),
+    (" javascript:alert(1)", "/"),
+    ("data:text/html,<script>alert(1)</script>", "/"),
+    ("/\\evil.example", "/"),
+    ("\\/evil.example", "/"),
+    ("\\\\evil.example", "/"),
+    ("/\t/other.host/x", "/"),  # the reported one: a browser drops the tab
+    ("/\r/other.host/x", "/"),
+    ("/\n/other.host/x", "/"),
+    ("/\r\n/other.host/x", "/"),
+    ("\t//other.host/x", "/"),
+    ("/\t\\other.host/x", "/"),
+    ("/\\\tother.host/x", "/"),
+    (" //other.host/x", "/"),  # leading spaces and C0 controls are stripped
+    ("\x00//other.host/x", "/"),
+    ("\x1f //other.host/x", "/"),
+    ("/jobs ", "/jobs"),  # ... and trailing ones
+    ("/jobs\t", "/jobs"),
+    ("/jo\tbs", "/jobs"),
+    ("/%2F/other.host/x", "/"),  # an encoded separator: a second slash once decoded
+    ("/%2f%2fother.host", "/"),
+    ("/%5C/other.host", "/"),
+    ("/%5c%5cother.host", "/"),
+    ("/%09/other.host/x", "/%09/other.host/x"),  # encoded: a path segment, no more
+    ("/../../other-app/", "/"),  # dot segments would climb out of the mount point
+    ("/jobs/../../x", "/"),
+    ("/%2e%2e/other-app", "/"),
+    ("/.%2E/other-app", "/"),
+    ("/%2E./other-app", "/"),
+    ("/./jobs", "/"),
+    ("/jobs\\..\\..\\x", "/"),
+    ("/jobs/..", "/"),
+    ("/.hidden/x", "/.hidden/x"),  # a dot inside a name is no dot segment
+    ("/jobs?x=..", "/jobs?x=.."),
+    ("", "/"),
+    ("jobs", "/"),
+    ("./jobs", "/"),
+    ("?next=x", "/"),
+    ("#x", "/"),
+    ("\u3000//other.host", "/"),  # not a C0 space: then it does not start with "/"
+    ("/jobs/\u00e9", "/jobs/%C3%A9"),  # sent percent-encoded, as a browser sends it
+    ("/\uff0f/other.host", "/%EF%BC%8F/other.host"),  # a full-width solidus: no slash
+    ("/\u2215other.host", "/%E2%88%95other.host"),
+    ("/jobs?task=\u00e9", "/jobs?task=%C3%A9"),
+    ("/a b", "/a%20b"),
+    ('/a"<>`{}', "/a%22%3C%3E%60%7B%7D"),
+    ("/\x0b/other.host", "/%0B/other.host"),  # other controls are encoded, not dropped
+    ("/\x7f", "/%7F"),
+    ("/\ud800", "/%3F"),  # a lone surrogate cannot be sent: a replacement
+    ("/jobs#frag", "/jobs"),  # a fragment stays in the browser: dropped
+    ("/jobs?a=1#//evil.example", "/jobs?a=1"),
+    ("/jobs?a='b'", "/jobs?a=%27b%27"),
+]
+
 
 @dataclass
 class Reply:
