@@ -115,7 +115,7 @@ SCENARIOS: list[Scenario] = [
 def run(uri: str, counting: Counting, jobs: int, workers: int, scenario: Scenario) -> dict:
     name, options, kwargs = scenario
     app = App(uri, poll_interval=0.02, lease_duration=10)
-    task = app.task(name="noop", retry=1, **options)(lambda key=None: None)
+    task = app.task(name="noop", retry=0, **options)(lambda key=None: None)
     app.schedule_bulk([task.job(**kwargs(n)) for n in range(jobs)])
     runner = app.runner(workers=workers)
     counting.counts.clear()

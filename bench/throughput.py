@@ -59,7 +59,7 @@ def say(*lines: str) -> None:
 
 def noop_app(uri: str | None = None, **options: Any) -> tuple[App, Any]:
     app = App(uri, **options)
-    return app, app.task(name="noop", retry=1)(lambda: None)
+    return app, app.task(name="noop", retry=0)(lambda: None)
 
 
 def thread_cpu() -> Counter[str]:

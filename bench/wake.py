@@ -43,7 +43,7 @@ GOAL_P99_MS = 100.0
 def worker(uri: str, wake: str, poll: float) -> None:
     """The runner process: one worker, the no-op task, until killed."""
     app = App(uri, poll_interval=poll, wake=wake)
-    app.task(name="noop", retry=1)(lambda: None)
+    app.task(name="noop", retry=0)(lambda: None)
     runner = app.runner(workers=1).start()
     runner.wait_ready(30)
     while runner.health()["wake"] in ("starting",):
@@ -63,7 +63,7 @@ def measure(uri: str, wake: str, poll: float, jobs: int) -> dict[str, Any]:
     assert proc.stdout is not None
     state = proc.stdout.readline().split()[-1]
     app = App(uri)
-    noop = app.task(name="noop", retry=1)(lambda: None)
+    noop = app.task(name="noop", retry=0)(lambda: None)
     delays = []
     try:
         for _ in range(jobs):

@@ -41,13 +41,13 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
     app = App("memory://screenshots", clock=clock)
     rng = random.Random(7)
 
-    @app.task(name="emails.send", queue="emails", retry=Retry(max_attempts=3, delay=30))
+    @app.task(name="emails.send", queue="emails", retry=Retry(retries=2, delay=30))
     def send(user_id: int, template: str = "welcome") -> str:
         if rng.random() < 0.04:
             raise TimeoutError("smtp.example.net:587 timed out after 10 s")
         return f"sent {template} to {user_id}"
 
-    @app.task(name="billing.charge", queue="billing", retry=1)
+    @app.task(name="billing.charge", queue="billing", retry=0)
     def charge(account: str, cents: int) -> dict[str, Any]:
         if rng.random() < 0.12:
             raise PaymentDeclined(f"card of {account} declined: insufficient funds")

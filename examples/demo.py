@@ -23,7 +23,7 @@ app = App(os.environ.get("MONGOSCHED_URI", "memory://demo"), poll_interval=0.2, 
 @app.task(
     name="emails.send",
     queue="emails",
-    retry=Retry(max_attempts=4, backoff="exponential", delay=0.3),
+    retry=Retry(retries=3, backoff="exponential", delay=0.3),
 )
 def send_email(user_id: int, template: str = "welcome") -> str:
     ctx = current_job()
@@ -63,7 +63,7 @@ def resize(image: int) -> int:
     return image
 
 
-@app.task(name="stuck.loop", timeout=0.5, retry=1)  # interrupted after 0.5 s, no retry
+@app.task(name="stuck.loop", timeout=0.5, retry=0)  # interrupted after 0.5 s, no retry
 def stuck_loop() -> None:
     while True:
         pass

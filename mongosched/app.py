@@ -269,8 +269,9 @@ class App(JobControl, BulkControl, Admin):
         :param name: registry name (default ``module.qualname``); jobs store it.
         :param queue: default queue of its jobs.
         :param priority: default priority, 1 (first) to 10 (last).
-        :param retry: a :class:`Retry`, an int (that many attempts, no delay) or None
-            for the default (3 attempts, exponential backoff with jitter).
+        :param retry: a :class:`Retry`, an int (that many retries after the first
+            attempt, no delay; ``0``: never retry) or None for the default (2 retries,
+            so 3 attempts in all, exponential backoff with jitter).
         :param timeout: seconds a run may take; then it is cancelled and fails with
             :class:`~mongosched.errors.JobTimeout`, and retries by its policy.
         :param concurrency: at most this many of its jobs run at once, across every

@@ -16,18 +16,23 @@ from typing import Literal, cast
 from . import validate
 from .errors import ConfigurationError, Fail
 
-__all__ = ["BACKOFFS", "DEFAULT_RETRY", "Retry"]
+__all__ = ["BACKOFFS", "DEFAULT_RETRIES", "DEFAULT_RETRY", "Retry"]
 
 Backoff = Literal["fixed", "linear", "exponential"]
 BACKOFFS: tuple[str, ...] = ("fixed", "linear", "exponential")
+
+DEFAULT_RETRIES = 2
+"""Retries after the first attempt when the task names no count (three attempts in all)."""
 
 
 @dataclass(frozen=True)
 class Retry:
     """How a task retries.
 
-    :param max_attempts: attempts in all, the first included (``1`` = never retry).
-        An attempt cut short because its worker died (its lease expired) counts too.
+    :param retries: how many times a failed job runs again after its first attempt
+        (``0`` = never retry), as Celery's ``max_retries``, Huey's ``retries`` and RQ's
+        ``Retry(max=)`` count; default :data:`DEFAULT_RETRIES` (2: three attempts in
+        all). An attempt cut short because its worker died (its lease expired) counts too.
     :param backoff: ``"fixed"`` (``delay`` every time), ``"linear"`` (``delay × n``) or
         ``"exponential"`` (``delay × 2ⁿ⁻¹``), where *n* is the attempt that failed.
     :param delay: base delay, seconds or a timedelta.
@@ -38,7 +43,7 @@ class Retry:
         job at once, and so does :class:`mongosched.errors.Fail`.
     """
 
-    max_attempts: int = 1
+    retries: int = DEFAULT_RETRIES
     backoff: Backoff = "exponential"
     delay: float | timedelta = 1.0
     max_delay: float | timedelta | None = 300.0
@@ -46,10 +51,10 @@ class Retry:
     retry_on: tuple[type[BaseException], ...] = field(default=(Exception,))
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool):
-            raise ConfigurationError("retry: max_attempts must be an int")
-        if self.max_attempts < 1:
-            raise ConfigurationError(f"retry: max_attempts must be >= 1, not {self.max_attempts}")
+        if not isinstance(self.retries, int) or isinstance(self.retries, bool):
+            raise ConfigurationError(f"retry: retries must be an int, not {self.retries!r}")
+        if self.retries < 0:
+            raise ConfigurationError(f"retry: retries must be >= 0, not {self.retries}")
         if self.backoff not in BACKOFFS:
             raise ConfigurationError(
                 f"retry: backoff must be one of {', '.join(BACKOFFS)}, not {self.backoff!r}"
@@ -66,17 +71,22 @@ class Retry:
         object.__setattr__(self, "max_delay", cap)
         object.__setattr__(self, "retry_on", retry_on)
 
+    @property
+    def max_attempts(self) -> int:
+        """Attempts in all: the first and its retries (what a job stores)."""
+        return self.retries + 1
+
     @classmethod
     def coerce(cls, value: Retry | int | None, *, task: str = "?") -> Retry:
         """The policy for a ``retry=`` option: a :class:`Retry`, an int (that many
-        attempts, no delay) or ``None`` (the default policy)."""
+        retries after the first attempt, no delay) or ``None`` (the default policy)."""
         if value is None:
             return DEFAULT_RETRY
         if isinstance(value, Retry):
             return value
         if isinstance(value, int) and not isinstance(value, bool):
             try:
-                return cls(max_attempts=value, delay=0.0)
+                return cls(retries=value, delay=0.0)
             except ConfigurationError as exc:
                 raise ConfigurationError(f"task {task!r}: {exc}") from None
         raise ConfigurationError(
@@ -108,6 +118,7 @@ class Retry:
 
 
 DEFAULT_RETRY = Retry(
-    max_attempts=3, backoff="exponential", delay=1.0, max_delay=300.0, jitter=True
+    retries=DEFAULT_RETRIES, backoff="exponential", delay=1.0, max_delay=300.0, jitter=True
 )
-"""Three attempts in all, exponential backoff from 1 s capped at 5 minutes, full jitter."""
+"""Two retries (three attempts in all), exponential backoff from 1 s capped at 5 minutes,
+full jitter."""

@@ -29,7 +29,7 @@ __all__ = ["RunnerSteps"]
 
 log = logging.getLogger("mongosched.runner")
 
-NEVER_RETRY = Retry(max_attempts=1)
+NEVER_RETRY = Retry(retries=0)
 GATHER = 0.002
 """Seconds a batch waits for more of its kind (see :attr:`RunnerSteps.gather`)."""
 

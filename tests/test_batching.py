@@ -58,7 +58,7 @@ def test_a_backlog_is_claimed_in_batches_and_each_job_runs_once(
     recorder = Recorder()
     gate = threading.Event()
 
-    @app.task(name="work", retry=1)
+    @app.task(name="work", retry=0)
     def work(n: int) -> None:
         recorder.enter(n)
         gate.wait(10)  # the first jobs hold every worker while the backlog builds
@@ -178,7 +178,7 @@ def test_run_claims_reports_a_lost_lease_alone_and_sends_each_job_as_stored(
     make_app: Callable[..., App],
 ) -> None:
     app = make_app(lease_duration=5.0)
-    app.task(name="work", retry=3)(lambda n: n * 10)
+    app.task(name="work", retry=2)(lambda n: n * 10)
     events: list[Any] = []
     for name in ("job:success", "job:lease_lost"):
         app.on(name, lambda event, name=name: events.append((name, event.job)))

@@ -85,7 +85,7 @@ def add_tasks(app: App) -> App:
     def add(a: int, b: int) -> int:
         return a + b
 
-    @app.task(name="cli.boom", retry=1)
+    @app.task(name="cli.boom", retry=0)
     def boom() -> None:
         raise ValueError("boom")
 
@@ -256,7 +256,7 @@ def test_a_running_job_shows_its_lease_and_progress_and_can_be_cancelled(
 ) -> None:
     release = threading.Event()  # set when the test ends, however it ends
 
-    @sched.task(name="cli.slow", retry=1)
+    @sched.task(name="cli.slow", retry=0)
     def slow() -> str:
         context = current_job()
         assert context is not None
@@ -413,7 +413,7 @@ def test_schedules(sched: App, clock: FakeClock, cli: Callable[..., Run]) -> Non
     run = cli("schedules", app=sched)
     assert (run.code, run.out.strip()) == (0, "no schedules")
 
-    @sched.task(name="cli.nightly", cron="0 3 * * *", timezone="Europe/Berlin", retry=1)
+    @sched.task(name="cli.nightly", cron="0 3 * * *", timezone="Europe/Berlin", retry=0)
     def nightly() -> None:
         raise ValueError("no backup tonight")
 

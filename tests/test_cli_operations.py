@@ -50,7 +50,7 @@ def ops(make_app: Callable[..., App], clock: FakeClock) -> App:
     app = make_app(clock=clock)
     app.task(name="ok")(lambda: None)
 
-    @app.task(name="boom", retry=1)
+    @app.task(name="boom", retry=0)
     def boom(kind: str = "value") -> None:
         raise {"value": ValueError, "key": KeyError}[kind](kind)
 

@@ -210,7 +210,7 @@ def test_cancel_running_job_is_seen_within_a_heartbeat_and_ends_cancelled(app: A
 def test_timeout_interrupts_a_pure_python_loop_and_follows_retry_policy(app: App) -> None:
     caught: list[str] = []
 
-    @app.task(name="spin", timeout=0.2, retry=Retry(max_attempts=2, delay=0))
+    @app.task(name="spin", timeout=0.2, retry=Retry(retries=1, delay=0))
     def spin() -> None:
         try:
             while True:
@@ -230,7 +230,7 @@ def test_timeout_interrupts_a_pure_python_loop_and_follows_retry_policy(app: App
 
 
 def test_a_cooperative_task_sees_its_timeout_as_cancellation(app: App) -> None:
-    @app.task(name="polite", timeout=0.2, retry=1)
+    @app.task(name="polite", timeout=0.2, retry=0)
     def polite() -> str:
         ctx = current_job()
         assert ctx is not None
@@ -307,7 +307,7 @@ def test_update_job_changes_pending_jobs_only(app: App) -> None:
 def test_retry_job_brings_back_a_failed_job(app: App) -> None:
     attempts: list[int] = []
 
-    @app.task(name="t", retry=1)
+    @app.task(name="t", retry=0)
     def t() -> str:
         attempts.append(1)
         if len(attempts) == 1:
@@ -349,7 +349,7 @@ def test_progress_is_visible_on_the_job(app: App) -> None:
 
 def test_stats_counts_by_task_and_status(app: App) -> None:
     app.task(name="ok")(lambda: 1)
-    app.task(name="bad", retry=1)(lambda: 1 / 0)
+    app.task(name="bad", retry=0)(lambda: 1 / 0)
     for _ in range(3):
         app.schedule("ok")
     app.schedule("bad")
@@ -374,7 +374,7 @@ def test_finished_jobs_get_expire_at_from_the_retention_settings(
 ) -> None:
     app = make_app(clock=clock, keep_completed=timedelta(hours=1), keep_failed=timedelta(days=2))
     app.task(name="ok")(lambda: 1)
-    app.task(name="bad", retry=1)(lambda: 1 / 0)
+    app.task(name="bad", retry=0)(lambda: 1 / 0)
     ok, bad = app.schedule("ok"), app.schedule("bad")
     waiting = app.get_task("ok").configure(delay=60).schedule()
     drain(app)
@@ -422,7 +422,7 @@ def test_events_follow_a_job_through_retry_to_success(app: App) -> None:
     ):
         app.on(name, lambda e: names.append((e.name, type(e.error).__name__ if e.error else None)))
 
-    @app.task(name="t", retry=2)
+    @app.task(name="t", retry=1)
     def t() -> str:
         ctx = current_job()
         if ctx and ctx.attempt == 1:

@@ -3,7 +3,7 @@ gunicorn's SIGTERM or ``--max-requests``) orphans nothing.
 
 Before the fix, the interpreter's exit hook shut the worker pool while the daemon
 dispatcher went on claiming: each claim then failed to start and stayed ``running``
-until its lease expired, and with ``retry=1`` such a job ended ``failed`` without ever
+until its lease expired, and with ``retry=0`` such a job ended ``failed`` without ever
 having run.
 """
 
@@ -43,7 +43,7 @@ def test_a_process_that_exits_mid_run_leaves_no_job_that_never_started(
     assert len(jobs) == 40
     by_status = {status: [j for j in jobs if j.status is status] for status in JobStatus}
     assert not by_status[JobStatus.RUNNING], "a job was left running by the exiting process"
-    assert not by_status[JobStatus.FAILED], "a retry=1 job failed without running"
+    assert not by_status[JobStatus.FAILED], "a retry=0 job failed without running"
     for job in by_status[JobStatus.COMPLETED]:
         assert str(job.id) in started
     for job in by_status[JobStatus.PENDING]:

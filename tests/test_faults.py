@@ -131,11 +131,11 @@ def make_world(seed: int, database: Any, collection: str) -> World:
             return "x" * (1024 * 1024 + 1)
         return n
 
-    app.task(name="plain", retry=3)(body)
-    app.task(name="limited", retry=3, concurrency=LIMIT)(body)
-    app.task(name="rated", retry=3, rate_limit=RATE)(body)
-    app.task(name="keyed", retry=3, concurrency=1, concurrency_key=lambda n: f"k{n % 2}")(body)
-    app.task(name="tick", retry=2, every=LEASE * 0.7)(body)
+    app.task(name="plain", retry=2)(body)
+    app.task(name="limited", retry=2, concurrency=LIMIT)(body)
+    app.task(name="rated", retry=2, rate_limit=RATE)(body)
+    app.task(name="keyed", retry=2, concurrency=1, concurrency_key=lambda n: f"k{n % 2}")(body)
+    app.task(name="tick", retry=1, every=LEASE * 0.7)(body)
     for runner in runners:
         runner.prepare()
     late = rng.choice([0.0, 0.05])  # replies arriving after the lease they grant

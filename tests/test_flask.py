@@ -98,7 +98,7 @@ def make_flask(
 
 
 def declare_add(sched: MongoSched) -> SchedTask[[int, int], int]:
-    @sched.task(name="add", retry=1)
+    @sched.task(name="add", retry=0)
     def add(x: int, y: int) -> int:
         return x + y
 
@@ -135,7 +135,7 @@ def test_app_factory(database: Any) -> None:
     """One extension, two Flask apps, each on its own pymongo Database object."""
     sched = MongoSched()
 
-    @sched.task(retry=1)
+    @sched.task(retry=0)
     def shout(word: str) -> str:
         return word.upper()
 

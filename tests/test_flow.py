@@ -36,7 +36,7 @@ def events(app: App, name: str) -> list[Event]:
 def failing_steps(app: App, ran: list[str]) -> Task[..., None]:
     """Task ``step`` (no retries): records its ``name`` in ``ran``, then raises if told to."""
 
-    @app.task(name="step", retry=1)
+    @app.task(name="step", retry=0)
     def step(name: str, fail: bool = False) -> None:
         ran.append(name)
         if fail:
@@ -336,9 +336,9 @@ def test_a_jobs_own_timeout_overrides_its_tasks(make_app: Callable[..., App]) ->
             time.sleep(0.05)
         return "done"
 
-    slow = app.task(name="slow", timeout=30, retry=1)(work)
+    slow = app.task(name="slow", timeout=30, retry=0)(work)
 
-    untimed = app.task(name="untimed", retry=1)(work)
+    untimed = app.task(name="untimed", retry=0)(work)
 
     short = slow.configure(timeout=0.3).schedule(5.0)
     normal = slow.schedule(0.5)

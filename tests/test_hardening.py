@@ -150,7 +150,7 @@ def _raw_job(app: App, **fields: object) -> object:
 
 def test_one_poison_document_never_stops_the_reaper(database: Any, clock: FakeClock) -> None:
     app = App(database=database, clock=clock, lease_duration=5)
-    app.task(name="t", retry=3)(lambda: "ok")
+    app.task(name="t", retry=2)(lambda: "ok")
     app.ensure_indexes()
     past = clock() - timedelta(seconds=60)
     gone = {"owner": "dead", "until": past, "heartbeat_at": past}
@@ -222,7 +222,7 @@ def test_a_pending_scope_key_is_held_again_after_a_retry(make_app: Callable[...,
     app = make_app()
     attempts: list[int] = []
 
-    @app.task(name="d", retry=Retry(max_attempts=3, delay=60))
+    @app.task(name="d", retry=Retry(retries=2, delay=60))
     def flaky(n: int) -> None:
         attempts.append(n)
         raise RuntimeError("again later")
@@ -237,7 +237,7 @@ def test_a_pending_scope_key_is_held_again_after_a_reap(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
     app = make_app(clock=clock)
-    app.task(name="d", retry=3)(lambda n: n)
+    app.task(name="d", retry=2)(lambda n: n)
     first = app.get_task("d").configure(dedupe_key="k", dedupe_scope="pending").schedule(1)
     assert app.runner(workers=1).claim_next() is not None  # its holder dies
     clock.advance(seconds=60)
@@ -251,7 +251,7 @@ def test_a_pending_scope_key_is_held_again_when_a_stop_gives_the_job_back(
     app = make_app()
     inside = threading.Event()
 
-    @app.task(name="d", retry=3)
+    @app.task(name="d", retry=2)
     def slow(n: int) -> None:
         inside.set()
         while True:  # interrupted by the non-graceful stop
@@ -267,7 +267,7 @@ def test_a_pending_scope_key_is_held_again_when_a_stop_gives_the_job_back(
 
 def test_a_pending_scope_key_is_held_again_by_retry_job(make_app: Callable[..., App]) -> None:
     app = make_app()
-    app.task(name="d", retry=1)(lambda n: 1 / 0)
+    app.task(name="d", retry=0)(lambda n: 1 / 0)
     first = app.get_task("d").configure(dedupe_key="k", dedupe_scope="pending").schedule(1)
     drain(app)
     assert first.refresh().status is JobStatus.FAILED
@@ -381,7 +381,7 @@ def test_a_result_whose_encoding_fails_any_way_fails_its_job_once(
     app = make_app()
     runs: list[int] = []
 
-    @app.task(name="bad", retry=3)
+    @app.task(name="bad", retry=2)
     def bad() -> object:
         runs.append(1)
         return value
@@ -445,7 +445,7 @@ def test_text_a_task_reports_that_cannot_be_stored(make_app: Callable[..., App])
     app = make_app()
     refused: list[BaseException] = []
 
-    @app.task(name="progress", retry=1)
+    @app.task(name="progress", retry=0)
     def progress() -> None:
         ctx = current_job()
         assert ctx is not None
@@ -454,7 +454,7 @@ def test_text_a_task_reports_that_cannot_be_stored(make_app: Callable[..., App])
         except ConfigurationError as exc:
             refused.append(exc)
 
-    @app.task(name="boom", retry=3)
+    @app.task(name="boom", retry=2)
     def boom() -> None:
         raise ValueError(SURROGATE)
 
@@ -470,12 +470,12 @@ def test_a_huge_result_fails_the_job_once_without_retrying(make_app: Callable[..
     app = make_app()
     runs: list[int] = []
 
-    @app.task(name="big", retry=3)
+    @app.task(name="big", retry=2)
     def big() -> str:
         runs.append(1)
         return "x" * (2 * 1024 * 1024)
 
-    @app.task(name="loud", retry=1)
+    @app.task(name="loud", retry=0)
     def loud() -> None:
         raise ValueError("y" * (20 * 1024 * 1024))  # a 20 MB message
 

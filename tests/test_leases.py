@@ -21,7 +21,7 @@ def test_a_job_running_five_leases_long_stays_with_its_heartbeating_holder(
     apps = [make_app(lease_duration=LEASE) for _ in range(2)]
     for app in apps:
 
-        @app.task(name="long", retry=3)
+        @app.task(name="long", retry=2)
         def long() -> str:
             recorder.enter("long")
             deadline = time.monotonic() + 5 * LEASE  # the work itself, not a test wait
@@ -50,12 +50,12 @@ def test_a_holder_whose_heartbeats_stop_is_taken_over_and_its_completion_rejecte
     lost: list[Event] = []
     first.on("job:lease_lost", lost.append)
 
-    @first.task(name="work", retry=3)
+    @first.task(name="work", retry=2)
     def stuck() -> str:
         release.wait(20)
         return "first"
 
-    second.task(name="work", retry=3)(lambda: "second")
+    second.task(name="work", retry=2)(lambda: "second")
     # The first holder's heartbeats never arrive: its lease lapses while it still works.
     a = first.runner(workers=1)
     a.store = LostHeartbeats(a.store)  # type: ignore[assignment]

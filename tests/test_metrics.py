@@ -45,7 +45,7 @@ def busy_app(make_app: Callable[..., App], clock: FakeClock) -> App:
     def odd() -> None:
         clock.advance(seconds=2)  # a run of 2 s
 
-    @app.task(name="flaky", retry=2)
+    @app.task(name="flaky", retry=1)
     def flaky() -> None:
         calls["n"] += 1
         if calls["n"] <= 3:

@@ -28,7 +28,7 @@ def clock() -> FakeClock:
 def failing_app(make_app: Callable[..., App], clock: FakeClock) -> App:
     app = make_app(clock=clock)
 
-    @app.task(name="boom", retry=1)
+    @app.task(name="boom", retry=0)
     def boom(kind: str) -> None:
         raise {"value": ValueError, "key": KeyError}[kind](kind)
 
@@ -128,7 +128,7 @@ def test_cancel_jobs_cancels_waiting_and_asks_running(make_app: Callable[..., Ap
 def test_purge_jobs_deletes_finished_jobs_only(make_app: Callable[..., App]) -> None:
     app = make_app()
     app.task(name="ok")(lambda: None)
-    app.task(name="boom", retry=1)(lambda: 1 / 0)
+    app.task(name="boom", retry=0)(lambda: 1 / 0)
     for _ in range(3):
         app.schedule("ok")
         app.schedule("boom")

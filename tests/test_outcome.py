@@ -41,8 +41,8 @@ def test_a_success_completes_or_if_cancelled_meanwhile_ends_cancelled_with_its_r
 def test_a_failure_and_a_retry_carry_their_on_cancel_too() -> None:
     error = ValueError("no")
     for retry, status in (
-        (Retry(max_attempts=1), JobStatus.FAILED),
-        (Retry(max_attempts=3), JobStatus.PENDING),
+        (Retry(retries=0), JobStatus.FAILED),
+        (Retry(retries=2), JobStatus.PENDING),
     ):
         decision = outcome.decide(
             _job(), Ending.ERROR, now=NOW, retention=KEEP, retry=retry, error=error

@@ -153,7 +153,7 @@ def test_failed_run_retries_then_the_schedule_goes_on_with_the_error_recorded(
     app = make_app(clock=clock)
     attempts: list[int] = []
 
-    @app.task(name="flaky", every=timedelta(hours=1), retry=2)
+    @app.task(name="flaky", every=timedelta(hours=1), retry=1)
     def flaky() -> None:
         ctx = current_job()
         attempts.append(ctx.attempt if ctx else 0)
@@ -176,7 +176,7 @@ def test_a_coalesced_run_that_retries_keeps_the_slot_it_ran_for(
     app = make_app(clock=clock)
     slots: list[datetime | None] = []
 
-    @app.task(name="late", cron="0 9 * * *", retry=2)
+    @app.task(name="late", cron="0 9 * * *", retry=1)
     def late() -> None:
         ctx = current_job()
         slots.append(ctx.scheduled_for if ctx else None)

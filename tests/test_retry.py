@@ -9,7 +9,7 @@ import pytest
 
 from mongosched import Fail, Retry
 from mongosched.errors import ConfigurationError
-from mongosched.retry import DEFAULT_RETRY
+from mongosched.retry import DEFAULT_RETRIES, DEFAULT_RETRY
 
 
 def seconds(policy: Retry, attempts: range) -> list[float]:
@@ -17,9 +17,9 @@ def seconds(policy: Retry, attempts: range) -> list[float]:
 
 
 def test_fixed_linear_exponential_backoff() -> None:
-    assert seconds(Retry(max_attempts=5, backoff="fixed", delay=2), range(1, 5)) == [2, 2, 2, 2]
-    assert seconds(Retry(max_attempts=5, backoff="linear", delay=2), range(1, 5)) == [2, 4, 6, 8]
-    assert seconds(Retry(max_attempts=5, backoff="exponential", delay=2), range(1, 5)) == [
+    assert seconds(Retry(retries=4, backoff="fixed", delay=2), range(1, 5)) == [2, 2, 2, 2]
+    assert seconds(Retry(retries=4, backoff="linear", delay=2), range(1, 5)) == [2, 4, 6, 8]
+    assert seconds(Retry(retries=4, backoff="exponential", delay=2), range(1, 5)) == [
         2,
         4,
         8,
@@ -28,15 +28,13 @@ def test_fixed_linear_exponential_backoff() -> None:
 
 
 def test_cap_applies_and_huge_attempts_do_not_overflow() -> None:
-    policy = Retry(
-        max_attempts=2000, backoff="exponential", delay=1, max_delay=timedelta(minutes=5)
-    )
+    policy = Retry(retries=1999, backoff="exponential", delay=1, max_delay=timedelta(minutes=5))
     assert seconds(policy, range(8, 11)) == [128, 256, 300]
     assert policy.delay_for(1500).total_seconds() == 300
 
 
 def test_full_jitter_stays_within_zero_and_the_computed_delay() -> None:
-    policy = Retry(max_attempts=10, backoff="exponential", delay=1, max_delay=60, jitter=True)
+    policy = Retry(retries=9, backoff="exponential", delay=1, max_delay=60, jitter=True)
     rng = random.Random(7)
     values = [policy.delay_for(6, rng).total_seconds() for _ in range(500)]
     assert all(0 <= v <= 32 for v in values)
@@ -44,25 +42,36 @@ def test_full_jitter_stays_within_zero_and_the_computed_delay() -> None:
 
 
 def test_retry_on_filters_exceptions_and_fail_never_retries() -> None:
-    policy = Retry(max_attempts=3, retry_on=(IOError,))
+    policy = Retry(retries=2, retry_on=(IOError,))
     assert policy.should_retry(OSError("x"), 1)
+    assert policy.should_retry(OSError("x"), 2)
     assert not policy.should_retry(ValueError("x"), 1)
-    assert not policy.should_retry(OSError("x"), 3)  # attempts spent
-    assert not Retry(max_attempts=3).should_retry(Fail("stop"), 1)
+    assert not policy.should_retry(OSError("x"), 3)  # the first attempt and 2 retries spent
+    assert not Retry(retries=2).should_retry(Fail("stop"), 1)
 
 
-def test_coerce_int_means_attempts_without_delay() -> None:
+def test_an_int_counts_retries_after_the_first_attempt_without_delay() -> None:
     policy = Retry.coerce(3, task="t")
-    assert policy.max_attempts == 3 and policy.delay_for(1) == timedelta(0)
+    assert (policy.retries, policy.max_attempts) == (3, 4)
+    assert policy.delay_for(1) == timedelta(0)
+    assert Retry.coerce(0, task="t").max_attempts == 1  # no retry
     assert Retry.coerce(None) is DEFAULT_RETRY
-    assert DEFAULT_RETRY.max_attempts == 3 and DEFAULT_RETRY.jitter
+    assert (DEFAULT_RETRY.retries, DEFAULT_RETRY.max_attempts) == (DEFAULT_RETRIES, 3)
+    assert DEFAULT_RETRY.jitter
+
+
+def test_a_policy_that_names_no_count_keeps_the_default_count() -> None:
+    assert Retry(delay=5).retries == DEFAULT_RETRY.retries
+    assert Retry(backoff="fixed").should_retry(OSError("x"), DEFAULT_RETRIES)
+    assert not Retry(backoff="fixed").should_retry(OSError("x"), DEFAULT_RETRIES + 1)
 
 
 @pytest.mark.parametrize(
     "kwargs, field",
     [
-        ({"max_attempts": 0}, "max_attempts"),
-        ({"max_attempts": True}, "max_attempts"),
+        ({"retries": -1}, "retries"),
+        ({"retries": True}, "retries"),
+        ({"retries": 1.5}, "retries"),
         ({"backoff": "fibonacci"}, "backoff"),
         ({"delay": -1}, "delay"),
         ({"delay": "1s"}, "delay"),
@@ -78,5 +87,5 @@ def test_bad_policy_is_refused_naming_the_field(kwargs: dict, field: str) -> Non
 def test_coerce_names_the_task() -> None:
     with pytest.raises(ConfigurationError, match="task 'emails.send'.*retry"):
         Retry.coerce("3", task="emails.send")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="task 'emails.send'.*max_attempts"):
-        Retry.coerce(0, task="emails.send")
+    with pytest.raises(ConfigurationError, match="task 'emails.send'.*retries"):
+        Retry.coerce(-1, task="emails.send")

@@ -14,6 +14,7 @@ import pytest
 
 from mongosched import App, Event, Fail, JobStatus, Retry, current_job, outcome
 from mongosched.errors import StoreUnavailable
+from mongosched.retry import DEFAULT_RETRY
 from mongosched.store.memory import MemoryStore
 from mongosched.testing import FakeClock, drain
 from tests.support.stalls import LostHeartbeats
@@ -43,7 +44,7 @@ def test_racing_runners_never_claim_a_job_twice(make_app: Callable[..., App]) ->
     recorder = Recorder()
     apps = [make_app() for _ in range(3)]
     for app in apps:
-        app.task(name="work", retry=1)(lambda n: recorder.enter(n) or recorder.leave())
+        app.task(name="work", retry=0)(lambda n: recorder.enter(n) or recorder.leave())
     jobs = apps[0].schedule_bulk(apps[0].tasks["work"].job(n) for n in range(300))
     runners = [app.runner(workers=2) for app in apps for _ in range(2)]
     for runner in runners:
@@ -89,7 +90,7 @@ def test_retries_follow_the_policy_on_the_injected_clock(
 
     @app.task(
         name="flaky",
-        retry=Retry(max_attempts=4, backoff="exponential", delay=10, retry_on=(IOError,)),
+        retry=Retry(retries=3, backoff="exponential", delay=10, retry_on=(IOError,)),
     )
     def flaky() -> str:
         ctx = current_job()
@@ -124,9 +125,9 @@ def test_attempts_spent_ends_failed_with_the_last_error(app: App) -> None:
         raise RuntimeError("always")
 
     job = bad.schedule()
-    assert drain(app) == 2  # retry=2: two attempts, no delay
+    assert drain(app) == 3  # retry=2: the first attempt and two retries, no delay
     job.refresh()
-    assert job.status is JobStatus.FAILED and job.attempts == 2
+    assert job.status is JobStatus.FAILED and (job.attempts, job.max_attempts) == (3, 3)
     assert job.error is not None and (job.error.type, job.error.message) == (
         "RuntimeError",
         "always",
@@ -135,12 +136,23 @@ def test_attempts_spent_ends_failed_with_the_last_error(app: App) -> None:
     assert "RuntimeError: always" in (job.error.traceback or "")
 
 
+def test_retry_zero_never_retries_and_a_policy_without_a_count_keeps_the_default(
+    app: App,
+) -> None:
+    once = app.task(name="once", retry=0)(lambda: 1 / 0)
+    default = app.task(name="default", retry=Retry(delay=0))(lambda: 1 / 0)
+    a, b = once.schedule(), default.schedule()
+    drain(app)
+    assert (a.refresh().status, a.attempts) == (JobStatus.FAILED, 1)
+    assert (b.refresh().status, b.attempts) == (JobStatus.FAILED, 1 + DEFAULT_RETRY.retries)
+
+
 def test_fail_and_unlisted_exceptions_do_not_retry(app: App) -> None:
-    @app.task(name="give_up", retry=5)
+    @app.task(name="give_up", retry=4)
     def give_up() -> None:
         raise Fail("customer deleted")
 
-    @app.task(name="typo", retry=Retry(max_attempts=5, retry_on=(IOError,)))
+    @app.task(name="typo", retry=Retry(retries=4, retry_on=(IOError,)))
     def typo() -> None:
         raise KeyError("x")
 
@@ -155,7 +167,7 @@ def test_fail_and_unlisted_exceptions_do_not_retry(app: App) -> None:
 
 
 def test_a_result_that_is_not_bson_fails_the_job_clearly(app: App) -> None:
-    @app.task(name="weird", retry=3)
+    @app.task(name="weird", retry=2)
     def weird() -> object:
         return object()
 
@@ -177,13 +189,13 @@ def test_lost_lease_is_taken_over_and_the_late_completion_is_rejected(
     lost: list[Event] = []
     first.on("job:lease_lost", lost.append)
 
-    @first.task(name="work", retry=3)
+    @first.task(name="work", retry=2)
     def slow() -> str:
         started.set()
         release.wait(20)
         return "first"
 
-    second.task(name="work", retry=3)(lambda: "second")
+    second.task(name="work", retry=2)(lambda: "second")
 
     # The first runner's heartbeats never reach the database: as if hung.
     a = first.runner(workers=1, reap_interval=0.05)
@@ -211,7 +223,7 @@ def test_crashed_worker_job_runs_again_then_fails_when_attempts_are_spent(
     app = make_app(clock=clock)
     ran: list[int] = []
 
-    @app.task(name="victim", retry=2)
+    @app.task(name="victim", retry=1)
     def victim() -> None:
         ran.append(1)
 

@@ -39,7 +39,7 @@ def test_a_run_is_a_child_span_of_where_it_was_scheduled(
 ) -> None:
     app = make_app()
     app.task(name="ok")(lambda: None)
-    app.task(name="boom", retry=2)(lambda: 1 / 0)
+    app.task(name="boom", retry=1)(lambda: 1 / 0)
     tracer = trace.get_tracer("tests")
     with tracer.start_as_current_span("request") as request:
         job = app.schedule("ok")
@@ -90,7 +90,7 @@ def test_log_records_about_a_job_carry_its_fields(
     app = make_app(clock=FakeClock())
     mine = logging.getLogger("tests.mytask")
 
-    @app.task(name="boom", retry=2)
+    @app.task(name="boom", retry=1)
     def boom() -> None:
         mine.warning("inside the task")
         raise ValueError("no")
@@ -128,7 +128,7 @@ def test_the_reapers_records_carry_the_jobs_fields(
 ) -> None:
     clock = FakeClock()
     app = make_app(clock=clock, lease_duration=5)
-    app.task(name="t", retry=2)(lambda: None)
+    app.task(name="t", retry=1)(lambda: None)
     job = app.schedule("t")
     runner = app.runner(workers=1)
     claim = runner.claim_next()

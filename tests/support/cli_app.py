@@ -27,7 +27,7 @@ else:
     app = App("memory://cli", lease_duration=5, poll_interval=0.05)
 
 
-@app.task(name="cli.work", retry=1)
+@app.task(name="cli.work", retry=0)
 def work(directory: str) -> str:
     progress = Path(directory, "progress")
     progress.write_text("started\n")

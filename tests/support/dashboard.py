@@ -192,11 +192,11 @@ def populate(app: App) -> dict[str, Any]:
     """Jobs of every kind, with hostile text in names, arguments and errors: failed
     (``boom``), completed (``add``), pending in another queue (``later``), a schedule."""
 
-    @app.task(name="boom", retry=1)
+    @app.task(name="boom", retry=0)
     def boom(text: str) -> None:
         raise ValueError(f"bad input {text}")
 
-    @app.task(name=XSS, retry=1, queue="hostile")
+    @app.task(name=XSS, retry=0, queue="hostile")
     def hostile(value: Any) -> None:
         raise RuntimeError(XSS)
 

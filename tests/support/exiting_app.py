@@ -2,7 +2,7 @@
 worker does on SIGTERM or ``--max-requests``: for tests/test_exit.py.
 
 ``python -m tests.support.exiting_app URI STARTED_FILE [--after S] [--jobs N]``: schedules
-N jobs of ``work`` (``retry=1``), starts ``app.start_runner(workers=4)``, and calls
+N jobs of ``work`` (``retry=0``), starts ``app.start_runner(workers=4)``, and calls
 ``sys.exit(0)`` after S seconds, in the middle of the run. Each run appends its job id to
 STARTED_FILE when it starts, so the test knows which jobs ever started.
 """
@@ -27,7 +27,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO)
     app = App(args.uri, lease_duration=3, poll_interval=0.02)
 
-    @app.task(name="work", retry=1)
+    @app.task(name="work", retry=0)
     def work(n: int) -> int:
         ctx = current_job()
         assert ctx is not None

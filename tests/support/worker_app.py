@@ -89,7 +89,7 @@ def _flush() -> None:
 def build(uri: str, lease: float, poll: float) -> App:
     app = App(uri, lease_duration=lease, poll_interval=poll, keep_completed=None)
 
-    @app.task(name="record", retry=Retry(max_attempts=10, backoff="fixed", delay=0.05))
+    @app.task(name="record", retry=Retry(retries=9, backoff="fixed", delay=0.05))
     def record(seconds: float = 0.0) -> str:
         start = time.time()
         ctx = current_job()
@@ -124,9 +124,9 @@ def build(uri: str, lease: float, poll: float) -> App:
             raise ValueError("failed on purpose")
         return token
 
-    app.task(name="limited", rate_limit="5/s", retry=1)(flow_step)
-    app.task(name="keyed", rate_limit="2/s", rate_key="customer", retry=1)(flow_step)
-    app.task(name="step", retry=1)(flow_step)
+    app.task(name="limited", rate_limit="5/s", retry=0)(flow_step)
+    app.task(name="keyed", rate_limit="2/s", rate_key="customer", retry=0)(flow_step)
+    app.task(name="step", retry=0)(flow_step)
     return app
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def check_task_schedule(app: App) -> None:
-    @app.task(name="emails.send", retry=Retry(max_attempts=5))
+    @app.task(name="emails.send", retry=Retry(retries=4))
     def send(user_id: int, lang: str = "en") -> str:
         return f"{user_id}: {lang}"
 
@@ -83,7 +83,7 @@ def check_payload_names_and_untyped_uses(app: App, seen: Job) -> None:
 
 
 def check_task_options(app: App) -> None:
-    @app.task(queue="emails", retry=3, timeout=timedelta(minutes=1), concurrency=2)
+    @app.task(queue="emails", retry=2, timeout=timedelta(minutes=1), concurrency=2)
     def fine() -> int:
         return 1
 
@@ -106,7 +106,7 @@ def check_task_options(app: App) -> None:
 def check_flask() -> None:
     sched = MongoSched()
 
-    @sched.task(retry=3, queue="emails")
+    @sched.task(retry=2, queue="emails")
     def greet(name: str) -> int:
         return len(name)
 

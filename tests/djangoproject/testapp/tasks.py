@@ -14,7 +14,7 @@ from mongosched.contrib.django import app
 # mongosched tasks -----------------------------------------------------------------------
 
 
-@app.task(retry=1)
+@app.task(retry=0)
 def add(x: int, y: int) -> int:
     return x + y
 
