@@ -23,8 +23,9 @@ from .outcome import Retention
 from .records import JobRecord, JobStatus
 from .retry import Retry
 from .runner import Runner
+from .schedule import Rule
 from .store import Store, open_store
-from .task import JobSpec, Task
+from .task import JobSpec, Task, task_options
 from .wakeup import wake_mode
 
 __all__ = ["App", "Cancellation"]
@@ -250,6 +251,7 @@ class App(JobControl, BulkControl, Admin):
         retry: Retry | int | None = None,
         timeout: float | timedelta | None = None,
         concurrency: int | None = None,
+        repeat: Rule | None = None,
         cron: str | None = None,
         every: float | timedelta | None = None,
         timezone: str | None = None,
@@ -276,6 +278,9 @@ class App(JobControl, BulkControl, Admin):
             :class:`~mongosched.errors.JobTimeout`, and retries by its policy.
         :param concurrency: at most this many of its jobs run at once, across every
             runner in every process.
+        :param repeat: run repeatedly by a rule, as ``configure(repeat=...)`` takes it:
+            ``Every(seconds=30)`` or ``Cron("0 9 * * *", timezone="Europe/Berlin")``.
+            ``cron`` and ``every`` are its shorthands (give one of the three):
         :param cron: run on a cron schedule (5 fields, or 6 with seconds first) in
             ``timezone`` (IANA name, default UTC).
         :param every: run every so many seconds (or a timedelta).
@@ -289,12 +294,16 @@ class App(JobControl, BulkControl, Admin):
             value, however the job passes it), or a callable over the job's arguments
             returning the key.
         :param concurrency_key: count the concurrency limit per key, likewise.
+
+        Any other option is refused with a :class:`~mongosched.errors.ConfigurationError`
+        that lists the known ones.
         """
+        checked = task_options(options)
 
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
             if not callable(function):
                 raise ConfigurationError(f"@app.task needs a function, not {function!r}")
-            task: Task[Any, Any] = Task(self, function, **options)
+            task: Task[Any, Any] = Task(self, function, **checked)
             existing = self.tasks.get(task.name)
             if existing is not None and existing.fn is not function:
                 same_code = getattr(existing.fn, "__code__", None) is getattr(

@@ -30,6 +30,7 @@ __all__ = [
     "SCHEDULE_OPTIONS",
     "ScheduleOptions",
     "Scheduler",
+    "TASK_OPTIONS",
     "Task",
     "TaskOptions",
     "schedule_id",
@@ -79,7 +80,10 @@ SCHEDULE_OPTIONS = frozenset(ScheduleOptions.__optional_keys__)
 
 class TaskOptions(TypedDict, total=False):
     """The options of ``@app.task(...)`` (see :meth:`mongosched.App.task`), for
-    wrappers that pass them on, as the Flask extension's ``@sched.task(...)``."""
+    wrappers that pass them on, as the Flask extension's ``@sched.task(...)``.
+    A repeating task gives ``repeat`` (a :class:`~mongosched.Cron` or
+    :class:`~mongosched.Every` rule, as :meth:`Task.configure` takes), or its
+    shorthands ``cron`` (with ``timezone``) or ``every``."""
 
     name: str | None
     queue: str
@@ -87,6 +91,7 @@ class TaskOptions(TypedDict, total=False):
     retry: Retry | int | None
     timeout: float | timedelta | None
     concurrency: int | None
+    repeat: Rule | None
     cron: str | None
     every: float | timedelta | None
     timezone: str | None
@@ -96,6 +101,18 @@ class TaskOptions(TypedDict, total=False):
     rate_limit: RateSpec | None
     rate_key: str | Callable[..., Any] | None
     concurrency_key: str | Callable[..., Any] | None
+
+
+TASK_OPTIONS = frozenset(TaskOptions.__optional_keys__)
+"""The names of :class:`TaskOptions` (what ``@app.task(...)`` takes)."""
+
+
+def task_options(options: Mapping[str, Any]) -> TaskOptions:
+    """``options`` as the options of ``@app.task(...)``, unknown names refused (the
+    type checker sees them, but not every caller is type-checked)."""
+    validate.known_names(options, TASK_OPTIONS, what="unknown task option")
+    checked: TaskOptions = TaskOptions(**options)  # type: ignore[typeddict-item]
+    return checked
 
 
 class Scheduler(Protocol):
@@ -125,12 +142,7 @@ class BoundOptions:
     def merged(self, options: Mapping[str, Any]) -> BoundOptions:
         """These options with ``options`` bound over them (unknown names refused: the
         type checker sees them, but not every caller is type-checked)."""
-        unknown = set(options) - SCHEDULE_OPTIONS
-        if unknown:
-            raise ConfigurationError(
-                f"unknown scheduling option(s): {', '.join(sorted(unknown))}; "
-                f"known: {', '.join(sorted(SCHEDULE_OPTIONS))}"
-            )
+        validate.known_names(options, SCHEDULE_OPTIONS, what="unknown scheduling option")
         return replace(self, **options)
 
 
@@ -174,6 +186,7 @@ class Task(Generic[P, R]):
         retry: Retry | int | None = None,
         timeout: float | timedelta | None = None,
         concurrency: int | None = None,
+        repeat: Rule | None = None,
         cron: str | None = None,
         every: float | timedelta | None = None,
         timezone: str | None = None,
@@ -201,7 +214,7 @@ class Task(Generic[P, R]):
             if concurrency is None
             else validate.whole(concurrency, what=f"task {task!r}: concurrency")
         )
-        self.rule = _rule_from_options(task, cron, every, timezone)
+        self.rule = _rule_from_options(task, repeat, cron, every, timezone)
         if self.rule is not None:
             self.parameters.bind((), {})  # the jobs of its declared schedule pass none
         self.misfire = _misfire(task, misfire, misfire_grace, max_catchup)
@@ -283,11 +296,7 @@ class Task(Generic[P, R]):
         repeat: dict[str, Any] | None = None
         slot: datetime | None = None
         if options.repeat is not None:
-            rule = options.repeat
-            if not isinstance(rule, (Cron, Every)):
-                raise ConfigurationError(
-                    f"task {task!r}: repeat must be a Cron or Every rule, not {rule!r}"
-                )
+            rule = _rule(task, options.repeat)
             explicit = options.delay is not None or options.run_at is not None
             due = slot = _first_slot(rule, due, explicit=explicit)
             repeat = {**rule.to_document(), "misfire": self.misfire.to_document()}
@@ -465,9 +474,28 @@ def _dedupe(task: str, key: Any, scope: Any) -> tuple[str | None, str | None]:
     return key, scope
 
 
+def _rule(task: str, rule: Any) -> Rule:
+    if not isinstance(rule, (Cron, Every)):
+        raise ConfigurationError(
+            f"task {task!r}: repeat must be a Cron or Every rule, not {rule!r}"
+        )
+    return rule
+
+
 def _rule_from_options(
-    task: str, cron: str | None, every: float | timedelta | None, timezone: str | None
+    task: str,
+    repeat: Rule | None,
+    cron: str | None,
+    every: float | timedelta | None,
+    timezone: str | None,
 ) -> Rule | None:
+    if repeat is not None:
+        if cron is not None or every is not None or timezone is not None:
+            raise ConfigurationError(
+                f"task {task!r}: give one of repeat, cron or every (a Cron rule carries "
+                "its timezone: repeat=Cron('0 9 * * *', timezone='Europe/Berlin'))"
+            )
+        return _rule(task, repeat)
     if cron is not None and every is not None:
         raise ConfigurationError(f"task {task!r}: give either cron or every, not both")
     if cron is not None:

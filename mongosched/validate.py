@@ -6,12 +6,13 @@ lease_duration"``). One function per kind of value, used everywhere that kind is
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, overload
 
 from .errors import ConfigurationError
 
-__all__ = ["aware_datetime", "priority", "queue", "seconds", "text", "whole"]
+__all__ = ["aware_datetime", "known_names", "priority", "queue", "seconds", "text", "whole"]
 
 MAX_SECONDS = 100 * 365 * 86400.0
 """A century: longer durations are taken for mistakes (and would overflow datetimes)."""
@@ -120,3 +121,14 @@ def aware_datetime(value: Any, *, task: str, what: str = "run_at") -> datetime:
             "is ambiguous); use datetime(..., tzinfo=timezone.utc)"
         )
     return value
+
+
+def known_names(given: Iterable[str], known: Iterable[str], *, what: str) -> None:
+    """Refuse names outside ``known``, listing them and the known ones (``what``:
+    ``"unknown task option"``). For options passed as keywords by callers the type
+    checker does not see."""
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ConfigurationError(
+            f"{what}(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )

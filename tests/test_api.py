@@ -230,6 +230,14 @@ def test_unknown_scheduling_options_are_refused_naming_them(app: App) -> None:
     assert app.count_jobs() == 0
 
 
+def test_unknown_task_options_are_refused_naming_them_and_the_known_ones(app: App) -> None:
+    with pytest.raises(ConfigurationError, match="unknown task option.*retires.*known: .*retry"):
+        app.task(name="t", retires=3)  # type: ignore[call-overload]
+    with pytest.raises(ConfigurationError, match="every, max_catchup, misfire"):
+        app.task(evrey=60)  # type: ignore[call-overload]
+    assert app.tasks == {}
+
+
 def test_option_names_agree_with_what_takes_them() -> None:
     parameters = inspect.signature(Task.__init__).parameters
     keywords = {n for n, p in parameters.items() if p.kind is p.KEYWORD_ONLY}

@@ -189,6 +189,8 @@ def test_config_errors() -> None:
     flask_app = Flask(__name__)
     flask_app.config.update(MONGOSCHED_URI="mongodb://localhost", MONGOSCHED_DATABASE="shop")
     assert MongoSched(flask_app).app.uri == "mongodb://localhost/shop"
+    with pytest.raises(ConfigurationError, match="unknown task option.*retires.*known: "):
+        MongoSched().task(retires=2)  # type: ignore[call-arg]  # before init_app
 
 
 def test_cli_commands(make_flask: Callable[..., tuple[Flask, MongoSched]]) -> None:

@@ -287,6 +287,29 @@ def test_repeat_must_be_a_rule(app: App) -> None:
     app.task(name="t")(lambda: None)
     with pytest.raises(ConfigurationError, match="repeat must be a Cron or Every"):
         app.get_task("t").configure(repeat="0 9 * * *").schedule()
+    with pytest.raises(ConfigurationError, match="task 'd': repeat must be a Cron or Every"):
+        app.task(name="d", repeat="0 9 * * *")(lambda: None)  # type: ignore[arg-type]
+
+
+def test_the_decorator_takes_repeat_as_configure_does(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock)
+    app.task(name="often", repeat=Every(seconds=30))(lambda: None)
+    app.task(name="daily", repeat=Cron("0 9 * * *", timezone="Europe/Berlin"))(lambda: None)
+    app.task(name="spelled", cron="0 9 * * *", timezone="Europe/Berlin")(lambda: None)
+    assert app.tasks["often"].rule == Every(30)
+    assert app.tasks["daily"].repeat_document() == app.tasks["spelled"].repeat_document()
+    app.ensure_schedules()
+    assert app.get_job(schedule_id("often")).run_at == START + timedelta(seconds=30)
+
+
+@pytest.mark.parametrize(
+    "options", [{"cron": "0 9 * * *"}, {"every": 5}, {"timezone": "Europe/Berlin"}]
+)
+def test_repeat_with_cron_every_or_timezone_is_refused(app: App, options: dict) -> None:
+    with pytest.raises(ConfigurationError, match="task 'both': give one of repeat, cron"):
+        app.task(name="both", repeat=Every(60), **options)(lambda: None)
 
 
 def test_ensure_schedules_creates_once_and_only_for_the_queues_asked(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .. import validate
 from ..app import App
 from ..errors import ConfigurationError
 
@@ -81,11 +82,7 @@ def app_from_settings(
     ``"MONGOSCHED_*"``); keys in ``ignore`` are the caller's own.
     """
     known = set(APP_OPTIONS) | INTEGRATION_OPTIONS | set(ignore)
-    unknown = sorted(set(settings) - known)
-    if unknown:
-        raise ConfigurationError(
-            f"{where}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-        )
+    validate.known_names(settings, known, what=f"{where}: unknown setting")
     options = {APP_OPTIONS[key]: value for key, value in settings.items() if key in APP_OPTIONS}
     if "queues" in options:
         options["queues"] = queue_list(options["queues"], what=f"{where}: QUEUES")

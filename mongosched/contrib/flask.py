@@ -59,7 +59,7 @@ from ..app import App
 from ..errors import ConfigurationError
 from ..job import Job
 from ..runner import Runner
-from ..task import ConfiguredTask, JobSpec, ScheduleOptions, Task, TaskOptions
+from ..task import ConfiguredTask, JobSpec, ScheduleOptions, Task, TaskOptions, task_options
 from . import app_from_settings, positive_int, run_cli
 
 if TYPE_CHECKING:
@@ -170,13 +170,14 @@ class MongoSched:
         self, fn: Callable[..., Any] | None = None, /, **options: Unpack[TaskOptions]
     ) -> Any:
         """Declare a task (bare or with the options of :meth:`mongosched.App.task`),
-        before or after :meth:`init_app`."""
+        before or after :meth:`init_app`. An unknown option is refused here."""
+        checked = task_options(options)
 
         def declare(function: Callable[..., Any]) -> SchedTask[Any, Any]:
             for state in self._states:
-                state.app.task(**options)(function)
-            self._declared.append((function, TaskOptions(**options)))
-            return SchedTask(self, function, TaskOptions(**options))
+                state.app.task(**checked)(function)
+            self._declared.append((function, checked))
+            return SchedTask(self, function, checked)
 
         if fn is not None:
             if options:

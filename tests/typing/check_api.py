@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from mongosched import App, Cron, Job, JobSpec, Retry
+from mongosched import App, Cron, Every, Job, JobSpec, Retry
 from mongosched.contrib.flask import MongoSched
 from mongosched.task import ScheduleOptions
 
@@ -101,6 +101,8 @@ def check_task_options(app: App) -> None:
     app.task(rate_limit=5)  # type: ignore[call-overload]
     limited.configure(expires=5)  # type: ignore[arg-type]
     app.task(queue="emails", cron=5)  # type: ignore[call-overload]
+    app.task(repeat=Every(seconds=30))
+    app.task(repeat="0 9 * * *")  # type: ignore[call-overload]
 
 
 def check_flask() -> None:
