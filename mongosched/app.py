@@ -24,8 +24,8 @@ from .records import JobRecord, JobStatus
 from .retry import Retry
 from .runner import Runner
 from .schedule import Rule
-from .store import Store, open_store
-from .task import JobSpec, Task, task_options
+from .store import Store, in_process, open_store
+from .task import SCRIPT_PREFIX, JobSpec, Task, script_task_warning, task_options
 from .wakeup import wake_mode
 
 __all__ = ["App", "Cancellation"]
@@ -304,6 +304,8 @@ class App(JobControl, BulkControl, Admin):
             if not callable(function):
                 raise ConfigurationError(f"@app.task needs a function, not {function!r}")
             task: Task[Any, Any] = Task(self, function, **checked)
+            if task.name.startswith(SCRIPT_PREFIX) and not in_process(self.uri):
+                log.warning("%s", script_task_warning(task.name))
             existing = self.tasks.get(task.name)
             if existing is not None and existing.fn is not function:
                 same_code = getattr(existing.fn, "__code__", None) is getattr(

@@ -30,6 +30,7 @@ from .outcome import Decision
 from .records import JobRecord
 from .registry import Registration
 from .steps import RunnerSteps
+from .task import SCRIPT_PREFIX, script_task_explanation
 from .wakeup import WakeWatcher, wake_mode
 
 __all__ = ["Runner", "RunnerHost"]
@@ -96,6 +97,7 @@ class Runner(RunnerSteps):
         self._next_due: datetime | None = None
         self._last_reap = 0.0
         self._last_unknown_check = 0.0
+        self._explained: set[str] = set()  # script tasks whose due jobs were explained
         self._last_poll: float | None = None
         self._last_error: str | None = None
         self._held = 0  # free workers' places the dispatcher holds
@@ -539,12 +541,23 @@ class Runner(RunnerSteps):
         if clock - self._last_unknown_check >= 60.0:
             self._last_unknown_check = clock
             self.store.quarantine(self.app.now())
-            unknown = self.store.unknown_due_tasks(self.app.tasks, self.app.now())
-            if unknown:
-                log.warning(
-                    "due jobs of tasks this runner does not know (left pending): %s",
-                    ", ".join(f"{task} ({n})" for task, n in unknown.items()),
-                )
+            self.report_unknown_tasks()
+
+    def report_unknown_tasks(self) -> dict[str, int]:
+        """Log the due jobs of tasks this runner does not know (left pending), and
+        returns how many of each; a task named after a script run as ``__main__`` is
+        explained once (maintenance calls this every minute)."""
+        unknown = self.store.unknown_due_tasks(self.app.tasks, self.app.now())
+        if unknown:
+            log.warning(
+                "due jobs of tasks this runner does not know (left pending): %s",
+                ", ".join(f"{task} ({n})" for task, n in unknown.items()),
+            )
+        for task in unknown:
+            if task.startswith(SCRIPT_PREFIX) and task not in self._explained:
+                self._explained.add(task)
+                log.warning("%s", script_task_explanation(task, self.app.tasks))
+        return unknown
 
     def __repr__(self) -> str:
         return f"<Runner {self.name} workers={self.workers} running={self.is_running}>"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
+import sys
+import types
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
@@ -261,6 +264,27 @@ def test_option_names_agree_with_what_takes_them() -> None:
 def test_bad_task_options_are_refused_at_decoration(app: App, options: dict, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         app.task(name="x", **options)(lambda: None)
+
+
+def test_a_task_named_after_a_script_run_as_main_is_warned_about(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    script = types.ModuleType("__main__")
+    script.__file__ = "/srv/app/hello.py"
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    app = App("mongodb://127.0.0.1:1/shop")  # nothing is contacted
+
+    def greet() -> None: ...
+
+    greet.__module__, greet.__qualname__ = "__main__", "greet"  # as in python hello.py
+    with caplog.at_level(logging.WARNING, logger="mongosched"):
+        app.task(greet)
+        app.task(name="greet")(greet)  # named: nothing to say
+        App("memory://").task(greet)  # one process: the name cannot differ
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert "task '__main__.greet' is registered from the script run as __main__" in warning
+    assert "a worker that imports it knows the task as 'hello.greet'" in warning
+    assert "@app.task(name='greet')" in warning
 
 
 def test_same_name_twice_is_refused(app: App) -> None:

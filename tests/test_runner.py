@@ -481,3 +481,33 @@ def test_reconfigure_moves_an_app_to_another_store_keeping_tasks_and_listeners()
         app.stop_runner(timeout=5)
         for name in names:
             MemoryStore.forget(name)
+
+
+def from_script(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` as if defined at the top of a script run as ``python hello.py``."""
+    fn.__module__, fn.__qualname__ = "__main__", fn.__name__
+    return fn
+
+
+def test_a_runner_explains_due_jobs_of_a_script_task_once_per_task(
+    make_app: Callable[..., App], caplog: pytest.LogCaptureFixture
+) -> None:
+    script, worker = make_app(), make_app()
+
+    def greet(name: str) -> str:
+        return f"hello {name}"
+
+    script.task(from_script(greet)).schedule("ann")  # named __main__.greet
+    script.task(from_script(lambda: None)).schedule()  # __main__.<lambda>
+    worker.task(name="hello.greet")(greet)  # what the worker importing hello.py registers
+    runner = worker.runner(workers=1)
+    with caplog.at_level(logging.WARNING, logger="mongosched"):
+        assert runner.report_unknown_tasks() == {"__main__.greet": 1, "__main__.<lambda>": 1}
+        assert len(runner.report_unknown_tasks()) == 2
+    explained = [r.getMessage() for r in caplog.records if r.name == "mongosched.runner"]
+    about_greet = [m for m in explained if "task '__main__.greet'" in m]
+    assert len(about_greet) == 1, explained  # once, not per check
+    assert "this worker knows it as 'hello.greet'" in about_greet[0]
+    assert "@app.task(name='greet')" in about_greet[0]
+    assert len([m for m in explained if "task '__main__.<lambda>'" in m]) == 1
+    assert worker.count_jobs(status="pending") == 2  # left as they are

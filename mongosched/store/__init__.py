@@ -48,7 +48,7 @@ from ..records import (
 from .codec import schedule_id
 from .due import DueHint, DueWatch
 
-__all__ = ["DueHint", "DueWatch", "Store", "open_store", "schedule_id"]
+__all__ = ["DueHint", "DueWatch", "Store", "in_process", "open_store", "schedule_id"]
 
 
 @runtime_checkable
@@ -430,7 +430,7 @@ def open_store(
     if not isinstance(uri, str):
         raise ConfigurationError(f"App: uri must be a str, not {type(uri).__name__}")
     scheme = uri.partition("://")[0].lower()
-    if scheme == "memory":
+    if in_process(uri):
         from .memory import MemoryStore
 
         return MemoryStore.named(uri)
@@ -447,3 +447,9 @@ def open_store(
         f"App: unknown store URI {uri!r}: use mongodb://host/dbname, mongodb+srv://..., "
         "or memory:// (in-process, for demos and tests)"
     )
+
+
+def in_process(uri: str | None) -> bool:
+    """Whether ``uri`` names a store that lives in this process only (``memory://``):
+    another process that opens the same URI gets a store of its own."""
+    return isinstance(uri, str) and uri.partition("://")[0].lower() == "memory"
