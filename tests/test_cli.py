@@ -26,6 +26,7 @@ from bson import ObjectId
 
 from mongosched import App, JobStatus, current_job
 from mongosched.cli import main, parse_duration
+from mongosched.cli.parser import VERBS
 from mongosched.errors import StoreError, StoreUnavailable
 from mongosched.store.memory import MemoryStore
 from mongosched.testing import FakeClock, drain
@@ -545,6 +546,59 @@ def test_a_given_app_takes_no_app_or_uri(sched: App, cli: Callable[..., Run]) ->
         assert_one_line_error(run.err, "the app is given")
 
 
+# memory:// is one process's store -------------------------------------------------------------
+EVERY_VERB = {
+    "worker": ["worker"],
+    "jobs": ["jobs", "list"],
+    "schedules": ["schedules"],
+    "stats": ["stats"],
+    "ping": ["ping"],
+    "retry": ["retry", "--all"],
+    "cancel": ["cancel", "--all"],
+    "purge": ["purge", "--all"],
+    "pause": ["pause", "--queue", "emails"],
+    "resume": ["resume", "--queue", "emails"],
+    "pauses": ["pauses"],
+    "schedule-edit": ["schedule-edit", "nightly", "--priority", "2"],
+    "workers": ["workers"],
+    "dashboard": ["dashboard", "--token", "t" * 32, "--port", "0"],
+}
+
+
+def test_every_verb_is_listed_here() -> None:
+    assert set(EVERY_VERB) == set(VERBS)
+
+
+@pytest.mark.parametrize("verb", sorted(EVERY_VERB))
+def test_a_command_in_a_process_of_its_own_refuses_memory(
+    capsys: pytest.CaptureFixture[str], verb: str
+) -> None:
+    """Run as its process's program, a command would see a memory:// store of its own,
+    empty, and what it changed would vanish with it: each verb refuses, saying why and
+    what to use; in this process (the store is the test's) the same command works."""
+    name = f"cli-own-{uuid.uuid4().hex[:8]}"
+    sched = add_tasks(App(f"memory://{name}"))
+    argv = EVERY_VERB[verb]
+    capsys.readouterr()
+    assert main(argv, app=sched, own_process=True) == 4
+    err = capsys.readouterr().err
+    assert_one_line_error(
+        err, "memory:// is the in-process store", "mongodb://", "start_runner", f"'mongosched {verb}'"
+    )
+    if verb not in ("worker", "dashboard"):  # they serve until stopped
+        assert main(argv, app=sched) in (0, 1, 3), capsys.readouterr().err
+    MemoryStore.forget(name)
+
+
+def test_memory_uri_is_refused_by_the_command_in_its_own_process() -> None:
+    result = run_command("--uri", "memory://", "ping")
+    assert result.returncode == 4
+    assert_one_line_error(result.stderr, "memory:// is the in-process store", "mongodb://")
+    worker = run_command("worker", "tests.support.cli_app:app", MONGOSCHED_CLI_TEST_URI="memory://")
+    assert worker.returncode == 4
+    assert_one_line_error(worker.stderr, "'mongosched worker'", "memory://")
+
+
 # Connecting and database errors ------------------------------------------------------------------
 @pytest.mark.parametrize("given", [False, True], ids=["uri", "given-app"])
 def test_the_timeout_bounds_the_connection_check(cli: Callable[..., Run], given: bool) -> None:
@@ -670,16 +724,18 @@ def test_app_path_that_does_not_work_exits_4(path: str, fragment: str) -> None:
     assert_one_line_error(result.stderr, fragment, path.partition(":")[0])
 
 
-def test_unknown_job_id_in_a_subprocess_exits_3(database: Any) -> None:
+def test_unknown_job_id_in_a_subprocess_exits_3(shared_db: SharedDatabase) -> None:
     result = run_command(
         "--app", "tests.support.cli_app:app", "jobs", "show", MISSING_ID,
-        MONGOSCHED_CLI_TEST_DB=database.name,
+        MONGOSCHED_CLI_TEST_URI=shared_db.uri(),
     )  # fmt: skip
     assert result.returncode == 3
     assert_one_line_error(result.stderr, f"no job with id {MISSING_ID}")
 
 
-def test_worker_runs_jobs_and_stops_gracefully_on_sigterm(database: Any, tmp_path: Path) -> None:
+def test_worker_runs_jobs_and_stops_gracefully_on_sigterm(
+    shared_db: SharedDatabase, tmp_path: Path
+) -> None:
     log_path = tmp_path / "worker.log"
     progress = tmp_path / "progress"
     with log_path.open("w") as log_file:
@@ -703,7 +759,7 @@ def test_worker_runs_jobs_and_stops_gracefully_on_sigterm(database: Any, tmp_pat
             env={
                 **os.environ,
                 "MONGOSCHED_CLI_TEST_DIR": str(tmp_path),
-                "MONGOSCHED_CLI_TEST_DB": database.name,
+                "MONGOSCHED_CLI_TEST_URI": shared_db.uri(),
             },
             stdout=subprocess.DEVNULL,
             stderr=log_file,

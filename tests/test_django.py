@@ -647,8 +647,11 @@ def subprocess_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     drop(uri)
 
 
-def test_management_commands_start_no_runner(subprocess_env: dict[str, str]) -> None:
+def test_management_commands_start_no_runner(
+    subprocess_env: dict[str, str], shared_db: SharedDatabase
+) -> None:
     log = Path(subprocess_env["MONGOSCHED_DJANGO_RUNNER_LOG"])
+    env = {**subprocess_env, "MONGOSCHED_DJANGO_URI": shared_db.uri()}  # shared by processes
     commands = (
         ["migrate", "-v", "0"],
         ["check"],
@@ -656,7 +659,7 @@ def test_management_commands_start_no_runner(subprocess_env: dict[str, str]) -> 
         ["mongosched", "stats", "--json"],
     )
     for command in commands:
-        done = _run([sys.executable, str(MANAGE), *command], subprocess_env)
+        done = _run([sys.executable, str(MANAGE), *command], env)
         assert done.returncode == 0, done.stderr
         assert not log.exists(), f"manage.py {command[0]} started a runner"
     assert json.loads(done.stdout)["totals"]["pending"] == 0
@@ -778,6 +781,28 @@ def test_management_command_forwards_to_the_cli(app: App) -> None:
     with pytest.raises(SystemExit) as exc:
         call_command("mongosched", "jobs", "show", "0123456789abcdef01234567", stderr=io.StringIO())
     assert exc.value.code == 3  # not found
+
+
+def test_manage_py_mongosched_refuses_memory_from_the_command_line(app: App) -> None:
+    """``manage.py mongosched ...`` runs in a process of its own: on memory:// it would
+    see a store of its own, empty. Refused there; call_command (in this process) works."""
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    from mongosched.contrib.django.management.commands.mongosched import Command
+
+    name = f"manage-{uuid.uuid4().hex[:8]}"
+    with override_settings(MONGOSCHED={**settings.MONGOSCHED, "URI": f"memory://{name}"}):
+        for verb in (["worker"], ["ping"]):
+            err = io.StringIO()
+            with pytest.raises(SystemExit) as exc:
+                Command(stderr=err).run_from_argv(["manage.py", "mongosched", *verb])
+            assert exc.value.code == 4
+            assert f"'manage.py mongosched {verb[0]}'" in err.getvalue()
+            assert "memory:// is the in-process store" in err.getvalue()
+        call_command("mongosched", "ping", stdout=io.StringIO())  # in this process: works
+    MemoryStore.forget(name)
 
 
 def test_management_command_help_shows_the_project_defaults(app: App) -> None:

@@ -310,8 +310,8 @@ def _site_env(uri: str, run_in_process: bool = True) -> dict[str, str]:
     }
 
 
-def test_flask_commands_start_no_runner() -> None:
-    env = _site_env(f"memory://site-{uuid.uuid4().hex[:8]}")
+def test_flask_commands_start_no_runner(shared_db: SharedDatabase) -> None:
+    env = _site_env(shared_db.uri())
     flask = [sys.executable, "-m", "flask", "--app", "tests.support.flask_site"]
     for command, expected in ((["runner"], "none"), (["mongosched", "stats", "--json"], "")):
         done = subprocess.run(
@@ -319,10 +319,18 @@ def test_flask_commands_start_no_runner() -> None:
         )
         assert done.returncode == 0, done.stderr
         assert expected in done.stdout
+    # flask mongosched is a process of its own: a memory:// store would be its own, empty
+    memory = _site_env(f"memory://site-{uuid.uuid4().hex[:8]}")
+    done = subprocess.run(
+        [*flask, "mongosched", "ping"], cwd=ROOT, env=memory, capture_output=True, text=True
+    )
+    assert done.returncode == 4
+    assert "flask mongosched ping' runs in a process of its own" in done.stderr
+    assert "memory:// is the in-process store" in done.stderr
     probe = "from tests.support.flask_site import create_app, sched; "
     probe += "print(sched.get_app(create_app()).in_process_runner is not None)"
-    done = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True
+    done = subprocess.run(  # one process: memory:// is fine
+        [sys.executable, "-c", probe], cwd=ROOT, env=memory, capture_output=True, text=True
     )
     assert done.stdout.strip() == "True", done.stderr  # what a server's worker does
 

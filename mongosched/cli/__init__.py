@@ -27,8 +27,9 @@ Exit codes:
   job, cancelling a finished one).
 * 2: usage error (unknown verb or option, bad value).
 * 3: not found: no job has that id (or what was given is not a job id).
-* 4: cannot connect: bad URI, unreachable server, or an app path that does not import
-  or does not name a :class:`~mongosched.App`.
+* 4: cannot connect: bad URI (``memory://`` too: one process's own store),
+  unreachable server, or an app path that does not import or does not name a
+  :class:`~mongosched.App`.
 * 130: interrupted by Ctrl-C (``worker`` instead stops gracefully on SIGINT or SIGTERM
   and exits 0).
 
@@ -48,7 +49,7 @@ from collections.abc import Callable, Sequence
 
 from ..app import App
 from ..errors import JobNotFound, MongoschedError, StoreError, StoreUnavailable
-from .connect import check_connection, load_app, resolve_app
+from .connect import check_connection, load_app, refuse_in_process, resolve_app
 from .exits import (
     EXIT_CONNECT,
     EXIT_FAILED,
@@ -90,6 +91,7 @@ def main(
     app: App | None = None,
     prog: str = "mongosched",
     workers: int = 4,
+    own_process: bool | None = None,
 ) -> int:
     """Run the command with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
 
@@ -97,6 +99,11 @@ def main(
     ``--collection`` and ``worker MODULE:APP`` are refused, and not in the help), the
     name of their command (``prog``, for the help and errors) and their configured
     ``workers`` (the default of ``worker --workers``).
+
+    ``own_process``: the command is the program of its process (default: when it
+    reads ``sys.argv``), so a ``memory://`` store would be one of its own, empty, and
+    gone when it exits: every verb refuses one. A call from inside the process that
+    holds the store (a test) passes False, or gives ``argv``.
     """
     parser = build_parser(prog=prog, choose_app=app is None, workers=workers)
     try:
@@ -115,6 +122,8 @@ def main(
     try:
         chosen, made_here = resolve_app(args, app)
         args.bare_uri = made_here
+        if own_process if own_process is not None else argv is None:
+            refuse_in_process(chosen, args.verb, prog)
         check_connection(chosen, args.timeout or 3.0)
         code: int = args.run(chosen, args)
         return code

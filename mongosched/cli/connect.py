@@ -18,11 +18,18 @@ from typing import Any
 from ..app import App
 from ..errors import ConfigurationError, StoreError
 from ..records import JobQuery, JobStatus
-from ..store import Store
+from ..store import Store, in_process
 from .exits import EXIT_CONNECT, EXIT_USAGE, CommandError
 from .output import gist
 
-__all__ = ["check_connection", "load_app", "redact", "resolve_app", "with_options"]
+__all__ = [
+    "check_connection",
+    "load_app",
+    "redact",
+    "refuse_in_process",
+    "resolve_app",
+    "with_options",
+]
 
 log = logging.getLogger("mongosched")
 
@@ -103,6 +110,22 @@ def resolve_app(args: argparse.Namespace, given: App | None) -> tuple[App, bool]
         # The message may quote the URI as given: never print its password.
         message = str(exc).removeprefix("App: ").replace(uri, redact(uri))
         raise CommandError(f"{message} ({redact(uri)})", EXIT_CONNECT) from None
+
+
+def refuse_in_process(app: App, verb: str, prog: str) -> None:
+    """Refuse an app on ``memory://`` in a command that is its process's program: the
+    store would be this process's own, empty (what another process scheduled is not in
+    it), and what the command changes would vanish when it exits."""
+    if in_process(app.uri):
+        raise CommandError(
+            f"memory:// is the in-process store of one process (demos, tests): "
+            f"'{prog} {verb}' runs in a process of its own, with an empty store of its own: "
+            "it would never see the jobs scheduled elsewhere, and what it changes would "
+            "vanish when it exits; give the app a MongoDB URI (mongodb://localhost/myapp) "
+            "in every process, or run jobs in the process that schedules them "
+            "(app.start_runner())",
+            EXIT_CONNECT,
+        )
 
 
 def check_connection(app: App, timeout: float) -> None:

@@ -29,8 +29,9 @@ exit codes:
   1    operation failed, or the job is in the wrong state for it
   2    usage error
   3    not found (no job has that id)
-  4    cannot connect: bad URI, unreachable server, or an app path that does
-       not import or does not name a mongosched App
+  4    cannot connect: bad URI (memory:// too: one process's own store),
+       unreachable server, or an app path that does not import or does not
+       name a mongosched App
   130  interrupted (worker instead stops gracefully on SIGINT/SIGTERM: 0)
 """
 EXIT_CODES_HELP = (

@@ -130,11 +130,13 @@ def queue_list(value: Any, *, what: str) -> list[str] | None:
     raise ConfigurationError(f"{what} must be a list of queue names, not {value!r}")
 
 
-def run_cli(args: Sequence[str], app: App, *, prog: str, workers: int) -> int:
+def run_cli(args: Sequence[str], app: App, *, prog: str, workers: int, own_process: bool) -> int:
     """Run the ``mongosched`` command for ``app`` as the framework's command ``prog``,
     with its configured ``workers`` as the default of ``worker --workers`` (imported
-    here: the command line is loaded only when a framework command runs it)."""
+    here: the command line is loaded only when a framework command runs it).
+    ``own_process``: the framework runs it as its process's program (see
+    :func:`mongosched.cli.main`)."""
     from ..cli import main as cli_main
 
     main: Callable[..., int] = cli_main
-    return main(list(args), app=app, prog=prog, workers=workers)
+    return main(list(args), app=app, prog=prog, workers=workers, own_process=own_process)

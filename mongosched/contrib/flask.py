@@ -235,13 +235,16 @@ class MongoSched:
             self.start_runner()
 
 
+def flask_program() -> bool:
+    """Whether this process runs the ``flask`` command as its program (which sets
+    ``FLASK_RUN_FROM_CLI`` for the whole process; a test's CLI runner does not)."""
+    return os.environ.get("FLASK_RUN_FROM_CLI") == "true"
+
+
 def in_flask_command() -> bool:
-    """Whether this process runs a ``flask`` command (which sets ``FLASK_RUN_FROM_CLI``
-    for the whole process) or another click command: not a web server's process."""
-    return (
-        os.environ.get("FLASK_RUN_FROM_CLI") == "true"
-        or click.get_current_context(silent=True) is not None
-    )
+    """Whether this process runs a ``flask`` command or another click command: not a
+    web server's process."""
+    return flask_program() or click.get_current_context(silent=True) is not None
 
 
 @click.command(
@@ -257,7 +260,13 @@ def mongosched_command(args: tuple[str, ...]) -> None:
     if not isinstance(state, _State):
         raise click.UsageError("MongoSched is not initialised for this app")
     prog = click.get_current_context().command_path  # "flask mongosched"
-    code = run_cli(args, state.app, prog=prog, workers=state.workers)
+    code = run_cli(
+        args,
+        state.app,
+        prog=prog,
+        workers=state.workers,
+        own_process=flask_program(),
+    )
     sys.stdout.flush()
     if code:
         raise SystemExit(code)

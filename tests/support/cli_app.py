@@ -1,8 +1,7 @@
 """An app for the command's subprocess tests: ``--app tests.support.cli_app:app``.
 
-It uses the in-process store ``memory://cli`` (its data lives and dies with the
-process), or, when ``MONGOSCHED_TEST_URI`` is set, the database named by
-``MONGOSCHED_CLI_TEST_DB`` on that server. When ``MONGOSCHED_CLI_TEST_DIR`` is set, a
+It stores where ``MONGOSCHED_CLI_TEST_URI`` says (a test's shared database), else in
+``memory://cli``, which the command refuses (a store of this process alone). When ``MONGOSCHED_CLI_TEST_DIR`` is set, a
 starting runner schedules one ``cli.work`` job: it writes ``started`` to
 ``DIR/progress``, waits (at most 20 s) for ``DIR/release`` to exist, then appends
 ``done``.
@@ -16,15 +15,9 @@ from pathlib import Path
 
 from mongosched import App, Event
 
-_uri = os.environ.get("MONGOSCHED_TEST_URI")
-if _uri:
-    import pymongo
-
-    _client: pymongo.MongoClient[dict[str, object]] = pymongo.MongoClient(_uri, tz_aware=True)
-    _database = _client[os.environ.get("MONGOSCHED_CLI_TEST_DB", "mongosched_cli_test")]
-    app = App(database=_database, lease_duration=5, poll_interval=0.05)
-else:
-    app = App("memory://cli", lease_duration=5, poll_interval=0.05)
+app = App(
+    os.environ.get("MONGOSCHED_CLI_TEST_URI", "memory://cli"), lease_duration=5, poll_interval=0.05
+)
 
 
 @app.task(name="cli.work", retry=0)

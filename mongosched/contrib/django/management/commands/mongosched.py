@@ -29,6 +29,13 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django is untyped here
     help = "Run the mongosched command against this project's App."
     prog = "manage.py mongosched"
     """How this command is called (for the help), as ``create_parser`` is told."""
+    from_command_line = False
+    """Run by ``manage.py`` as its process's program (not by ``call_command``): then a
+    ``memory://`` store, the process's own, is refused."""
+
+    def run_from_argv(self, argv: list[str]) -> None:
+        self.from_command_line = True
+        super().run_from_argv(argv)
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         kwargs.setdefault("formatter_class", HelpFormatter)
@@ -52,6 +59,12 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django is untyped here
         out = getattr(self.stdout, "_out", sys.stdout)  # honour call_command(stdout=...)
         err = getattr(self.stderr, "_out", sys.stderr)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run_cli(args, get_app(), prog=self.prog, workers=options()["WORKERS"])
+            code = run_cli(
+                args,
+                get_app(),
+                prog=self.prog,
+                workers=options()["WORKERS"],
+                own_process=self.from_command_line,
+            )
         if code:
             raise SystemExit(code)
