@@ -82,13 +82,21 @@ for _name in ("mongosched", "mongosched.runner", "mongosched.store"):
     logging.getLogger(_name).addFilter(_filter)
 
 
-_LOGGED_AS_INFO = frozenset({"job:success", "job:cancel", "job:retry"})
+def _level(decision: Decision) -> int:
+    """Completions, cancels and shutdown's give-backs at INFO; a failed attempt that
+    retries at WARNING (one line); a job that failed for good at ERROR."""
+    if decision.event == "job:retry":
+        return logging.INFO if decision.error is None else logging.WARNING
+    if decision.event in ("job:success", "job:cancel"):
+        return logging.INFO
+    return logging.ERROR
 
 
 def log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
-    """Log what became of a run (a completion or cancel at INFO, a retry at INFO, a
-    failure at WARNING), with the job's fields; nothing is built when the level is off."""
-    level = logging.INFO if decision.event in _LOGGED_AS_INFO else logging.WARNING
+    """Log what became of a run, with the job's fields: one line each, but a job that
+    failed for good logs its traceback (once, at ERROR). Nothing is built when the
+    level is off."""
+    level = _level(decision)
     if not _runner_log.isEnabledFor(level):  # the usual case at volume: no fields to build
         return
     job, task, record = claim.job_id, claim.task.name, claim.record
@@ -104,7 +112,7 @@ def log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
         )
     elif decision.event == "job:retry":
         delay = decision.delay or timedelta(0)
-        _runner_log.info(
+        _runner_log.warning(
             "job %s (%s) attempt %d/%d failed (%s: %s); retrying in %.1f s",
             job,
             task,
@@ -116,7 +124,7 @@ def log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
             extra=extra,
         )
     else:
-        _runner_log.warning(
+        _runner_log.error(
             "job %s (%s) failed on attempt %d/%d: %s: %s",
             job,
             task,
@@ -124,5 +132,6 @@ def log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
             record.max_attempts,
             type(error).__name__,
             error,
+            exc_info=None if error is None else (type(error), error, error.__traceback__),
             extra=extra,
         )

@@ -147,6 +147,25 @@ def test_retry_zero_never_retries_and_a_policy_without_a_count_keeps_the_default
     assert (b.refresh().status, b.attempts) == (JobStatus.FAILED, 1 + DEFAULT_RETRY.retries)
 
 
+def test_a_final_failure_logs_its_traceback_once_and_a_retry_one_short_line(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(name="flaky", retry=1)
+    def flaky() -> None:
+        raise ValueError("nope")
+
+    flaky.schedule()
+    with caplog.at_level(logging.INFO, logger="mongosched"):
+        assert drain(app) == 2
+    retry, final = [r for r in caplog.records if "(flaky)" in r.getMessage()]
+    assert (retry.levelno, retry.exc_info) == (logging.WARNING, None)
+    assert "attempt 1/2 failed (ValueError: nope); retrying in 0.0 s" in retry.getMessage()
+    assert final.levelno == logging.ERROR and "failed on attempt 2/2" in final.getMessage()
+    assert final.exc_info is not None and isinstance(final.exc_info[1], ValueError)
+    assert caplog.text.count("Traceback (most recent call last)") == 1
+    assert 'raise ValueError("nope")' in caplog.text
+
+
 def test_fail_and_unlisted_exceptions_do_not_retry(app: App) -> None:
     @app.task(name="give_up", retry=4)
     def give_up() -> None:
