@@ -733,6 +733,49 @@ def test_unknown_job_id_in_a_subprocess_exits_3(shared_db: SharedDatabase) -> No
     assert_one_line_error(result.stderr, f"no job with id {MISSING_ID}")
 
 
+def test_worker_waits_for_a_database_that_is_not_up_yet(
+    shared_db: SharedDatabase, tmp_path: Path
+) -> None:
+    """In a deployment the worker often starts first: it waits, saying so, and runs
+    jobs once the database answers; with --timeout it gives up (exit 4) as ping does."""
+    server = shared_db.server
+    if server is None:
+        pytest.skip("needs the stand-in server, to start it after the worker")
+    server.stop()
+    uri = shared_db.uri(serverSelectionTimeoutMS=300)
+    env = {"MONGOSCHED_CLI_TEST_URI": uri}
+    given_up = run_command("worker", "tests.support.cli_app:app", "--timeout", "0.5", **env)
+    assert given_up.returncode == 4
+    assert_one_line_error(given_up.stderr, "within 0.5 s")
+    log_path = tmp_path / "worker.log"
+    with log_path.open("w") as log_file:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "mongosched", "worker", "tests.support.cli_app:app",
+             "--poll-interval", "0.05", "--wake", "poll"],
+            cwd=REPO, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=log_file,
+        )  # fmt: skip
+    try:
+        wait_for(
+            lambda: log_path.read_text().count("waiting for the database") >= 3,
+            timeout=20,
+            message="the worker to say it waits, again and again",
+        )
+        assert worker.poll() is None, log_path.read_text()  # waiting, not exited 4
+        server.start()
+        (tmp_path / "release").touch()
+        app = App(uri)
+        app.task(name="cli.work")(lambda directory: directory)
+        job = app.schedule("cli.work", str(tmp_path))
+        assert job.wait(timeout=20).status is JobStatus.COMPLETED
+        app.close()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=20) == 0, log_path.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
 def test_worker_runs_jobs_and_stops_gracefully_on_sigterm(
     shared_db: SharedDatabase, tmp_path: Path
 ) -> None:

@@ -124,7 +124,10 @@ def main(
         args.bare_uri = made_here
         if own_process if own_process is not None else argv is None:
             refuse_in_process(chosen, args.verb, prog)
-        check_connection(chosen, args.timeout or 3.0)
+        if args.verb != "worker" or args.timeout is not None:
+            # A worker often starts before its database: it waits (the runner's
+            # backoff, logged), unless --timeout says how long.
+            check_connection(chosen, args.timeout or 3.0)
         code: int = args.run(chosen, args)
         return code
     except CommandError as exc:

@@ -170,7 +170,8 @@ def _connection_options(defaults: bool, choose_app: bool) -> argparse.ArgumentPa
         "--timeout",
         type=_positive_float,
         metavar="S",
-        help="seconds to wait for the server before giving up (default 3)",
+        help="seconds to wait for the server before giving up (default 3; worker: "
+        "waits until it answers, logging, unless this is given)",
     )
     group.add_argument(
         "--log-level",
