@@ -614,7 +614,7 @@ def test_the_timeout_bounds_the_connection_check(cli: Callable[..., Run], given:
         if app is not None:
             app.close()
     assert run.code == 4
-    assert_one_line_error(run.err, f"cannot connect to {UNREACHABLE}", "within 0.5 s")
+    assert_one_line_error(run.err, "cannot reach MongoDB at 127.0.0.1:1 within 0.5 s")
     assert time.monotonic() - started < 10
     assert run.out == ""
 
@@ -623,14 +623,14 @@ def test_the_timeout_bounds_the_connection_check(cli: Callable[..., Run], given:
     ("failure", "code", "fragment"),
     [
         (
-            StoreUnavailable("stats: connection refused"),
+            StoreUnavailable("cannot reach MongoDB at db1 within 5 s (refused): check ..."),
             4,
-            "cannot connect: stats: connection refused",
+            "error: cannot reach MongoDB at db1 within 5 s (refused): check ...",
         ),
         (
-            StoreError("stats: not authorized on db"),
+            StoreError("MongoDB refused a request (stats): not authorized on db"),
             1,
-            "database error: stats: not authorized on db",
+            "error: MongoDB refused a request (stats): not authorized on db",
         ),
     ],
 )
@@ -658,12 +658,12 @@ def test_a_store_that_does_not_answer_the_check_exits_4_before_the_verb(
     job = sched.schedule("cli.add", 1, 2)
 
     def fail(*args: Any, **kwargs: Any) -> Any:
-        raise StoreUnavailable("count: no server")
+        raise StoreUnavailable("cannot reach MongoDB at db1 within 3 s (no server)")
 
     monkeypatch.setattr(sched.store, "count", fail)
     run = cli("jobs", "cancel", str(job.id), app=sched)
     assert run.code == 4
-    assert_one_line_error(run.err, "cannot connect to", "count: no server")
+    assert_one_line_error(run.err, "error: cannot reach MongoDB at db1 within 3 s (no server)")
     assert job.refresh().status is JobStatus.PENDING
 
 
@@ -706,7 +706,13 @@ def test_unreachable_server_exits_4_after_the_timeout() -> None:
     started = time.monotonic()
     result = run_command("--uri", "mongodb://127.0.0.1:1/x", "--timeout", "1", "stats")
     assert result.returncode == 4
-    assert_one_line_error(result.stderr, "cannot connect to mongodb://127.0.0.1:1/x within 1 s")
+    assert_one_line_error(
+        result.stderr,
+        "error: cannot reach MongoDB at 127.0.0.1:1 within 1 s (",
+        "Connection refused): ",
+        "check that MongoDB is running there",
+    )
+    assert "socketTimeoutMS" not in result.stderr
     assert time.monotonic() - started < 10
 
 
@@ -746,7 +752,7 @@ def test_worker_waits_for_a_database_that_is_not_up_yet(
     env = {"MONGOSCHED_CLI_TEST_URI": uri}
     given_up = run_command("worker", "tests.support.cli_app:app", "--timeout", "0.5", **env)
     assert given_up.returncode == 4
-    assert_one_line_error(given_up.stderr, "within 0.5 s")
+    assert_one_line_error(given_up.stderr, "cannot reach MongoDB at 127.0.0.1:", "within 0.5 s")
     log_path = tmp_path / "worker.log"
     with log_path.open("w") as log_file:
         worker = subprocess.Popen(

@@ -136,13 +136,13 @@ def main(
     except JobNotFound as exc:  # also InvalidJobId: what was given is not a job id
         error(str(exc))
         return EXIT_NOT_FOUND
-    except StoreUnavailable as exc:
+    except StoreUnavailable as exc:  # it says what was tried and what to check
         log.debug("database error", exc_info=True)
-        error(f"cannot connect: {gist(exc)}")
+        error(gist(exc))
         return EXIT_CONNECT
-    except StoreError as exc:
+    except StoreError as exc:  # "MongoDB refused a request (...): ..."
         log.debug("database error", exc_info=True)
-        error(f"database error: {gist(exc)}")
+        error(gist(exc))
         return EXIT_FAILED
     except MongoschedError as exc:  # JobStateError, ConfigurationError, ...
         error(str(exc))

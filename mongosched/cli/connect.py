@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from ..app import App
-from ..errors import ConfigurationError, StoreError
+from ..errors import ConfigurationError, StoreError, StoreUnavailable
 from ..records import JobQuery, JobStatus
 from ..store import Store, in_process
 from .exits import EXIT_CONNECT, EXIT_USAGE, CommandError
@@ -137,12 +137,13 @@ def check_connection(app: App, timeout: float) -> None:
         # A cheap read through an index (running jobs are few), which also checks that
         # the credentials may read the jobs.
         probe.count(JobQuery(statuses=(JobStatus.RUNNING,)))
+    except StoreUnavailable as exc:  # it says where, for how long, and what to check
+        log.debug("connection check failed", exc_info=True)
+        raise CommandError(gist(exc), EXIT_CONNECT) from None
     except StoreError as exc:
         log.debug("connection check failed", exc_info=True)
         where = redact(app.uri) if app.uri else "the database"
-        within = "" if probe is app.store else f" within {timeout:g} s"
-        message = f"cannot connect to {where}{within}: {gist(exc)}"
-        raise CommandError(message, EXIT_CONNECT) from None
+        raise CommandError(f"cannot use {where}: {gist(exc)}", EXIT_CONNECT) from None
     finally:
         if probe is not app.store:
             probe.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 import weakref
@@ -197,14 +198,29 @@ class MongoConnection:
             except ConnectionFailure as exc:
                 late = time.monotonic() + self.retry_pause * (attempt + 1) >= deadline
                 if attempt >= self.retries or late or isinstance(exc, ServerSelectionTimeoutError):
-                    raise StoreUnavailable(f"{what}: {_first_line(exc)}") from exc
+                    log.debug("%s: %s", what, exc)
+                    raise StoreUnavailable(self.unreachable(exc)) from exc
                 attempt += 1
                 log.debug("%s: %s; retrying (%d/%d)", what, exc, attempt, self.retries)
                 time.sleep(self.retry_pause * attempt)
             except (DuplicateKeyError, BulkWriteError):
                 raise  # the callers resolve these
             except PyMongoError as exc:
-                raise StoreError(f"{what}: {_first_line(exc)}") from exc
+                raise StoreError(f"MongoDB refused a request ({what}): {_first_line(exc)}") from exc
+
+    def unreachable(self, exc: BaseException) -> str:
+        """Why a call could not reach the server: where it tried, for how long, what the
+        driver saw, and what to check (not the driver's own timeouts, which are not the
+        ones applied)."""
+        if self.uri is None:  # the client is the caller's, with its own timeouts
+            tried = "cannot reach the MongoDB server of the given database"
+        else:
+            hosts = self.uri.partition("://")[2].split("/")[0].rpartition("@")[2]
+            tried = f"cannot reach MongoDB at {hosts} within {self.connect_timeout:g} s"
+        return (
+            f"{tried} ({_reason(exc)}): check that MongoDB is running there, that this "
+            "host can reach it, and that the URI names it"
+        )
 
     def prepare(self) -> None:
         """Create every index (idempotent: existing ones are left as they are)."""
@@ -284,5 +300,12 @@ def redact(uri: str) -> str:
 
 
 def _first_line(exc: BaseException) -> str:
-    """The gist of a driver error, without its topology description."""
-    return str(exc).split(", Timeout:")[0].split("\n")[0]
+    """The gist of a driver error, without its topology description nor the timeouts
+    it quotes (the driver's defaults, not the ones applied)."""
+    return re.split(r", Timeout:| \(configured timeouts|, full error: |\n", str(exc))[0]
+
+
+def _reason(exc: BaseException) -> str:
+    """What the driver saw when it could not reach a server, without the address
+    (said apart)."""
+    return re.sub(r"^\S+:\d+: ", "", _first_line(exc)) or type(exc).__name__
