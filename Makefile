@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BASE   := $(VENV)/.package
 
-.PHONY: venv test lint typecheck unit django6 py310 docs demo soak bench bench-peers bench-processes clean
+.PHONY: venv test lint typecheck unit django6 py310 docs demo dist soak bench bench-peers bench-processes clean
 
 venv: $(STAMP)
 
@@ -55,6 +55,12 @@ docs: venv
 demo: $(BASE)
 	$(BIN)/python examples/demo.py
 
+## make dist: the sdist and the wheel in dist/, checked by twine.
+dist: venv
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/python -m twine check --strict dist/*
+
 ## make soak: the long fault-injection and process runs.
 soak: venv
 	$(BIN)/python -m pytest -m soak -s $(PYTEST_ARGS)
@@ -75,4 +81,4 @@ bench-processes: venv
 	$(BIN)/python bench/processes.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-django6 .venv-py310 .venv-peers docs/_build .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .venv-django6 .venv-py310 .venv-peers docs/_build .pytest_cache .mypy_cache .ruff_cache *.egg-info dist build
