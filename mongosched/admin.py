@@ -44,7 +44,7 @@ refresh theirs every few seconds; see :mod:`mongosched.registry`)."""
 
 
 def declaration(
-    repeat: Mapping[str, Any] | None, queue: str, priority: int, max_attempts: int
+    repeat: Mapping[str, Any] | None, queue: str, priority: float, max_attempts: int
 ) -> str:
     """A fingerprint of what declares a schedule (rule, queue, priority, attempts): the
     same declaration gives the same string, whichever process computes it."""
@@ -161,7 +161,7 @@ class Admin:
         cron: str | None = None,
         every: float | timedelta | None = None,
         timezone: str | None = None,
-        priority: int | None = None,
+        priority: float | None = None,
         queue: str | None = None,
     ) -> dict[str, Any]:
         """Change a repeating schedule at runtime (``schedule``: its id, or its task's
@@ -211,7 +211,7 @@ class Admin:
         cron: str | None,
         every: float | timedelta | None,
         timezone: str | None,
-        priority: int | None,
+        priority: float | None,
         queue: str | None,
     ) -> ScheduleChanges:
         name, now = record.task, self.now()

@@ -247,7 +247,7 @@ class App(JobControl, BulkControl, Admin):
         *,
         name: str | None = None,
         queue: str = "default",
-        priority: int = 5,
+        priority: float = 5,
         retry: Retry | int | None = None,
         timeout: float | timedelta | None = None,
         concurrency: int | None = None,
@@ -270,7 +270,8 @@ class App(JobControl, BulkControl, Admin):
 
         :param name: registry name (default ``module.qualname``); jobs store it.
         :param queue: default queue of its jobs.
-        :param priority: default priority, 1 (first) to 10 (last).
+        :param priority: default priority, 1 (first) to 10 (last) (a fraction sorts
+            between two).
         :param retry: a :class:`Retry`, an int (that many retries after the first
             attempt, no delay; ``0``: never retry) or None for the default (2 retries,
             so 3 attempts in all, exponential backoff with jitter).
@@ -552,7 +553,7 @@ class App(JobControl, BulkControl, Admin):
         return f"<App {self.store!r} tasks={len(self.tasks)}>"
 
 
-def _described(record: JobRecord) -> tuple[Any, str, int]:
+def _described(record: JobRecord) -> tuple[Any, str, float]:
     """A schedule's rule, queue and priority, as the declaration log lines name them."""
     return schedule_row(record, False)["rule"], record.queue, record.priority
 

@@ -87,7 +87,7 @@ class Job(Generic[R]):
         return self._record.queue
 
     @property
-    def priority(self) -> int:
+    def priority(self) -> float:
         return self._record.priority
 
     # State ---------------------------------------------------------------------

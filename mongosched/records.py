@@ -192,7 +192,7 @@ class JobRecord:
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     queue: str = "default"
-    priority: int = 5
+    priority: float = 5
     status: JobStatus = JobStatus.PENDING
     attempts: int = 0
     max_attempts: int = 1
@@ -298,7 +298,7 @@ class JobQuery:
 class PendingChanges:
     """Changes to a pending job (``None``: unchanged)."""
 
-    priority: int | None = None
+    priority: float | None = None
     queue: str | None = None
     run_at: datetime | None = None
     args: tuple[Any, ...] | None = None
@@ -312,7 +312,7 @@ class ScheduleChanges:
     repeat: Mapping[str, Any] | None = None
     run_at: datetime | None = None
     """The next slot (and ``scheduled_for``), recomputed for a new rule."""
-    priority: int | None = None
+    priority: float | None = None
     queue: str | None = None
     edit: ScheduleEdit | None = None
 

@@ -49,7 +49,8 @@ class ScheduleOptions(TypedDict, total=False):
     """The options of :meth:`Task.configure` (each optional; unset: the task's default).
 
     ``delay`` (seconds or timedelta) or ``run_at`` (aware datetime): when the job is due
-    (default: now). ``priority`` (1 first … 10 last) and ``queue`` override the task's.
+    (default: now). ``priority`` (1 first … 10 last; a fraction sorts between) and
+    ``queue`` override the task's.
     ``dedupe_key`` with ``dedupe_scope`` ``"active"`` (the default: no second job while
     one is pending or running; the existing job is returned) or ``"pending"`` (at most
     one waiting behind a running one). ``repeat``: a :class:`~mongosched.Cron` or
@@ -65,7 +66,7 @@ class ScheduleOptions(TypedDict, total=False):
 
     delay: float | timedelta
     run_at: datetime
-    priority: int
+    priority: float
     queue: str
     dedupe_key: str
     dedupe_scope: Literal["active", "pending"]
@@ -89,7 +90,7 @@ class TaskOptions(TypedDict, total=False):
 
     name: str | None
     queue: str
-    priority: int
+    priority: float
     retry: Retry | int | None
     timeout: float | timedelta | None
     concurrency: int | None
@@ -131,7 +132,7 @@ class BoundOptions:
 
     delay: float | timedelta | None = None
     run_at: datetime | None = None
-    priority: int | None = None
+    priority: float | None = None
     queue: str | None = None
     dedupe_key: str | None = None
     dedupe_scope: str = "active"
@@ -184,7 +185,7 @@ class Task(Generic[P, R]):
         *,
         name: str | None = None,
         queue: str = "default",
-        priority: int = 5,
+        priority: float = 5,
         retry: Retry | int | None = None,
         timeout: float | timedelta | None = None,
         concurrency: int | None = None,

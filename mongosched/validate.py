@@ -69,10 +69,17 @@ def whole(value: Any, *, what: str, minimum: int = 1, maximum: int | None = None
     return value
 
 
-def priority(value: Any, *, task: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 10:
+def priority(value: Any, *, task: str) -> float:
+    """A priority: a number from 1 (first) to 10 (last). Whole numbers are the scale; a
+    fraction sits between two (the Django tasks backend maps Django's 201 priorities so)."""
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not 1 <= value <= 10
+    ):
         raise ConfigurationError(
-            f"task {task!r}: priority must be an int from 1 (first) to 10 (last), not {value!r}"
+            f"task {task!r}: priority must be a number from 1 (first) to 10 (last), not {value!r}"
         )
     return value
 

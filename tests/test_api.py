@@ -54,6 +54,8 @@ def test_schedule_stores_a_pending_job_with_defaults_and_overrides(app: App) -> 
     assert before <= job.run_at <= app.now()
     later = send.configure(delay=60, priority=1).schedule(1)
     assert later.priority == 1
+    between = send.configure(priority=2.5).schedule(2)  # a fraction sorts between
+    assert app.get_job(between.id).priority == 2.5  # type: ignore[union-attr]
     assert timedelta(seconds=59) < later.run_at - job.run_at < timedelta(seconds=61)
     when = datetime(2030, 5, 1, 12, tzinfo=timezone(timedelta(hours=2)))
     assert send.configure(run_at=when).schedule(1).run_at == when
@@ -76,8 +78,11 @@ def test_unknown_task_name_is_refused(app: App) -> None:
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"priority": 0}, "task 'emails.send': priority must be an int from 1"),
+        ({"priority": 0}, "task 'emails.send': priority must be a number from 1"),
         ({"priority": 11}, "priority"),
+        ({"priority": 10.5}, "priority"),
+        ({"priority": float("nan")}, "priority"),
+        ({"priority": True}, "priority"),
         ({"priority": "1"}, "priority"),
         ({"delay": -1}, "task 'emails.send': delay must be >= 0"),
         ({"delay": "soon"}, "delay must be a number of seconds"),

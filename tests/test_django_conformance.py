@@ -6,7 +6,9 @@ is the configured default; the framework's validation (priority, queue, naive
 ``run_after``, a task function that is not at module level), at ``using()`` and again
 at ``enqueue()``; ``refresh()`` following a result from READY to SUCCESSFUL; the async
 API (``aenqueue``, ``aget_result``, ``arefresh``); the error of a failed task (class
-path, traceback); enqueueing inside a database transaction.
+path, traceback); arguments normalised as Django's own backends do (a JSON round trip),
+huge integers kept exactly, distinct priorities run in order; enqueueing inside a
+database transaction.
 
 Runs on the same test project, set up once per process (tests/djangoproject/fixtures.py).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib
+import json
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -217,6 +220,62 @@ def test_a_failed_task_s_error_has_the_class_path_and_the_traceback(app: App) ->
         assert "LookupError: lost key" in error.traceback
         assert "raise LookupError(message)" in error.traceback  # the task's own line
         assert failed.attempts == 1 and failed.finished_at is not None
+
+
+# Arguments, results and priorities as Django's own backends treat them ---------------------
+def test_huge_integers_are_kept_exactly_in_arguments_and_results(app: App) -> None:
+    """Valid JSON, beyond BSON's 64-bit integers: kept exactly, as ints, both ways (a
+    dict that looks like the backend's own tagging included)."""
+    Status = tasks_framework.TaskResultStatus
+
+    from tests.djangoproject.testapp.tasks import echo
+
+    big, small = 2**70, -(2**80)
+    args = [big, small, {"n": big, "items": [2**64, 2**63 - 1, -(2**63)]}]
+    tricky = {"__mongosched_int__": "5", "__mongosched_dict__": {"x": big}}
+    result = echo.enqueue(*args, key=big, tricky=tricky)
+    assert result.args == args and result.kwargs == {"key": big, "tricky": tricky}
+    assert drain(app) == 1
+    for read in (lambda: echo.get_result(result.id), lambda: result):
+        result.refresh()
+        done = read()
+        assert done.status == Status.SUCCESSFUL, done.errors
+        assert done.args == args and done.kwargs == {"key": big, "tricky": tricky}
+        assert done.return_value["args"] == args
+        assert done.return_value["kwargs"] == {"key": big, "tricky": tricky}
+        assert done.return_value["types"][0][:2] == ["int", "int"]  # what the task got
+        assert done.return_value["types"][1]["tricky"] == {
+            "__mongosched_int__": "str",
+            "__mongosched_dict__": {"x": "int"},
+        }
+
+
+def test_arguments_are_normalised_as_django_s_own_backends_do(app: App) -> None:
+    """Django's normalisation then a JSON round trip, as a backend storing JSON does:
+    a dict's integer keys become strings, tuples lists, bytes text."""
+    from tests.djangoproject.testapp.tasks import echo
+
+    normalize = importlib.import_module("mongosched.contrib.django.framework").load()
+    value = {1: "a", 2: {3: ("b", b"c")}, "t": (1, 2.5, None, True)}
+    expected = json.loads(json.dumps(normalize.normalize_json(value)))
+    assert expected == {"1": "a", "2": {"3": ["b", "c"]}, "t": [1, 2.5, None, True]}
+    result = echo.enqueue(value, k={4: None})
+    assert result.args == [expected] and result.kwargs == {"k": {"4": None}}
+    assert drain(app) == 1
+    result.refresh()
+    assert result.return_value["args"] == [expected]
+    assert result.return_value["kwargs"] == {"k": {"4": None}}
+
+
+def test_distinct_priorities_run_in_django_s_order(app: App) -> None:
+    from tests.djangoproject.testapp.tasks import ORDER, record
+
+    ORDER.clear()
+    priorities = [1, 25, -1, 100, 0, -100, 80, 99, -99, 2]
+    for priority in priorities:  # enqueued out of order
+        record.using(priority=priority).enqueue(str(priority))
+    assert drain(app) == len(priorities)
+    assert ORDER == [str(p) for p in sorted(priorities, reverse=True)]
 
 
 # Transactions --------------------------------------------------------------------------------

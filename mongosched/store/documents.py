@@ -211,7 +211,7 @@ SCHEMA: dict[str, tuple[type, ...]] = {
     "status": (str,),
     "run_at": (datetime,),
     "queue": (str,),
-    "priority": (int,),
+    "priority": (int, float),
     "attempts": (int,),
     "max_attempts": (int,),
     "args": (list,),

@@ -35,7 +35,7 @@ class JobIndexes:
 
     def __init__(self, jobs: dict[Any, StoredJob]) -> None:
         self._jobs = jobs
-        self._claims: dict[str, dict[str, dict[int, list[Entry]]]] = {}
+        self._claims: dict[str, dict[str, dict[float, list[Entry]]]] = {}
         self._claim_entries = 0
         self._leases: list[Entry] = []
         self.examined = 0
@@ -130,7 +130,7 @@ class JobIndexes:
         self, tasks: Sequence[str], queues: Sequence[str] | None, now: datetime
     ) -> list[Entry] | None:
         """The claim heap whose head is the first due job; drops buckets found empty."""
-        best: tuple[int, datetime, int] | None = None
+        best: tuple[float, datetime, int] | None = None
         found: list[Entry] | None = None
         for task in tasks:
             by_queue = self._claims.get(task)

@@ -121,7 +121,7 @@ class StoredJob:
     created_at: datetime
     updated_at: datetime
     queue: str
-    priority: int
+    priority: float
     status: JobStatus
     attempts: int
     max_attempts: int

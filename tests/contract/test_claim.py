@@ -31,6 +31,21 @@ def test_claim_order_is_priority_then_due_time_then_first_in(store: Store) -> No
     ]
 
 
+def test_a_fractional_priority_sorts_between_whole_ones_one_by_one_and_in_batches(
+    store: Store,
+) -> None:
+    """What the Django tasks backend writes: each of Django's priorities in its place."""
+    priorities = [5, 4.96, 1.04, 9.95, 4, 1, 5.05, 1.8]
+    made = add(store, *[job(priority=p, at=T0) for p in priorities])
+    first_two = [claim(store), claim(store)]
+    rest = store.claim_batch(
+        owner="w", tasks=["t"], queues=None, now=LATER, lease_duration=30.0, limit=10
+    )
+    by_id = {j.id: p for j, p in zip(made, priorities, strict=True)}
+    order = [by_id[c.id] for c in [*first_two, *rest] if c is not None]
+    assert order == sorted(priorities)
+
+
 def test_the_order_holds_across_the_listed_tasks_and_queues(store: Store) -> None:
     late, early, urgent = add(
         store, job("a", queue="x", at=T0), job("b", queue="y", at=T0 - sec(5)), job("c", priority=1)

@@ -12,17 +12,20 @@ in-process runner. ``django.tasks`` (Django 6) is used when present, else the
 
 * ``supports_defer``: ``run_after`` becomes the job's ``run_at``.
 * ``supports_priority``: Django's priority (-100 lowest .. 100 highest, default 0) maps
-  onto mongosched's 1 (first) .. 10 (last), default 5, by :func:`to_mongosched_priority`.
+  onto mongosched's 1 (first) .. 10 (last), default 5, by :func:`to_mongosched_priority`,
+  each of Django's 201 priorities to a place of its own: they run in Django's order.
 * ``supports_get_result``: the result id is the job id; statuses map as
   pending → READY, running → RUNNING, completed → SUCCESSFUL, failed and cancelled →
   FAILED (a cancelled task's last error is :class:`TaskCancelled`). ``run_after``
   reads back as given.
 * The arguments are bound to the function's parameters at ``enqueue()``: arguments it
   cannot take raise :class:`~mongosched.errors.ArgumentError` naming the task.
-* Arguments and the return value must be JSON-like (as Django requires) and storable
-  (BSON: no integer beyond 64 bits; a return value of at most 1 MiB): an argument that
-  is not raises :class:`~mongosched.errors.SerializationError` from ``enqueue()``,
-  naming the task and the argument; a return value that is not fails the task.
+* Arguments and the return value are normalised as Django's own backends do (its
+  ``normalize_json``, then a JSON round trip: a dict's integer keys become strings) and
+  kept exactly, integers beyond 64 bits included (see :mod:`.payload`). What BSON
+  cannot hold even so (a key with a NUL character, a lone surrogate; a return value of
+  more than 1 MiB) raises :class:`~mongosched.errors.SerializationError` from
+  ``enqueue()``, naming the task and the argument, or fails the task.
 * ``task_enqueued`` is sent when the job is stored (in eager mode, before it runs);
   ``task_started`` and ``task_finished`` in the worker, around the function;
   ``task_finished`` reports the outcome that is stored.
@@ -36,7 +39,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import traceback
 from datetime import datetime
 from typing import Any
@@ -52,6 +54,7 @@ from ...records import ErrorInfo, JobStatus
 from ...store.codec import encode_payload, encode_value
 from .conf import get_app
 from .framework import load
+from .payload import loaded, normalized, stored
 from .taskrun import RUN_TASK, JobBackend, enqueuing
 
 __all__ = ["STATUSES", "TaskCancelled", "TasksBackend", "to_mongosched_priority"]
@@ -77,16 +80,15 @@ class TaskCancelled(MongoschedError):
     cancelled status, so it reads FAILED, with this as its last error (never raised)."""
 
 
-def to_mongosched_priority(priority: int) -> int:
+def to_mongosched_priority(priority: int) -> float:
     """Django's priority (-100 .. 100, higher runs first, default 0) as mongosched's
-    (1 .. 10, lower runs first, default 5). Monotonic, in bands: 0 → 5; 1..25 → 4,
-    26..50 → 3, 51..75 → 2, 76..100 → 1; -1..-20 → 6, -21..-40 → 7, -41..-60 → 8,
-    -61..-80 → 9, -81..-100 → 10."""
-    if priority > 0:
-        return 5 - math.ceil(min(priority, 100) / 25)
-    if priority < 0:
-        return 5 + math.ceil(min(-priority, 100) / 20)
-    return 5
+    (1 .. 10, lower runs first, default 5), strictly in Django's order: 100 → 1,
+    0 → 5, -100 → 10, linear between (1 → 4.96, 25 → 4, 99 → 1.04; -1 → 5.05, -20 → 6,
+    -99 → 9.95). Whole numbers come back as ints."""
+    clamped = max(-100, min(100, priority))
+    # Steps of 0.04 and 0.05: two decimals keep each apart, without float noise.
+    value = round(5 - clamped / 25 if clamped >= 0 else 5 - clamped / 20, 2)
+    return int(value) if value.is_integer() else value
 
 
 class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framework untyped
@@ -104,11 +106,11 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
     # Enqueueing ----------------------------------------------------------------------
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         self.validate_task(task)
-        normalize = fw.normalize_json
-        payload_args, payload_kwargs = normalize(list(args)), normalize(dict(kwargs))
+        given_args, given_kwargs = normalized(list(args)), normalized(dict(kwargs))
         # The function is called with the context first, when it takes one.
-        taken = [None, *payload_args] if task.takes_context else payload_args
-        parameters(task.func, task.module_path).bind(taken, payload_kwargs)
+        taken = [None, *given_args] if task.takes_context else given_args
+        parameters(task.func, task.module_path).bind(taken, given_kwargs)
+        payload_args, payload_kwargs = stored(given_args), stored(given_kwargs)
         # The store checks the payload too, but would name the job's own arguments.
         encode_payload(task.module_path, payload_args, payload_kwargs)
         options: dict[str, Any] = {
@@ -185,8 +187,8 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
             started_at=job.started_at,
             finished_at=job.finished_at,
             last_attempted_at=job.started_at,
-            args=kw.get("args", []),
-            kwargs=kw.get("kwargs", {}),
+            args=loaded(kw.get("args", [])),
+            kwargs=loaded(kw.get("kwargs", {})),
             backend=kw.get("backend", self.alias),
             errors=errors,
             # mongosched keeps only the current lease holder, not a history: one entry
@@ -194,7 +196,7 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
             worker_ids=[worker] * job.attempts,
         )
         if status == Status.SUCCESSFUL:
-            object.__setattr__(result, "_return_value", job.result)
+            object.__setattr__(result, "_return_value", loaded(job.result))
         return result
 
     # Running (in the worker) -----------------------------------------------------------
@@ -217,8 +219,9 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
                 )
             else:
                 value = task.call(*running.args, **running.kwargs)
-            value = fw.normalize_json(value)
-            encode_value(task.module_path, "return value", value)  # what the store refuses
+            value = normalized(value)
+            kept = stored(value)
+            encode_value(task.module_path, "return value", kept)  # what the store refuses
         except WorkerShutdown:
             raise  # back to pending: not finished
         except BaseException as exc:
@@ -234,7 +237,7 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
             self._finished(running, Status.FAILED, errors=[*running.errors, cancelled])
         else:
             self._finished(running, Status.SUCCESSFUL, value=value)
-        return value
+        return kept
 
     def _finished(self, running: Any, status: Any, *, value: Any = None, **changes: Any) -> None:
         result = dataclasses.replace(running, status=status, finished_at=timezone.now(), **changes)

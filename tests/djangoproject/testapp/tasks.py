@@ -60,9 +60,23 @@ async def async_double(x: int) -> int:
 
 
 @task
-def power(exponent: int) -> int:
-    """2 ** 70 is valid JSON, and too large an integer for BSON."""
-    return 2**exponent
+def keyed(key: str) -> dict:
+    """A dict with that key (valid JSON whatever it is; BSON refuses a NUL in a key)."""
+    return {key: 1}
+
+
+@task
+def echo(*args, **kwargs) -> dict:  # type: ignore[no-untyped-def]
+    """What the task received, with each value's type."""
+    return {"args": list(args), "kwargs": kwargs, "types": _types([args, kwargs])}
+
+
+def _types(value):  # type: ignore[no-untyped-def]
+    if isinstance(value, dict):
+        return {str(k): _types(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_types(v) for v in value]
+    return type(value).__name__
 
 
 @task
