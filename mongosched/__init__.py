@@ -16,6 +16,7 @@ from .retry import Retry
 from .runner import Runner
 from .schedule import Cron, Every
 from .task import JobSpec, Task
+from .transaction import Transaction
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ __all__ = [
     "Retry",
     "Runner",
     "Task",
+    "Transaction",
     "__version__",
     "chain",
     "current_job",

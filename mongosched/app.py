@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -15,7 +16,7 @@ from . import dependencies, validate
 from .admin import Admin, declaration, schedule_row
 from .bulk import BulkControl
 from .control import Cancellation, JobControl
-from .errors import ConfigurationError, StoreError, TaskNotRegistered
+from .errors import ConfigurationError, StoreError, TaskNotRegistered, TransactionError
 from .events import Listener, Listeners
 from .job import Job
 from .limits import RateSpec
@@ -26,6 +27,7 @@ from .runner import Runner
 from .schedule import Rule
 from .store import Store, in_process, open_store
 from .task import SCRIPT_PREFIX, JobSpec, Task, script_task_warning, task_options
+from .transaction import Transaction, current
 from .wakeup import wake_mode
 
 __all__ = ["App", "Cancellation"]
@@ -34,6 +36,11 @@ log = logging.getLogger("mongosched")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
+
+TRANSACTION_RETRY_TIME = 120.0
+"""Seconds :meth:`App.with_transaction` runs a transaction again after transient
+errors (pymongo's ``with_transaction`` allows as long)."""
 
 
 def utcnow() -> datetime:
@@ -261,6 +268,7 @@ class App(JobControl, BulkControl, Admin):
         rate_limit: RateSpec | None = None,
         rate_key: str | Callable[..., Any] | None = None,
         concurrency_key: str | Callable[..., Any] | None = None,
+        transactional: bool = False,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy cannot match **options to the keyword overload
@@ -295,6 +303,11 @@ class App(JobControl, BulkControl, Admin):
             value, however the job passes it), or a callable over the job's arguments
             returning the key.
         :param concurrency_key: count the concurrency limit per key, likewise.
+        :param transactional: run each attempt in a MongoDB transaction that also
+            writes the job's outcome, fenced on its lease: the task's writes made with
+            ``current_job().session`` commit if and only if the job completes (see
+            :doc:`/transactions`). Its timeout defaults to 60 seconds, MongoDB's own
+            limit on a transaction's life.
 
         Any other option is refused with a :class:`~mongosched.errors.ConfigurationError`
         that lists the known ones.
@@ -349,10 +362,15 @@ class App(JobControl, BulkControl, Admin):
         """Schedule one job made by ``task.job(...)`` (what :meth:`Task.schedule` does)."""
         return self.schedule_bulk([spec])[0]
 
-    def schedule_bulk(self, specs: Iterable[JobSpec]) -> list[Job[Any]]:
+    def schedule_bulk(self, specs: Iterable[JobSpec], *, session: Any = None) -> list[Job[Any]]:
         """Schedule many jobs in one round trip: ``[task.job(...),
         task.configure(delay=60).job(...), ...]``. Returns the jobs in order; where a
-        dedupe key was held, the job holding it."""
+        dedupe key was held, the job holding it.
+
+        ``session``: a :class:`~mongosched.transaction.Transaction` or a pymongo
+        ``ClientSession`` in a transaction (as ``configure(session=...)``): the jobs
+        exist if and only if it commits. Without one, inside ``with
+        app.transaction()`` or a transactional task, they join that transaction."""
         now = self.now()
         specs = list(specs)
         for spec in specs:
@@ -360,28 +378,109 @@ class App(JobControl, BulkControl, Admin):
                 raise ConfigurationError(
                     f"schedule_bulk takes task.job(...) specs, not {type(spec).__name__}"
                 )
+        tx = self._transaction_of(specs, session)
         store = self._writable()
+        if tx is not None:
+            if self.eager and not tx.owned:
+                raise TransactionError(
+                    "eager mode runs a job when its transaction commits, which a session of "
+                    "your own does out of mongosched's sight: use app.transaction()"
+                )
+            store = store.within(tx.handle)
         records = [dependencies.checked(store, spec.build(now), now) for spec in specs]
         stored = store.insert(records)
         jobs = []
         for record, created in stored:
             if created and record.status is JobStatus.WAITING:
-                record = self._link(record)
-            if created and self.eager and record.status is JobStatus.PENDING:
-                jobs.append(self._run_eagerly(record))
-                continue
+                if tx is not None and tx.handle.deferred:  # stored at the commit
+                    tx.on_commit(functools.partial(self._link, record))
+                else:
+                    record = self._link(record, store)
             job = Job(record, self.store)
-            if created:
-                self._created(job)
             jobs.append(job)
+            if not created:
+                continue
+            if self.eager and record.status is JobStatus.PENDING:
+                if tx is None:
+                    jobs[-1] = self._run_eagerly(record)
+                else:
+                    tx.on_commit(functools.partial(self._run_eagerly, record))
+            elif tx is None:
+                self._created(job)
+            else:
+                tx.on_commit(functools.partial(self._created, job))
         return jobs
 
-    def _link(self, record: JobRecord) -> JobRecord:
+    def _transaction_of(self, specs: Sequence[JobSpec], session: Any) -> Transaction | None:
+        """The transaction jobs are scheduled in: ``session`` or the one their options
+        name (one for all), else the one this code runs in, if it is this app's."""
+        given = [s for s in (session, *(spec.options.session for spec in specs)) if s is not None]
+        ambient = current()
+        if not given:
+            return ambient if ambient is not None and ambient.store is self.store else None
+        chosen = given[0]
+        what = f"task {specs[0].task.name!r}: session" if specs else "session"
+        if any(other is not chosen for other in given):
+            raise TransactionError(f"{what}: the jobs of one call must share one session")
+        if ambient is not None and chosen is ambient.session and chosen is not None:
+            chosen = ambient  # the session of the transaction this code runs in
+        if isinstance(chosen, Transaction):
+            if chosen.store is not self.store:
+                raise TransactionError(f"{what}: the transaction is another app's")
+            if not chosen.active:
+                raise TransactionError(f"{what}: the transaction has ended")
+            return chosen
+        store = self._writable()
+        try:
+            return Transaction(store, store.join(chosen), owned=False)
+        except TransactionError as exc:
+            raise TransactionError(f"{what}: {exc}") from None
+
+    # Transactions ---------------------------------------------------------------------------
+    def transaction(self) -> Transaction:
+        """A new transaction, for jobs to exist only if your writes commit::
+
+            with app.transaction() as tx:
+                orders.insert_one(order, session=tx.session)
+                send_receipt.schedule(order["_id"])  # joins tx
+
+        The block commits when it ends, or aborts when it raises; jobs scheduled in it
+        (without ``session=``) join it. On MongoDB it runs in a session of the app's
+        client (``tx.session``; give the app your client's database with
+        ``App(database=...)`` so that your writes share it); on ``memory://`` the jobs
+        are held until the commit and ``tx.session`` is None. A write conflict raises
+        :class:`~mongosched.errors.TransactionConflict`; :meth:`with_transaction`
+        runs the block again instead. See :doc:`/transactions`."""
+        store = self._writable()
+        return Transaction(store, store.begin(), owned=True)
+
+    def with_transaction(
+        self, callback: Callable[[Transaction], T], *, timeout: float = TRANSACTION_RETRY_TIME
+    ) -> T:
+        """Run ``callback(tx)`` in a new transaction (:meth:`transaction`) and commit;
+        after a transient error (a write conflict, a lost connection, yours or
+        mongosched's) run it all again, for up to ``timeout`` seconds, as pymongo's
+        ``ClientSession.with_transaction`` does. Returns what ``callback`` returned."""
+        deadline = time.monotonic() + validate.seconds(timeout, what="with_transaction: timeout")
+        while True:
+            tx = self.transaction()
+            try:
+                with tx:
+                    result = callback(tx)
+                return result
+            except Exception as exc:
+                if not tx.handle.retryable(exc) or time.monotonic() >= deadline:
+                    raise
+                log.info("transaction aborted (%s); running it again", exc)
+
+    def _link(self, record: JobRecord, store: Store | None = None) -> JobRecord:
         """A job stored waiting: resolve the dependencies that ended already (read
-        after the insert, so none that ends meanwhile is missed)."""
-        statuses = self.store.link_dependencies(record.depends_on, self.now(), record.id)
+        after the insert, so none that ends meanwhile is missed). ``store``: the
+        store's view of a transaction the job was stored in."""
+        store = store or self.store
+        statuses = store.link_dependencies(record.depends_on, self.now(), record.id)
         return dependencies.resolve_new(
-            self.store,
+            store,
             record,
             statuses,
             now=self.now(),

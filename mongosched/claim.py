@@ -80,6 +80,9 @@ class Claim:
         self.rate_taken = False
         """Whether a start of its task's rate limit was recorded for it."""
         self.lost = False
+        self.paused = False
+        """Whether the heartbeat leaves the job's document alone: a transaction of a
+        transactional task is to write it (:meth:`hold`)."""
         self.handed_off = False
         """Whether its outcome was handed to the next batched claim's write (its
         worker's place freed at once; it lands later: see
@@ -160,7 +163,7 @@ class Claim:
         with self._lock:
             if self.lost:
                 return False
-            if self._finished:
+            if self._finished or self.paused:
                 return True
             now = keeper.now()
             until = now + timedelta(seconds=keeper.lease_duration)
@@ -189,6 +192,32 @@ class Claim:
             if cancel:
                 self.ctx.cancel("cancelled")
             return True
+
+    def hold(self, seconds: float) -> bool:
+        """Renew the lease to last ``seconds`` from now, then pause the heartbeat's
+        renewals until :meth:`resume`: a transaction is about to write the job's
+        document, and a renewal landing after the transaction's first read would make
+        that write conflict (and abort the transaction). False once the lease is
+        lost; raises the store's error."""
+        keeper = self.keeper
+        with self._lock:
+            if self.lost:
+                return False
+            now = keeper.now()
+            until = now + timedelta(seconds=seconds)
+            renewal = keeper.store.renew(self.job_id, self.token, now, until)
+            if not renewal.held:
+                self._lose("the lease was gone when its transaction began")
+                return False
+            self.until, self.paused = until, True
+            if renewal.cancel_requested:
+                self.ctx.cancel("cancelled")
+            return True
+
+    def resume(self) -> None:
+        """The heartbeat renews the lease again (after :meth:`hold`)."""
+        with self._lock:
+            self.paused = False
 
     def write_progress(self, value: float | None, message: str | None) -> bool:
         with self._lock:

@@ -27,6 +27,8 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "TaskNotRegistered",
+    "TransactionConflict",
+    "TransactionError",
     "WaitTimeout",
     "WatchUnavailable",
     "WorkerShutdown",
@@ -96,6 +98,19 @@ class StoreError(MongoschedError):
 class StoreUnavailable(StoreError, ConnectionError):
     """The database could not be reached in time. Nothing is known to have happened;
     repeating the call is safe."""
+
+
+class TransactionConflict(StoreError):
+    """The transaction conflicted with another write (or lost its connection) and
+    was aborted: run it again. On MongoDB it is also a pymongo error labelled
+    ``TransientTransactionError``, so pymongo's ``ClientSession.with_transaction``
+    (and :meth:`mongosched.App.with_transaction`) run the callback again by
+    themselves."""
+
+
+class TransactionError(ConfigurationError):
+    """A job cannot be scheduled in the session given: it is not a session of the
+    app's own client, or it is not in a transaction (see :doc:`/transactions`)."""
 
 
 class WatchUnavailable(StoreError):

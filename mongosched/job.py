@@ -17,7 +17,10 @@ from .records import ErrorInfo, JobRecord, JobStatus, LastRun, LeaseInfo, Progre
 
 if TYPE_CHECKING:
     # A default (PEP 696) for the type checker only: a bare ``Job`` is ``Job[Any]``.
+    from pymongo.client_session import ClientSession
     from typing_extensions import TypeVar
+
+    from .transaction import Transaction
 
     R = TypeVar("R", default=Any)
 else:
@@ -285,6 +288,17 @@ class JobContext:
         self.scheduled_for: datetime | None = record.scheduled_for
         self._lease = lease
         self._reason: str | None = None  # set once: cancelled (nobody waits on it)
+        self.transaction: Transaction | None = None
+        """The transaction a transactional task's run writes in, with its outcome (see
+        :doc:`/transactions`); None for other tasks."""
+
+    @property
+    def session(self) -> ClientSession | None:
+        """The pymongo session of :attr:`transaction`, for the task's own writes
+        (``orders.update_one(..., session=current_job().session)``): they commit if
+        and only if the job completes. None for a task that is not transactional, and
+        on ``memory://`` (pymongo takes None as "no session")."""
+        return None if self.transaction is None else self.transaction.session
 
     def is_cancelled(self) -> bool:
         """True once the job should stop: cancelled by a user, timed out, its runner

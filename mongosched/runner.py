@@ -422,7 +422,7 @@ class Runner(RunnerSteps):
         """With a backlog, ``claim``'s outcome waits for the next batched claim, and
         its worker's place is freed at once, so that the claim can be made (and carry
         the outcome); the outcome lands later, in a worker (:meth:`_land_later`)."""
-        if claim.task.limited:  # its permit or slot is released after its outcome
+        if claim.task.writes_own_outcome:
             return False
         landing = partial(self._land_later, claim, partial(self._land, claim, decision, seconds))
         if not self.settler.hand_off(claim.record, decision.settlement, landing):

@@ -9,7 +9,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ from .pauseset import PauseSet
 from .records import JobRecord, Settlement
 from .retry import Retry
 from .settler import Settler
+from .transactional import TransactionalRun
 
 __all__ = ["RunnerSteps"]
 
@@ -162,6 +163,8 @@ class RunnerSteps:
         which lands later. Without a heartbeat (as in :meth:`run_until_idle`) a task's
         timeout is not enforced."""
         try:
+            if claim.task.transactional:
+                return TransactionalRun(self, claim).run()
             ran = self._run(claim)
             return None if ran is None else self._conclude(claim, *ran)
         finally:
@@ -197,9 +200,12 @@ class RunnerSteps:
                 claim.finish()
                 self._release_permit(claim)
 
-    def _run(self, claim: Claim) -> tuple[Any, BaseException | None, float] | None:
-        """Run a claimed job's function: ``(result, error, seconds)``, or None when it
-        does not run (its repeating slot moved on, or its lease was lost)."""
+    def _run(
+        self, claim: Claim, call: Callable[[], tuple[Any, BaseException | None]] | None = None
+    ) -> tuple[Any, BaseException | None, float] | None:
+        """Run a claimed job's function (with ``call``: by calling that instead of
+        :meth:`Claim.call`): ``(result, error, seconds)``, or None when it does not
+        run (its repeating slot moved on, or its lease was lost)."""
         bound = logs.bind(claim.record)  # log records carry the job's fields
         span = tracing.start(claim.record, self.name)  # None without OpenTelemetry
         try:
@@ -213,7 +219,7 @@ class RunnerSteps:
                 claim.record.attempts,
             )
             started = time.monotonic()
-            result, error = claim.call()
+            result, error = (call or claim.call)()
             tracing.failed(span, error)
             return result, error, time.monotonic() - started
         finally:

@@ -23,7 +23,10 @@ from .store import schedule_id
 
 if TYPE_CHECKING:
     # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
+    from pymongo.client_session import ClientSession
     from typing_extensions import Unpack
+
+    from .transaction import Transaction
 
 __all__ = [
     "ConfiguredTask",
@@ -42,6 +45,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEDUPE_SCOPES = ("active", "pending")
+TRANSACTION_TIMEOUT = 60.0
+"""The timeout of a transactional task that sets none: MongoDB aborts a transaction
+older than this by default (its ``transactionLifetimeLimitSeconds``)."""
 DEPENDENCY_FAILURE = ("cancel", "run")
 
 
@@ -62,6 +68,10 @@ class ScheduleOptions(TypedDict, total=False):
     ``depends_on`` (a :class:`~mongosched.Job`, a job id, or a list of them): the job
     waits until all of them completed; ``on_dependency_failure`` ``"cancel"`` (the
     default: it ends cancelled if one fails, is cancelled or expires) or ``"run"``.
+
+    ``session``: a :class:`~mongosched.transaction.Transaction` (``app.transaction()``)
+    or a pymongo ``ClientSession`` of the app's client, in a transaction: the job
+    exists if and only if that transaction commits (see :doc:`/transactions`).
     """
 
     delay: float | timedelta
@@ -75,6 +85,7 @@ class ScheduleOptions(TypedDict, total=False):
     timeout: float | timedelta
     depends_on: Any
     on_dependency_failure: Literal["cancel", "run"]
+    session: Transaction | ClientSession
 
 
 SCHEDULE_OPTIONS = frozenset(ScheduleOptions.__optional_keys__)
@@ -104,6 +115,7 @@ class TaskOptions(TypedDict, total=False):
     rate_limit: RateSpec | None
     rate_key: str | Callable[..., Any] | None
     concurrency_key: str | Callable[..., Any] | None
+    transactional: bool
 
 
 TASK_OPTIONS = frozenset(TaskOptions.__optional_keys__)
@@ -123,7 +135,7 @@ class Scheduler(Protocol):
 
     def schedule_spec(self, spec: JobSpec) -> Job[Any]: ...
 
-    def schedule_bulk(self, specs: Iterable[JobSpec]) -> list[Job[Any]]: ...
+    def schedule_bulk(self, specs: Iterable[JobSpec], *, session: Any = None) -> list[Job[Any]]: ...
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,7 @@ class BoundOptions:
     timeout: float | timedelta | None = None
     depends_on: Any = None
     on_dependency_failure: str = "cancel"
+    session: Any = None
 
     def merged(self, options: Mapping[str, Any]) -> BoundOptions:
         """These options with ``options`` bound over them (unknown names refused: the
@@ -199,6 +212,7 @@ class Task(Generic[P, R]):
         rate_limit: RateSpec | None = None,
         rate_key: str | Callable[..., Any] | None = None,
         concurrency_key: str | Callable[..., Any] | None = None,
+        transactional: bool = False,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -209,6 +223,14 @@ class Task(Generic[P, R]):
         self.queue = validate.queue(queue, task=task)
         self.priority = validate.priority(priority, task=task)
         self.retry = Retry.coerce(retry, task=task)
+        if not isinstance(transactional, bool):
+            raise ConfigurationError(
+                f"task {task!r}: transactional must be True or False, not {transactional!r}"
+            )
+        self.transactional = transactional
+        """Whether each run's writes commit with its outcome (see :doc:`/transactions`)."""
+        if transactional and timeout is None:
+            timeout = TRANSACTION_TIMEOUT
         self.timeout = validate.seconds(
             timeout, what=f"task {task!r}: timeout", strict=True, allow_none=True
         )
@@ -247,6 +269,14 @@ class Task(Generic[P, R]):
         """Whether its claims go through flow control (a rate limit, or a concurrency
         limit): such claims are taken one job at a time."""
         return self.rate_limit is not None or self.concurrency is not None
+
+    @property
+    def writes_own_outcome(self) -> bool:
+        """Whether its worker writes each outcome itself, never handing it to a
+        batched claim: a limited task (its permit or slot is released after the
+        outcome) and a transactional one (its outcome is written in its
+        transaction)."""
+        return self.limited or self.transactional
 
     # Calling and scheduling ----------------------------------------------------------
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:

@@ -48,7 +48,45 @@ from ..records import (
 from .codec import schedule_id
 from .due import DueHint, DueWatch
 
-__all__ = ["DueHint", "DueWatch", "Store", "in_process", "open_store", "schedule_id"]
+__all__ = ["DueHint", "DueWatch", "Store", "StoreTransaction", "in_process", "open_store", "schedule_id"]
+
+
+@runtime_checkable
+class StoreTransaction(Protocol):
+    """A transaction of a store, which its writes may join (:meth:`Store.begin`,
+    :meth:`Store.join`): what it writes exists for others only once it commits."""
+
+    @property
+    def session(self) -> Any:
+        """The driver's session the transaction runs in (a pymongo ``ClientSession``),
+        or None for a store without one (``memory://``)."""
+
+    @property
+    def deferred(self) -> bool:
+        """Whether jobs inserted in it are stored only when it commits (``memory://``:
+        its writes are held until then) rather than written in it (MongoDB)."""
+
+    @property
+    def active(self) -> bool:
+        """Whether it is open: neither committed nor aborted."""
+
+    def commit(self) -> None:
+        """Make its writes durable and visible. Raises
+        :class:`~mongosched.errors.TransactionConflict` when nothing was committed and
+        the transaction is to run again; a commit whose result stays unknown after the
+        retries the driver's rules allow raises
+        :class:`~mongosched.errors.StoreUnavailable`."""
+
+    def abort(self) -> None:
+        """Discard its writes (nothing if it is no longer open)."""
+
+    def retryable(self, error: BaseException) -> bool:
+        """Whether ``error``, raised in the transaction (by the store, the driver or
+        the caller's own writes), means that it was aborted and is to run again
+        (MongoDB's ``TransientTransactionError``)."""
+
+    def end(self) -> None:
+        """Release what it holds (a session it started); aborts it if still open."""
 
 
 @runtime_checkable
@@ -73,6 +111,24 @@ class Store(Protocol):
     def watch_due(self, queues: Sequence[str] | None) -> DueWatch:
         """Watch for jobs of ``queues`` (None: every queue) becoming pending, anywhere
         (not started until iterated; see :class:`DueWatch`)."""
+
+    # Transactions --------------------------------------------------------------------------
+    def begin(self) -> StoreTransaction:
+        """Start a transaction of this store (on MongoDB: in a session of its own
+        client, with the store's write concern)."""
+
+    def join(self, session: Any) -> StoreTransaction:
+        """The transaction the driver's ``session`` (a caller's pymongo
+        ``ClientSession``) is in, for this store's writes to join; the caller commits
+        or aborts it. Raises :class:`~mongosched.errors.TransactionError` for a session
+        of another client, one not in a transaction, or a store without sessions."""
+
+    def within(self, transaction: StoreTransaction) -> Store:
+        """This store, each of its reads and writes made in ``transaction`` (scheduling
+        and the outcome of a job: ``insert``, ``get``, ``link_dependencies``,
+        ``release_dependent``, ``dependents``, ``dependents_released``, ``settle``).
+        A write that conflicts raises
+        :class:`~mongosched.errors.TransactionConflict`; none is repeated."""
 
     # Scheduling ----------------------------------------------------------------------------
     def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:

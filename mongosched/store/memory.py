@@ -60,6 +60,7 @@ from .memory_jobs import (
 )
 from .memory_limits import Limits
 from .memory_ops import MemoryOperations
+from .memory_transactions import MemoryTransactions
 from .memory_watch import DueWatchers, MemoryDueWatch
 
 __all__ = ["MemoryStore"]
@@ -84,7 +85,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class MemoryStore(MemoryFlow, MemoryBatches, MemoryOperations, MemoryPermits):
+class MemoryStore(
+    MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperations, MemoryPermits
+):
     """An in-process :class:`~mongosched.store.Store` (whose docstrings say what each
     method does). ``MemoryStore()`` is private to its creator; :meth:`named` shares one
     store per name within the process."""
@@ -421,8 +424,14 @@ class MemoryStore(MemoryFlow, MemoryBatches, MemoryOperations, MemoryPermits):
         existing = self._find(job_id)
         if existing is not None:
             return existing, True
+        return self._put(self._stored(record, encoded, job_id))
+
+    def _stored(
+        self, record: JobRecord, encoded: tuple[bytes, bytes | None, bytes | None], job_id: Any
+    ) -> StoredJob:
+        """A new job as this store holds it (not added yet)."""
         r, scope = record, None if record.dedupe_key is None else (record.dedupe_scope or "active")
-        job = StoredJob(
+        return StoredJob(
             id=job_id,
             task=r.task,
             run_at=ms(r.run_at),
@@ -460,10 +469,14 @@ class MemoryStore(MemoryFlow, MemoryBatches, MemoryOperations, MemoryPermits):
             rate_key=r.rate_key,
             concurrency_key=r.concurrency_key,
         )
+
+    def _put(self, job: StoredJob) -> tuple[StoredJob, bool]:
+        """Add a new job: ``(it, True)``, or ``(the holder, False)`` if another job
+        holds its dedupe key."""
         holder = self._holder(job)
         if holder is not None and job.key and job.status in SCOPE_STATUSES[job.key[0]]:
             return holder, False
-        self._jobs[job_id] = job
+        self._jobs[job.id] = job
         self._refresh(job, hold=True)
         return job, True
 

@@ -61,6 +61,7 @@ from .documents import (
 from .flow import MongoFlow
 from .limits import MongoLimits
 from .mongo_ops import MongoOperations
+from .transactions import MongoTransactions
 from .updates import (
     claim_query,
     claim_update,
@@ -79,7 +80,9 @@ log = logging.getLogger("mongosched.store")
 T = TypeVar("T")
 
 
-class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWatch):
+class MongoStore(
+    MongoTransactions, MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWatch
+):
     """Jobs in one MongoDB collection; permits for concurrency limits and flow-control
     limits beside it."""
 
@@ -100,6 +103,8 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
                 kwargs=stored["kwargs"],
             )
             docs.append(to_document(job))
+        if self._transaction is not None:
+            return self._insert_in_transaction(docs)
         if len(docs) == 1:
             return [self._insert_one(docs[0])]
         return self._insert_many(docs)
@@ -140,6 +145,31 @@ class MongoStore(MongoFlow, MongoLimits, MongoBatches, MongoOperations, MongoWat
                 if existing is None
                 else (to_record(existing), existing["_id"] == doc["_id"])
             )
+        return results
+
+    def _insert_in_transaction(self, docs: list[dict[str, Any]]) -> list[tuple[JobRecord, bool]]:
+        """Insert in the view's transaction: a failed insert aborts a transaction, so
+        each dedupe key's holder is looked for first (in the transaction's snapshot,
+        and among the jobs of this call). A key taken meanwhile by a write the snapshot
+        cannot see makes the insert conflict: the transaction runs again and finds it."""
+        results: list[tuple[JobRecord, bool]] = []
+        held: dict[tuple[str, str, Any], dict[str, Any]] = {}
+        new = []
+        for doc in docs:
+            fields = [name for name in DEDUPE_FIELDS.values() if name in doc]
+            keys = [(doc["task"], name, doc[name]) for name in fields]
+            holder = next((held[key] for key in keys if key in held), None)
+            for task, name, value in keys:
+                if holder is None:
+                    holder = self._retrying("insert", self._finder({"task": task, name: value}))
+            if holder is not None:
+                results.append((to_record(holder), False))
+                continue
+            held.update((key, doc) for key in keys)
+            new.append(doc)
+            results.append((to_record(doc), True))
+        if new:
+            self._retrying("insert", lambda _: self.jobs.insert_many(new, ordered=True))
         return results
 
     def _resolve_duplicate(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:

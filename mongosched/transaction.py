@@ -1,0 +1,140 @@
+"""Transactions that jobs are scheduled in (:class:`Transaction`).
+
+A job scheduled in a transaction exists if and only if the transaction commits, and
+no runner sees it before. A transaction comes from :meth:`App.transaction
+<mongosched.App.transaction>` (or :meth:`App.with_transaction
+<mongosched.App.with_transaction>`, which runs it again after a transient error), from
+a caller's own pymongo ``ClientSession`` passed as ``configure(session=...)``, or from
+the runner, for a task declared ``transactional=True`` (its writes and its job's
+outcome commit together). See :doc:`/transactions`.
+
+Inside ``with app.transaction():`` and inside a transactional task, jobs scheduled
+without ``session=`` join that transaction (:func:`current`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .errors import TransactionError
+from .store import Store, StoreTransaction
+
+if TYPE_CHECKING:
+    from pymongo.client_session import ClientSession
+
+__all__ = ["Transaction", "as_current", "current"]
+
+log = logging.getLogger("mongosched")
+
+
+class Transaction:
+    """A transaction jobs are scheduled in, with the caller's own writes.
+
+    ``session`` is the pymongo ``ClientSession`` to pass to your own writes
+    (``orders.insert_one(doc, session=tx.session)``); on ``memory://`` it is None
+    (which pymongo takes as "no session"), so the same code runs on both stores.
+    Used as a context manager it commits when the block ends, or aborts when it raises.
+    """
+
+    def __init__(self, store: Store, handle: StoreTransaction, *, owned: bool) -> None:
+        self.store = store
+        """The store it writes in (a job joins it only if scheduled on this store)."""
+        self.handle = handle
+        """The store's transaction (:class:`~mongosched.store.StoreTransaction`)."""
+        self.owned = owned
+        """Whether mongosched commits it (False: a caller's session, joined)."""
+        self.committed = False
+        self._after: list[Callable[[], Any]] = []
+        self._token: contextvars.Token[Transaction | None] | None = None
+
+    @property
+    def session(self) -> ClientSession | None:
+        """The pymongo session it runs in (None on ``memory://``)."""
+        session: ClientSession | None = self.handle.session
+        return session
+
+    @property
+    def active(self) -> bool:
+        """Whether it is open: neither committed nor aborted."""
+        return self.handle.active
+
+    def on_commit(self, callback: Callable[[], Any]) -> None:
+        """Call ``callback()`` once the transaction has committed (never if it aborts).
+        mongosched sends ``job:created`` and wakes this process's runners so. A
+        caller's own session commits out of mongosched's sight: there, nothing is
+        called."""
+        if self.owned:
+            self._after.append(callback)
+
+    def commit(self) -> None:
+        """Commit (see :meth:`~mongosched.store.StoreTransaction.commit` for its
+        errors), then run the :meth:`on_commit` callbacks."""
+        if not self.owned:
+            raise TransactionError("a session joined is committed by its owner, not here")
+        self.handle.commit()
+        self.committed = True
+        after, self._after = self._after, []
+        for callback in after:
+            try:
+                callback()
+            except Exception:  # committed: what follows cannot undo it
+                log.exception("after a commit: %r failed", callback)
+
+    def abort(self) -> None:
+        """Discard everything written in it."""
+        self._after = []
+        if self.owned:
+            self.handle.abort()
+
+    def __enter__(self) -> Transaction:
+        self._token = _current.set(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None
+        try:
+            if exc_type is None and self.active:
+                self.commit()
+            else:
+                self.abort()
+        finally:
+            if self.owned:
+                self.handle.end()
+
+    def __repr__(self) -> str:
+        state = "committed" if self.committed else "open" if self.active else "ended"
+        return f"<Transaction {state} on {self.store!r}>"
+
+
+_current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(
+    "mongosched_transaction", default=None
+)
+
+
+def current() -> Transaction | None:
+    """The transaction this thread's code runs in: the block of ``with
+    app.transaction()``, or a transactional task's. None outside one."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def as_current(transaction: Transaction) -> Iterator[Transaction]:
+    """Make ``transaction`` what :func:`current` returns, for the block (it neither
+    commits nor aborts it)."""
+    token = _current.set(transaction)
+    try:
+        yield transaction
+    finally:
+        _current.reset(token)
