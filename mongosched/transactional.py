@@ -33,6 +33,7 @@ nothing.
 from __future__ import annotations
 
 import logging
+import random
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,10 @@ if TYPE_CHECKING:
 __all__ = ["TransactionalRun"]
 
 log = logging.getLogger("mongosched.runner")
+
+BACKOFF = 0.005
+"""Seconds of the first back-off before a function runs again after a conflict."""
+MAX_BACKOFF = 0.5
 
 
 class TransactionalRun:
@@ -169,4 +174,8 @@ class TransactionalRun:
             error,
             extra=logs.fields(claim.record),
         )
+        # A conflict with a transaction still open comes back until that one ends:
+        # back off a little (full jitter), as the drivers' retries do.
+        pause = min(MAX_BACKOFF, BACKOFF * 2 ** min(self.runs, 10))
+        time.sleep(min(random.uniform(0, pause), max(0.0, deadline - time.monotonic())))
         return True

@@ -9,8 +9,6 @@ a pymongo ``ClientSession`` of their own."""
 from __future__ import annotations
 
 import threading
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pymongo
@@ -20,29 +18,11 @@ from pymongo.errors import PyMongoError
 from mongosched import App, JobStatus, Transaction
 from mongosched.errors import MongoschedError, TransactionConflict, TransactionError
 from mongosched.store import DueHint
-from mongosched.store.memory import MemoryStore
 from mongosched.testing import drain
-from tests.support.transactions import tx_database
+from tests.support.transactions import own_collection, tx_app, tx_database, tx_make
 from tests.support.waiting import wait_for
 
-__all__ = ["tx_database"]
-
-
-@pytest.fixture(params=["memory", "server"])
-def tx_app(request: pytest.FixtureRequest) -> Iterator[App]:
-    """An app on ``memory://`` or on the transactions server (a database per test)."""
-    if request.param == "memory":
-        name = f"tx-{uuid.uuid4().hex[:12]}"
-        app = App(f"memory://{name}", poll_interval=0.05)
-        yield app
-        MemoryStore.forget(name)
-    else:
-        database = request.getfixturevalue("tx_database")
-        app = App(database=database, poll_interval=0.05)
-        app.ensure_indexes()
-        yield app
-    for runner in list(app.runners):
-        runner.stop(graceful=False, timeout=5)
+__all__ = ["tx_app", "tx_database", "tx_make"]
 
 
 def tasks(app: App) -> tuple[Any, Any]:
@@ -57,13 +37,6 @@ def tasks(app: App) -> tuple[Any, Any]:
     ran: list[int] = []
     send.ran = ran  # type: ignore[attr-defined]
     return send, marker
-
-
-def own_collection(app: App) -> Any:
-    """A collection of the user's own, on the app's client (None on memory://: the
-    block writes nothing but jobs there)."""
-    database = getattr(app.store, "database", None)
-    return None if database is None else database["orders"]
 
 
 class Hints:
@@ -91,7 +64,7 @@ class Hints:
 def test_an_aborted_transaction_leaves_no_job_never_run_and_wakes_nobody(tx_app: App) -> None:
     send, marker = tasks(tx_app)
     hints = Hints(tx_app)
-    orders = own_collection(tx_app)
+    orders = own_collection(tx_app, "orders")
     try:
         with pytest.raises(RuntimeError), tx_app.transaction() as tx:
             if orders is not None:
@@ -114,7 +87,7 @@ def test_a_committed_transaction_makes_exactly_one_job_seen_only_after_the_commi
 ) -> None:
     send, _ = tasks(tx_app)
     hints = Hints(tx_app)
-    orders = own_collection(tx_app)
+    orders = own_collection(tx_app, "orders")
     try:
         with tx_app.transaction() as tx:
             if orders is not None:
@@ -138,7 +111,7 @@ def test_a_transaction_run_again_after_a_transient_error_still_makes_one_job(
     tx_app: App,
 ) -> None:
     send, _ = tasks(tx_app)
-    orders = own_collection(tx_app)
+    orders = own_collection(tx_app, "orders")
     if orders is not None:
         orders.insert_one({"_id": "stock", "left": 10})
     runs = []

@@ -111,11 +111,22 @@ class MongoTransaction:
                 if unknown and not expired and time.monotonic() < deadline:
                     time.sleep(0.05)
                     continue  # committing again is safe: the server commits once
+                self._discard()
                 if exc.has_error_label(TRANSIENT):
                     raise TransientConflict(f"commit: {exc}") from exc
                 if unknown:
                     raise StoreUnavailable(f"commit: result unknown: {exc}") from exc
                 raise StoreError(f"commit: {exc}") from exc
+
+    def _discard(self) -> None:
+        """After a commit that failed: end the transaction on the server, if it is
+        still open there (the driver allows nothing but another commit after one),
+        so that it holds no document until its time limit: killing its session
+        aborts it, and what it had not committed never will be."""
+        try:
+            self.session.client.admin.command("killSessions", [self.session.session_id])
+        except PyMongoError:  # the server's time limit ends it
+            pass
 
     def abort(self) -> None:
         if self.session.in_transaction:

@@ -17,13 +17,14 @@ import logging
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymongo
 import pytest
 
 from mongosched import App, current_job
+from mongosched.store.memory import MemoryStore
 
 EFFECTS = "effects"
 """The side collection a transactional task writes its effect in."""
@@ -66,6 +67,49 @@ def tx_database() -> Iterator[Any]:
         client.close()
 
 
+@pytest.fixture(params=["memory", "server"])
+def tx_make(request: pytest.FixtureRequest) -> Iterator[Callable[..., App]]:
+    """``tx_make(**options)``: an app on ``memory://`` or on the transactions server
+    (a database per test); apps of one test share it. Runners stopped at the end."""
+    apps: list[App] = []
+    if request.param == "memory":
+        name = f"tx-{uuid.uuid4().hex[:12]}"
+        target: dict[str, Any] = {"uri": f"memory://{name}"}
+        request.addfinalizer(lambda: MemoryStore.forget(name))
+    else:
+        target = {"database": request.getfixturevalue("tx_database")}
+
+    def make(**options: Any) -> App:
+        options.setdefault("poll_interval", 0.05)
+        app = App(**target, **options)
+        app.ensure_indexes()
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        for runner in list(app.runners):
+            runner.stop(graceful=False, timeout=5)
+
+
+@pytest.fixture
+def tx_app(tx_make: Callable[..., App]) -> App:
+    return tx_make()
+
+
+def own_collection(app: App, name: str) -> Any:
+    """A collection of the user's own on the app's client; None on ``memory://``
+    (there, the writes of a transaction are its jobs only)."""
+    database = getattr(app.store, "database", None)
+    if database is None:
+        return None
+    if name not in database.list_collection_names():
+        # Made before any transaction writes in it: two transactions that both make
+        # a collection conflict until one of them ends.
+        database.create_collection(name)
+    return database[name]
+
+
 @contextlib.contextmanager
 def fail_point(client: Any, data: dict[str, Any], times: int = 1) -> Iterator[None]:
     """The server's ``failCommand`` fail point, on for the block (``times`` hits)."""
@@ -85,7 +129,7 @@ def register(app: App, effects: Any) -> Any:
     its session id to ``effects_sessions`` (outside the transaction) so that a test can
     end a killed process's transaction as the server would."""
 
-    @app.task(name="effect", transactional=True, timeout=10)
+    @app.task(name="effect", transactional=True, timeout=5)
     def effect(key: str, pause: float = 0.0) -> str:
         job = current_job()
         assert job is not None and job.session is not None

@@ -11,11 +11,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from mongosched import App, Cron, Every, Job, JobSpec, Retry
+from mongosched import App, Cron, Every, Job, JobSpec, Retry, Transaction, current_job
 from mongosched.contrib.flask import MongoSched
 from mongosched.task import ScheduleOptions
 
 if TYPE_CHECKING:
+    from pymongo.client_session import ClientSession
     from typing_extensions import assert_type
 
 
@@ -131,3 +132,25 @@ def check_job_filters(app: App) -> None:
     app.count_jobs(created_after="yesterday")  # type: ignore[arg-type]
     app.purge_jobs(task=3)  # type: ignore[arg-type]
     app.cancel_jobs("emails.send")  # type: ignore[call-arg, arg-type]  # filters are keywords only
+
+
+def check_transactions(app: App, session: ClientSession) -> None:
+    @app.task(transactional=True)
+    def ship(order_id: str) -> None: ...
+
+    assert_type(ship.configure(session=session).schedule("o1"), Job[None])
+    assert_type(app.schedule_bulk([ship.job("o2")], session=session), list[Job[Any]])
+    with app.transaction() as tx:
+        assert_type(tx, Transaction)
+        assert_type(tx.session, ClientSession | None)
+        assert_type(ship.configure(session=tx).schedule("o3"), Job[None])
+    placed = app.with_transaction(lambda tx: ship.configure(session=tx).schedule("o4"))
+    assert_type(placed, Job[None])
+    job = current_job()
+    if job is not None:
+        assert_type(job.session, ClientSession | None)
+        assert_type(job.transaction, Transaction | None)
+
+    ship.configure(session="a session")  # type: ignore[arg-type]
+    ship.configure(session=tx).schedule(1)  # type: ignore[arg-type]
+    app.with_transaction(lambda: None)  # type: ignore[arg-type,misc]
