@@ -33,13 +33,15 @@ unit: venv
 	$(BIN)/python -m pytest -m "not soak" $(PYTEST_ARGS)
 
 ## make django6: the Django integration and the tasks backend's conformance on Django 6's
-## built-in django.tasks (Django 6 needs Python 3.12). make py310: the library's own tests
+## built-in django.tasks (Django 6 needs Python 3.12), and a project on MongoDB
+## (django-mongodb-backend) whose transactions jobs join (on a server with transactions). make py310: the library's own tests
 ## on Python 3.10, the oldest supported (the framework integrations, which the main suite
 ## and django6 cover, and the process-level runs are left to those).
 ## Each runs where that Python is installed, and says so where it is not.
 django6:
-	@.ci/other-python 3.12 .venv-django6 "-e .[testing] django>=6 pytest pytest-timeout mockupdb gunicorn" \
-		-W "ignore:datetime.datetime.utcnow:DeprecationWarning" tests/test_django.py tests/test_django_conformance.py
+	@.ci/other-python 3.12 .venv-django6 "-e .[testing] django>=6 django-mongodb-backend pytest pytest-timeout mockupdb gunicorn" \
+		-W "ignore:datetime.datetime.utcnow:DeprecationWarning" tests/test_django.py tests/test_django_conformance.py \
+		tests/test_django_mongodb.py
 
 py310:
 	@MONGOSCHED_TEST_SUBSTRATES=memory,wire .ci/other-python 3.10 .venv-py310 "-e .[tests]" -m "not soak and not processes and not browser" \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -27,7 +28,7 @@ from .runner import Runner
 from .schedule import Rule
 from .store import Store, in_process, open_store
 from .task import SCRIPT_PREFIX, JobSpec, Task, script_task_warning, task_options
-from .transaction import Transaction, current
+from .transaction import Transaction, TransactionIntegration, current
 from .wakeup import wake_mode
 
 __all__ = ["App", "Cancellation"]
@@ -134,6 +135,7 @@ class App(JobControl, BulkControl, Admin):
         self._running_at_fork = False
         self._warned_fork = False
         self._eager_runner: Runner | None = None
+        self._integrations: list[TransactionIntegration] = []
         _apps.add(self)
 
     # Time and storage --------------------------------------------------------------------
@@ -178,7 +180,8 @@ class App(JobControl, BulkControl, Admin):
 
     def reconfigure(self, source: App) -> None:
         """Take ``source``'s store and options (``uri``, ``lease_duration``,
-        ``poll_interval``, ``clock``, ``queues``, retention, ``eager``, ``wake``) and keep this
+        ``poll_interval``, ``clock``, ``queues``, retention, ``eager``, ``wake``, its
+        transaction integrations) and keep this
         app's tasks and listeners: for integrations whose settings change while tasks
         registered at import stay bound to this app (Django's ``override_settings`` in
         tests). The in-process runner, if running, stops and starts again on the new
@@ -195,6 +198,7 @@ class App(JobControl, BulkControl, Admin):
             self._clock, self.queues = source._clock, source.queues
             self.retention, self.eager = source.retention, source.eager
             self.wake = source.wake
+            self._integrations = source._integrations
             self._prepared, self._prepare_error = source._prepared, None
             self._eager_runner = None
         if previous is not self.store and all(r.store is not previous for r in self.runners):
@@ -381,7 +385,7 @@ class App(JobControl, BulkControl, Admin):
         tx = self._transaction_of(specs, session)
         store = self._writable()
         if tx is not None:
-            if self.eager and not tx.owned:
+            if self.eager and not tx.sees_commit:
                 raise TransactionError(
                     "eager mode runs a job when its transaction commits, which a session of "
                     "your own does out of mongosched's sight: use app.transaction()"
@@ -417,7 +421,13 @@ class App(JobControl, BulkControl, Admin):
         given = [s for s in (session, *(spec.options.session for spec in specs)) if s is not None]
         ambient = current()
         if not given:
-            return ambient if ambient is not None and ambient.store is self.store else None
+            if ambient is not None and ambient.store is self.store:
+                return ambient
+            for integration in self._integrations:
+                joined = integration.current()
+                if joined is not None:
+                    return joined
+            return None
         chosen = given[0]
         what = f"task {specs[0].task.name!r}: session" if specs else "session"
         if any(other is not chosen for other in given):
@@ -430,11 +440,37 @@ class App(JobControl, BulkControl, Admin):
             if not chosen.active:
                 raise TransactionError(f"{what}: the transaction has ended")
             return chosen
-        store = self._writable()
         try:
-            return Transaction(store, store.join(chosen), owned=False)
+            return self.joined(chosen)
         except TransactionError as exc:
             raise TransactionError(f"{what}: {exc}") from None
+
+    def joined(
+        self, session: Any, *, on_commit: Callable[[Callable[[], Any]], Any] | None = None
+    ) -> Transaction:
+        """The transaction a caller's pymongo ``session`` is in, for jobs to join
+        (what ``configure(session=...)`` does with it). ``on_commit``: how the session's
+        owner runs a callback after its commit (Django's ``connection.on_commit``), so
+        that the events and wake-ups of the jobs follow it. Raises
+        :class:`~mongosched.errors.TransactionError` (see :meth:`Store.join
+        <mongosched.store.Store.join>`)."""
+        store = self._writable()
+        return Transaction(store, store.join(session), owned=False, on_commit=on_commit)
+
+    def add_transaction_integration(self, integration: TransactionIntegration) -> None:
+        """Let jobs scheduled without ``session=`` join a framework's own transaction
+        (``integration.current()``), and make the framework's writes in a transactional
+        task join the task's (``integration.bind``). The Django integration adds one
+        for a project whose database is MongoDB."""
+        self._integrations.append(integration)
+
+    def bind_transaction(self, transaction: Transaction) -> contextlib.ExitStack:
+        """Within the block, the integrations' writes join ``transaction`` (the
+        runner does this around a transactional task's function)."""
+        stack = contextlib.ExitStack()
+        for integration in self._integrations:
+            stack.enter_context(integration.bind(transaction))
+        return stack
 
     # Transactions ---------------------------------------------------------------------------
     def transaction(self) -> Transaction:

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
 from .outcome import Retention
 from .store import Store
 from .task import Task
+from .transaction import Transaction
 
 __all__ = ["RunnerHost"]
 
@@ -43,3 +45,5 @@ class RunnerHost(Protocol):
     def attach(self, runner: Any) -> None: ...
 
     def detach(self, runner: Any) -> None: ...
+
+    def bind_transaction(self, transaction: Transaction) -> AbstractContextManager[Any]: ...

@@ -18,8 +18,9 @@ import contextlib
 import contextvars
 import logging
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import TransactionError
 from .store import Store, StoreTransaction
@@ -27,7 +28,7 @@ from .store import Store, StoreTransaction
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
 
-__all__ = ["Transaction", "as_current", "current"]
+__all__ = ["Transaction", "TransactionIntegration", "as_current", "current"]
 
 log = logging.getLogger("mongosched")
 
@@ -41,7 +42,14 @@ class Transaction:
     Used as a context manager it commits when the block ends, or aborts when it raises.
     """
 
-    def __init__(self, store: Store, handle: StoreTransaction, *, owned: bool) -> None:
+    def __init__(
+        self,
+        store: Store,
+        handle: StoreTransaction,
+        *,
+        owned: bool,
+        on_commit: Callable[[Callable[[], Any]], Any] | None = None,
+    ) -> None:
         self.store = store
         """The store it writes in (a job joins it only if scheduled on this store)."""
         self.handle = handle
@@ -49,6 +57,7 @@ class Transaction:
         self.owned = owned
         """Whether mongosched commits it (False: a caller's session, joined)."""
         self.committed = False
+        self._hook = on_commit
         self._after: list[Callable[[], Any]] = []
         self._token: contextvars.Token[Transaction | None] | None = None
 
@@ -63,13 +72,21 @@ class Transaction:
         """Whether it is open: neither committed nor aborted."""
         return self.handle.active
 
+    @property
+    def sees_commit(self) -> bool:
+        """Whether :meth:`on_commit` callbacks run: mongosched commits it, or the
+        framework whose session it joined reports its commits (Django's)."""
+        return self.owned or self._hook is not None
+
     def on_commit(self, callback: Callable[[], Any]) -> None:
         """Call ``callback()`` once the transaction has committed (never if it aborts).
         mongosched sends ``job:created`` and wakes this process's runners so. A
         caller's own session commits out of mongosched's sight: there, nothing is
-        called."""
+        called (unless it was joined with a commit hook: see :attr:`sees_commit`)."""
         if self.owned:
             self._after.append(callback)
+        elif self._hook is not None:
+            self._hook(callback)
 
     def commit(self) -> None:
         """Commit (see :meth:`~mongosched.store.StoreTransaction.commit` for its
@@ -116,6 +133,19 @@ class Transaction:
     def __repr__(self) -> str:
         state = "committed" if self.committed else "open" if self.active else "ended"
         return f"<Transaction {state} on {self.store!r}>"
+
+
+class TransactionIntegration(Protocol):
+    """A framework whose own transactions jobs join (Django on MongoDB): see
+    :meth:`App.add_transaction_integration <mongosched.App.add_transaction_integration>`."""
+
+    def current(self) -> Transaction | None:
+        """The framework's transaction the calling code runs in (a
+        :meth:`~mongosched.App.joined` session), or None."""
+
+    def bind(self, transaction: Transaction) -> AbstractContextManager[Any]:
+        """Make the framework's own writes (its ORM's) join ``transaction`` for the
+        block: a transactional task's run."""
 
 
 _current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(

@@ -22,7 +22,8 @@ One attempt, in the worker's thread:
    were discarded; its effects elsewhere were not (they happen twice).
 5. Anything else (an exception, a timeout, a cancel, a shutdown) aborts the
    transaction, and the outcome (a retry, a failure...) is written outside it, fenced
-   as every outcome is, by the worker itself (never handed to a batched claim).
+   as every outcome is, by the worker (never handed to a batched claim:
+   :attr:`Task.writes_own_outcome <mongosched.task.Task.writes_own_outcome>`).
 
 A commit whose result stays unknown (the store commits again as long as its connect
 timeout allows) is treated as a failure: the failure's write outside the transaction
@@ -78,14 +79,7 @@ class TransactionalRun:
         if self.landed is not None:
             claim.finish()
             return steps._landed(claim, *self.landed, seconds)
-        decision = steps._decision(claim, result, error)
-        if decision is None:
-            return None
-        try:
-            stored, failure = steps.store.settle(claim.record, decision.settlement), None
-        except SerializationError as exc:
-            stored, failure = None, exc
-        return steps._land(claim, decision, seconds, stored, failure)
+        return steps._conclude(claim, result, error, seconds)  # outside the transaction
 
     def _call(self) -> tuple[Any, BaseException | None]:
         """Run the function in transactions until one commits or the attempt ends
@@ -108,7 +102,7 @@ class TransactionalRun:
             claim.ctx.transaction = tx
             try:
                 self.runs += 1
-                with as_current(tx):
+                with as_current(tx), self.steps.app.bind_transaction(tx):
                     result, error = claim.call()
                 if error is None and not claim.ctx.is_cancelled():
                     error = self._commit(tx, result)

@@ -29,13 +29,12 @@ from tests.support.transactions import (
     fail_point,
     own_collection,
     server_uri,
-    tx_app,
+    store_target,
     tx_database,
-    tx_make,
 )
 from tests.support.waiting import wait_for
 
-__all__ = ["tx_app", "tx_database", "tx_make"]
+__all__ = ["store_target", "tx_database"]
 
 
 class Ledger:
@@ -64,6 +63,8 @@ class Ledger:
             note.schedule(key)  # joins the run's transaction
             if self.during:
                 self.during.pop(0)(job)
+            if key == "unstorable":
+                return object()  # type: ignore[return-value]  # not BSON
             return f"{key}@{len(self.runs)}"
 
         self.pay = pay
@@ -83,43 +84,53 @@ def run(app: App) -> int:
     return drain(app, queues=["default"])
 
 
-def test_a_runs_writes_commit_with_its_completion(tx_app: App) -> None:
-    ledger = Ledger(tx_app)
+def test_a_runs_writes_commit_with_its_completion(app: App) -> None:
+    ledger = Ledger(app)
     job = ledger.pay.schedule("a")
-    assert run(tx_app) == 1
+    assert run(app) == 1
     stored = job.refresh()
     assert stored.status is JobStatus.COMPLETED and stored.result == "a@1"
     assert len(ledger.writes("a")) == 1 and ledger.runs == [1]
 
 
 def test_a_failed_run_leaves_none_of_its_writes_and_its_retry_commits_once(
-    tx_app: App,
+    app: App,
 ) -> None:
-    ledger = Ledger(tx_app)
+    ledger = Ledger(app)
     ledger.during.append(lambda job: 1 / 0)
     job = ledger.pay.schedule("a")
-    run(tx_app)
+    run(app)
     stored = job.refresh()
     assert stored.status is JobStatus.COMPLETED and stored.result == "a@2"
     assert ledger.runs == [1, 2]
     assert ledger.writes("a") in ([2], [0])  # the second run's only
 
 
-def test_a_failure_at_the_last_attempt_leaves_no_writes(tx_app: App) -> None:
-    ledger = Ledger(tx_app, retry=1)
+def test_a_failure_at_the_last_attempt_leaves_no_writes(app: App) -> None:
+    ledger = Ledger(app, retry=1)
     ledger.during.append(lambda job: 1 / 0)
     job = ledger.pay.schedule("a")
-    run(tx_app)
+    run(app)
     stored = job.refresh()
     assert stored.status is JobStatus.FAILED and stored.error is not None
     assert stored.error.type == "ZeroDivisionError"
     assert ledger.writes("a") == []
 
 
-def test_a_transient_error_runs_the_function_again_in_the_same_attempt(tx_app: App) -> None:
+def test_a_result_that_cannot_be_stored_fails_the_job_and_leaves_no_writes(app: App) -> None:
+    ledger = Ledger(app)
+    job = ledger.pay.schedule("unstorable")
+    run(app)
+    stored = job.refresh()
+    assert stored.status is JobStatus.FAILED and stored.error is not None
+    assert stored.error.type == "SerializationError" and ledger.runs == [1]
+    assert ledger.writes("unstorable") == []
+
+
+def test_a_transient_error_runs_the_function_again_in_the_same_attempt(app: App) -> None:
     """A write conflict in the task's own writes: the transaction is aborted, the
     function runs again within the attempt (its lease held), its writes land once."""
-    ledger = Ledger(tx_app)
+    ledger = Ledger(app)
     effects = ledger.effects
     if effects is None:
         ledger.during.append(lambda job: _raise(TransactionConflict("write conflict")))
@@ -132,7 +143,7 @@ def test_a_transient_error_runs_the_function_again_in_the_same_attempt(tx_app: A
 
         ledger.during.append(conflict)
     job = ledger.pay.schedule("a")
-    run(tx_app)
+    run(app)
     stored = job.refresh()
     assert stored.status is JobStatus.COMPLETED and stored.attempts == 1
     assert stored.result == "a@2" and ledger.runs == [1, 1]
@@ -144,13 +155,13 @@ def _raise(error: BaseException) -> None:
 
 
 def test_a_run_whose_lease_was_taken_over_commits_none_of_its_writes(
-    tx_make: Callable[..., App],
+    make_app: Callable[..., App],
 ) -> None:
     """Run 1 writes, then waits; its lease expires, the reaper gives the job back and
     a second runner runs it to completion; then run 1 ends: its commit is fenced off
     and none of its writes exist."""
     clock = FakeClock()
-    app = tx_make(clock=clock, lease_duration=5)
+    app = make_app(clock=clock, lease_duration=5)
     ledger = Ledger(app, timeout=10)
     first_wrote, let_go = threading.Event(), threading.Event()
     ledger.during.append(lambda job: (first_wrote.set(), let_go.wait(10)))
@@ -176,11 +187,11 @@ def test_a_run_whose_lease_was_taken_over_commits_none_of_its_writes(
 
 
 def test_the_heartbeat_leaves_the_job_alone_while_its_transaction_runs(
-    tx_make: Callable[..., App],
+    make_app: Callable[..., App],
 ) -> None:
     """A run several heartbeats long commits at its first try: a renewal written
     during the transaction would make its outcome write conflict (and run it again)."""
-    app = tx_make(lease_duration=0.6)  # a heartbeat every 0.2 s
+    app = make_app(lease_duration=0.6)  # a heartbeat every 0.2 s
     ledger = Ledger(app)
     renewals: list[Any] = []
     ledger.during.append(lambda job: time.sleep(1.0))  # the long run itself

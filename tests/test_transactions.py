@@ -19,10 +19,10 @@ from mongosched import App, JobStatus, Transaction
 from mongosched.errors import MongoschedError, TransactionConflict, TransactionError
 from mongosched.store import DueHint
 from mongosched.testing import drain
-from tests.support.transactions import own_collection, tx_app, tx_database, tx_make
+from tests.support.transactions import own_collection, store_target, tx_database
 from tests.support.waiting import wait_for
 
-__all__ = ["tx_app", "tx_database", "tx_make"]
+__all__ = ["store_target", "tx_database"]
 
 
 def tasks(app: App) -> tuple[Any, Any]:
@@ -61,57 +61,57 @@ class Hints:
         self.thread.join(5)
 
 
-def test_an_aborted_transaction_leaves_no_job_never_run_and_wakes_nobody(tx_app: App) -> None:
-    send, marker = tasks(tx_app)
-    hints = Hints(tx_app)
-    orders = own_collection(tx_app, "orders")
+def test_an_aborted_transaction_leaves_no_job_never_run_and_wakes_nobody(app: App) -> None:
+    send, marker = tasks(app)
+    hints = Hints(app)
+    orders = own_collection(app, "orders")
     try:
-        with pytest.raises(RuntimeError), tx_app.transaction() as tx:
+        with pytest.raises(RuntimeError), app.transaction() as tx:
             if orders is not None:
                 orders.insert_one({"_id": 1}, session=tx.session)
             job = send.schedule(1)
             again = send.configure(session=tx).schedule(2)
             raise RuntimeError("the order is refused")
-        assert tx_app.get_job(job.id) is None and tx_app.get_job(again.id) is None
+        assert app.get_job(job.id) is None and app.get_job(again.id) is None
         assert orders is None or orders.find_one({"_id": 1}) is None
         marker.schedule()  # committed: its wake-up comes, and none came before it
         wait_for(lambda: "marker" in hints.tasks(), message="the marker's wake-up")
         assert hints.tasks() == ["marker"]
-        assert drain(tx_app) == 1 and send.ran == []
+        assert drain(app) == 1 and send.ran == []
     finally:
         hints.close()
 
 
 def test_a_committed_transaction_makes_exactly_one_job_seen_only_after_the_commit(
-    tx_app: App,
+    app: App,
 ) -> None:
-    send, _ = tasks(tx_app)
-    hints = Hints(tx_app)
-    orders = own_collection(tx_app, "orders")
+    send, _ = tasks(app)
+    hints = Hints(app)
+    orders = own_collection(app, "orders")
     try:
-        with tx_app.transaction() as tx:
+        with app.transaction() as tx:
             if orders is not None:
                 orders.insert_one({"_id": 1}, session=tx.session)
             job = send.schedule(7)
-            assert tx_app.get_job(job.id) is None  # not before the commit
-            assert drain(tx_app) == 0  # no runner can claim it
+            assert app.get_job(job.id) is None  # not before the commit
+            assert drain(app) == 0  # no runner can claim it
             assert hints.tasks() == []
         assert tx.committed
-        stored = tx_app.get_job(job.id)
+        stored = app.get_job(job.id)
         assert stored is not None and stored.status is JobStatus.PENDING
         assert orders is None or orders.find_one({"_id": 1}) == {"_id": 1}
         wait_for(lambda: hints.tasks() == ["send"], message="the wake-up after the commit")
-        assert drain(tx_app) == 1 and send.ran == [7]
-        assert tx_app.count_jobs() == 1
+        assert drain(app) == 1 and send.ran == [7]
+        assert app.count_jobs() == 1
     finally:
         hints.close()
 
 
 def test_a_transaction_run_again_after_a_transient_error_still_makes_one_job(
-    tx_app: App,
+    app: App,
 ) -> None:
-    send, _ = tasks(tx_app)
-    orders = own_collection(tx_app, "orders")
+    send, _ = tasks(app)
+    orders = own_collection(app, "orders")
     if orders is not None:
         orders.insert_one({"_id": "stock", "left": 10})
     runs = []
@@ -126,51 +126,51 @@ def test_a_transaction_run_again_after_a_transient_error_still_makes_one_job(
             orders.update_one({"_id": "stock"}, {"$inc": {"left": -1}}, session=tx.session)
         return job
 
-    job = tx_app.with_transaction(place)
+    job = app.with_transaction(place)
     assert len(runs) == 2
-    assert [j.id for j in tx_app.get_jobs(limit=0)] == [job.id]
+    assert [j.id for j in app.get_jobs(limit=0)] == [job.id]
     assert job.args == [2]
     assert orders is None or orders.find_one({"_id": "stock"})["left"] == 5
 
 
-def test_a_dedupe_key_in_a_transaction_returns_the_job_holding_it(tx_app: App) -> None:
-    send, _ = tasks(tx_app)
+def test_a_dedupe_key_in_a_transaction_returns_the_job_holding_it(app: App) -> None:
+    send, _ = tasks(app)
     held = send.configure(dedupe_key="order-1").schedule(1)
-    with tx_app.transaction():
+    with app.transaction():
         again = send.configure(dedupe_key="order-1").schedule(2)
         first = send.configure(dedupe_key="order-2").schedule(3)
         second = send.configure(dedupe_key="order-2").schedule(4)
     assert again.id == held.id and first.id == second.id
-    assert tx_app.count_jobs() == 2
+    assert app.count_jobs() == 2
 
 
 def test_schedule_bulk_and_dependencies_commit_and_abort_with_the_transaction(
-    tx_app: App,
+    app: App,
 ) -> None:
-    send, _ = tasks(tx_app)
+    send, _ = tasks(app)
     done = send.schedule(0)
-    assert drain(tx_app) == 1
-    with pytest.raises(RuntimeError), tx_app.transaction() as tx:
-        tx_app.schedule_bulk([send.job(1), send.job(2)], session=tx)
+    assert drain(app) == 1
+    with pytest.raises(RuntimeError), app.transaction() as tx:
+        app.schedule_bulk([send.job(1), send.job(2)], session=tx)
         send.configure(depends_on=done).schedule(3)
         raise RuntimeError
-    assert tx_app.count_jobs() == 1
-    with tx_app.transaction() as tx:
-        first, second = tx_app.schedule_bulk([send.job(1), send.job(2)], session=tx)
+    assert app.count_jobs() == 1
+    with app.transaction() as tx:
+        first, second = app.schedule_bulk([send.job(1), send.job(2)], session=tx)
         after_done = send.configure(depends_on=done).schedule(3)
         after_first = send.configure(depends_on=[first, second]).schedule(4)
-    stored = tx_app.get_job(after_done.id)
+    stored = app.get_job(after_done.id)
     assert stored is not None and stored.status is JobStatus.PENDING  # its dependency ended
-    waiting = tx_app.get_job(after_first.id)
+    waiting = app.get_job(after_first.id)
     assert waiting is not None and waiting.status is JobStatus.WAITING
-    drain(tx_app)
+    drain(app)
     assert sorted(send.ran) == [0, 1, 2, 3, 4]
-    assert all(j.status is JobStatus.COMPLETED for j in tx_app.get_jobs(limit=0))
+    assert all(j.status is JobStatus.COMPLETED for j in app.get_jobs(limit=0))
 
 
-def test_a_transaction_that_ended_or_belongs_to_another_app_is_refused(tx_app: App) -> None:
-    send, _ = tasks(tx_app)
-    with tx_app.transaction() as tx:
+def test_a_transaction_that_ended_or_belongs_to_another_app_is_refused(app: App) -> None:
+    send, _ = tasks(app)
+    with app.transaction() as tx:
         pass
     with pytest.raises(TransactionError, match="task 'send': session: the transaction has ended"):
         send.configure(session=tx).schedule(1)
@@ -178,9 +178,9 @@ def test_a_transaction_that_ended_or_belongs_to_another_app_is_refused(tx_app: A
     with other.transaction() as elsewhere:
         with pytest.raises(TransactionError, match="another app's"):
             send.configure(session=elsewhere).schedule(1)
-    with pytest.raises(TransactionError, match="one session"), tx_app.transaction() as a:
-        tx_app.schedule_bulk([send.configure(session=a).job(1)], session=elsewhere)
-    assert tx_app.count_jobs() == 0
+    with pytest.raises(TransactionError, match="one session"), app.transaction() as a:
+        app.schedule_bulk([send.configure(session=a).job(1)], session=elsewhere)
+    assert app.count_jobs() == 0
 
 
 def test_memory_refuses_a_driver_session_saying_what_to_use() -> None:

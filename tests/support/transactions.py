@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pymongo
@@ -68,33 +68,15 @@ def tx_database() -> Iterator[Any]:
 
 
 @pytest.fixture(params=["memory", "server"])
-def tx_make(request: pytest.FixtureRequest) -> Iterator[Callable[..., App]]:
-    """``tx_make(**options)``: an app on ``memory://`` or on the transactions server
-    (a database per test); apps of one test share it. Runners stopped at the end."""
-    apps: list[App] = []
+def store_target(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """What ``App(**store_target)`` stores in: ``memory://`` or the transactions
+    server (a database per test). A test module that imports it runs each test on
+    both, through the suite's ``make_app`` and ``app`` fixtures."""
     if request.param == "memory":
         name = f"tx-{uuid.uuid4().hex[:12]}"
-        target: dict[str, Any] = {"uri": f"memory://{name}"}
         request.addfinalizer(lambda: MemoryStore.forget(name))
-    else:
-        target = {"database": request.getfixturevalue("tx_database")}
-
-    def make(**options: Any) -> App:
-        options.setdefault("poll_interval", 0.05)
-        app = App(**target, **options)
-        app.ensure_indexes()
-        apps.append(app)
-        return app
-
-    yield make
-    for app in apps:
-        for runner in list(app.runners):
-            runner.stop(graceful=False, timeout=5)
-
-
-@pytest.fixture
-def tx_app(tx_make: Callable[..., App]) -> App:
-    return tx_make()
+        return {"uri": f"memory://{name}"}
+    return {"database": request.getfixturevalue("tx_database")}
 
 
 def own_collection(app: App, name: str) -> Any:

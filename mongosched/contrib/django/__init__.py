@@ -3,7 +3,8 @@
 Settings (``settings.MONGOSCHED``, a dict)::
 
     MONGOSCHED = {
-        "URI": "mongodb://localhost/myproject",  # required (or a Database object as DATABASE);
+        "URI": "mongodb://localhost/myproject",  # required (or a Database object as DATABASE,
+                                   # or DJANGO_DATABASE);
                                    # "memory://" for the in-process store (tests, demos)
         "DATABASE": None,          # a database name replacing the URI's
         "COLLECTION": "mongosched_jobs",
@@ -13,6 +14,9 @@ Settings (``settings.MONGOSCHED``, a dict)::
         "TASK_MODULES": [],        # modules to import besides each app's tasks.py
         "AUTODISCOVER": True,      # import each installed app's tasks.py
         "CONNECT_TIMEOUT": 5,      # seconds a call waits for an unreachable server
+        "DJANGO_DATABASE": None,   # instead of URI: a Django database on MongoDB
+                                   # (django-mongodb-backend), whose client and
+                                   # transactions jobs share (see the transactions docs)
         # and the other App options: LEASE_DURATION, POLL_INTERVAL, KEEP_COMPLETED,
         # KEEP_FAILED, WRITE_CONCERN, EAGER, CLOCK, WAKE
     }

@@ -30,7 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "TASK_MODULES": (),
     "AUTODISCOVER": True,
 }
-OWN_KEYS = ("TASK_MODULES", "AUTODISCOVER")
+OWN_KEYS = ("TASK_MODULES", "AUTODISCOVER", "DJANGO_DATABASE")
 PROCESS_KEYS = ("WORKERS", "RUN_IN_PROCESS", *OWN_KEYS)
 """Settings that say how processes use the App, not what the App is."""
 
@@ -87,10 +87,25 @@ def _app_settings(merged: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _make(merged: Mapping[str, Any]) -> App:
+    """The App of ``merged``; with ``DJANGO_DATABASE`` (a Django database alias), on
+    that MongoDB database's own client, its jobs joining the project's transactions
+    (see :mod:`.transactions`)."""
+    alias = merged.get("DJANGO_DATABASE")
+    if alias is not None:
+        from .transactions import AtomicBlocks, database_of
+
+        if "URI" in merged or "DATABASE" in merged:
+            raise ImproperlyConfigured(
+                "settings.MONGOSCHED: give DJANGO_DATABASE or URI/DATABASE, not both"
+            )
+        merged = {**merged, "DATABASE": database_of(alias)}
     try:
-        return app_from_settings(merged, where="settings.MONGOSCHED", ignore=OWN_KEYS)
+        made = app_from_settings(merged, where="settings.MONGOSCHED", ignore=OWN_KEYS)
     except ConfigurationError as exc:
         raise ImproperlyConfigured(str(exc)) from None
+    if alias is not None:
+        made.add_transaction_integration(AtomicBlocks(alias, get_app))
+    return made
 
 
 def follow_settings(*, setting: str, **kwargs: Any) -> None:
