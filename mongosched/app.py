@@ -420,14 +420,14 @@ class App(JobControl, BulkControl, Admin):
         name (one for all), else the one this code runs in, if it is this app's."""
         given = [s for s in (session, *(spec.options.session for spec in specs)) if s is not None]
         ambient = current()
+        if ambient is not None and ambient.store is not self.store:
+            ambient = None
+        for integration in self._integrations if ambient is None else ():
+            ambient = integration.current()
+            if ambient is not None:
+                break
         if not given:
-            if ambient is not None and ambient.store is self.store:
-                return ambient
-            for integration in self._integrations:
-                joined = integration.current()
-                if joined is not None:
-                    return joined
-            return None
+            return ambient
         chosen = given[0]
         what = f"task {specs[0].task.name!r}: session" if specs else "session"
         if any(other is not chosen for other in given):
