@@ -48,7 +48,15 @@ from ..records import (
 from .codec import schedule_id
 from .due import DueHint, DueWatch
 
-__all__ = ["DueHint", "DueWatch", "Store", "StoreTransaction", "in_process", "open_store", "schedule_id"]
+__all__ = [
+    "DueHint",
+    "DueWatch",
+    "Store",
+    "StoreTransaction",
+    "in_process",
+    "open_store",
+    "schedule_id",
+]
 
 
 @runtime_checkable
