@@ -4,8 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 BASE   := $(VENV)/.package
+# SecantusDB, the MongoDB-compatible server the tests start (see .venv-server below).
+SERVER_VERSION := 0.7.0b3
+SERVER_PIN     := SecantusDB==$(SERVER_VERSION)
+SERVER_VENV    := .venv-server
+SERVER_STAMP   := $(SERVER_VENV)/.installed-$(SERVER_VERSION)
 
-.PHONY: venv test lint typecheck unit django6 py310 docs demo dist soak bench bench-peers bench-processes clean
+.PHONY: venv test lint typecheck unit django6 py310 docs demo dist soak bench bench-peers bench-processes server $(SERVER_VENV) clean
 
 venv: $(STAMP)
 
@@ -20,6 +25,26 @@ $(BASE): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
 	touch $(BASE)
 
+## make .venv-server: SecantusDB, the MongoDB-compatible server the tests start as a
+## separate process, in a venv of its own, pinned exactly (every release is a pre-release).
+## GPL-2.0-only: never a dependency of the library or of an extra; nothing imports it.
+$(SERVER_VENV): $(SERVER_STAMP)
+
+$(SERVER_STAMP):
+	rm -rf $(SERVER_VENV)
+	$(PYTHON) -m venv $(SERVER_VENV)
+	$(SERVER_VENV)/bin/python -m pip install --quiet '$(SERVER_PIN)'
+	touch $(SERVER_STAMP)
+
+## make server: SecantusDB in the foreground for development, on 127.0.0.1:$(SERVER_PORT),
+## its data kept in $(SERVER_DATA)/ (Ctrl-C stops it). Point apps, `mongosched worker` and
+## the dashboard at mongodb://127.0.0.1:$(SERVER_PORT)/DATABASE.
+SERVER_PORT ?= 27018
+SERVER_DATA ?= .server-data
+
+server: $(SERVER_STAMP)
+	$(SERVER_VENV)/bin/secantusd-py --host 127.0.0.1 --port $(SERVER_PORT) --storage-path $(SERVER_DATA)
+
 ## make test: lint, type check, Django 6, Python 3.10, the whole test suite (soak runs excluded), the docs.
 test: venv lint typecheck django6 py310 unit docs
 
@@ -29,7 +54,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-unit: venv
+unit: venv $(SERVER_STAMP)
 	$(BIN)/python -m pytest -m "not soak" $(PYTEST_ARGS)
 
 ## make django6: the Django integration and the tasks backend's conformance on Django 6's
@@ -38,14 +63,15 @@ unit: venv
 ## on Python 3.10, the oldest supported (the framework integrations, which the main suite
 ## and django6 cover, and the process-level runs are left to those).
 ## Each runs where that Python is installed, and says so where it is not.
-django6:
+django6: $(SERVER_STAMP)
 	@.ci/other-python 3.12 .venv-django6 "-e .[testing] django>=6 django-mongodb-backend pytest pytest-timeout mockupdb gunicorn" \
 		-W "ignore:datetime.datetime.utcnow:DeprecationWarning" tests/test_django.py tests/test_django_conformance.py \
 		tests/test_django_mongodb.py
 
-py310:
+py310: $(SERVER_STAMP)
 	@MONGOSCHED_TEST_SUBSTRATES=memory,wire .ci/other-python 3.10 .venv-py310 "-e .[tests]" -m "not soak and not processes and not browser" \
 		--ignore tests/test_faults.py --ignore tests/test_supervisor.py --ignore tests/test_wake.py \
+		--ignore tests/test_realserver.py --ignore tests/test_ttl.py \
 		--ignore tests/test_exit.py --ignore tests/test_django.py \
 		--ignore tests/test_django_conformance.py --ignore tests/test_flask.py \
 		--ignore tests/test_dashboard_django.py --ignore tests/test_dashboard_flask.py
@@ -64,10 +90,10 @@ dist: venv
 	$(BIN)/python -m twine check --strict dist/*
 
 ## make soak: the long fault-injection and process runs.
-soak: venv
+soak: venv $(SERVER_STAMP)
 	$(BIN)/python -m pytest -m soak -s $(PYTEST_ARGS)
 
-bench: venv
+bench: venv $(SERVER_STAMP)
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/wake.py
 
@@ -83,4 +109,4 @@ bench-processes: venv
 	$(BIN)/python bench/processes.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-django6 .venv-py310 .venv-peers docs/_build .pytest_cache .mypy_cache .ruff_cache *.egg-info dist build
+	rm -rf $(VENV) $(SERVER_VENV) .venv-django6 .venv-py310 .venv-peers docs/_build .pytest_cache .mypy_cache .ruff_cache *.egg-info dist build

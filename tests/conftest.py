@@ -4,11 +4,14 @@ Which store a test's app uses (``make_app``, ``app``):
 
 * ``MONGOSCHED_TEST_URI`` set: a real MongoDB, a database per test (dropped after);
 * else ``MONGOSCHED_TEST_STORE``: ``memory`` (the default: the in-process store),
-  or ``mongomock`` (the MongoDB store on mongomock, serialised by
-  ``tests/support/mongomock_db.py``: its queries, not a server's behaviour).
+  or ``server`` (the MongoDB store on the session's SecantusDB server, a database per
+  test).
 
-The store contract itself runs on every substrate in ``tests/contract``. Nothing here
-may depend on which store a test runs on.
+``real_server`` is that server (tests/support/realserver.py), started on first use and
+stopped at the end of the session; ``database`` is a fresh database for one test on
+the server at ``MONGOSCHED_TEST_URI``, else on it. The store contract itself runs on
+every substrate in ``tests/contract``. Nothing here may depend on which store a test
+runs on.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ import pytest
 from mongosched import App
 from mongosched.store.memory import MemoryStore
 from mongosched.testing import FakeClock
+from tests.support.realserver import RealServer, missing, server_binary, session_server
 from tests.support.waiting import wait_for
 
-# Imported by the Django test modules before pytest loads it as their plugin.
-pytest.register_assert_rewrite("tests.djangoproject.fixtures")
+# Imported by test modules before pytest loads them as their plugins.
+pytest.register_assert_rewrite("tests.djangoproject.fixtures", "tests.support.server_fixtures")
 
 TEST_URI = os.environ.get("MONGOSCHED_TEST_URI")
 TEST_STORE = os.environ.get("MONGOSCHED_TEST_STORE", "memory")
@@ -36,36 +40,59 @@ def pytest_report_header(config: pytest.Config) -> str:
     where = (
         "MongoDB at MONGOSCHED_TEST_URI" if TEST_URI else f"{TEST_STORE} (MONGOSCHED_TEST_STORE)"
     )
-    return f"mongosched feature tests store: {where}"
+    server = missing() or f"SecantusDB at {server_binary()}"
+    return f"mongosched feature tests store: {where}\nreal_server: {server}"
+
+
+# What makes a test use the SecantusDB server: these fixtures, or a parameter naming it
+# (the contract's substrate "server"; the "mongodb" store of tests/test_cli.py's by_uri).
+SERVER_FIXTURES = frozenset({"real_server", "shared_db", "database"})
+
+
+def uses_server(item: pytest.Item) -> bool:
+    if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    if TEST_STORE == "server" and "store_target" in getattr(item, "fixturenames", ()):
+        return True
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    substrates = (params.get(name) for name in ("store", "mongo_store", "pair"))
+    return "server" in substrates or params.get("by_uri") == "mongodb"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    marker = pytest.mark.server
+    for item in items:
+        if uses_server(item):
+            item.add_marker(marker)
+
+
+@pytest.fixture(scope="session")
+def real_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
+    """The session's SecantusDB server (skipped, or failed in CI, where not installed)."""
+    with session_server(tmp_path_factory.mktemp("realserver")) as server:
+        yield server
 
 
 @pytest.fixture
-def database() -> Iterator[Any]:
-    """A fresh, empty MongoDB database for this test: the real server's, or mongomock's."""
+def database(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A fresh, empty MongoDB database for this test (dropped after): on the server at
+    ``MONGOSCHED_TEST_URI``, else on the session's SecantusDB server."""
+    import pymongo
+
     name = f"mongosched_test_{uuid.uuid4().hex[:12]}"
-    if TEST_URI:
-        import pymongo
-
-        client: Any = pymongo.MongoClient(TEST_URI, tz_aware=True)
-        try:
-            yield client.get_database(name)
-        finally:
-            client.drop_database(name)
-            client.close()
-    else:
-        from tests.support.mongomock_db import embedded_client, reset_embedded
-
-        server = f"test-{name}"
-        try:
-            yield embedded_client(server).get_database(name)
-        finally:
-            reset_embedded(server)
+    uri = TEST_URI or request.getfixturevalue("real_server").uri
+    client: Any = pymongo.MongoClient(uri, tz_aware=True)
+    try:
+        yield client.get_database(name)
+    finally:
+        client.drop_database(name)
+        client.close()
 
 
 @pytest.fixture
 def store_target(request: pytest.FixtureRequest) -> dict[str, Any]:
     """What ``App(**store_target)`` stores in for this test."""
-    if TEST_URI or TEST_STORE == "mongomock":
+    if TEST_URI or TEST_STORE == "server":
         return {"database": request.getfixturevalue("database")}
     name = f"test-{uuid.uuid4().hex[:12]}"
     request.addfinalizer(lambda: MemoryStore.forget(name))

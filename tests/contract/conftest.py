@@ -1,12 +1,15 @@
 """The substrates the contract runs on, each a fresh, prepared, empty store per test.
 
 * ``memory``: a private :class:`~mongosched.store.memory.MemoryStore`;
-* ``mongomock``: :class:`~mongosched.store.mongo.MongoStore` on mongomock in-process
-  (serialised by ``tests/support/mongomock_db.py``): the store's queries, no server;
+* ``server``: :class:`~mongosched.store.mongo.MongoStore` on the session's SecantusDB
+  server (``real_server``, tests/support/realserver.py), a database per test;
 * ``wire``: :class:`~mongosched.store.mongo.MongoStore` through pymongo and sockets to
-  the wire-protocol stand-in (``tests/support/server.py``), one per session;
+  the wire-protocol stand-in (``tests/support/server.py``), one per session: the fault
+  tests that need it rely on it keeping the contract;
 * ``mongodb``: :class:`~mongosched.store.mongo.MongoStore` on the real server at
   ``MONGOSCHED_TEST_URI``, only when that is set (a database per test, dropped after).
+
+The databases of ``server`` and ``mongodb`` are dropped after each test.
 
 A test that finds a substrate breaking the contract records it with
 ``@pytest.mark.xfail_on("wire", ..., reason="...")``: a strict xfail on those
@@ -25,12 +28,13 @@ from mongosched.store import Store
 from mongosched.store.memory import MemoryStore
 from mongosched.store.mongo import MongoStore
 from tests.support.server import MockServer
+from tests.support.server_fixtures import with_database
 
 TEST_URI = os.environ.get("MONGOSCHED_TEST_URI")
-MONGO_SUBSTRATES = ["mongomock", "wire", *(["mongodb"] if TEST_URI else [])]
+MONGO_SUBSTRATES = ["server", "wire", *(["mongodb"] if TEST_URI else [])]
 SUBSTRATES = ["memory", *MONGO_SUBSTRATES]
 # MONGOSCHED_TEST_SUBSTRATES=memory,wire narrows the contract suite (make py310 does:
-# mongomock is a stand-in the main suite already runs on; real pymongo goes through wire).
+# the main suite runs it on the server; real pymongo still goes through wire there).
 _ONLY = [s for s in os.environ.get("MONGOSCHED_TEST_SUBSTRATES", "").split(",") if s]
 if _ONLY:
     MONGO_SUBSTRATES = [s for s in MONGO_SUBSTRATES if s in _ONLY]
@@ -76,24 +80,13 @@ def _open(substrate: str, request: pytest.FixtureRequest, prepare: bool) -> Iter
         yield store
         return
     name = _unique()
-    if substrate == "mongomock":
-        from tests.support.mongomock_db import embedded_client, reset_embedded
-
-        mongo = MongoStore(database=embedded_client(name).get_database(name))
-        try:
-            if prepare:
-                mongo.prepare()
-            yield mongo
-        finally:
-            reset_embedded(name)
-        return
     if substrate == "wire":
         server: MockServer = request.getfixturevalue("wire_server")
         uri = server.uri(name, serverSelectionTimeoutMS=5000)
+    elif substrate == "server":
+        uri = with_database(request.getfixturevalue("real_server").uri, name)
     else:
         assert substrate == "mongodb" and TEST_URI
-        from tests.support.server_fixtures import with_database
-
         uri = with_database(TEST_URI, name)
     mongo = MongoStore(uri=uri)
     try:

@@ -15,7 +15,7 @@ from mongosched.records import JobRecord, Settlement
 from mongosched.store import Store
 
 # Far in the future of the real clock: finished jobs expire (retention) after T0, and a
-# TTL index (mongomock's at once, a server's within a minute) deletes jobs whose expiry
+# TTL index (a server's within a minute, the stand-in's at once) deletes jobs whose expiry
 # lies in the real past.
 T0 = datetime(2099, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 LATER = T0 + timedelta(minutes=1)

@@ -1,7 +1,7 @@
 """The commands a batched claim sends as they are (``store/commands.py``): what they
 carry, and what the store makes of the replies a server may give (a write concern not
-met, a statement refused, a command too large, a batch cut short). On mongomock, the
-wire stand-in and (with ``MONGOSCHED_TEST_URI``) a real server."""
+met, a statement refused, a command too large, a batch cut short). On SecantusDB, the
+wire stand-in and (with ``MONGOSCHED_TEST_URI``) a real MongoDB."""
 
 from __future__ import annotations
 
@@ -89,11 +89,6 @@ def test_the_commands_carry_the_claim_and_the_write_concern(mongo_store: MongoSt
     assert [s["q"]["_id"] for s in update["updates"]] == [r.id for r in got]
 
 
-@pytest.mark.xfail_on(
-    "mongomock",
-    reason="mongomock keeps the write concern of the first handle on a collection for every "
-    "later one (its with_options ignores write_concern=None)",
-)
 def test_no_write_concern_is_sent_when_the_store_leaves_it_to_the_server(
     mongo_store: MongoStore,
 ) -> None:
@@ -106,11 +101,6 @@ def test_no_write_concern_is_sent_when_the_store_leaves_it_to_the_server(
     assert names(sent) == ["find", "update"] and "writeConcern" not in sent.sent[1]
 
 
-@pytest.mark.xfail_on(
-    "mongomock",
-    reason="mongomock checks each document with bson's default codec, which refuses a native "
-    "UUID (a stand-in quirk: pymongo encodes with the store's codec)",
-)
 def test_a_batch_reads_uuids_and_decimals_as_themselves(mongo_store: MongoStore) -> None:
     """The candidates are decoded with the store's codec, its type decoders included
     (``Database.command`` alone would give a Decimal128)."""

@@ -227,11 +227,6 @@ def test_a_running_schedule_keeps_its_slot_when_its_rule_changes(store: Store) -
     assert settled.last_run.status is JobStatus.COMPLETED
 
 
-@pytest.mark.xfail_on(
-    "mongomock",
-    reason="mongomock checks each document with bson's default codec, which refuses a native "
-    "UUID (a stand-in quirk: pymongo encodes with the store's codec)",
-)
 def test_uuids_and_decimals_come_back_as_themselves(store: Store) -> None:
     ident, amount = uuid.uuid4(), Decimal("12.3400")
     (stored,) = add(store, job(args=(ident,), kwargs={"amount": amount, "ids": [ident]}))

@@ -1,8 +1,9 @@
 """watch_due: a store reports jobs that become pending, written by anyone.
 
-Runs where a store can watch: ``memory``, the wire-protocol stand-in with change streams
-on (``wire_rs``), and a real server at ``MONGOSCHED_TEST_URI`` when it is a replica set
-or a sharded cluster. The writes come from a *second* store on the same database (another
+Runs where a store can watch: ``memory``, SecantusDB (``server``: a one-member replica
+set with real change streams), the wire-protocol stand-in with change streams on
+(``wire_rs``), and a real server at ``MONGOSCHED_TEST_URI`` when it is a replica set or
+a sharded cluster. The writes come from a *second* store on the same database (another
 client, as another process would be), except on ``memory``, which no other process sees.
 Where a store cannot watch (a standalone server, mongomock), iterating raises
 WatchUnavailable at once.
@@ -10,6 +11,7 @@ WatchUnavailable at once.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -20,12 +22,13 @@ from mongosched.store import DueHint, Store
 from mongosched.store.memory import MemoryStore
 from mongosched.store.mongo import MongoStore
 from tests.support.server import MockServer
+from tests.support.server_fixtures import with_database
 from tests.support.watching import Hints
 
 from .conftest import TEST_URI
 from .helpers import LATER, T0, add, claimed, given_back, job, raised, sec, succeeded, token
 
-WATCHING = ["memory", "wire_rs", *(["mongodb"] if TEST_URI else [])]
+WATCHING = ["memory", "server", "wire_rs", *(["mongodb"] if TEST_URI else [])]
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +44,15 @@ def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Store, Store]]:
         store = MemoryStore()
         yield store, store
         return
+    name = f"watch_{uuid.uuid4().hex[:12]}"
     if request.param == "wire_rs":
         server: MockServer = request.getfixturevalue("replica_server")
-        uri = server.uri(f"watch_{id(request)}", serverSelectionTimeoutMS=5000)
+        uri = server.uri(name, serverSelectionTimeoutMS=5000)
+    elif request.param == "server":
+        uri = with_database(request.getfixturevalue("real_server").uri, name)
     else:
         assert TEST_URI
-        from tests.support.server_fixtures import with_database
-
-        uri = with_database(TEST_URI, f"watch_{id(request)}")
+        uri = with_database(TEST_URI, name)
     watcher, writer = MongoStore(uri=uri), MongoStore(uri=uri)
     hello = watcher.database.command("hello")
     if not hello.get("setName") and hello.get("msg") != "isdbgrid":
@@ -147,6 +151,6 @@ def test_a_store_that_cannot_watch_says_so_at_once(store: Store, substrate: str)
         assert substrate != "memory"
     else:
         assert first == DueHint()
-        assert substrate not in ("mongomock", "wire")  # a standalone stand-in, no streams
+        assert substrate != "wire"  # a standalone stand-in, no streams
     finally:
         watch.close()
