@@ -3,7 +3,7 @@ subprocess (``python -m mongosched``) for help, errors and the worker.
 
 Most tests run on the test's store (``make_app``); those of ``--uri`` run on a store a
 URI names: ``memory://name`` (the same store, in this process) and ``mongodb://`` (the
-wire-protocol stand-in, or the real server with ``MONGOSCHED_TEST_URI``)."""
+SecantusDB test server, or the real server with ``MONGOSCHED_TEST_URI``)."""
 
 from __future__ import annotations
 
@@ -746,8 +746,8 @@ def test_worker_waits_for_a_database_that_is_not_up_yet(
     jobs once the database answers; with --timeout it gives up (exit 4) as ping does."""
     server = shared_db.server
     if server is None:
-        pytest.skip("needs the stand-in server, to start it after the worker")
-    server.stop()
+        pytest.skip("needs the SecantusDB server, to start it after the worker")
+    server.kill()
     uri = shared_db.uri(serverSelectionTimeoutMS=300)
     env = {"MONGOSCHED_CLI_TEST_URI": uri}
     given_up = run_command("worker", "tests.support.cli_app:app", "--timeout", "0.5", **env)

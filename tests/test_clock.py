@@ -1,7 +1,7 @@
 """Clock skew between a worker host and the MongoDB server: measured from the server's
 ``localTime`` (``hello``) when a runner starts, warned about, and shown in ``stats()``.
 
-Runs against the wire-protocol test server, or the real one with MONGOSCHED_TEST_URI;
+Runs against the SecantusDB test server, or the real one with MONGOSCHED_TEST_URI;
 the in-process store has no clock of its own."""
 
 from __future__ import annotations

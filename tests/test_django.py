@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MANAGE = ROOT / "tests" / "djangoproject" / "manage.py"
 RUN_TASK = "mongosched.contrib.django.run_task"
 
-# shared_db: the wire-protocol server; project, app: the test project (one per session)
+# shared_db: SecantusDB; project, app: the test project (one per session)
 pytest_plugins = ["tests.support.server_fixtures", "tests.djangoproject.fixtures"]
 
 
@@ -597,14 +597,14 @@ def test_a_database_outage_costs_only_the_pages_that_schedule(
 
     server = shared_db.server
     if server is None:
-        pytest.skip("needs the wire-protocol server to take the database away")
+        pytest.skip("needs the SecantusDB server to take the database away")
     down = {
         **settings.MONGOSCHED,
         "URI": shared_db.uri(),
         "CONNECT_TIMEOUT": 0.5,
         "RUN_IN_PROCESS": True,
     }
-    server.stop()
+    server.kill()
     with override_settings(MONGOSCHED=down):
         pages = []
         for _ in range(3):

@@ -3,7 +3,8 @@
 Apps store where the test suite's ``store_target`` says (``memory://`` unless
 MONGOSCHED_TEST_URI or MONGOSCHED_TEST_STORE choose a MongoDB), except where a test is
 about a pymongo ``Database`` object given as ``MONGOSCHED_DATABASE`` (the ``database``
-fixture: mongomock's, or the real server's).
+fixture: on the SecantusDB test server, or the real server's), or about several
+processes (``shared_db``: the same).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 
-pytest_plugins = ["tests.support.server_fixtures"]  # shared_db: the wire-protocol server
+pytest_plugins = ["tests.support.server_fixtures"]  # shared_db: SecantusDB
 
 
 def store_config(store_target: dict[str, Any]) -> dict[str, Any]:
@@ -372,8 +373,8 @@ def test_a_database_outage_costs_only_the_pages_that_schedule(shared_db: SharedD
     timeout."""
     server = shared_db.server
     if server is None:
-        pytest.skip("needs the wire-protocol server to take the database away")
-    server.stop()
+        pytest.skip("needs the SecantusDB server to take the database away")
+    server.kill()
     flask_app = Flask(f"test_flask_{uuid.uuid4().hex[:6]}")
     flask_app.config.update(
         TESTING=True,  # the test client raises what a view raised

@@ -1,5 +1,5 @@
 """Flow control across real worker processes: 3 processes x 4 worker threads on the
-wire-protocol stand-in (a real MongoDB with ``MONGOSCHED_TEST_URI``), the tasks of
+SecantusDB test server (a real MongoDB with ``MONGOSCHED_TEST_URI``), the tasks of
 tests/support/worker_app.py. Rate limits are checked on the jobs' ``started_at`` (the
 time each start was recorded under, see docs/flow-control.rst) and on the side
 collection of runs. Run with ``-s`` to see the figures."""

@@ -17,21 +17,20 @@ from mongosched.errors import ConfigurationError, InvalidJobId, SerializationErr
 from mongosched.records import PendingChanges
 from mongosched.store import schedule_id
 from mongosched.testing import FakeClock, drain
-from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db
+from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db, standin_db
 from tests.support.waiting import wait_for
 
-__all__ = ["mongo_server", "shared_db"]
+__all__ = ["mongo_server", "shared_db", "standin_db"]
 
 
 def test_a_claim_whose_reply_arrives_after_its_lease_is_given_back_not_run(
-    shared_db: SharedDatabase,
+    standin_db: SharedDatabase,
 ) -> None:
-    """A claim reply held past the lease: the reaper may already have handed the job to
+    """A claim reply held past the lease (after the claim applied: the stand-in's delay,
+    which no fail point expresses): the reaper may already have handed the job to
     another runner, so this runner must not start it too."""
-    server = shared_db.server
-    if server is None:
-        pytest.skip("needs the wire-protocol server to delay replies")
-    app = App(shared_db.uri(), lease_duration=1.0)
+    server = standin_db.server
+    app = App(standin_db.uri(), lease_duration=1.0)
     ran: list[int] = []
     app.task(name="t")(lambda: ran.append(1))
     job = app.schedule("t")
@@ -511,11 +510,11 @@ def test_a_listener_raising_any_base_exception_breaks_nothing(
 def test_stop_returns_in_time_with_the_database_down(shared_db: SharedDatabase) -> None:
     server = shared_db.server
     if server is None:
-        pytest.skip("needs the wire-protocol server to take the database away")
+        pytest.skip("needs the SecantusDB server to take the database away")
     app = App(shared_db.uri(), lease_duration=3, poll_interval=0.05)
     app.task(name="t")(lambda: None)
     runner = app.runner(workers=1).start()
-    server.stop()
+    server.kill()
     try:
         time.sleep(0.2)  # the dispatcher is now waiting on the server (not a test wait)
         started = time.monotonic()

@@ -98,10 +98,10 @@ def test_a_runner_starts_at_once_without_the_database_and_works_when_it_comes(
 ) -> None:
     server = shared_db.server
     if server is None:
-        pytest.skip("needs the wire-protocol server to take the database away")
+        pytest.skip("needs the SecantusDB server to take the database away")
     app = App(shared_db.uri(), connect_timeout=0.5, poll_interval=0.05, lease_duration=3)
     app.task(name="t")(lambda: "done")
-    server.stop()
+    server.kill()
     try:
         started = time.monotonic()
         runner = app.runner(workers=1).start()

@@ -1,7 +1,7 @@
 """``mongosched worker --processes N``: the supervisor and its children.
 
-The children share one database through the wire-protocol stand-in (memory:// is one
-per process), or a real MongoDB with ``MONGOSCHED_TEST_URI``. They run
+The children share one database on the SecantusDB test server (memory:// is one per
+process), or a real MongoDB with ``MONGOSCHED_TEST_URI``. They run
 ``tests.support.supervised_app:app``, whose ``record`` task writes a document per run
 to the side collection ``runs`` (start, end, token, pid): executions are counted
 independently of the jobs' status.

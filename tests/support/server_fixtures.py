@@ -1,10 +1,14 @@
 """Fixtures for tests that share one MongoDB between processes (import them explicitly).
 
-``shared_db`` gives a URI naming a fresh database and the database's name. Without
-``MONGOSCHED_TEST_URI`` it starts the wire-protocol stand-in (tests/support/server.py)
-on a free port for the test; with it, the database lives on that real server. The
-database is dropped afterwards either way. ``shared_db.server`` is the stand-in (to
-stop, restart, drop connections, delay replies), or None on a real server.
+``shared_db`` gives a URI naming a fresh database and the database's name, on the
+session's SecantusDB server (``real_server``, tests/support/realserver.py), or with
+``MONGOSCHED_TEST_URI`` on that server. ``shared_db.server`` is the SecantusDB server
+(to stop, kill, start again, set fail points), or None at ``MONGOSCHED_TEST_URI``.
+
+``standin_db`` is the same on the wire-protocol stand-in (tests/support/server.py),
+started on a free port for the test, for the faults no fail point expresses: a reply
+held back or lost after the write applied, every connection reset at once;
+``standin_db.server`` is the stand-in. The database is dropped afterwards either way.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ from urllib.parse import urlsplit, urlunsplit
 import pymongo
 import pytest
 
+from tests.support.realserver import RealServer
 from tests.support.server import MockServer
 
 TEST_URI = os.environ.get("MONGOSCHED_TEST_URI")
 
-__all__ = ["SharedDatabase", "mongo_server", "shared_db", "with_database"]
+__all__ = ["SharedDatabase", "mongo_server", "shared_db", "standin_db", "with_database"]
 
 
 def with_database(uri: str, name: str, **options: Any) -> str:
@@ -37,7 +42,9 @@ def with_database(uri: str, name: str, **options: Any) -> str:
 class SharedDatabase:
     base_uri: str
     name: str
-    server: MockServer | None
+    server: Any
+    """The SecantusDB server (:class:`RealServer`) or the stand-in (:class:`MockServer`);
+    None on the server at ``MONGOSCHED_TEST_URI``."""
 
     def uri(self, **options: Any) -> str:
         """The URI of this database (for ``App(uri)`` in another process)."""
@@ -51,26 +58,38 @@ class SharedDatabase:
 
 
 @pytest.fixture
-def mongo_server() -> Iterator[MockServer | None]:
-    """The stand-in server, started on a free port (None when MONGOSCHED_TEST_URI is set)."""
-    if TEST_URI:
-        yield None
-        return
+def mongo_server() -> Iterator[MockServer]:
+    """The wire-protocol stand-in, started on a free port."""
     with MockServer() as server:
         yield server
 
 
-@pytest.fixture
-def shared_db(mongo_server: MockServer | None) -> Iterator[SharedDatabase]:
+def _shared(base: str, server: MockServer | RealServer | None) -> Iterator[SharedDatabase]:
     name = f"mongosched_test_{uuid.uuid4().hex[:12]}"
-    base = TEST_URI or (mongo_server.uri() if mongo_server is not None else "")
-    shared = SharedDatabase(base_uri=base, name=name, server=mongo_server)
+    shared = SharedDatabase(base_uri=base, name=name, server=server)
     try:
         yield shared
     finally:
-        if mongo_server is None or mongo_server.running:
-            client = shared.client(serverSelectionTimeoutMS=5000)
-            try:
-                client.drop_database(name)
-            finally:
-                client.close()
+        if server is not None and not server.running:  # a test that stopped it failed
+            server.start()
+        client = shared.client(serverSelectionTimeoutMS=5000)
+        try:
+            client.drop_database(name)
+        finally:
+            client.close()
+
+
+@pytest.fixture
+def shared_db(request: pytest.FixtureRequest) -> Iterator[SharedDatabase]:
+    """A fresh database on the server at ``MONGOSCHED_TEST_URI``, else on SecantusDB."""
+    if TEST_URI:
+        yield from _shared(TEST_URI, None)
+        return
+    server: RealServer = request.getfixturevalue("real_server")
+    yield from _shared(server.uri, server)
+
+
+@pytest.fixture
+def standin_db(mongo_server: MockServer) -> Iterator[SharedDatabase]:
+    """A fresh database on the wire-protocol stand-in."""
+    yield from _shared(mongo_server.uri(), mongo_server)
