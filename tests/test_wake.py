@@ -1,9 +1,13 @@
 """Waking runners when a job becomes due elsewhere (App(wake=...), mongosched.wakeup).
 
-On the wire-protocol stand-in with change streams on (a one-member replica set, see
-tests/support/changestreams.py) or off (a standalone). Poll intervals are long here (30 s),
-so a job that starts within a couple of seconds was started by a wake-up, not a poll;
-latency figures are printed by bench/wake.py, not asserted here.
+On SecantusDB's real change streams (``shared_db``: a one-member replica set; a real
+MongoDB with ``MONGOSCHED_TEST_URI``), across processes and across a restart of the
+server; and on the wire-protocol stand-in with change streams on (a one-member replica
+set, see tests/support/changestreams.py) or off (a standalone), for what it controls
+and a server does not: a stream dropped and refused for a while, a history cut short,
+the streams opened and closed. Poll intervals are long here (30 s), so a job that
+starts within a couple of seconds was started by a wake-up, not a poll; latency
+figures are printed by bench/wake.py, not asserted here.
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from mongosched import App
 from mongosched.errors import ConfigurationError
+from mongosched.records import JobStatus
 from mongosched.runner import Runner
 from mongosched.store import DueHint, Store
 from tests.contract.helpers import T0, add, job, sec
@@ -32,6 +37,11 @@ from tests.support import worker_app
 from tests.support.server import MockServer
 from tests.support.waiting import wait_for
 from tests.support.watching import Hints
+
+if TYPE_CHECKING:
+    from tests.support.server_fixtures import SharedDatabase
+
+pytest_plugins = ["tests.support.server_fixtures"]  # shared_db: SecantusDB
 
 ROOT = Path(__file__).resolve().parent.parent
 LONG_POLL = 30.0
@@ -89,9 +99,9 @@ def _running(
 
 
 def test_a_job_scheduled_by_another_process_starts_at_once(
-    replica: MockServer, tmp_path: Path
+    shared_db: SharedDatabase, tmp_path: Path
 ) -> None:
-    uri = replica.uri("wake_processes")
+    uri = shared_db.uri()
     log = tmp_path / "worker.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -103,8 +113,8 @@ def test_a_job_scheduled_by_another_process_starts_at_once(
         )
     app = worker_app.build(uri, 1.5, LONG_POLL)
     try:
+        # A job scheduled before its stream is open is claimed when it opens ("claim now").
         wait_for(lambda: "started" in log.read_text(), 30, message="the worker to start")
-        wait_for(lambda: replica.streams.open_streams, 30, message="the worker to watch")
         runs = worker_app.side_collection(uri)
         for n in range(3):
             before = time.time()
@@ -143,13 +153,87 @@ def _assert_woken_at_once(uri: str) -> None:
 
 
 def test_a_runner_of_another_app_on_a_replica_set_starts_a_job_at_once(
-    replica: MockServer,
+    shared_db: SharedDatabase,
 ) -> None:
-    _assert_woken_at_once(replica.uri("wake_apps"))
+    _assert_woken_at_once(shared_db.uri())
 
 
-def test_runners_of_a_shared_memory_store_wake_each_other() -> None:
-    _assert_woken_at_once("memory://wake_memory")
+def _failing_fast(shared_db: SharedDatabase) -> str:
+    """The URI of the test's database on SecantusDB, giving up on the server after 0.5 s
+    (so that while it is down the driver's own attempt to resume a stream fails too)."""
+    if shared_db.server is None:
+        pytest.skip("restarting the server needs SecantusDB (not MONGOSCHED_TEST_URI)")
+    return shared_db.uri(serverSelectionTimeoutMS=500)
+
+
+def _restart_once_the_watch_failed(
+    shared_db: SharedDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kill SecantusDB (-9), wait until the library's watch has failed, and start the
+    server again on its storage: the stream is resumed by the library, not the driver."""
+    with caplog.at_level(logging.WARNING, logger="mongosched"):
+        shared_db.server.kill()
+        wait_for(lambda: "change stream failed" in caplog.text, 15, message="the watch to fail")
+    shared_db.server.start()
+
+
+@contextmanager
+def _watching_runner(shared_db: SharedDatabase) -> Iterator[Running]:
+    """A runner on SecantusDB, watching, whose stream's resume token is an event's: one
+    job ran first (SecantusDB refuses to resume from the token it gives after a command
+    in the database, here the apps' createIndexes: see tests/test_realserver.py)."""
+    with _running(_failing_fast(shared_db)) as r:
+        assert r.runner.wait_ready(10)
+        wait_for(lambda: r.runner.health()["wake"] == "watching", message="watching")
+        assert r.other.get_task("t").schedule().wait(timeout=PROMPT).status is JobStatus.COMPLETED
+        r.ran.clear()
+        # The dispatcher idle (its claim after that job done): a claim that met the
+        # outage would back off (the xfail below).
+        wait_for(lambda: (r.runner.health()["seconds_since_poll"] or 0) > 0.3, message="idle")
+        yield r
+
+
+def test_a_runner_is_woken_again_after_the_server_restarts(
+    shared_db: SharedDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    with _watching_runner(shared_db) as r:
+        _restart_once_the_watch_failed(shared_db, caplog)
+        r.other.get_task("t").schedule()
+        assert r.ran.wait(PROMPT), f"health {r.runner.health()}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found on SecantusDB: after a database error the dispatcher waits out its "
+    "backoff (a poll interval, doubling up to 30 s) whatever its stream reports, so a "
+    "job due at once waits for it once the database is back",
+)
+def test_a_runner_backing_off_after_a_database_error_is_woken_by_its_stream(
+    shared_db: SharedDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    with _watching_runner(shared_db) as r:
+        shared_db.server.kill()
+        r.runner.wake()  # a claim while the server is down: a database error, a backoff
+        wait_for(lambda: "retrying in" in caplog.text, 15, message="the dispatcher to back off")
+        shared_db.server.start()
+        r.other.get_task("t").schedule()
+        assert r.ran.wait(PROMPT), f"health {r.runner.health()}"
+
+
+def test_a_watch_resumes_where_it_was_after_the_server_restarts(
+    shared_db: SharedDatabase, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a crash and restart the watch goes on from its resume token (the server's
+    history survived in its journal): the next hint is the next job's, not the "claim
+    now" of a watch that lost its place and started afresh."""
+    with _watching(_failing_fast(shared_db)) as (hints, writing):
+        add(writing, job("before", at=T0))
+        assert hints.next() == DueHint(at=T0, task="before")
+        _restart_once_the_watch_failed(shared_db, caplog)
+        add(writing, job("after", at=T0 + sec(3600)))
+        assert hints.next(15) == DueHint(at=T0 + sec(3600), task="after")
+        assert hints.none_within()
+        assert "lost its place" not in caplog.text
 
 
 def test_a_standalone_server_falls_back_to_polling(
