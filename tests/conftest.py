@@ -46,7 +46,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 # What makes a test use the SecantusDB server: these fixtures, or a parameter naming it
 # (the contract's substrate "server"; the "mongodb" store of tests/test_cli.py's by_uri).
-SERVER_FIXTURES = frozenset({"real_server", "shared_db", "database"})
+SERVER_FIXTURES = frozenset({"real_server", "shared_db", "database", "tx_uri", "tx_database"})
 
 
 def uses_server(item: pytest.Item) -> bool:

@@ -19,16 +19,16 @@ import pytest
 
 pytest.importorskip("django_mongodb_backend")
 
-from tests.support.transactions import server_uri  # noqa: E402
+from tests.support.transactions import tx_uri  # noqa: E402
+
+__all__ = ["tx_uri"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def findings() -> dict[str, object]:
-    uri = server_uri()
-    if uri is None:
-        pytest.skip("needs a server with transactions (MONGOSCHED_TEST_URI or MONGOSCHED_TX_URI)")
+def findings(tx_uri: str) -> dict[str, object]:
+    uri = tx_uri
     name = f"mongosched_django_{uuid.uuid4().hex[:10]}"
     env = {**os.environ, "MONGOSCHED_DJANGO_URI": uri, "MONGOSCHED_DJANGO_DB": name}
     env.pop("DJANGO_SETTINGS_MODULE", None)

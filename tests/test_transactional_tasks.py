@@ -28,13 +28,13 @@ from tests.support.transactions import (
     database_uri,
     fail_point,
     own_collection,
-    server_uri,
     store_target,
     tx_database,
+    tx_uri,
 )
 from tests.support.waiting import wait_for
 
-__all__ = ["store_target", "tx_database"]
+__all__ = ["store_target", "tx_database", "tx_uri"]
 
 
 class Ledger:
@@ -347,11 +347,11 @@ def processes() -> Any:
 
 @pytest.mark.processes
 def test_a_run_killed_between_its_writes_and_its_commit_lands_once_after_recovery(
-    tx_database: Any, processes: list[Any]
+    tx_uri: str, tx_database: Any, processes: list[Any]
 ) -> None:
     from tests.support.transactions import register
 
-    uri = database_uri(server_uri() or "", tx_database.name)
+    uri = database_uri(tx_uri, tx_database.name)
     app = App(database=tx_database, lease_duration=1.0)
     tx_database.create_collection(EFFECTS)  # before any transaction writes in it
     effect = register(app, tx_database[EFFECTS])
@@ -377,13 +377,13 @@ def test_a_run_killed_between_its_writes_and_its_commit_lands_once_after_recover
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("jobs", [200, pytest.param(1000, marks=pytest.mark.soak)])
 def test_transactional_jobs_across_three_processes_each_land_once(
-    tx_database: Any, processes: list[Any], jobs: int
+    tx_uri: str, tx_database: Any, processes: list[Any], jobs: int
 ) -> None:
     """Three worker processes of four workers each run ``jobs`` transactional jobs
     (1,000 in ``make soak``): each job's effect exists exactly once."""
     from tests.support.transactions import register
 
-    uri = database_uri(server_uri() or "", tx_database.name)
+    uri = database_uri(tx_uri, tx_database.name)
     app = App(database=tx_database)
     app.ensure_indexes()
     tx_database.create_collection(EFFECTS)  # before any transaction writes in it

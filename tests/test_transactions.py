@@ -19,10 +19,10 @@ from mongosched import App, JobStatus, Transaction
 from mongosched.errors import MongoschedError, TransactionConflict, TransactionError
 from mongosched.store import DueHint
 from mongosched.testing import drain
-from tests.support.transactions import own_collection, store_target, tx_database
+from tests.support.transactions import own_collection, store_target, tx_database, tx_uri
 from tests.support.waiting import wait_for
 
-__all__ = ["store_target", "tx_database"]
+__all__ = ["store_target", "tx_database", "tx_uri"]
 
 
 def tasks(app: App) -> tuple[Any, Any]:

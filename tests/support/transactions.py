@@ -2,8 +2,8 @@
 database per test, fail points, and the worker process of the process-level tests.
 
 The server: ``MONGOSCHED_TEST_URI`` when it names a replica set (real MongoDB), else
-``MONGOSCHED_TX_URI`` (a SecantusDB started by hand: see the brief). Tests that need
-one skip without it, saying why.
+``MONGOSCHED_TX_URI`` (a server started by hand), else the suite's own SecantusDB
+(``real_server``).
 
 Run as ``python -m tests.support.transactions URI --workers N [--lease S]``: a worker
 process whose app registers :func:`register` 's tasks and runs until killed.
@@ -53,12 +53,17 @@ def database_uri(uri: str, name: str) -> str:
 
 
 @pytest.fixture
-def tx_database() -> Iterator[Any]:
-    """A fresh database on the transactions server (skips without one)."""
-    uri = server_uri()
-    if uri is None:
-        pytest.skip("needs a server with transactions (MONGOSCHED_TEST_URI or MONGOSCHED_TX_URI)")
-    client: Any = pymongo.MongoClient(uri, tz_aware=True)
+def tx_uri(request: pytest.FixtureRequest) -> str:
+    """The URI of a server with transactions (no database in it): the one named by
+    ``MONGOSCHED_TEST_URI`` or ``MONGOSCHED_TX_URI`` when set, else the suite's own
+    server (``real_server``, which skips or fails as its rules say when it is missing)."""
+    return server_uri() or str(request.getfixturevalue("real_server").uri)
+
+
+@pytest.fixture
+def tx_database(tx_uri: str) -> Iterator[Any]:
+    """A fresh database on the transactions server."""
+    client: Any = pymongo.MongoClient(tx_uri, tz_aware=True)
     name = f"mongosched_tx_{uuid.uuid4().hex[:12]}"
     try:
         yield client.get_database(name)
