@@ -13,7 +13,7 @@ import pytest
 from mongosched import App, JobStatus
 from mongosched.errors import StoreUnavailable
 from mongosched.outcome import given_back
-from tests.support.tasks import Recorder
+from tests.support.tasks import Recorder, Unreadable
 from tests.support.waiting import wait_for
 
 
@@ -347,6 +347,50 @@ def test_a_handed_off_result_that_cannot_be_stored_fails_the_job_when_it_lands()
     assert job is not None and job.status is JobStatus.FAILED
     assert job.error is not None and "return value" in job.error.message
     assert [j.id for j in failed] == [odd.id]
+
+
+def test_a_result_whose_encoding_raises_anything_fails_its_job_alone_in_a_batch() -> None:
+    """Encoding a result may raise anything (here the KeyError of a mapping whose
+    values cannot be read): in a batched claim's write, that is its own job's
+    SerializationError. It fails once, without retrying; the others' outcomes land."""
+    app = App("memory://")
+    app.task(name="work", retry=3)(lambda n: Unreadable() if n == 1 else n * 10)
+    app.schedule_bulk(app.tasks["work"].job(n) for n in range(6))
+    runner = app.runner(workers=3)
+    runner.settler.claiming = lambda: True
+    claims = runner.claim_batch(3)
+    for claim in claims:
+        runner.run_claim(claim)  # handed off
+    assert runner.settler.queued == 3
+    assert len(runner.claim_batch(3)) == 3 and runner.finished == 3
+    _landed(app, [claims[0], claims[2]])
+    bad = app.get_job(claims[1].job_id)
+    assert bad is not None and bad.status is JobStatus.FAILED and bad.attempts == 1
+    assert bad.error is not None and bad.error.type == "SerializationError"
+    assert "task 'work': return value" in bad.error.message
+
+
+def test_a_result_that_cannot_be_encoded_costs_no_other_job_a_run(
+    make_app: Callable[..., App],
+) -> None:
+    """A started runner with a backlog: one job's result cannot be encoded. It fails
+    alone, once; every other job runs once and completes."""
+    app = make_app(lease_duration=2.0)
+    recorder = Recorder()
+    work = app.task(name="work", retry=3)(
+        lambda n: recorder.ran(n, Unreadable() if n == 40 else n)
+    )
+    spy = ClaimSpy(app)
+    jobs = app.schedule_bulk(work.job(n) for n in range(80))
+    runner = app.runner(workers=4).start()
+    wait_for(lambda: runner.finished >= 80, timeout=30, message="80 jobs finished")
+    assert runner.stop(timeout=10)
+    assert spy.settled_with_claims > 0  # outcomes rode in batched claims
+    assert recorder.counts() == {n: 1 for n in range(80)}
+    assert app.count_jobs(status="completed") == 79
+    failed = jobs[40].refresh()
+    assert failed.status is JobStatus.FAILED and failed.attempts == 1
+    assert failed.error is not None and failed.error.type == "SerializationError"
 
 
 def test_a_handed_off_outcome_whose_lease_was_lost_lands_as_lost() -> None:

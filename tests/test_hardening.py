@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +18,7 @@ from mongosched.records import PendingChanges
 from mongosched.store import schedule_id
 from mongosched.testing import FakeClock, drain
 from tests.support.server_fixtures import SharedDatabase, mongo_server, shared_db, standin_db
+from tests.support.tasks import Unreadable
 from tests.support.waiting import wait_for
 
 __all__ = ["mongo_server", "shared_db", "standin_db"]
@@ -341,19 +342,6 @@ def nested(depth: int) -> list[Any]:
     for _ in range(depth):
         value = [value]
     return value
-
-
-class Unreadable(Mapping[str, Any]):
-    """A mapping whose items cannot be read: bson surfaces the error as a KeyError."""
-
-    def __getitem__(self, key: str) -> Any:
-        raise LookupError(f"{key} is gone")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(["k"])
-
-    def __len__(self) -> int:
-        return 1
 
 
 HOSTILE = [nested(5000), {"rows": nested(5000)}, Unreadable(), [1, {"m": Unreadable()}]]

@@ -11,6 +11,7 @@ import pytest
 from mongosched.errors import SerializationError
 from mongosched.records import JobRecord, JobStatus
 from mongosched.store import Store
+from tests.support.tasks import Unreadable
 
 from .helpers import (
     LATER,
@@ -229,6 +230,34 @@ def test_settle_many_reports_each_job_alone(store: Store) -> None:
     assert results[3] == store.get(fine.id)
     assert isinstance(results[4], JobRecord) and results[4].status is JobStatus.PENDING
     assert results[4] == store.get(also_fine.id) and results[4].attempts == 1
+
+
+@pytest.mark.parametrize("claiming", [False, True], ids=["settle_many", "settle_and_claim"])
+def test_a_result_whose_encoding_raises_anything_concerns_its_own_job_only(
+    store: Store, claiming: bool
+) -> None:
+    """Encoding a result runs the value's own code (a mapping's ``__getitem__``): an
+    exception from it, whatever its type, is that job's SerializationError, and the
+    others' outcomes (and claims) land."""
+    add(store, *[job(args=(n,)) for n in range(5)])
+    first, bad, last = batch(store, 3)
+    items = [
+        (first, succeeded(first, result=1)),
+        (bad, succeeded(bad, result=Unreadable())),
+        (last, succeeded(last, result=3)),
+    ]
+    if claiming:
+        results, got = settle_and_claim(store, items, 10)
+        assert [r.args for r in got] == [(3,), (4,)]
+    else:
+        results = store.settle_many(items)
+    assert isinstance(results[1], SerializationError)
+    assert "task 't': return value" in str(results[1])
+    assert store.get(bad.id) == bad  # nothing written for it
+    for n, running in ((0, first), (2, last)):
+        stored = results[n]
+        assert isinstance(stored, JobRecord) and stored.status is JobStatus.COMPLETED
+        assert stored == store.get(running.id) and stored.result == n + 1
 
 
 def test_settle_many_of_the_same_claim_from_racing_threads_lands_once(store: Store) -> None:

@@ -11,6 +11,7 @@ import pytest
 from mongosched.errors import SerializationError
 from mongosched.records import ErrorInfo, JobQuery, JobStatus
 from mongosched.store import Store
+from tests.support.tasks import Unreadable
 
 from .helpers import (
     LATER,
@@ -193,6 +194,9 @@ def test_a_result_bson_cannot_hold_raises_and_writes_nothing(store: Store) -> No
         store.settle(running, succeeded(running, result=object()))
     with pytest.raises(SerializationError, match="return value"):
         store.settle(running, succeeded(running, result={"rows": {1, 2}}))
+    # Encoding a value runs its own code: whatever that raises is the value's fault.
+    with pytest.raises(SerializationError, match="task 't': return value"):
+        store.settle(running, succeeded(running, result=Unreadable()))
     assert store.get(running.id) == running
     error = ErrorInfo("TypeError", "bad result")
     failed = store.settle(
