@@ -389,20 +389,24 @@ class Runner(RunnerSteps):
                 if not self._free.acquire(timeout=max(0.0, deadline - time.monotonic())):
                     break
                 self._held += 1
-        claims, claimed = self._take_batch(self._held)
-        # A backlog: two claims in a row found all they asked for (one alone does not
-        # say so: a lone job is claimed alone, and so is the next one).
-        full = claimed >= self._held
-        if full and (self._held > 1 or self._full_rounds > 0):
-            self._batching = True
-            self._full_rounds += 1
-        else:
-            self._stop_batching()
-            self._full_rounds = 1 if full else 0
-        self._held -= len(claims)  # each claim's worker releases its place
-        self._release_held()
-        for claim in claims:
-            self._submit(claim)
+        asked = self._held
+        claims: list[Claim] = []
+        try:
+            claimed = self._take_batch(asked, claims)
+            # A backlog: two claims in a row found all they asked for (one alone does
+            # not say so: a lone job is claimed alone, and so is the next one).
+            full = claimed >= asked
+            if full and (asked > 1 or self._full_rounds > 0):
+                self._batching = True
+                self._full_rounds += 1
+            else:
+                self._stop_batching()
+                self._full_rounds = 1 if full else 0
+        finally:  # every claim taken runs, whatever failed after it was taken
+            self._held -= len(claims)  # each claim's worker releases its place
+            self._release_held()
+            for claim in claims:
+                self._submit(claim)
         return claimed > 0
 
     def _in_flight_others(self) -> int:
@@ -474,7 +478,7 @@ class Runner(RunnerSteps):
             self._stopping.set()
             self._forget(claim)
             self._free.release()
-            self._give_back(claim)
+            self._give_back_or_leave(claim)
             return
         self._heartbeats.watch(claim)
 

@@ -29,7 +29,6 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TypeVar
 
 from .errors import SerializationError
 from .records import JobRecord, Settlement
@@ -39,7 +38,6 @@ __all__ = ["Landing", "Settler"]
 
 log = logging.getLogger("mongosched")
 
-_T = TypeVar("_T")
 Item = tuple[JobRecord, Settlement]
 """A job to settle, and its settlement."""
 Result = JobRecord | SerializationError | None
@@ -171,11 +169,11 @@ class Settler:
                 self._full.notify()
         return True
 
-    def write_with(self, claim: Callable[[list[Item]], tuple[Sequence[Result], _T]]) -> _T:
+    def write_with(self, claim: Callable[[list[Item]], Sequence[Result]]) -> None:
         """Run ``claim`` (a batched claim about to write), giving it every queued
-        outcome to write with its own updates, and return what else it returns. It
-        must return the outcomes' results, in order: each worker or landing learns its
-        own. When a write is already on its way, the claim gets none (that writer takes
+        outcome to write with its own updates. It returns the outcomes' results, in
+        order: each worker or landing learns its own (what it claims, it keeps itself).
+        When a write is already on its way, the claim gets none (that writer takes
         them). When the claim fails, its outcomes go back to the queue, at its head, and
         the error is raised: a waiting worker writes them, else :meth:`flush` does."""
         with self._lock:
@@ -184,7 +182,7 @@ class Settler:
                 self._writer = _CLAIM
                 taken, self._queue = self._queue, []
         try:
-            results, claimed = claim([(o.job, o.settlement) for o in taken])
+            results = claim([(o.job, o.settlement) for o in taken])
         except BaseException:
             if taken:
                 self._give_back(taken)
@@ -192,7 +190,6 @@ class Settler:
         if taken:
             self._record(taken, results)
             self._written(taken, None, drain=False)
-        return claimed
 
     def _give_back(self, taken: list[_Outcome]) -> None:
         with self._lock:

@@ -152,8 +152,17 @@ class RunnerSteps:
     def claim_batch(self, limit: int) -> list[Claim]:
         """Claim up to ``limit`` due jobs of this runner's tasks and queues at once (in a
         few round trips whatever ``limit``), in claim order; fewer when fewer are due.
-        With ``limit`` 1, as :meth:`claim_next`."""
-        return self._take_batch(validate.whole(limit, what="claim_batch: limit"))[0]
+        With ``limit`` 1, as :meth:`claim_next`. When it raises, the jobs it had claimed
+        are given back, uncounted (nobody else would run them)."""
+        limit = validate.whole(limit, what="claim_batch: limit")
+        claims: list[Claim] = []
+        try:
+            self._take_batch(limit, claims)
+        except BaseException:
+            for claim in claims:
+                self._give_back_or_leave(claim)
+            raise
+        return claims
 
     def run_claim(self, claim: Claim) -> Decision | None:
         """Run a claimed job in this thread and record its outcome; returns the
@@ -345,21 +354,27 @@ class RunnerSteps:
             return None, False
         return self._admit(record, now, by_id=job_id is not None), True
 
-    def _take_batch(self, limit: int) -> tuple[list[Claim], int]:
-        """Up to ``limit`` claims at once: ``(claims, jobs claimed)``, the jobs claimed
-        counting those given back. Jobs of tasks with a concurrency or rate limit are
-        claimed one at a time (a batch would take more than their limits allow, only to
-        give them back): when such tasks may be claimed, the last place is a single claim
-        over every task, so they are not starved."""
+    def _take_batch(self, limit: int, claims: list[Claim]) -> int:
+        """Up to ``limit`` claims at once, added to ``claims`` as each is admitted, so
+        that the caller holds every claim taken whatever fails after it (and runs it, or
+        gives it back). Returns the jobs claimed, counting those given back. Jobs of
+        tasks with a concurrency or rate limit are claimed one at a time (a batch would
+        take more than their limits allow, only to give them back): when such tasks may
+        be claimed, the last place is a single claim over every task, so they are not
+        starved."""
         if limit <= 1 and not self.settler.queued:
             claim, taken = self._take()
-            return ([] if claim is None else [claim]), int(taken)
+            if claim is not None:
+                claims.append(claim)
+            return int(taken)
         tasks, queues = self._scope()
         unlimited = [name for name in tasks if not self.app.tasks[name].limited]
         single = len(unlimited) < len(tasks)
         now = self.app.now()
-        records = self.settler.write_with(  # with the outcomes of jobs just finished
-            lambda outcomes: self.store.settle_and_claim(
+        records: list[JobRecord] = []
+
+        def settle_and_claim(outcomes: list[tuple[JobRecord, Settlement]]) -> Any:
+            settled, got = self.store.settle_and_claim(
                 outcomes,
                 owner=self.name,
                 tasks=unlimited,
@@ -368,42 +383,58 @@ class RunnerSteps:
                 lease_duration=self.lease_duration,
                 limit=limit - single,
             )
-        )
-        claims = []
-        for record in records:
-            try:
-                claim = self._admit(record, now)
-            except StoreError as exc:  # the others still run
-                log.warning(
-                    "job %s (%s): could not give it back (%s); it runs again once its "
-                    "lease expires",
-                    record.id,
-                    record.task,
-                    exc,
-                )
-                continue
-            if claim is not None:
-                claims.append(claim)
+            records.extend(got)  # held from here on, whatever fails next
+            return settled
+
+        try:
+            self.settler.write_with(settle_and_claim)  # with the outcomes just finished
+        finally:
+            self._admit_all(records, now, claims)
         claimed = len(records)
         if single:
             claim, taken = self._take(scope=(tasks, queues))
             claimed += int(taken)
             if claim is not None:
                 claims.append(claim)
-        return claims, claimed
+        return claimed
+
+    def _admit_all(self, records: list[JobRecord], now: datetime, claims: list[Claim]) -> None:
+        """Admit each job a batched claim took, adding the claims to ``claims``: one
+        whose admission fails is given back (see :meth:`_admit`) and the others go on."""
+        for record in records:
+            try:
+                claim = self._admit(record, now)
+            except StoreError as exc:
+                log.warning("job %s (%s): not admitted: %s", record.id, record.task, exc)
+                continue
+            except Exception:
+                log.exception("job %s (%s): not admitted", record.id, record.task)
+                continue
+            if claim is not None:
+                claims.append(claim)
 
     def _admit(self, record: JobRecord, now: datetime, by_id: bool = False) -> Claim | None:
         """A claimed job, about to run: its :class:`Claim`, or None when it was given
         back (its schedule was paused since the pauses were read, its lease would end
         before the first heartbeat, or its task's concurrency permits are all held, or
         a flow-control limit is saturated) or ended unrun (past its expiry).
-        ``by_id``: claimed by its id (pauses do not apply)."""
-        task = self.app.tasks[record.task]
+        ``by_id``: claimed by its id (pauses do not apply). Whatever fails on the way,
+        the job is given back (uncounted) before the error leaves: a claim taken is
+        run or given back, never dropped."""
+        claim = Claim(self, record, self.app.tasks[record.task])
+        try:
+            return self._admitted(claim, now, by_id)
+        except BaseException:
+            self._give_back_or_leave(claim)
+            raise
+
+    def _admitted(self, claim: Claim, now: datetime, by_id: bool) -> Claim | None:
+        """The checks of :meth:`_admit`."""
+        record, task = claim.record, claim.task
         arrived = self.app.now()  # the claim's reply: what the checks below go by
         if outcome.is_expired(record, arrived):
             self._settle_unrun(record, outcome.expired(record, arrived, self.app.retention))
             return None
-        claim = Claim(self, record, task)
         if not by_id and self.pause_set.holds(record.id):  # paused since we read
             self._give_back(claim)
             self.store.hold_schedules([record.id], arrived)
@@ -445,6 +476,21 @@ class RunnerSteps:
         self.gate.release(claim, started=False)
         back = settlement or outcome.given_back(claim.record, self.app.now())
         self.store.settle(claim.record, back)
+
+    def _give_back_or_leave(self, claim: Claim) -> None:
+        """Give back a claim that will not run, after something else failed; if that
+        fails too, its job is left to run again once its lease expires (and says so)."""
+        try:
+            self._give_back(claim)
+        except Exception as exc:
+            log.warning(
+                "job %s (%s): could not give it back (%s); it runs again once its lease "
+                "expires",
+                claim.job_id,
+                claim.task.name,
+                exc,
+                extra=logs.fields(claim.record),
+            )
 
     def _settle_unrun(self, record: JobRecord, decision: Decision) -> None:
         """A claimed job that ends without running (expired): write the decision."""

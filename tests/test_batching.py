@@ -129,6 +129,107 @@ def test_jobs_of_a_limited_task_are_claimed_one_at_a_time(make_app: Callable[...
     assert [c.task.name for c in again] == ["limited"]
 
 
+def _failing_once(store: Any, name: str, error: BaseException, after: str | None = None) -> Any:
+    """Make ``store.<name>`` raise ``error`` once (once ``store.<after>`` returned jobs,
+    if given); returns a list that records each time it raised."""
+    raised: list[Any] = []
+    armed = [after is None]
+    call = getattr(store, name)
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        if armed[0] and not raised:
+            raised.append(args)
+            raise error
+        return call(*args, **kwargs)
+
+    setattr(store, name, failing)
+    if after is not None:
+        before = getattr(store, after)
+
+        def arming(*args: Any, **kwargs: Any) -> Any:
+            got = before(*args, **kwargs)
+            armed[0] = armed[0] or bool(got[1])
+            return got
+
+        setattr(store, after, arming)
+    return raised
+
+
+def _given_back(app: App, count: int) -> None:
+    """Every job of ``app`` is pending, its attempt uncounted (none of ``count`` runs)."""
+    pending = app.get_jobs(status="pending", limit=100)
+    assert len(pending) == count and all(job.attempts == 0 for job in pending)
+
+
+def test_a_store_error_after_the_batched_claim_gives_its_claims_back() -> None:
+    """With a limited task, a batch step is a batched claim and then a single one: when
+    that single claim fails, the jobs the batched claim took are given back, uncounted
+    (the caller, who gets the error, never sees them)."""
+    app = App("memory://")
+    app.task(name="free", retry=0)(lambda: None)
+    app.task(name="limited", concurrency=1)(lambda: None)
+    app.schedule_bulk(app.tasks["free"].job() for _ in range(5))
+    runner = app.runner(workers=4)
+    runner.prepare()
+    raised = _failing_once(app.store, "claim", StoreUnavailable("claim: connection refused"))
+    with pytest.raises(StoreUnavailable):
+        runner.claim_batch(4)
+    assert raised
+    _given_back(app, 5)
+    assert len(runner.claim_batch(4)) == 4  # and they can be claimed again
+
+
+@pytest.mark.parametrize("failure", [StoreUnavailable("refused"), RuntimeError("a bug")])
+def test_a_claim_whose_admission_fails_is_given_back_and_the_others_run(failure: Exception) -> None:
+    """Whatever fails while a claimed job is admitted, that job is given back,
+    uncounted, and the other jobs of its batch are claimed."""
+    app = App("memory://")
+    app.task(name="free")(lambda: None)
+    jobs = app.schedule_bulk(app.tasks["free"].job() for _ in range(4))
+    runner = app.runner(workers=4)
+    admit = runner.gate.admit
+
+    def failing(claim: Any, now: Any) -> Any:
+        if claim.job_id == jobs[1].id:
+            raise failure
+        return admit(claim, now)
+
+    runner.gate.admit = failing  # type: ignore[method-assign]
+    claims = runner.claim_batch(4)
+    assert [c.job_id for c in claims] == [jobs[0].id, jobs[2].id, jobs[3].id]
+    back = jobs[1].refresh()
+    assert back.status is JobStatus.PENDING and back.attempts == 0
+    runner.gate.admit = admit  # type: ignore[method-assign]
+    for claim in claims:
+        runner.run_claim(claim)
+    # A single claim too: its job is given back, and the error reaches the caller.
+    runner.gate.admit = failing  # type: ignore[method-assign]
+    with pytest.raises(type(failure)):
+        runner.claim_next()
+    assert back.refresh().status is JobStatus.PENDING and back.attempts == 0
+
+
+def test_a_store_error_between_the_two_claims_of_a_round_costs_no_job_a_run(
+    make_app: Callable[..., App],
+) -> None:
+    """A started runner with a backlog and a limited task: the single claim that follows
+    a batched claim fails once. The jobs the batched claim took still run (once each,
+    within the lease, not after it expired: a job without retries, ``retry=0``, would
+    then fail)."""
+    app = make_app(lease_duration=2.0)
+    recorder = Recorder()
+    free = app.task(name="free", retry=0)(recorder.ran)
+    app.task(name="limited", concurrency=1)(lambda: None)
+    raised = _failing_once(
+        app.store, "claim", StoreUnavailable("claim: connection refused"), after="settle_and_claim"
+    )
+    app.schedule_bulk(free.job(n) for n in range(60))
+    runner = app.runner(workers=4).start()
+    wait_for(lambda: app.count_jobs(status="completed") == 60, timeout=20, message="60 done")
+    assert runner.stop(timeout=10)
+    assert raised and recorder.counts() == {n: 1 for n in range(60)}
+
+
 def test_outcomes_finishing_together_are_written_in_one_bulk_write() -> None:
     """While one outcome's write is on its way, the others queue; the first of them
     then writes them all at once, and each worker gets its own job's result."""
