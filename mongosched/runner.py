@@ -429,7 +429,7 @@ class Runner(RunnerSteps):
         if claim.task.writes_own_outcome:
             return False
         landing = partial(self._land_later, claim, partial(self._land, claim, decision, seconds))
-        if not self.settler.hand_off(claim.record, decision.settlement, landing):
+        if not self.settler.hand_off(claim.record, decision.settlement, claim.until, landing):
             return False
         claim.handed_off = True
         self._free.release()

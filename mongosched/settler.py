@@ -28,13 +28,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from functools import partial
+from typing import Protocol
 
 from .errors import SerializationError
 from .records import JobRecord, Settlement
-from .store import Store
+from .store import Patience, Store
 
-__all__ = ["Landing", "Settler"]
+__all__ = ["Landing", "Leased", "Settler"]
 
 log = logging.getLogger("mongosched")
 
@@ -51,6 +53,14 @@ MAX_BATCH = 100
 """Outcomes a writer waits for at most."""
 
 
+class Leased(Protocol):
+    """Something held under a lease (a claim, a queued outcome)."""
+
+    @property
+    def until(self) -> datetime:
+        """When its lease ends."""
+
+
 def _nobody() -> int:
     return 0
 
@@ -63,14 +73,22 @@ def _at_once(work: Callable[[], None]) -> None:
     work()
 
 
+def _no_patience(held: Sequence[Leased]) -> Patience | None:
+    return None
+
+
 class _Outcome:
     """One queued outcome, and what its write found."""
 
-    __slots__ = ("job", "settlement", "signal", "done", "stored", "error", "landing")
+    __slots__ = ("job", "settlement", "until", "signal", "done", "stored", "error", "landing")
 
-    def __init__(self, job: JobRecord, settlement: Settlement, landing: Landing | None) -> None:
+    def __init__(
+        self, job: JobRecord, settlement: Settlement, until: datetime, landing: Landing | None
+    ) -> None:
         self.job = job
         self.settlement = settlement
+        self.until = until
+        """When its lease ends (nothing renews it any more)."""
         self.landing = landing
         """Handed off: called once it is written (nobody waits on it)."""
         self.signal = threading.Lock()
@@ -116,6 +134,10 @@ class Settler:
         """Runs the landings of outcomes handed off, once written (a runner has its
         workers run them, so that a claim's writer, the dispatcher, never runs
         listeners)."""
+        self.patience: Callable[[Sequence[Leased]], Patience | None] = _no_patience
+        """How long a write of the given outcomes goes on retrying a transient database
+        error (a runner says: until the last of their leases ends, or it stops; see
+        :data:`~mongosched.store.Patience`). By default the store's usual few retries."""
         self._lock = threading.Lock()
         self._full = threading.Condition(self._lock)
         self._queue: list[_Outcome] = []
@@ -130,13 +152,13 @@ class Settler:
         with self._lock:
             return len(self._queue)
 
-    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
+    def settle(self, job: JobRecord, settlement: Settlement, until: datetime) -> JobRecord | None:
         """As :meth:`Store.settle <mongosched.store.Store.settle>`: the job as stored
         after the write, or None when its lease token no longer held it; raises what
         that raises (:class:`~mongosched.errors.SerializationError` with nothing
-        written, a store error)."""
+        written, a store error). ``until``: when the job's lease ends."""
         with self._lock:
-            mine = _Outcome(job, settlement, None)
+            mine = _Outcome(job, settlement, until, None)
             self._queue.append(mine)
             if self._writer is None:
                 self._writer = mine  # nothing on its way: write at once
@@ -156,23 +178,28 @@ class Settler:
         self._write_all(batch, mine)
         return mine.result()
 
-    def hand_off(self, job: JobRecord, settlement: Settlement, landing: Landing) -> bool:
+    def hand_off(
+        self, job: JobRecord, settlement: Settlement, until: datetime, landing: Landing
+    ) -> bool:
         """Leave the outcome to the next batched claim's write when one is coming
         (:attr:`claiming`), and return True: ``landing`` is called once it is written
         (see the module), and nobody waits for it. False: no claim is coming (write it
-        with :meth:`settle`)."""
+        with :meth:`settle`). ``until``: when the job's lease ends."""
         with self._lock:
             if not self.claiming():
                 return False
-            self._queue.append(_Outcome(job, settlement, landing))
+            self._queue.append(_Outcome(job, settlement, until, landing))
             if self._expect and len(self._queue) >= self._expect:
                 self._full.notify()
         return True
 
-    def write_with(self, claim: Callable[[list[Item]], Sequence[Result]]) -> None:
+    def write_with(
+        self, claim: Callable[[list[Item], Patience | None], Sequence[Result]]
+    ) -> None:
         """Run ``claim`` (a batched claim about to write), giving it every queued
-        outcome to write with its own updates. It returns the outcomes' results, in
-        order: each worker or landing learns its own (what it claims, it keeps itself).
+        outcome to write with its own updates, and the :attr:`patience` of their write.
+        It returns the outcomes' results, in order: each worker or landing learns its
+        own (what it claims, it keeps itself).
         When a write is already on its way, the claim gets none (that writer takes
         them). When the claim fails, its outcomes go back to the queue, at its head, and
         the error is raised: a waiting worker writes them, else :meth:`flush` does."""
@@ -182,7 +209,8 @@ class Settler:
                 self._writer = _CLAIM
                 taken, self._queue = self._queue, []
         try:
-            results = claim([(o.job, o.settlement) for o in taken])
+            patience = self.patience(taken) if taken else None
+            results = claim([(o.job, o.settlement) for o in taken], patience)
         except BaseException:
             if taken:
                 self._give_back(taken)
@@ -249,12 +277,13 @@ class Settler:
 
     def _write(self, batch: list[_Outcome]) -> None:
         """Write the batch's outcomes, recording each one's stored job or error."""
+        patience = self.patience(batch)
         try:
             if len(batch) == 1:
-                batch[0].stored = self.store.settle(batch[0].job, batch[0].settlement)
+                batch[0].stored = self.store.settle(batch[0].job, batch[0].settlement, patience)
                 return
             self.bulk_writes += 1
-            results = self.store.settle_many([(o.job, o.settlement) for o in batch])
+            results = self.store.settle_many([(o.job, o.settlement) for o in batch], patience)
         except BaseException as exc:  # every writer learns it
             for outcome in batch:
                 outcome.error = exc

@@ -23,7 +23,8 @@ from .outcome import Decision, Ending
 from .pauseset import PauseSet
 from .records import JobRecord, Settlement
 from .retry import Retry
-from .settler import Settler
+from .settler import Leased, Settler
+from .store import Patience
 from .transactional import TransactionalRun
 
 __all__ = ["RunnerSteps"]
@@ -87,6 +88,7 @@ class RunnerSteps:
         claimed and recorded at once."""
         self.settler = Settler(self.store, gather=self.gather)
         """Writes outcomes: alone, or in one bulk write when several finish at once."""
+        self.settler.patience = self._patience
         self.gate = Gate(self.store, self.poll_interval)
         """Flow-control limits at claim time (rate limits, keyed concurrency)."""
         self.claimed = 0
@@ -196,12 +198,13 @@ class RunnerSteps:
                 if decision is not None:
                     todo.append((n, decision))
             items = [(claims[n].record, decision.settlement) for n, decision in todo]
-            results = self.store.settle_many(items) if items else []
+            patience = self._patience([claims[n] for n, _ in todo])
+            results = self.store.settle_many(items, patience) if items else []
             for (n, decision), stored in zip(todo, results, strict=True):
                 claim, seconds = claims[n], ran[n][2]  # type: ignore[index]
                 if isinstance(stored, SerializationError):  # its result cannot be stored
                     decision = self._decide(claim, Ending.ERROR, None, stored, NEVER_RETRY)
-                    stored = self.settler.settle(claim.record, decision.settlement)
+                    stored = self.settler.settle(claim.record, decision.settlement, claim.until)
                 decisions[n] = self._landed(claim, decision, stored, seconds)
             return decisions
         finally:
@@ -373,7 +376,9 @@ class RunnerSteps:
         now = self.app.now()
         records: list[JobRecord] = []
 
-        def settle_and_claim(outcomes: list[tuple[JobRecord, Settlement]]) -> Any:
+        def settle_and_claim(
+            outcomes: list[tuple[JobRecord, Settlement]], patience: Patience | None
+        ) -> Any:
             settled, got = self.store.settle_and_claim(
                 outcomes,
                 owner=self.name,
@@ -382,6 +387,7 @@ class RunnerSteps:
                 now=now,
                 lease_duration=self.lease_duration,
                 limit=limit - single,
+                patience=patience,
             )
             records.extend(got)  # held from here on, whatever fails next
             return settled
@@ -433,7 +439,7 @@ class RunnerSteps:
         record, task = claim.record, claim.task
         arrived = self.app.now()  # the claim's reply: what the checks below go by
         if outcome.is_expired(record, arrived):
-            self._settle_unrun(record, outcome.expired(record, arrived, self.app.retention))
+            self._settle_unrun(claim, outcome.expired(record, arrived, self.app.retention))
             return None
         if not by_id and self.pause_set.holds(record.id):  # paused since we read
             self._give_back(claim)
@@ -475,7 +481,19 @@ class RunnerSteps:
         self._release_permit(claim)
         self.gate.release(claim, started=False)
         back = settlement or outcome.given_back(claim.record, self.app.now())
-        self.store.settle(claim.record, back)
+        self._settle_held(claim, back)
+
+    def _settle_held(self, claim: Claim, settlement: Settlement) -> JobRecord | None:
+        """Write ``settlement`` for a claim that does not run to an outcome (given back,
+        ended unrun), at once and alone, with its lease's patience."""
+        return self.store.settle(claim.record, settlement, self._patience((claim,)))
+
+    def _patience(self, held: Sequence[Leased]) -> Patience:
+        """How long a holder's write (an outcome, a claim given back) retries a
+        transient database error: until the last of the leases of ``held`` ends
+        (nothing renews them during the write; until then no other holder can have the
+        job, and the write stays fenced on its token anyway)."""
+        return _LeaseEnd(self, held)
 
     def _give_back_or_leave(self, claim: Claim) -> None:
         """Give back a claim that will not run, after something else failed; if that
@@ -492,9 +510,10 @@ class RunnerSteps:
                 extra=logs.fields(claim.record),
             )
 
-    def _settle_unrun(self, record: JobRecord, decision: Decision) -> None:
+    def _settle_unrun(self, claim: Claim, decision: Decision) -> None:
         """A claimed job that ends without running (expired): write the decision."""
-        stored = self.store.settle(record, decision.settlement)
+        record = claim.record
+        stored = self._settle_held(claim, decision.settlement)
         if stored is not None:
             decision = decision.as_landed(stored.status)
             log.info("job %s (%s): %s", record.id, record.task, decision.error)
@@ -519,7 +538,7 @@ class RunnerSteps:
         except Exception as exc:  # its rule no longer computes: it fails alone
             claim.finish()
             failed = outcome.malformed(claim.record, _why(exc), now, self.app.retention)
-            self.store.settle(claim.record, failed.settlement)
+            self._settle_held(claim, failed.settlement)
             log.error("job %s (%s): %s", claim.job_id, claim.task.name, failed.error)
             return False
         if plan.missed:
@@ -533,7 +552,7 @@ class RunnerSteps:
         if plan.slot is None:
             assert plan.settlement is not None
             claim.finish()
-            self.store.settle(claim.record, plan.settlement)
+            self._settle_held(claim, plan.settlement)
             return False
         if plan.slot != claim.record.scheduled_for:
             # Record the slot this run is for, so a retry of it runs the same slot.
@@ -562,7 +581,8 @@ class RunnerSteps:
         if decision is None or self._hand_off(claim, decision, seconds):
             return decision
         try:
-            stored, failure = self.settler.settle(claim.record, decision.settlement), None
+            settled = self.settler.settle(claim.record, decision.settlement, claim.until)
+            stored, failure = settled, None
         except SerializationError as exc:
             stored, failure = None, exc
         return self._land(claim, decision, seconds, stored, failure)
@@ -579,7 +599,7 @@ class RunnerSteps:
         that cannot be stored fails the job instead; otherwise as :meth:`_landed`."""
         if isinstance(failure, SerializationError):
             decision = self._decide(claim, Ending.ERROR, None, failure, NEVER_RETRY)
-            stored = self.settler.settle(claim.record, decision.settlement)
+            stored = self.settler.settle(claim.record, decision.settlement, claim.until)
         elif failure is not None:
             raise failure
         return self._landed(claim, decision, stored, seconds)
@@ -641,6 +661,26 @@ class RunnerSteps:
             )
         except Exception as exc:  # its rule no longer computes: it fails alone
             return outcome.malformed(claim.record, _why(exc), now, retention)
+
+
+class _LeaseEnd:
+    """A :data:`~mongosched.store.Patience`: the end of the last of some leases, as a
+    :func:`time.monotonic` time, worked out the first time it is asked (only a write
+    that met a transient error asks)."""
+
+    __slots__ = ("steps", "held", "end")
+
+    def __init__(self, steps: RunnerSteps, held: Sequence[Leased]) -> None:
+        self.steps = steps
+        self.held = held
+        self.end: float | None = None
+
+    def __call__(self) -> float:
+        if self.end is None:
+            now = self.steps.app.now()
+            until = max((h.until for h in self.held), default=now)
+            self.end = time.monotonic() + (until - now).total_seconds()
+        return self.end
 
 
 def _why(exc: BaseException) -> str:

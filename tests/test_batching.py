@@ -244,14 +244,14 @@ def test_outcomes_finishing_together_are_written_in_one_bulk_write() -> None:
     bulks: list[int] = []
     settle, settle_many = store.settle, store.settle_many
 
-    def slow_settle(job: Any, settlement: Any) -> Any:
+    def slow_settle(*args: Any) -> Any:
         writing.set()
         gate.wait(10)  # the first write is on its way...
-        return settle(job, settlement)
+        return settle(*args)
 
-    def counted(items: Any) -> Any:
+    def counted(items: Any, *args: Any) -> Any:
         bulks.append(len(items))
-        return settle_many(items)
+        return settle_many(items, *args)
 
     store.settle = slow_settle  # type: ignore[method-assign]
     store.settle_many = counted  # type: ignore[method-assign]
@@ -384,10 +384,10 @@ def test_the_writer_on_its_way_writes_what_was_handed_off_meanwhile() -> None:
     writing, gate = threading.Event(), threading.Event()
     settle = store.settle
 
-    def slow_settle(job: Any, settlement: Any) -> Any:
+    def slow_settle(*args: Any) -> Any:
         writing.set()
         gate.wait(10)  # the first write is on its way...
-        return settle(job, settlement)
+        return settle(*args)
 
     store.settle = slow_settle  # type: ignore[method-assign]
     runner.settler.claiming = lambda: False  # ...a worker writes its own

@@ -288,7 +288,7 @@ def act_finish_many(
         records: list[Any] = []
         settle_many = runner.store.settle_many
 
-        def with_claims(items: Any) -> Any:
+        def with_claims(items: Any, patience: Any) -> Any:
             nonlocal now
             now = w.clock()
             tasks = [name for name, task in runner.app.tasks.items() if not task.limited]
@@ -300,6 +300,7 @@ def act_finish_many(
                 now=now,
                 lease_duration=runner.lease_duration,
                 limit=claim,
+                patience=patience,
             )
             records.extend(claimed)
             return settled

@@ -51,12 +51,20 @@ from .due import DueHint, DueWatch
 __all__ = [
     "DueHint",
     "DueWatch",
+    "Patience",
     "Store",
     "StoreTransaction",
     "in_process",
     "open_store",
     "schedule_id",
 ]
+
+Patience = Callable[[], float]
+"""Until when (a :func:`time.monotonic` time) a holder's write (its outcome, a claim
+given back) that meets a transient database error (a network error, a primary stepping
+down) goes on retrying it, fenced on its lease token as ever; asked again before each
+retry, so that time may come sooner meanwhile (the runner stopping). Without it, such
+an error is retried only a few times within ``connect_timeout``."""
 
 
 @runtime_checkable
@@ -226,16 +234,19 @@ class Store(Protocol):
     ) -> bool:
         """Record a running job's progress (fenced)."""
 
-    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
+    def settle(
+        self, job: JobRecord, settlement: Settlement, patience: Patience | None = None
+    ) -> JobRecord | None:
         """Apply a holder's decision about the job it claimed (fenced on ``job``'s
         lease token): the job as stored after the write, or None when the token no
         longer holds the lease. Back to pending, the job holds its dedupe key again
         (unless another job took it meanwhile). Raises
         :class:`~mongosched.errors.SerializationError`, with nothing written, when the
-        result cannot be stored."""
+        result cannot be stored. A transient error is retried until ``patience`` says
+        (see :data:`Patience`)."""
 
     def settle_many(
-        self, items: Sequence[tuple[JobRecord, Settlement]]
+        self, items: Sequence[tuple[JobRecord, Settlement]], patience: Patience | None = None
     ) -> list[JobRecord | SerializationError | None]:
         """:meth:`settle` for several jobs at once, in a small fixed number of round
         trips when nothing unusual happened to them, each write fenced on its own job's
@@ -243,7 +254,7 @@ class Store(Protocol):
         when its token no longer holds the lease, or the
         :class:`~mongosched.errors.SerializationError` that kept its result from being
         stored (nothing written for that job). What happens to one job never changes
-        what happens to another."""
+        what happens to another. ``patience`` as for :meth:`settle`."""
 
     def settle_and_claim(
         self,
@@ -255,12 +266,14 @@ class Store(Protocol):
         now: datetime,
         lease_duration: float,
         limit: int,
+        patience: Patience | None = None,
     ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
         """:meth:`settle_many` of ``items`` and then :meth:`claim_batch`, in the round
         trips of the claim alone (the settlements ride in the claim's write): what each
         returns. A runner with a backlog writes the outcomes of the jobs that just
         finished this way. The jobs settled are running (its own), so none of them is
-        among those claimed."""
+        among those claimed. ``patience`` (for the settlements' sake) as for
+        :meth:`settle`: the write that carries the claims with them is retried so."""
 
     def expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         """Running jobs whose lease ran out before ``now``, oldest first."""

@@ -48,7 +48,7 @@ from typing import Any
 
 from ..errors import MalformedJob, SerializationError
 from ..records import JobRecord, Settlement
-from . import codec, commands
+from . import Patience, codec, commands
 from .documents import CLAIM_SORT, RUNNING, to_record
 from .permits import MongoPermits
 from .updates import (
@@ -206,7 +206,7 @@ class MongoBatches(MongoPermits):
         )[1]
 
     def settle_many(
-        self, items: Sequence[tuple[JobRecord, Settlement]]
+        self, items: Sequence[tuple[JobRecord, Settlement]], patience: Patience | None = None
     ) -> list[JobRecord | SerializationError | None]:
         """One unordered bulk write of every settlement (see :class:`_Settling`): the
         records of those that landed are computed (:func:`settled_record`), not read
@@ -214,7 +214,7 @@ class MongoBatches(MongoPermits):
         lease lost, a dedupe key taken meanwhile) are found by reading back the writes'
         ids, and settled one by one as :meth:`settle` does, which says which of those
         lost their lease. Repeating jobs are settled one by one too."""
-        return self._write(_Settling(items), None)[0]
+        return self._patiently(patience, self._write, _Settling(items), None)[0]
 
     def settle_and_claim(
         self,
@@ -226,9 +226,12 @@ class MongoBatches(MongoPermits):
         now: datetime,
         lease_duration: float,
         limit: int,
+        patience: Patience | None = None,
     ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
         """The settlements and the claims in one unordered bulk write, after the read
-        of the candidates: two round trips for both when nothing unusual happened."""
+        of the candidates: two round trips for both when nothing unusual happened. The
+        write (with what it reads back and settles alone) has the settlements'
+        ``patience``."""
         settling = _Settling(items)
         claiming = None
         if tasks and limit >= BATCH_FROM:
@@ -239,7 +242,7 @@ class MongoBatches(MongoPermits):
             )
             if docs:
                 claiming = _Claiming(query, docs, owner, now, lease_duration)
-        results, claimed = self._write(settling, claiming)
+        results, claimed = self._patiently(patience, self._write, settling, claiming)
         if tasks and limit < BATCH_FROM:  # fewer round trips (and less work) one at a time
             while len(claimed) < limit:
                 record = self.claim(
@@ -317,7 +320,9 @@ class MongoBatches(MongoPermits):
     ) -> JobRecord | None:
         raise NotImplementedError
 
-    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
+    def settle(
+        self, job: JobRecord, settlement: Settlement, patience: Patience | None = None
+    ) -> JobRecord | None:
         raise NotImplementedError
 
     def _fail_malformed(self, fence: dict[str, Any], reason: str, now: datetime) -> None:

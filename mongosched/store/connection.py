@@ -1,6 +1,6 @@
 """The connection under the MongoDB store: a lazy client, the collections, and the
-one place driver errors are translated (:class:`StoreUnavailable` when the server
-cannot be reached, after a few safe retries; :class:`StoreError` otherwise)."""
+one place driver errors are classified and translated (:func:`transient`: retried, then
+:class:`StoreUnavailable`; anything else :class:`StoreError` at once)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -21,13 +22,14 @@ from pymongo.errors import (
     ConnectionFailure,
     DuplicateKeyError,
     InvalidURI,
+    OperationFailure,
     PyMongoError,
     ServerSelectionTimeoutError,
 )
 from pymongo.errors import ConfigurationError as DriverConfigurationError
 
 from ..errors import ConfigurationError, StoreError, StoreUnavailable
-from . import codec
+from . import Patience, codec
 from .documents import (
     INDEXES,
     LIMIT_INDEXES,
@@ -37,11 +39,48 @@ from .documents import (
     aware,
 )
 
-__all__ = ["MongoConnection", "redact"]
+__all__ = ["MongoConnection", "redact", "transient"]
 
 log = logging.getLogger("mongosched.store")
 
 T = TypeVar("T")
+
+TRANSIENT_CODES = frozenset(
+    {
+        6,  # HostUnreachable
+        7,  # HostNotFound
+        89,  # NetworkTimeout
+        91,  # ShutdownInProgress
+        134,  # ReadConcernMajorityNotAvailableYet
+        189,  # PrimarySteppedDown
+        262,  # ExceededTimeLimit
+        9001,  # SocketException
+        10107,  # NotWritablePrimary
+        11600,  # InterruptedAtShutdown
+        11602,  # InterruptedDueToReplStateChange
+        13435,  # NotPrimaryNoSecondaryOk
+        13436,  # NotPrimaryOrSecondary
+    }
+)
+"""Server error codes that say the server could not do it now but may in a moment (a
+primary stepping down or shutting down, a network error between servers): those the
+retryable writes of MongoDB's drivers retry."""
+
+MAX_PAUSE = 1.0
+"""Seconds between retries at most."""
+
+_patience: ContextVar[Patience | None] = ContextVar("mongosched_patience", default=None)
+
+
+def transient(exc: PyMongoError) -> bool:
+    """Whether ``exc`` is a moment's unavailability, after which repeating the call is
+    safe (every store call is: see :mod:`mongosched.store`) and may succeed: a network
+    error, no primary to be found, a primary stepping down or shutting down (a write
+    concern error of those kinds too), or any error the server labels a retryable
+    write's (``RetryableWriteError``). The one rule the store's retries go by."""
+    if isinstance(exc, ConnectionFailure) or exc.has_error_label("RetryableWriteError"):
+        return True
+    return isinstance(exc, OperationFailure) and exc.code in TRANSIENT_CODES
 
 
 class MongoConnection:
@@ -186,27 +225,51 @@ class MongoConnection:
 
     # Plumbing -------------------------------------------------------------------------------
     def _retrying(self, what: str, op: Callable[[int], T]) -> T:
-        """Run ``op(attempt)``; after a transient error run it again (attempt > 0),
-        up to ``retries`` more times while ``connect_timeout`` allows: a server that
-        cannot be reached costs one timeout, not one per retry. ``op`` must be safe to
-        repeat. Driver errors leave as :class:`StoreUnavailable` or :class:`StoreError`."""
+        """Run ``op(attempt)``; after a :func:`transient` error run it again (attempt >
+        0), up to ``retries`` more times while ``connect_timeout`` allows (a server that
+        cannot be reached costs one timeout, not one per retry), and within
+        :meth:`_patiently` for as long as its patience lasts. ``op`` must be safe to
+        repeat. Driver errors leave as :class:`StoreUnavailable` (transient) or
+        :class:`StoreError`."""
         attempt = 0
         deadline = time.monotonic() + self.connect_timeout
         while True:
             try:
                 return op(attempt)
-            except ConnectionFailure as exc:
-                late = time.monotonic() + self.retry_pause * (attempt + 1) >= deadline
-                if attempt >= self.retries or late or isinstance(exc, ServerSelectionTimeoutError):
-                    log.debug("%s: %s", what, exc)
-                    raise StoreUnavailable(self.unreachable(exc)) from exc
-                attempt += 1
-                log.debug("%s: %s; retrying (%d/%d)", what, exc, attempt, self.retries)
-                time.sleep(self.retry_pause * attempt)
             except (DuplicateKeyError, BulkWriteError):
                 raise  # the callers resolve these
             except PyMongoError as exc:
-                raise StoreError(f"MongoDB refused a request ({what}): {_first_line(exc)}") from exc
+                if not transient(exc):
+                    raise StoreError(
+                        f"MongoDB refused a request ({what}): {_first_line(exc)}"
+                    ) from exc
+                pause = min(self.retry_pause * (attempt + 1), MAX_PAUSE)
+                until = time.monotonic() + pause
+                usual = attempt < self.retries and until < deadline
+                usual = usual and not isinstance(exc, ServerSelectionTimeoutError)
+                patience = _patience.get()
+                if not usual and (patience is None or until >= patience()):
+                    log.debug("%s: %s", what, exc)
+                    raise StoreUnavailable(self.unreachable(exc)) from exc
+                attempt += 1
+                log.debug("%s: %s; retrying (attempt %d)", what, _first_line(exc), attempt)
+                time.sleep(pause)
+
+    @staticmethod
+    def _patiently(patience: Patience | None, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)``, in which a transient error goes on being retried (with
+        pauses of up to :data:`MAX_PAUSE`) until ``patience()``, not only the usual few
+        times (None: only those). A holder's outcome write has this patience: its run
+        is over, and giving the write up would run the job again once its lease
+        expires; the write stays fenced on the lease's token, so a retry never lands
+        over another holder. (A function, not a context manager: it costs a third.)"""
+        if patience is None:
+            return call(*args)
+        token = _patience.set(patience)
+        try:
+            return call(*args)
+        finally:
+            _patience.reset(token)
 
     def unreachable(self, exc: BaseException) -> str:
         """Why a call could not reach the server: where it tried, for how long, what the

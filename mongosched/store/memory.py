@@ -36,7 +36,7 @@ from ..records import (
     Renewal,
     Settlement,
 )
-from . import codec
+from . import Patience, codec
 from .memory_batches import MemoryBatches
 from .memory_flow import FlowIndex, MemoryFlow
 from .memory_index import JobIndexes
@@ -302,7 +302,9 @@ class MemoryStore(
                 job.progress = Progress(value=value, message=message, at=ms(now))
             return job is not None
 
-    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
+    def settle(
+        self, job: JobRecord, settlement: Settlement, patience: Patience | None = None
+    ) -> JobRecord | None:
         return self._settle_if(job, settlement, expired_before=None)
 
     def expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:

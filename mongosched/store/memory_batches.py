@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import SerializationError
 from ..records import JobRecord, Settlement
+from . import Patience
 from .memory_index import JobIndexes
 from .memory_jobs import StoredJob, encode_result, ms
 
@@ -60,7 +61,7 @@ class MemoryBatches:
         return claimed
 
     def settle_many(
-        self, items: Sequence[tuple[JobRecord, Settlement]]
+        self, items: Sequence[tuple[JobRecord, Settlement]], patience: Patience | None = None
     ) -> list[JobRecord | SerializationError | None]:
         results: list[Any] = []
         encoded: list[bytes | None] = []
@@ -87,6 +88,7 @@ class MemoryBatches:
         now: datetime,
         lease_duration: float,
         limit: int,
+        patience: Patience | None = None,
     ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
         settled = self.settle_many(items)
         claimed = self.claim_batch(

@@ -44,7 +44,7 @@ from ..records import (
     Renewal,
     Settlement,
 )
-from . import codec
+from . import Patience, codec
 from .batches import MongoBatches
 from .documents import (
     CLAIM_SORT,
@@ -366,13 +366,15 @@ class MongoStore(
         update = {"$set": {"progress": {"value": value, "message": message, "at": now}}}
         return self._fenced("progress", job_id, token, update) is not None
 
-    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
+    def settle(
+        self, job: JobRecord, settlement: Settlement, patience: Patience | None = None
+    ) -> JobRecord | None:
         token = job.lease.token if job.lease is not None else ""
 
         def write(update: dict[str, Any], condition: Mapping[str, Any]) -> dict[str, Any] | None:
             return self._fenced("settle", job.id, token, update, condition)
 
-        return self._settle(job, settlement, write)
+        return self._patiently(patience, self._settle, job, settlement, write)
 
     def _settle(
         self,

@@ -2,17 +2,28 @@
 
 Each call to a wrapped collection may fail with a network error *before* it reaches the
 server (nothing applied) or *after* the server applied it (the reply is lost), as a
-dropped connection or a timeout does to a real client.
+dropped connection or a timeout does to a real client. :meth:`FaultyCollection.fail`
+scripts errors for the next calls of one operation, as a server's ``failCommand`` fail
+point does (:func:`server_error` makes the error a server's reply raises in pymongo).
 """
 
 from __future__ import annotations
 
 import random
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pymongo.errors import AutoReconnect, NetworkTimeout
+from pymongo.errors import (
+    AutoReconnect,
+    NetworkTimeout,
+    NotPrimaryError,
+    OperationFailure,
+    PyMongoError,
+)
+
+# Codes pymongo raises as NotPrimaryError (a "not primary" or "node is recovering" reply).
+_NOT_PRIMARY = frozenset({91, 189, 10058, 10107, 11600, 11602, 13435, 13436})
 
 # Calls that do not reach the server, or only read.
 _LOCAL = frozenset({"name", "full_name", "with_options", "index_information"})
@@ -57,6 +68,13 @@ class FaultyCollection:
         self.meanwhile_rate = meanwhile_rate
         self.enabled = True
         self.injected: Counter[str] = Counter()
+        self._scripted: dict[str, deque[BaseException]] = {}
+
+    def fail(self, name: str, *errors: BaseException) -> None:
+        """The next calls of ``name`` (a method, or a command's name) raise ``errors``,
+        one each, before they reach the server (as a ``failCommand`` fail point with
+        ``times``); whether or not random faults are enabled."""
+        self._scripted.setdefault(name, deque()).extend(errors)
 
     @property
     def database(self) -> _FaultyDatabase:
@@ -74,6 +92,10 @@ class FaultyCollection:
 
     def run(self, name: str, call: Callable[[], Any]) -> Any:
         """``call()`` (the operation ``name``), or a network error before or after it."""
+        scripted = self._scripted.get(name)
+        if scripted:
+            self.injected[f"{name}:scripted"] += 1
+            raise scripted.popleft()
         if self.enabled and self.rng.random() < self.rate:
             if self.rng.random() < 0.5:
                 self.injected[f"{name}:before"] += 1
@@ -117,6 +139,19 @@ class _FaultyDatabase:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
+
+
+def server_error(code: int, *labels: str) -> PyMongoError:
+    """The error pymongo raises for a server's reply ``{ok: 0, code: code}`` with
+    ``errorLabels``: a NotPrimaryError for the "not primary" and "shutting down" codes
+    (189 PrimarySteppedDown, 10107 NotWritablePrimary, 91, 11600, ...), else an
+    OperationFailure."""
+    reply: dict[str, Any] = {"ok": 0, "errmsg": f"injected: error {code}", "code": code}
+    if labels:
+        reply["errorLabels"] = list(labels)
+    if code in _NOT_PRIMARY:
+        return NotPrimaryError(reply["errmsg"], reply)
+    return OperationFailure(reply["errmsg"], code, reply)
 
 
 def inject(
