@@ -12,6 +12,7 @@ dispatcher when a job becomes due elsewhere (:mod:`mongosched.wakeup`).
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -133,6 +134,7 @@ class Runner(RunnerSteps):
         if self.is_running:
             raise ConfigurationError(f"runner {self.name} is already started")
         self._stopping.clear()
+        self._stop_by = math.inf
         self._ready.clear()
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mongosched-worker")
         self._heartbeats = Heartbeats(self.workers, self.heartbeat_interval, self.name)
@@ -190,8 +192,17 @@ class Runner(RunnerSteps):
         ends). Not graceful: in-flight jobs are interrupted with
         :class:`~mongosched.errors.WorkerShutdown` and go back to ``pending`` for
         another worker. Returns True when nothing is left in flight.
+
+        ``timeout`` is one deadline for everything the stop waits for: the dispatcher
+        (and its last write of the outcomes handed off to it), the jobs, their outcome
+        writes and landings. A database that cannot be reached never holds it longer:
+        outcome writes stop retrying at the deadline, and what is not written by then
+        is left to the leases' expiry (a warning says how many); this thread itself
+        does no I/O.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        if deadline is not None:
+            self._stop_by = min(self._stop_by, deadline)
         self._stopping.set()
         self._wake.set()
         watcher = self._watcher
@@ -216,12 +227,19 @@ class Runner(RunnerSteps):
             self._heartbeats.stop()
         exiting.at_exit.discard(self)
         self.app.detach(self)
-        self.registration.remove()
         if done:
             log.info("runner %s stopped", self.name)
         else:
+            with self._idle:
+                claims = list(self._claims.values())
+            unwritten = sum(claim.finished for claim in claims)
             log.warning(
-                "runner %s stopped claiming; %d job(s) still running", self.name, self.in_flight
+                "runner %s stopped claiming; %d job(s) still running, %d outcome(s) not "
+                "written by the stop deadline (left to their leases' expiry: a job whose "
+                "outcome is not written runs again)",
+                self.name,
+                len(claims) - unwritten,
+                unwritten,
             )
         self.app.emit("runner:stop", runner=self)
         return done
@@ -304,6 +322,8 @@ class Runner(RunnerSteps):
             self._last_error = f"dispatcher died: {type(exc).__name__}: {exc}"
             log.critical("runner %s: %s; this runner claims nothing more", self.name, exc)
             raise
+        finally:  # the worker entry is the dispatcher's: it refreshes it, and removes it
+            self.registration.remove()
 
     def _dispatch_loop(self) -> None:
         try:

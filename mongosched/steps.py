@@ -6,6 +6,7 @@ on them, and so are eager mode and :func:`mongosched.testing.drain`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -92,6 +93,9 @@ class RunnerSteps:
         self.gate = Gate(self.store, self.poll_interval)
         """Flow-control limits at claim time (rate limits, keyed concurrency)."""
         self.claimed = 0
+        self._stop_by = math.inf
+        """When a stop's deadline falls (a :func:`time.monotonic` time): no holder's
+        write retries past it (see :meth:`_patience`)."""
         self.pause_set = PauseSet(self.store, self.poll_interval)
         """What is paused, as this runner last read it (once per poll interval)."""
         self._walk = dependencies.Walk()
@@ -492,7 +496,8 @@ class RunnerSteps:
         """How long a holder's write (an outcome, a claim given back) retries a
         transient database error: until the last of the leases of ``held`` ends
         (nothing renews them during the write; until then no other holder can have the
-        job, and the write stays fenced on its token anyway)."""
+        job, and the write stays fenced on its token anyway), or the runner's stop
+        deadline (what is not written by then is left to the leases' expiry)."""
         return _LeaseEnd(self, held)
 
     def _give_back_or_leave(self, claim: Claim) -> None:
@@ -666,7 +671,8 @@ class RunnerSteps:
 class _LeaseEnd:
     """A :data:`~mongosched.store.Patience`: the end of the last of some leases, as a
     :func:`time.monotonic` time, worked out the first time it is asked (only a write
-    that met a transient error asks)."""
+    that met a transient error asks), or the runner's stop deadline if that comes
+    first (asked each time: a stop may come meanwhile)."""
 
     __slots__ = ("steps", "held", "end")
 
@@ -680,7 +686,7 @@ class _LeaseEnd:
             now = self.steps.app.now()
             until = max((h.until for h in self.held), default=now)
             self.end = time.monotonic() + (until - now).total_seconds()
-        return self.end
+        return min(self.end, self.steps._stop_by)
 
 
 def _why(exc: BaseException) -> str:
