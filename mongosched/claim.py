@@ -150,8 +150,7 @@ class Claim:
                 log.warning(
                     "job %s (%s) exceeded its timeout of %s s", self.job_id, self.task.name, timeout
                 )
-                self.ctx.cancel("timeout")
-                self.interrupt(JobTimeout)
+                self.abort("timeout", JobTimeout)
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + interval
                 if not self.renew():
@@ -269,9 +268,12 @@ class Claim:
                 _raise_in_thread(self._worker_thread, None)  # clear one not yet raised
             self._worker_thread = None
 
-    def interrupt(self, exc_type: type[BaseException]) -> None:
-        """Raise ``exc_type`` in the worker thread while the function runs (once)."""
+    def abort(self, reason: str, exc_type: type[BaseException]) -> None:
+        """Stop the job: cancel its context for ``reason`` (``"timeout"``,
+        ``"shutdown"``) and raise ``exc_type`` in the worker thread while the function
+        runs (once). Under the claim's lock, as every cancel: the first reason stays."""
         with self._lock:
+            self.ctx.cancel(reason)
             if self._worker_thread is not None and self._interrupt is None:
                 self._interrupt = exc_type
                 _raise_in_thread(self._worker_thread, exc_type)

@@ -7,6 +7,64 @@ claim's lease alive (:mod:`mongosched.claim`). The dispatcher also reaps jobs wh
 lease ran out (their worker died). What it does with each job is the synchronous steps
 of :mod:`mongosched.steps`, public on the runner too. A watcher thread wakes the
 dispatcher when a job becomes due elsewhere (:mod:`mongosched.wakeup`).
+
+Which thread owns what: each piece of a runner's state is either owned by one kind of
+thread (only it changes it; others may read a single value of it, a moment old, as
+:meth:`Runner.health` does) or guarded by one lock. No thread holds two of these locks
+at once.
+
+================  ===============================  ===================  ===================
+Thread            Owns                             Locks it takes       I/O (and never)
+================  ===============================  ===================  ===================
+dispatcher        ``_held``, ``_batching``,        ``_idle`` (adds a    claims (batched,
+                  ``_full_rounds``, ``claimed``,   claim, reads         with the outcomes
+                  ``_last_*``, the gate's and      ``_next_due``); the  handed off to it),
+                  pause set's state,               settler's (writes    admissions (permits,
+                  ``_saturated``, the worker       what was handed      limits, give backs),
+                  entry (``registration``: it      off); the            reaps and sweeps, its
+                  refreshes and removes it)        heartbeats' (hands   worker entry, the
+                                                   them a claim); a     flush of outcomes
+                                                   claim's (give        handed off. Never
+                                                   backs)               runs a job's
+                                                                        function nor waits
+                                                                        for one; runs
+                                                                        listeners only for
+                                                                        jobs it ends itself
+                                                                        (reaped, expired
+                                                                        unrun)
+worker (pool)     the claim it runs (its           ``_idle`` (a claim   the job's own;
+                  ``handed_off``, permit and       done: forgotten and  its outcome write
+                  limit flags, once finished)      counted in           (alone, or for those
+                                                   ``finished``); the   queued meanwhile: a
+                                                   settler's; the       group commit), or
+                                                   heartbeats' (forget  none (handed off);
+                                                   a claim done); the   landings (events,
+                                                   claim's              dependents), permit
+                                                                        and limit releases.
+                                                                        Never claims
+heartbeat         the claims it keeps alive, in    the heartbeats';     lease, permit and
+                  ``Heartbeats``                   each claim's         slot renewals
+                                                   (renewal, lost,      (fenced); a lost
+                                                   abort)               lease's event. Never
+                                                                        writes an outcome
+watcher           its watch and ``state``          ``_idle``            reads the store's
+                                                   (``wake`` sets       change stream. Never
+                                                   ``_next_due``)       claims nor writes
+caller of stop    ``_pool``, ``_heartbeats``,      ``_idle`` (reads     none: sets flags,
+                  ``_watcher``, ``_dispatcher``,   the claims, waits    interrupts jobs (not
+                  ``_stop_by`` (start and stop)    for them); a         graceful), joins and
+                                                   claim's (abort)      waits within one
+                                                                        deadline. Never
+                                                                        waits past it
+================  ===============================  ===================  ===================
+
+Guarded: ``_claims`` (the claims in flight), ``finished`` and ``_next_due`` by
+``_idle``, whose condition also tells a stop when a claim leaves; the settler's queue
+and writer by its own lock (:mod:`mongosched.settler`; ``bulk_writes`` only changes in
+the writer, one at a time); each :class:`~mongosched.claim.Claim`'s lease by its lock.
+Handed between threads: a claim's fields set at admission reach its worker through
+the pool's queue, and its outcome reaches a landing worker through the settler's lock.
+A runner that is not started has no threads: its public steps run in the caller's.
 """
 
 from __future__ import annotations
@@ -212,8 +270,7 @@ class Runner(RunnerSteps):
             with self._idle:
                 claims = list(self._claims.values())
             for claim in claims:
-                claim.ctx.cancel("shutdown")
-                claim.interrupt(WorkerShutdown)
+                claim.abort("shutdown", WorkerShutdown)
         dispatcher = self._dispatcher
         if dispatcher is not None and dispatcher is not threading.current_thread():
             # It may be waiting on an unreachable database: one deadline bounds it all.
@@ -430,7 +487,8 @@ class Runner(RunnerSteps):
         return claimed > 0
 
     def _in_flight_others(self) -> int:
-        return len(self._claims) - 1
+        with self._idle:
+            return len(self._claims) - 1
 
     def _claiming(self) -> bool:
         """Whether a batched claim comes in a moment (the settler hands outcomes to it)."""
@@ -535,14 +593,16 @@ class Runner(RunnerSteps):
         """``claim``'s outcome is written (or could not be): it is no longer in flight."""
         if self._heartbeats is not None:
             self._heartbeats.forget(claim)
-        self._forget(claim)
-        self.finished += 1
+        self._forget(claim, finished=True)
         if not claim.handed_off:  # (else its place was freed at the hand-off)
             self._free.release()
 
-    def _forget(self, claim: Claim) -> None:
+    def _forget(self, claim: Claim, finished: bool = False) -> None:
+        """``claim`` is no longer in flight (``finished``: it ran to its end)."""
         with self._idle:
             self._claims.pop(claim.job_id, None)
+            if finished:
+                self.finished += 1
             self._idle.notify_all()
 
     def _maintain_safely(self) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -530,3 +532,77 @@ def test_a_runner_explains_due_jobs_of_a_script_task_once_per_task(
     assert "@app.task(name='greet')" in about_greet[0]
     assert len([m for m in explained if "task '__main__.<lambda>'" in m]) == 1
     assert worker.count_jobs(status="pending") == 2  # left as they are
+
+
+class _SlowCount(int):
+    """A count whose ``+`` lets other threads run in the middle (as a free-threaded
+    interpreter may at any point of ``x += 1``): unguarded increments from several
+    threads then lose some."""
+
+    def __add__(self, other: Any) -> _SlowCount:
+        time.sleep(0.001)
+        return _SlowCount(int(self) + int(other))
+
+
+def test_jobs_finished_in_many_worker_threads_are_each_counted() -> None:
+    """``finished`` (reported by ``health()``) counts every job that its worker threads
+    end, however they interleave: it is guarded by the runner's lock."""
+    app = App("memory://")
+    app.task(name="t")(lambda: None)
+    app.schedule_bulk(app.tasks["t"].job() for _ in range(40))
+    runner = app.runner(workers=40)
+    claims = runner.claim_batch(40)
+    for claim in claims:
+        runner._claims[claim.job_id] = claim
+    runner.finished = _SlowCount(0)
+    threads = [
+        threading.Thread(target=lambda part=part: [runner._done(c) for c in part])
+        for part in (claims[n::8] for n in range(8))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert runner.finished == 40 and runner.in_flight == 0
+
+
+def _blocked_while_held(
+    lock: Any, call: Callable[[], Any], seen: Callable[[], Any] = lambda: None
+) -> tuple[bool, Any]:
+    """Whether ``call()``, run in another thread, waits while ``lock`` is held here
+    (for 0.2 s), and what ``seen()`` says meanwhile."""
+    done = threading.Event()
+    with lock:
+        thread = threading.Thread(target=lambda: (call(), done.set()))
+        thread.start()
+        waited = not done.wait(0.2)
+        meanwhile = seen()
+    thread.join(10)
+    return waited and done.is_set(), meanwhile
+
+
+def test_the_jobs_in_flight_are_read_under_their_lock() -> None:
+    """The settler asks how many other jobs run (to wait for their outcomes): it reads
+    the claims in flight under the lock that guards them."""
+    runner = App("memory://").runner(workers=2)
+    assert _blocked_while_held(runner._idle, runner._in_flight_others)[0]
+
+
+def test_a_stop_cancels_a_job_under_its_claims_lock(app: App) -> None:
+    """A stop that interrupts a job marks it cancelled under its claim's lock, as the
+    heartbeat marks a timeout or a cancel (so the first reason stays the job's): not
+    while another thread holds that lock."""
+    started, gate = threading.Event(), threading.Event()
+    app.task(name="t")(lambda: (started.set(), gate.wait(10)))
+    app.schedule("t")
+    runner = app.runner(workers=1).start()
+    try:
+        assert started.wait(10)
+        [claim] = list(runner._claims.values())
+        stop = partial(runner.stop, graceful=False, timeout=5)
+        waited, reason = _blocked_while_held(claim._lock, stop, lambda: claim.ctx.cancel_reason)
+        assert waited and reason is None
+        assert claim.ctx.cancel_reason == "shutdown"
+    finally:
+        gate.set()
+        runner.stop(timeout=5)
