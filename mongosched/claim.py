@@ -347,14 +347,21 @@ class Heartbeats:
         """A finished claim: no thread needs to adopt it."""
         with self._lock:
             self._held.pop(id(claim), None)
+            self._stop_idle()
 
     def stop(self) -> None:
         """Let the threads end once the claims they hold or wait for finish."""
         with self._lock:
             self._stopping = True
+            self._stop_idle()
+        self._threads = []
+
+    def _stop_idle(self) -> None:
+        """Stopping, and no claim left to adopt: wake every idle thread, to end (called
+        with the lock held)."""
+        if self._stopping and not self._held and not self._urgent:
             self._wake.notify_all()
             self._timer_wake.notify_all()
-        self._threads = []
 
     def _loop(self) -> None:
         while True:
@@ -371,7 +378,9 @@ class Heartbeats:
         with self._lock:
             while True:
                 if self._urgent:
-                    return self._urgent.popleft()
+                    urgent = self._urgent.popleft()
+                    self._stop_idle()
+                    return urgent
                 for key in [k for k, c in self._held.items() if c.finished]:
                     del self._held[key]
                 first = min(self._held.values(), key=_started, default=None)
@@ -380,8 +389,10 @@ class Heartbeats:
                     del self._held[id(first)]
                     if self._held:
                         self._wake.notify()  # someone else times the next one
+                    self._stop_idle()
                     return first
                 if self._stopping and first is None:
+                    self._stop_idle()  # the others too
                     return None
                 if self._timer:
                     self._wake.wait()

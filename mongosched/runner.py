@@ -278,9 +278,9 @@ class Runner(RunnerSteps):
         done = self._wait_idle(_remaining(deadline))
         if watcher is not None:  # its server cursor closes within a getMore's wait
             watcher.join(1.0 if deadline is None else min(1.0, deadline - time.monotonic()))
-        if self._pool is not None:
+        if self._pool is not None:  # first: no claim reaches a worker from now on
             self._pool.shutdown(wait=False)
-        if done and self._heartbeats is not None:
+        if self._heartbeats is not None:  # they end once the jobs in flight are over
             self._heartbeats.stop()
         exiting.at_exit.discard(self)
         self.app.detach(self)
@@ -549,16 +549,18 @@ class Runner(RunnerSteps):
         assert self._pool is not None and self._heartbeats is not None
         with self._idle:
             self._claims[claim.job_id] = claim
+        # Watched before it is submitted: a stop shuts the pool before it lets the
+        # heartbeat threads end, so a claim that reaches a worker is always kept alive.
+        self._heartbeats.watch(claim)
         try:
             self._pool.submit(self._work, claim)
-        except RuntimeError:  # the pool is shut: the interpreter is exiting
+        except RuntimeError:  # the pool is shut: stopping, or the interpreter exiting
             log.info("runner %s: workers are shut; giving job %s back", self.name, claim.job_id)
             self._stopping.set()
+            self._heartbeats.forget(claim)
             self._forget(claim)
             self._free.release()
             self._give_back_or_leave(claim)
-            return
-        self._heartbeats.watch(claim)
 
     def _work(self, claim: Claim) -> None:
         try:

@@ -535,6 +535,7 @@ def test_stop_leaves_what_it_cannot_write_by_its_deadline_and_says_so(
     app.schedule_bulk(app.tasks["t"].job(n) for n in range(40))
     runner = app.runner(workers=4).start()
     wait_for(lambda: runner.in_flight == 4, message="4 jobs running")
+    beats = _heartbeat_threads(runner)
     server.kill()
     try:
         gate.set()  # they finish: no outcome can be written now
@@ -550,3 +551,26 @@ def test_stop_leaves_what_it_cannot_write_by_its_deadline_and_says_so(
         server.start()
     warnings = [r.getMessage() for r in caplog.records if "stopped claiming" in r.getMessage()]
     assert len(warnings) == 1 and "4 outcome(s) not written" in warnings[0], warnings
+    # The writes given up, the claims leave; the heartbeat threads end with them.
+    wait_for(lambda: runner.in_flight == 0, timeout=15, message="the claims given up")
+    wait_for(lambda: not any(t.is_alive() for t in beats), message="heartbeat threads ended")
+
+
+def _heartbeat_threads(runner: Any) -> list[threading.Thread]:
+    assert runner._heartbeats is not None
+    return list(runner._heartbeats._threads)
+
+
+def test_a_stop_that_timed_out_leaves_no_heartbeat_thread_behind(app: App) -> None:
+    """A graceful stop whose wait times out: the jobs in flight go on, heartbeating;
+    once they finish, the runner's heartbeat threads end (they stayed, idle, forever)."""
+    started, gate = threading.Event(), threading.Event()
+    app.task(name="t")(lambda: (started.set(), gate.wait(10)))
+    app.schedule("t")
+    runner = app.runner(workers=2).start()
+    beats = _heartbeat_threads(runner)
+    assert started.wait(10)
+    assert not runner.stop(timeout=0.1)
+    gate.set()
+    wait_for(lambda: runner.in_flight == 0, message="the job finished")
+    wait_for(lambda: not any(t.is_alive() for t in beats), message="heartbeat threads ended")
