@@ -59,22 +59,22 @@ unit: venv $(SERVER_STAMP)
 
 ## make django6: the Django integration and the tasks backend's conformance on Django 6's
 ## built-in django.tasks (Django 6 needs Python 3.12), and a project on MongoDB
-## (django-mongodb-backend) whose transactions jobs join (on a server with transactions). make py310: the library's own tests
-## on Python 3.10, the oldest supported (the framework integrations, which the main suite
-## and django6 cover, and the process-level runs are left to those).
+## (django-mongodb-backend) whose transactions jobs join (on a server with transactions).
+## make py310: the library's own tests on Python 3.10, the oldest supported (the framework
+## integrations, the process-level runs and the tests on the server are left to the main
+## suite and django6).
 ## Each runs where that Python is installed, and says so where it is not.
 django6: $(SERVER_STAMP)
 	@.ci/other-python 3.12 .venv-django6 "-e .[testing] django>=6 django-mongodb-backend pytest pytest-timeout mockupdb gunicorn" \
-		-W "ignore:datetime.datetime.utcnow:DeprecationWarning" tests/test_django.py tests/test_django_conformance.py \
-		tests/test_django_mongodb.py
+		-W "ignore:datetime.datetime.utcnow:DeprecationWarning" tests/contrib/test_django.py tests/contrib/test_django_conformance.py \
+		tests/contrib/test_django_mongodb.py
 
-py310: $(SERVER_STAMP)
-	@MONGOSCHED_TEST_SUBSTRATES=memory,wire .ci/other-python 3.10 .venv-py310 "-e .[tests]" -m "not soak and not processes and not browser" \
-		--ignore tests/test_faults.py --ignore tests/test_supervisor.py --ignore tests/test_wake.py \
-		--ignore tests/test_realserver.py --ignore tests/test_ttl.py \
-		--ignore tests/test_exit.py --ignore tests/test_django.py \
-		--ignore tests/test_django_conformance.py --ignore tests/test_flask.py \
-		--ignore tests/test_dashboard_django.py --ignore tests/test_dashboard_flask.py
+py310:
+	@MONGOSCHED_TEST_SUBSTRATES=memory,wire .ci/other-python 3.10 .venv-py310 "-e .[tests]" \
+		-m "not soak and not processes and not browser and not server" \
+		tests/unit tests/contract tests/integration tests/cli tests/dashboard tests/meta \
+		--ignore tests/integration/test_wake.py \
+		--ignore tests/dashboard/test_dashboard_django.py --ignore tests/dashboard/test_dashboard_flask.py
 
 docs: venv
 	$(BIN)/sphinx-build -q -W --keep-going -b html docs docs/_build/html

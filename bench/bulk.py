@@ -40,9 +40,9 @@ from bson import ObjectId  # noqa: E402
 
 from bench.harness import start_stand_in  # noqa: E402
 from mongosched import App, JobStatus  # noqa: E402
-from mongosched.records import ErrorInfo, JobRecord  # noqa: E402
-from mongosched.store.documents import to_document  # noqa: E402
+from mongosched._core.records import ErrorInfo, JobRecord  # noqa: E402
 from mongosched.store.memory import MemoryStore  # noqa: E402
+from mongosched.store.mongo.documents import to_document  # noqa: E402
 
 results: dict[str, Any] = {}
 

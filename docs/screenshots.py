@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mongosched import App, Retry, __version__  # noqa: E402
+from mongosched._core.records import WorkerInfo  # noqa: E402
 from mongosched.dashboard import StandaloneDashboard  # noqa: E402
-from mongosched.records import WorkerInfo  # noqa: E402
 from mongosched.testing import FakeClock, drain  # noqa: E402
 from tests.support.browser import launch, missing, serve  # noqa: E402
 

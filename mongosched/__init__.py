@@ -6,17 +6,17 @@ them with ``app.runner(...).start()`` or the ``mongosched worker`` command.
 
 from __future__ import annotations
 
-from .app import App, Cancellation
-from .chains import chain, group
-from .errors import ArgumentError, Fail, MongoschedError
-from .events import EVENTS, Event
-from .job import Job, JobContext, current_job
-from .records import ErrorInfo, JobStatus
-from .retry import Retry
-from .runner import Runner
-from .schedule import Cron, Every
-from .task import JobSpec, Task
-from .transaction import Transaction
+from mongosched._core.records import ErrorInfo, JobStatus
+from mongosched.app import App, Cancellation
+from mongosched.chains import chain, group
+from mongosched.errors import ArgumentError, Fail, MongoschedError
+from mongosched.events import EVENTS, Event
+from mongosched.job import Job, JobContext, current_job
+from mongosched.retry import Retry
+from mongosched.runner.runner import Runner
+from mongosched.schedule import Cron, Every
+from mongosched.task import JobSpec, Task
+from mongosched.transaction import Transaction
 
 __version__ = "0.1.0"
 

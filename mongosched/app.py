@@ -13,23 +13,24 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, ParamSpec, TypeVar, overload
 
-from . import dependencies, validate
-from .admin import Admin, declaration, schedule_row
-from .bulk import BulkControl
-from .control import Cancellation, JobControl
-from .errors import ConfigurationError, StoreError, TaskNotRegistered, TransactionError
-from .events import Listener, Listeners
-from .job import Job
-from .limits import RateSpec
-from .outcome import Retention
-from .records import JobRecord, JobStatus
-from .retry import Retry
-from .runner import Runner
-from .schedule import Rule
-from .store import Store, in_process, open_store
-from .task import SCRIPT_PREFIX, JobSpec, Task, script_task_warning, task_options
-from .transaction import Transaction, TransactionIntegration, current
-from .wakeup import wake_mode
+from mongosched._core import validate
+from mongosched._core.outcome import Retention
+from mongosched._core.records import JobRecord, JobStatus
+from mongosched.errors import ConfigurationError, StoreError, TaskNotRegistered, TransactionError
+from mongosched.events import Listener, Listeners
+from mongosched.job import Job
+from mongosched.limits import RateSpec
+from mongosched.operations.admin import Admin, declaration, schedule_row
+from mongosched.operations.bulk import BulkControl
+from mongosched.operations.jobs import Cancellation, JobControl
+from mongosched.retry import Retry
+from mongosched.runner import dependencies
+from mongosched.runner.runner import Runner
+from mongosched.runner.wakeup import wake_mode
+from mongosched.schedule import Rule
+from mongosched.store import Store, in_process, open_store
+from mongosched.task import SCRIPT_PREFIX, JobSpec, Task, script_task_warning, task_options
+from mongosched.transaction import Transaction, TransactionIntegration, current
 
 __all__ = ["App", "Cancellation"]
 
@@ -630,7 +631,7 @@ class App(JobControl, BulkControl, Admin):
     def runner(
         self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any
     ) -> Runner:
-        """A :class:`~mongosched.runner.Runner` for this app (not started)."""
+        """A :class:`~mongosched.runner.runner.Runner` for this app (not started)."""
         return Runner(
             self, workers=workers, queues=queues if queues is not None else self.queues, **options
         )

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from .errors import ConfigurationError
-from .job import Job
-from .task import JobSpec
+from mongosched.errors import ConfigurationError
+from mongosched.job import Job
+from mongosched.task import JobSpec
 
 __all__ = ["chain", "group"]
 

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError
+from mongosched.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from .job import Job
-    from .records import Pause
+    from mongosched._core.records import Pause
+    from mongosched.job import Job
 
 __all__ = ["EVENTS", "Event", "Listeners"]
 

@@ -11,16 +11,16 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Protocol, cast
 
-from . import validate
-from .errors import ConfigurationError, JobNotFound, WaitTimeout
-from .records import ErrorInfo, JobRecord, JobStatus, LastRun, LeaseInfo, Progress
+from mongosched._core import validate
+from mongosched._core.records import ErrorInfo, JobRecord, JobStatus, LastRun, LeaseInfo, Progress
+from mongosched.errors import ConfigurationError, JobNotFound, WaitTimeout
 
 if TYPE_CHECKING:
     # A default (PEP 696) for the type checker only: a bare ``Job`` is ``Job[Any]``.
     from pymongo.client_session import ClientSession
     from typing_extensions import TypeVar
 
-    from .transaction import Transaction
+    from mongosched.transaction import Transaction
 
     R = TypeVar("R", default=Any)
 else:

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeAlias
 
-from . import validate
-from .arguments import Binding, Parameters
-from .errors import ConfigurationError
+from mongosched._core import validate
+from mongosched._core.arguments import Binding, Parameters
+from mongosched.errors import ConfigurationError
 
 __all__ = ["IDLE", "MAX_RATE", "KeySpec", "RateLimit", "RateSpec", "key_spec", "rate_limit"]
 

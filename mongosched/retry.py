@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal, cast
 
-from . import validate
-from .errors import ConfigurationError, Fail
+from mongosched._core import validate
+from mongosched.errors import ConfigurationError, Fail
 
 __all__ = ["BACKOFFS", "DEFAULT_RETRIES", "DEFAULT_RETRY", "Retry"]
 

@@ -37,8 +37,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from . import validate
-from .errors import InvalidSchedule
+from mongosched._core import validate
+from mongosched.errors import InvalidSchedule
 
 __all__ = [
     "Cron",

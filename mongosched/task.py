@@ -10,23 +10,24 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypedDict, TypeVar
 
-from . import tracing, validate
-from .arguments import Binding, Parameters
-from .errors import ConfigurationError, InvalidSchedule
-from .job import Job
-from .limits import KeySpec, RateSpec, key_spec
-from .limits import rate_limit as rate_limit_of
-from .records import JobRecord, JobStatus
-from .retry import Retry
-from .schedule import Cron, Every, Misfire, Rule
-from .store import schedule_id
+from mongosched._core import validate
+from mongosched._core.arguments import Binding, Parameters
+from mongosched._core.records import JobRecord, JobStatus
+from mongosched.errors import ConfigurationError, InvalidSchedule
+from mongosched.job import Job
+from mongosched.limits import KeySpec, RateSpec, key_spec
+from mongosched.limits import rate_limit as rate_limit_of
+from mongosched.observe import tracing
+from mongosched.retry import Retry
+from mongosched.schedule import Cron, Every, Misfire, Rule
+from mongosched.store import schedule_id
 
 if TYPE_CHECKING:
     # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
     from pymongo.client_session import ClientSession
     from typing_extensions import Unpack
 
-    from .transaction import Transaction
+    from mongosched.transaction import Transaction
 
 __all__ = [
     "ConfiguredTask",

@@ -20,9 +20,9 @@ import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from .app import App
-from .errors import ConfigurationError
-from .runner import Runner
+from mongosched.app import App
+from mongosched.errors import ConfigurationError
+from mongosched.runner.runner import Runner
 
 __all__ = ["FakeClock", "drain"]
 

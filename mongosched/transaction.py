@@ -22,8 +22,8 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import TransactionError
-from .store import Store, StoreTransaction
+from mongosched.errors import TransactionError
+from mongosched.store import Store, StoreTransaction
 
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -45,7 +46,7 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 # What makes a test use the SecantusDB server: these fixtures, or a parameter naming it
-# (the contract's substrate "server"; the "mongodb" store of tests/test_cli.py's by_uri).
+# (the contract's substrate "server"; the "mongodb" store of tests/cli/test_cli.py's by_uri).
 SERVER_FIXTURES = frozenset({"real_server", "shared_db", "database", "tx_uri", "tx_database"})
 
 
@@ -59,11 +60,30 @@ def uses_server(item: pytest.Item) -> bool:
     return "server" in substrates or params.get("by_uri") == "mongodb"
 
 
+FOLDERS = ("unit", "integration", "processes", "faults", "contrib", "dashboard", "cli", "meta",
+           "contract")
+"""The folders of tests, sorted by what they cost; each is a marker of its own
+(``pytest -m unit``), applied by directory."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for folder in FOLDERS:
+        config.addinivalue_line("markers", f"{folder}: the tests in tests/{folder}/")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    marker = pytest.mark.server
+    root = Path(__file__).resolve().parent
     for item in items:
         if uses_server(item):
-            item.add_marker(marker)
+            item.add_marker(pytest.mark.server)
+        try:
+            folder = Path(str(item.path)).resolve().relative_to(root).parts[0]
+        except ValueError:
+            continue
+        if folder in FOLDERS:
+            item.add_marker(folder)
+            if folder == "processes":
+                item.add_marker(pytest.mark.processes)
 
 
 @pytest.fixture(scope="session")

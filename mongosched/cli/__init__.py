@@ -47,10 +47,9 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 
-from ..app import App
-from ..errors import JobNotFound, MongoschedError, StoreError, StoreUnavailable
-from .connect import check_connection, load_app, refuse_in_process, resolve_app
-from .exits import (
+from mongosched.app import App
+from mongosched.cli.connect import check_connection, load_app, refuse_in_process, resolve_app
+from mongosched.cli.exits import (
     EXIT_CONNECT,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -58,8 +57,9 @@ from .exits import (
     EXIT_USAGE,
     CommandError,
 )
-from .output import error, gist
-from .parser import build_parser, parse_duration
+from mongosched.cli.output import error, gist
+from mongosched.cli.parser import build_parser, parse_duration
+from mongosched.errors import JobNotFound, MongoschedError, StoreError, StoreUnavailable
 
 __all__ = ["build_parser", "check_connection", "load_app", "main", "parse_duration"]
 

@@ -15,12 +15,12 @@ import re
 import sys
 from typing import Any
 
-from ..app import App
-from ..errors import ConfigurationError, StoreError, StoreUnavailable
-from ..records import JobQuery, JobStatus
-from ..store import Store, in_process
-from .exits import EXIT_CONNECT, EXIT_USAGE, CommandError
-from .output import gist
+from mongosched._core.records import JobQuery, JobStatus
+from mongosched.app import App
+from mongosched.cli.exits import EXIT_CONNECT, EXIT_USAGE, CommandError
+from mongosched.cli.output import gist
+from mongosched.errors import ConfigurationError, StoreError, StoreUnavailable
+from mongosched.store import Store, in_process
 
 __all__ = [
     "check_connection",
@@ -156,7 +156,7 @@ def _probe(app: App, timeout: float) -> Store:
     uri = app.uri
     if uri is None or uri.partition("://")[0].lower() not in MONGODB_SCHEMES:
         return app.store
-    from ..store.mongo import MongoStore
+    from mongosched.store.mongo import MongoStore
 
     store = app.store
     if not isinstance(store, MongoStore):  # pragma: no cover - open_store made it from uri

@@ -16,8 +16,8 @@ import argparse
 import logging
 import os
 
-from ..app import App
-from .exits import EXIT_USAGE, CommandError
+from mongosched.app import App
+from mongosched.cli.exits import EXIT_USAGE, CommandError
 
 __all__ = ["TOKEN_VARIABLE", "add_arguments", "run"]
 
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(app: App, args: argparse.Namespace) -> int:
     """Serve until interrupted (Ctrl-C, SIGTERM); 0 once stopped."""
-    from ..dashboard import StandaloneDashboard, make_server_for
+    from mongosched.dashboard import StandaloneDashboard, make_server_for
 
     token = args.token or os.environ.get(TOKEN_VARIABLE) or ""
     if not token.strip():

@@ -7,9 +7,9 @@ import argparse
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..app import App
-from .exits import EXIT_OK, EXIT_USAGE, CommandError
-from .output import listing, out, print_json
+from mongosched.app import App
+from mongosched.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
+from mongosched.cli.output import listing, out, print_json
 
 __all__ = ["bulk", "pause", "pauses", "resume", "schedule_edit", "workers"]
 

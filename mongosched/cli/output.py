@@ -2,7 +2,7 @@
 
 Times are printed in UTC: to the millisecond with a ``Z`` in JSON, to the second in
 tables. JSON holds plain data only: ids (ObjectIds and the like) as strings, bytes as
-base64, the package's value types (:class:`~mongosched.records.ErrorInfo`, leases,
+base64, the package's value types (:class:`~mongosched._core.records.ErrorInfo`, leases,
 progress) as objects.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ..job import Job
+from mongosched.job import Job
 
 __all__ = [
     "cell",

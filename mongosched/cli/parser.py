@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .. import __version__
-from ..records import JobStatus
-from ..wakeup import WAKE_MODES
-from . import dashboard, verbs
-from .parser_ops import OPERATION_VERBS, add_operation_verbs
+from mongosched import __version__
+from mongosched._core.records import JobStatus
+from mongosched.cli import dashboard, verbs
+from mongosched.cli.parser_ops import OPERATION_VERBS, add_operation_verbs
+from mongosched.runner.wakeup import WAKE_MODES
 
 __all__ = [
     "EXIT_CODES",

@@ -7,8 +7,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from ..records import RETRYABLE_STATUSES, JobStatus
-from . import operations
+from mongosched._core.records import RETRYABLE_STATUSES, JobStatus
+from mongosched.cli import operations
 
 __all__ = ["OPERATION_VERBS", "add_operation_verbs"]
 

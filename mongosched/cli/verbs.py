@@ -15,13 +15,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .. import metrics
-from ..app import App, Cancellation
-from ..job import Job
-from ..records import JobQuery, JobStatus
-from ..supervisor import ENV_INDEX, Supervisor, watch_supervisor
-from .exits import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CommandError
-from .output import cell, job_json, listing, out, print_json, table, to_json
+from mongosched._core.records import JobQuery, JobStatus
+from mongosched.app import App, Cancellation
+from mongosched.cli.exits import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CommandError
+from mongosched.cli.output import cell, job_json, listing, out, print_json, table, to_json
+from mongosched.job import Job
+from mongosched.observe import metrics
+from mongosched.runner.supervisor import ENV_INDEX, Supervisor, watch_supervisor
 
 __all__ = [
     "STATUSES",

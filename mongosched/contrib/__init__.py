@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .. import validate
-from ..app import App
-from ..errors import ConfigurationError
+from mongosched._core import validate
+from mongosched.app import App
+from mongosched.errors import ConfigurationError
 
 __all__ = [
     "APP_OPTIONS",
@@ -136,7 +136,7 @@ def run_cli(args: Sequence[str], app: App, *, prog: str, workers: int, own_proce
     here: the command line is loaded only when a framework command runs it).
     ``own_process``: the framework runs it as its process's program (see
     :func:`mongosched.cli.main`)."""
-    from ..cli import main as cli_main
+    from mongosched.cli import main as cli_main
 
     main: Callable[..., int] = cli_main
     return main(list(args), app=app, prog=prog, workers=workers, own_process=own_process)

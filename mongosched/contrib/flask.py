@@ -55,12 +55,19 @@ import click
 from flask import Flask, current_app, has_app_context
 from flask.cli import with_appcontext
 
-from ..app import App
-from ..errors import ConfigurationError
-from ..job import Job
-from ..runner import Runner
-from ..task import ConfiguredTask, JobSpec, ScheduleOptions, Task, TaskOptions, task_options
-from . import app_from_settings, positive_int, run_cli
+from mongosched.app import App
+from mongosched.contrib import app_from_settings, positive_int, run_cli
+from mongosched.errors import ConfigurationError
+from mongosched.job import Job
+from mongosched.runner.runner import Runner
+from mongosched.task import (
+    ConfiguredTask,
+    JobSpec,
+    ScheduleOptions,
+    Task,
+    TaskOptions,
+    task_options,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

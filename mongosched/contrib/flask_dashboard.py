@@ -29,10 +29,10 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, request, session
 
-from ..app import App
-from ..dashboard import Dashboard, Request, Session
-from ..dashboard.http import mounted_request
-from .flask import MongoSched
+from mongosched.app import App
+from mongosched.contrib.flask import MongoSched
+from mongosched.dashboard import Dashboard, Request, Session
+from mongosched.dashboard.http import mounted_request
 
 __all__ = ["SESSION_KEY", "dashboard_blueprint"]
 

@@ -20,10 +20,10 @@ chart), :mod:`.views` (pages), :mod:`.actions` (confirmations and writes),
 
 from __future__ import annotations
 
-from .csrf import Session
-from .http import Request, Response
-from .routes import Dashboard
-from .standalone import DashboardServer, StandaloneDashboard, make_server_for
+from mongosched.dashboard.csrf import Session
+from mongosched.dashboard.http import Request, Response
+from mongosched.dashboard.routes import Dashboard
+from mongosched.dashboard.standalone import DashboardServer, StandaloneDashboard, make_server_for
 
 __all__ = [
     "Dashboard",

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from ..errors import MongoschedError
-from ..job import Job
-from ..records import JobStatus
-from .data import BULK_ACTIONS, PAUSE_KINDS, Filters, Operations
-from .http import Request, Response, query_string, redirect
-from .render import Context, Markup, fmt, hidden_fields, join
+from mongosched._core.records import JobStatus
+from mongosched.dashboard.data import BULK_ACTIONS, PAUSE_KINDS, Filters, Operations
+from mongosched.dashboard.http import Request, Response, query_string, redirect
+from mongosched.dashboard.render import Context, Markup, fmt, hidden_fields, join
+from mongosched.errors import MongoschedError
+from mongosched.job import Job
 
 __all__ = ["JOB_ACTIONS", "bulk_action", "job_action", "pause_action", "safe_next"]
 

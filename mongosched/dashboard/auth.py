@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import ConfigurationError
-from .http import Request
+from mongosched.dashboard.http import Request
+from mongosched.errors import ConfigurationError
 
 __all__ = ["COOKIE", "MIN_TOKEN_LENGTH", "Identity", "TokenAuth"]
 

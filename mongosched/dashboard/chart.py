@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timezone
 
-from .data import Bucket
-from .render import Markup, fmt, join
+from mongosched.dashboard.data import Bucket
+from mongosched.dashboard.render import Markup, fmt, join
 
 __all__ = ["throughput_chart"]
 

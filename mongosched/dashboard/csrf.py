@@ -14,7 +14,7 @@ import secrets
 import urllib.parse
 from dataclasses import dataclass
 
-from .http import Request
+from mongosched.dashboard.http import Request
 
 __all__ = ["CSRF_FIELD", "Session", "new_token", "refusal", "same_origin"]
 

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .. import metrics
-from ..errors import InvalidJobId, JobNotFound
-from ..job import Job
-from ..records import PAUSE_KINDS, SORTABLE, JobStatus, Pause, WorkerInfo
+from mongosched._core.records import PAUSE_KINDS, SORTABLE, JobStatus, Pause, WorkerInfo
+from mongosched.errors import InvalidJobId, JobNotFound
+from mongosched.job import Job
+from mongosched.observe import metrics
 
 if TYPE_CHECKING:
-    from ..app import App
+    from mongosched.app import App
 
 __all__ = [
     "BULK_ACTIONS",
@@ -258,7 +258,7 @@ class Operations:
         return methods[action](**filters.as_kwargs(), dry_run=dry_run)
 
     def metrics(self) -> str:
-        """The Prometheus text exposition of :mod:`mongosched.metrics`."""
+        """The Prometheus text exposition of :mod:`mongosched.observe.metrics`."""
         return metrics.render(self.app)
 
 

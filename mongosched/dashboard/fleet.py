@@ -6,11 +6,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import MongoschedError
-from .data import Operations
-from .http import Response, redirect
-from .render import Context, Markup, ago, badge, duration, fmt, join, table, when
-from .views import boxed, link, pause_link
+from mongosched.dashboard.data import Operations
+from mongosched.dashboard.http import Response, redirect
+from mongosched.dashboard.render import (
+    Context,
+    Markup,
+    ago,
+    badge,
+    duration,
+    fmt,
+    join,
+    table,
+    when,
+)
+from mongosched.dashboard.views import boxed, link, pause_link
+from mongosched.errors import MongoschedError
 
 __all__ = ["rule_text", "schedule_edit", "schedules_page", "workers_page"]
 

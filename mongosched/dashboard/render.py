@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import __version__
-from .http import Request, query_string
+from mongosched import __version__
+from mongosched.dashboard.http import Request, query_string
 
 __all__ = [
     "Context",

@@ -11,19 +11,19 @@ import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..errors import StoreError
-from ..metrics import CONTENT_TYPE
-from .actions import JOB_ACTIONS, bulk_action, job_action, pause_action
-from .csrf import Session, refusal
-from .data import Operations
-from .fleet import schedule_edit, schedules_page, workers_page
-from .http import Request, Response
-from .render import Context, Markup, fmt, page
-from .static import asset
-from .views import job_page, jobs_page, notice, overview_page
+from mongosched.dashboard.actions import JOB_ACTIONS, bulk_action, job_action, pause_action
+from mongosched.dashboard.csrf import Session, refusal
+from mongosched.dashboard.data import Operations
+from mongosched.dashboard.fleet import schedule_edit, schedules_page, workers_page
+from mongosched.dashboard.http import Request, Response
+from mongosched.dashboard.render import Context, Markup, fmt, page
+from mongosched.dashboard.static import asset
+from mongosched.dashboard.views import job_page, jobs_page, notice, overview_page
+from mongosched.errors import StoreError
+from mongosched.observe.metrics import CONTENT_TYPE
 
 if TYPE_CHECKING:
-    from ..app import App
+    from mongosched.app import App
 
 __all__ = ["Dashboard"]
 

@@ -15,16 +15,22 @@ from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from .actions import safe_next
-from .auth import MIN_TOKEN_LENGTH, Identity, TokenAuth
-from .csrf import Session, same_origin, token_matches
-from .http import Request, Response, query_string, redirect, request_from_environ
-from .render import fmt
-from .routes import Dashboard
-from .static import asset
+from mongosched.dashboard.actions import safe_next
+from mongosched.dashboard.auth import MIN_TOKEN_LENGTH, Identity, TokenAuth
+from mongosched.dashboard.csrf import Session, same_origin, token_matches
+from mongosched.dashboard.http import (
+    Request,
+    Response,
+    query_string,
+    redirect,
+    request_from_environ,
+)
+from mongosched.dashboard.render import fmt
+from mongosched.dashboard.routes import Dashboard
+from mongosched.dashboard.static import asset
 
 if TYPE_CHECKING:
-    from ..app import App
+    from mongosched.app import App
 
 __all__ = ["DashboardServer", "StandaloneDashboard", "make_server_for", "wsgi_response"]
 

@@ -7,7 +7,7 @@ import hashlib
 from functools import cache
 from importlib import resources
 
-from .http import Response
+from mongosched.dashboard.http import Response
 
 __all__ = ["ASSETS", "asset"]
 

@@ -11,12 +11,10 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
-from ..errors import ConfigurationError
-from ..job import Job
-from ..records import RETRYABLE_STATUSES, SORTABLE, JobStatus
-from .chart import throughput_chart
-from .data import BULK_ACTIONS, DUE_SCAN_LIMIT, Filters, Operations, Row
-from .render import (
+from mongosched._core.records import RETRYABLE_STATUSES, SORTABLE, JobStatus
+from mongosched.dashboard.chart import throughput_chart
+from mongosched.dashboard.data import BULK_ACTIONS, DUE_SCAN_LIMIT, Filters, Operations, Row
+from mongosched.dashboard.render import (
     Context,
     Markup,
     ago,
@@ -30,6 +28,8 @@ from .render import (
     table,
     when,
 )
+from mongosched.errors import ConfigurationError
+from mongosched.job import Job
 
 __all__ = [
     "PER_PAGE",

@@ -32,8 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import ConfigurationError, SerializationError
-from ..records import (
+from mongosched._core.records import (
     Admission,
     JobQuery,
     JobRecord,
@@ -45,8 +44,10 @@ from ..records import (
     Settlement,
     WorkerInfo,
 )
-from .codec import schedule_id
-from .due import DueHint, DueWatch
+from mongosched.errors import ConfigurationError, SerializationError
+from mongosched.store.codec import schedule_id
+from mongosched.store.due import DueHint, DueWatch
+from mongosched.store.patience import Patience
 
 __all__ = [
     "DueHint",
@@ -58,14 +59,6 @@ __all__ = [
     "open_store",
     "schedule_id",
 ]
-
-Patience = Callable[[], float]
-"""Until when (a :func:`time.monotonic` time) a holder's write (its outcome, a claim
-given back) that meets a transient database error (a network error, a primary stepping
-down) goes on retrying it, fenced on its lease token as ever; asked again before each
-retry, so that time may come sooner meanwhile (the runner stopping). Without it, such
-an error is retried only a few times within ``connect_timeout``."""
-
 
 @runtime_checkable
 class StoreTransaction(Protocol):
@@ -501,18 +494,18 @@ def open_store(
     if (uri is None) == (database is None):
         raise ConfigurationError("App: give exactly one of uri or database")
     if database is not None:
-        from .mongo import MongoStore
+        from mongosched.store.mongo import MongoStore
 
         return MongoStore(database=database, collection=collection, write_concern=write_concern)
     if not isinstance(uri, str):
         raise ConfigurationError(f"App: uri must be a str, not {type(uri).__name__}")
     scheme = uri.partition("://")[0].lower()
     if in_process(uri):
-        from .memory import MemoryStore
+        from mongosched.store.memory import MemoryStore
 
         return MemoryStore.named(uri)
     if scheme in ("mongodb", "mongodb+srv"):
-        from .mongo import MongoStore
+        from mongosched.store.mongo import MongoStore
 
         return MongoStore(
             uri=uri,

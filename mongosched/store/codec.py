@@ -19,8 +19,8 @@ from bson.binary import UuidRepresentation
 from bson.codec_options import CodecOptions, TypeCodec, TypeRegistry
 from bson.errors import InvalidId
 
-from .. import validate
-from ..errors import ConfigurationError, InvalidJobId, ResultTooLarge, SerializationError
+from mongosched._core import validate
+from mongosched.errors import ConfigurationError, InvalidJobId, ResultTooLarge, SerializationError
 
 __all__ = [
     "CODEC_OPTIONS",

@@ -1,6 +1,6 @@
 """Jobs, times and settlements for the contract tests, in the scheduler's own terms.
 
-Settlements come from :mod:`mongosched.outcome`, as the runner and the reaper make them.
+Settlements come from :mod:`mongosched._core.outcome`, as the runner and the reaper make them.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from mongosched import outcome
-from mongosched.outcome import Ending, Retention
-from mongosched.records import JobRecord, Settlement
+from mongosched._core import outcome
+from mongosched._core.outcome import Ending, Retention
+from mongosched._core.records import JobRecord, Settlement
 from mongosched.store import Store
 
 # Far in the future of the real clock: finished jobs expire (retention) after T0, and a

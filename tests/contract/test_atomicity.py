@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from mongosched.records import JobQuery
+from mongosched._core.records import JobQuery
 from mongosched.store import Store
 
 from .helpers import LATER, T0, add, claim, claimed, job, sec, succeeded

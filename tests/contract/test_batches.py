@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from mongosched._core.records import JobRecord, JobStatus
 from mongosched.errors import SerializationError
-from mongosched.records import JobRecord, JobStatus
 from mongosched.store import Store
 from tests.support.tasks import Unreadable
 

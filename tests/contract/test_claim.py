@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from mongosched.records import JobStatus
+from mongosched._core.records import JobStatus
 from mongosched.store import Store
 
 from .helpers import LATER, T0, add, claim, claimed, given_back, ids, job, sec, succeeded

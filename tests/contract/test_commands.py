@@ -1,4 +1,4 @@
-"""The commands a batched claim sends as they are (``store/commands.py``): what they
+"""The commands a batched claim sends as they are (``store/mongo/commands.py``): what they
 carry, and what the store makes of the replies a server may give (a write concern not
 met, a statement refused, a command too large, a batch cut short). On SecantusDB, the
 wire stand-in and (with ``MONGOSCHED_TEST_URI``) a real MongoDB."""
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from pymongo.errors import DocumentTooLarge
 
-from mongosched.records import JobStatus
-from mongosched.store.documents import CLAIM_SORT
+from mongosched._core.records import JobStatus
 from mongosched.store.mongo import MongoStore
+from mongosched.store.mongo.documents import CLAIM_SORT
 
 from .helpers import LATER, add, as_stored, batch, job, sec, settle_and_claim, succeeded
 

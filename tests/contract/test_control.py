@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from mongosched._core.records import JobQuery, JobStatus, PendingChanges
 from mongosched.errors import JobStateError, SerializationError
-from mongosched.records import JobQuery, JobStatus, PendingChanges
 from mongosched.store import Store
 
 from .helpers import (

@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from mongosched import outcome
-from mongosched.records import JobRecord, JobStatus, Settlement
+from mongosched._core import outcome
+from mongosched._core.records import JobRecord, JobStatus, Settlement
 from mongosched.store import Store
 
 from .helpers import LATER, RETENTION, T0, add, claim, claimed, job, sec, succeeded

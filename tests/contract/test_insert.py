@@ -10,8 +10,8 @@ from decimal import Decimal
 
 import pytest
 
+from mongosched._core.records import JobQuery, JobStatus
 from mongosched.errors import SerializationError
-from mongosched.records import JobQuery, JobStatus
 from mongosched.store import Store
 
 from .helpers import LATER, T0, add, claimed, job, sec, succeeded

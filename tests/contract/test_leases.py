@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
+from mongosched._core.records import ErrorInfo, JobQuery, JobStatus
 from mongosched.errors import SerializationError
-from mongosched.records import ErrorInfo, JobQuery, JobStatus
 from mongosched.store import Store
 from tests.support.tasks import Unreadable
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from mongosched.records import JobQuery
+from mongosched._core.records import JobQuery
 from mongosched.store import Store
 
 from .helpers import T0, add, claimed, job

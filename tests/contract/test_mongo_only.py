@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mongosched.records import JobQuery
-from mongosched.store.documents import INDEXES, PERMIT_INDEXES
+from mongosched._core.records import JobQuery
 from mongosched.store.mongo import MongoStore
+from mongosched.store.mongo.documents import INDEXES, PERMIT_INDEXES
 
 from .helpers import (
     LATER,
@@ -125,7 +125,7 @@ def test_prepare_on_a_database_in_use(mongo_store: MongoStore) -> None:
 def plans_only_on_mongodb(substrate: str) -> None:
     """The query plan tests run on a real MongoDB (``MONGOSCHED_TEST_URI``, as in the
     GitHub Actions workflow). SecantusDB's planner chooses a collection scan for the
-    claim where MongoDB's uses the claim index (pinned in tests/test_realserver.py):
+    claim where MongoDB's uses the claim index (pinned in tests/meta/test_realserver.py):
     the index design follows MongoDB's planner, not that one."""
     if substrate == "server":
         pytest.skip(
@@ -346,7 +346,7 @@ def test_a_batched_claim_returns_a_job_edited_after_its_read_as_edited(
     """A batched claim computes the jobs it claimed from the documents it read, unless
     one changed meanwhile (its ``rev``): a job edited between the read and the claim's
     write is left pending, as edited, for the next claim, and the others are read back."""
-    from mongosched.records import PendingChanges
+    from mongosched._core.records import PendingChanges
 
     jobs = add(mongo_store, *[job(args=(n,)) for n in range(4)])
     target = jobs[1]

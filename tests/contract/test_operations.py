@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mongosched.errors import JobStateError
-from mongosched.records import (
+from mongosched._core.records import (
     JobQuery,
     JobStatus,
     Pause,
@@ -15,6 +14,7 @@ from mongosched.records import (
     ScheduleEdit,
     WorkerInfo,
 )
+from mongosched.errors import JobStateError
 from mongosched.store import Store, schedule_id
 
 from .helpers import LATER, T0, add, cancelled, claim, claimed, ids, job, raised, sec, succeeded

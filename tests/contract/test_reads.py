@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
+from mongosched._core.records import JobQuery, JobStatus
 from mongosched.errors import InvalidJobId
-from mongosched.records import JobQuery, JobStatus
 from mongosched.store import Store, schedule_id
 
 from .helpers import LATER, T0, add, claimed, ids, job, sec, succeeded

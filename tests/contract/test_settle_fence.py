@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from mongosched.records import JobRecord, JobStatus, Settlement
+from mongosched._core.records import JobRecord, JobStatus, Settlement
 from mongosched.store import Store
 
 from .helpers import LATER, T0, add, batch, cancelled, job, raised, sec, succeeded, token

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from mongosched._core.records import JobStatus
 from mongosched.errors import WatchUnavailable
-from mongosched.records import JobStatus
 from mongosched.store import DueHint, Store
 from mongosched.store.memory import MemoryStore
 from mongosched.store.mongo import MongoStore

@@ -1,1 +1,1 @@
-"""A Django project on MongoDB (django-mongodb-backend), for tests/test_django_mongodb.py."""
+"""A Django project on MongoDB (django-mongodb-backend), for tests/contrib/test_django_mongodb.py."""

@@ -1,4 +1,4 @@
-"""The Django-on-MongoDB scenarios of tests/test_django_mongodb.py, run in a process of
+"""The Django-on-MongoDB scenarios of tests/contrib/test_django_mongodb.py, run in a process of
 their own (Django is configured once per process): prints one JSON line of findings.
 
     MONGOSCHED_DJANGO_URI=... MONGOSCHED_DJANGO_DB=... python -m tests.djangomongo.scenario

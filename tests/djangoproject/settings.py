@@ -1,4 +1,4 @@
-"""Settings of the Django project the integration tests run (tests/test_django.py).
+"""Settings of the Django project the integration tests run (tests/contrib/test_django.py).
 
 The tests choose the store's URI (``MONGOSCHED_DJANGO_URI``: ``memory://name``, or a
 database on the server of ``MONGOSCHED_TEST_URI``) and whether the runner runs in the

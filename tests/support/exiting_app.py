@@ -1,5 +1,5 @@
 """A process that runs jobs in an in-process runner and then exits normally, as a web
-worker does on SIGTERM or ``--max-requests``: for tests/test_exit.py.
+worker does on SIGTERM or ``--max-requests``: for tests/processes/test_exit.py.
 
 ``python -m tests.support.exiting_app URI STARTED_FILE [--after S] [--jobs N]``: schedules
 N jobs of ``work`` (``retry=0``), starts ``app.start_runner(workers=4)``, and calls

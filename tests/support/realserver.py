@@ -23,7 +23,7 @@ Where the server is: ``MONGOSCHED_TEST_SERVER_BIN`` (the ``secantusd-py`` to run
 skip, saying to run ``make .venv-server``; in CI (``CI=true`` or
 ``MONGOSCHED_REQUIRE_SERVER=1``) they fail instead.
 
-Where this server differs from MongoDB, a test in tests/test_realserver.py pins it, and
+Where this server differs from MongoDB, a test in tests/meta/test_realserver.py pins it, and
 the test support works around it (never the library):
 
 * its TTL monitor sweeps every 60 s whatever its configuration says: secantusd-py

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from mongosched.records import Renewal
+from mongosched._core.records import Renewal
 
 
 class LostHeartbeats:

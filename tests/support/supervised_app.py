@@ -1,4 +1,4 @@
-"""The app that ``mongosched worker --processes N`` runs in tests/test_supervisor.py.
+"""The app that ``mongosched worker --processes N`` runs in tests/processes/test_supervisor.py.
 
 ``tests.support.worker_app``'s ``record`` task (every run writes a document to the side
 collection ``runs``), on the database named by ``MONGOSCHED_TEST_WORKER_URI``, with the

@@ -1,4 +1,4 @@
-"""An app for worker subprocesses in tests/test_processes.py.
+"""An app for worker subprocesses in tests/processes/test_processes.py.
 
 Run as ``python -m tests.support.worker_app URI [--workers N] [--lease S] [--name NAME]
 [--gate FILE]`` (URI names the database; with ``--gate`` the process starts, then waits
@@ -117,7 +117,7 @@ def build(uri: str, lease: float, poll: float) -> App:
         )
         return token
 
-    # Flow control (tests/test_flow_processes.py): the same record, under limits.
+    # Flow control (tests/processes/test_flow_processes.py): the same record, under limits.
     def flow_step(seconds: float = 0.0, customer: str | None = None, fail: bool = False) -> str:
         token = record(seconds)
         if fail:

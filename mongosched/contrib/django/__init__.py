@@ -49,11 +49,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .conf import get_app
-from .inprocess import start_runner, stop_runner
+from mongosched.contrib.django.conf import get_app
+from mongosched.contrib.django.inprocess import start_runner, stop_runner
 
 if TYPE_CHECKING:
-    from ...app import App
+    from mongosched.app import App
 
 __all__ = ["TasksBackend", "app", "get_app", "start_runner", "stop_runner"]
 
@@ -64,7 +64,7 @@ def __getattr__(name: str) -> Any:
     if name == "app":
         return get_app()
     if name == "TasksBackend":
-        from .backend import TasksBackend
+        from mongosched.contrib.django.backend import TasksBackend
 
         return TasksBackend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

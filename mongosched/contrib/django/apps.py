@@ -16,8 +16,8 @@ class MongoschedConfig(AppConfig):  # type: ignore[misc]  # Django is untyped he
     default = True
 
     def ready(self) -> None:
-        from .conf import get_app, options
-        from .inprocess import on_request_started
+        from mongosched.contrib.django.conf import get_app, options
+        from mongosched.contrib.django.inprocess import on_request_started
 
         get_app()  # fail at start-up, not at the first schedule(), on bad settings
         settings = options()
@@ -27,6 +27,6 @@ class MongoschedConfig(AppConfig):  # type: ignore[misc]  # Django is untyped he
             import_module(module)
         request_started.connect(on_request_started, dispatch_uid="mongosched.run_in_process")
         if apps.is_installed("django.contrib.admin"):
-            from .dashboard import link_from_admin
+            from mongosched.contrib.django.dashboard import link_from_admin
 
             link_from_admin()

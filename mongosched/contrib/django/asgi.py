@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.asgi import get_asgi_application as django_asgi_application
 
-from .inprocess import start_if_configured
+from mongosched.contrib.django.inprocess import start_if_configured
 
 __all__ = ["get_asgi_application"]
 

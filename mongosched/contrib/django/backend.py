@@ -46,16 +46,16 @@ from typing import Any
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from ...app import App
-from ...arguments import Parameters
-from ...errors import Fail, JobNotFound, MongoschedError, WorkerShutdown
-from ...job import Job, current_job
-from ...records import ErrorInfo, JobStatus
-from ...store.codec import encode_payload, encode_value
-from .conf import get_app
-from .framework import load
-from .payload import loaded, normalized, stored
-from .taskrun import RUN_TASK, JobBackend, enqueuing
+from mongosched._core.arguments import Parameters
+from mongosched._core.records import ErrorInfo, JobStatus
+from mongosched.app import App
+from mongosched.contrib.django.conf import get_app
+from mongosched.contrib.django.framework import load
+from mongosched.contrib.django.payload import loaded, normalized, stored
+from mongosched.contrib.django.taskrun import RUN_TASK, JobBackend, enqueuing
+from mongosched.errors import Fail, JobNotFound, MongoschedError, WorkerShutdown
+from mongosched.job import Job, current_job
+from mongosched.store.codec import encode_payload, encode_value
 
 __all__ = ["STATUSES", "TaskCancelled", "TasksBackend", "to_mongosched_priority"]
 

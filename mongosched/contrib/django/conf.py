@@ -16,10 +16,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from ...app import App
-from ...errors import ConfigurationError
-from .. import app_from_settings, positive_int
-from .taskrun import register
+from mongosched.app import App
+from mongosched.contrib import app_from_settings, positive_int
+from mongosched.contrib.django.taskrun import register
+from mongosched.errors import ConfigurationError
 
 __all__ = ["get_app", "options"]
 
@@ -92,7 +92,7 @@ def _make(merged: Mapping[str, Any]) -> App:
     (see :mod:`.transactions`)."""
     alias = merged.get("DJANGO_DATABASE")
     if alias is not None:
-        from .transactions import AtomicBlocks, database_of
+        from mongosched.contrib.django.transactions import AtomicBlocks, database_of
 
         if "URI" in merged or "DATABASE" in merged:
             raise ImproperlyConfigured(

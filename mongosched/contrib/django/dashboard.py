@@ -22,9 +22,9 @@ from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import get_token
 from django.views.decorators.csrf import csrf_protect
 
-from ...dashboard import Dashboard, Request, Session
-from ...dashboard.http import mounted_request
-from .conf import get_app
+from mongosched.contrib.django.conf import get_app
+from mongosched.dashboard import Dashboard, Request, Session
+from mongosched.dashboard.http import mounted_request
 
 __all__ = ["INDEX_TEMPLATE", "dashboard", "link_from_admin", "page"]
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .conf import get_app, options
+from mongosched.contrib.django.conf import get_app, options
 
 if TYPE_CHECKING:
-    from ...runner import Runner
+    from mongosched.runner.runner import Runner
 
 __all__ = ["on_request_started", "start_if_configured", "start_runner", "stop_runner"]
 

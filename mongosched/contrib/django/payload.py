@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .framework import load
+from mongosched.contrib.django.framework import load
 
 __all__ = ["BIG_INT", "ESCAPED", "loaded", "normalized", "stored"]
 

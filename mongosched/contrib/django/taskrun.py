@@ -18,13 +18,13 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ConfigurationError, Fail
-from ...events import Event
-from ...job import Job, current_job
-from ...retry import Retry
+from mongosched.errors import ConfigurationError, Fail
+from mongosched.events import Event
+from mongosched.job import Job, current_job
+from mongosched.retry import Retry
 
 if TYPE_CHECKING:
-    from ...app import App
+    from mongosched.app import App
 
 __all__ = ["RETRY", "RUN_TASK", "Enqueue", "JobBackend", "enqueuing", "register", "run_task"]
 
@@ -103,7 +103,7 @@ def run_task(
     ctx = current_job()
     if ctx is None:  # called inline, outside a runner
         raise ConfigurationError(f"{RUN_TASK} runs only inside a mongosched job")
-    from .framework import load
+    from mongosched.contrib.django.framework import load
 
     instance = load().task_backends[backend]
     if not isinstance(instance, JobBackend):

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from ...transaction import Transaction
+from mongosched.transaction import Transaction
 
 if TYPE_CHECKING:
-    from ...app import App
+    from mongosched.app import App
 
 __all__ = ["AtomicBlocks", "database_of"]
 

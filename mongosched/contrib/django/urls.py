@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .dashboard import dashboard
+from mongosched.contrib.django.dashboard import dashboard
 
 app_name = "mongosched"
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.core.wsgi import get_wsgi_application as django_wsgi_application
 
-from .inprocess import start_if_configured
+from mongosched.contrib.django.inprocess import start_if_configured
 
 __all__ = ["get_wsgi_application"]
 

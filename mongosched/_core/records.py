@@ -1,0 +1,350 @@
+"""What a stored job is, in the package's own terms: plain, immutable values.
+
+Every store returns :class:`JobRecord` values and takes :class:`Settlement` values; only
+the store knows how they are laid out in the database. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, TypeVar
+
+__all__ = [
+    "FINAL_STATUSES",
+    "UNSTARTED_STATUSES",
+    "ErrorInfo",
+    "Admission",
+    "JobQuery",
+    "JobRecord",
+    "JobStatus",
+    "LastRun",
+    "LeaseInfo",
+    "Pause",
+    "PAUSE_KINDS",
+    "PendingChanges",
+    "Progress",
+    "Renewal",
+    "ScheduleChanges",
+    "assembled",
+    "evolved",
+    "ScheduleEdit",
+    "Settlement",
+    "SORTABLE",
+    "WorkerInfo",
+]
+
+_R = TypeVar("_R")
+
+
+def evolved(record: _R, **changes: Any) -> _R:
+    """``record`` (one of this module's frozen values) with ``changes``: what
+    :func:`dataclasses.replace` returns, for a tenth of its cost (it inspects the
+    fields and calls ``__init__`` on every call), which the runner pays several times
+    per job. None of these values has ``__post_init__``, init-only fields or slots, so
+    copying the attributes is all ``__init__`` would do. An unknown field is a
+    TypeError, as with ``replace``."""
+    state = record.__dict__
+    if not changes.keys() <= state.keys():
+        unknown = ", ".join(sorted(changes.keys() - state.keys()))
+        raise TypeError(f"{type(record).__name__} has no field(s) {unknown}")
+    new = object.__new__(type(record))
+    new.__dict__.update(state)
+    new.__dict__.update(changes)
+    return new
+
+
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def assembled(cls: type[_R], values: Mapping[str, Any]) -> _R:
+    """``cls(**values)`` for one of this module's frozen values, ``values`` naming every
+    field (defaults included): built as :func:`evolved` builds, for a tenth of the cost
+    of ``__init__``, which sets each field through ``object.__setattr__`` (a
+    :class:`JobRecord` has 37). The stores pay it for every job they read, the runner
+    twice per job. A missing or unknown field is a TypeError, as with ``__init__``."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+    if values.keys() != names:
+        missing = ", ".join(sorted(names - values.keys()))
+        unknown = ", ".join(sorted(values.keys() - names))
+        raise TypeError(f"{cls.__name__}: missing field(s) [{missing}], unknown [{unknown}]")
+    new = object.__new__(cls)
+    new.__dict__.update(values)
+    return new
+
+
+class JobStatus(str, enum.Enum):
+    """Where a job is in its life.
+
+    ``pending`` → ``running`` → one of ``completed``, ``failed``, ``cancelled``
+    (the *final* statuses). A retry or the next slot of a repeating job takes it from
+    ``running`` back to ``pending``. A repeating schedule paused by an operator
+    (:meth:`App.pause`) waits ``paused`` (not final, never claimed) until it is resumed.
+    A job with dependencies starts ``waiting`` (never claimed) and becomes ``pending``
+    once they completed; a job not started before its expiry ends ``expired`` (final),
+    never run.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PAUSED = "paused"
+    WAITING = "waiting"
+    EXPIRED = "expired"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATUSES
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FINAL_STATUSES = frozenset(
+    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED}
+)
+RETRYABLE_STATUSES = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED)
+"""Statuses of a job that can be run again (``retry_job``, ``retry_jobs``, the
+dashboard's and the CLI's retry): ended without completing."""
+UNSTARTED_STATUSES = (JobStatus.PENDING, JobStatus.WAITING)
+"""Statuses of a job that has not started its current occurrence: a cancel or an
+expiry settles it without a run."""
+
+SORTABLE = ("updated_at", "created_at", "run_at", "finished_at", "priority")
+"""Fields :meth:`App.get_jobs` can sort by."""
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """The last error a job raised: exception type (its qualified name, and the module
+    that defines it), message and formatted traceback."""
+
+    type: str
+    message: str
+    traceback: str | None = None
+    module: str | None = None
+
+    @property
+    def path(self) -> str:
+        """Import path of the exception class (``myapp.errors.PaymentDeclined``); the
+        bare type where the module is not known."""
+        return f"{self.module}.{self.type}" if self.module else self.type
+
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}"
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """Who holds a running job, under which token, and until when."""
+
+    owner: str
+    token: str
+    until: datetime
+    heartbeat_at: datetime
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What a running task last reported: a fraction 0..1 and/or a message."""
+
+    value: float | None
+    message: str | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """How the last run of a repeating job ended: for which slot, with which status."""
+
+    slot: datetime
+    status: JobStatus
+    finished_at: datetime
+    error: ErrorInfo | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleEdit:
+    """An operator's edit of a declared schedule (:meth:`App.update_schedule`): when,
+    and what the code declared before it (a fingerprint, see
+    :func:`mongosched.schedules.declaration`), so that a deploy can tell an edit it
+    must keep from a declaration that changed since."""
+
+    at: datetime
+    declared: str
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job as stored. ``id`` is ``None`` only for a job not yet inserted."""
+
+    task: str
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    id: Any = None
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    queue: str = "default"
+    priority: float = 5
+    status: JobStatus = JobStatus.PENDING
+    attempts: int = 0
+    max_attempts: int = 1
+    lease: LeaseInfo | None = None
+    repeat: Mapping[str, Any] | None = None
+    """The repeat rule as :mod:`mongosched.schedule` describes it, or None."""
+    scheduled_for: datetime | None = None
+    """For repeating jobs: the nominal slot of the current (or next) run."""
+    dedupe_key: str | None = None
+    dedupe_scope: str | None = None
+    result: Any = None
+    error: ErrorInfo | None = None
+    progress: Progress | None = None
+    cancel_requested: bool = False
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    expire_at: datetime | None = None
+    last_run: LastRun | None = None
+    edit: ScheduleEdit | None = None
+    """For a declared schedule an operator edited: the edit (see :class:`ScheduleEdit`)."""
+    trace: Mapping[str, str] | None = None
+    """The trace context where it was scheduled (W3C ``traceparent``/``tracestate``),
+    with OpenTelemetry installed (:mod:`mongosched.observe.tracing`)."""
+    expires_at: datetime | None = None
+    """When the job expires if it has not started by then (None: never)."""
+    timeout: float | None = None
+    """Seconds a run of this job may take (None: the task's timeout)."""
+    depends_on: tuple[Any, ...] = ()
+    """Ids of the jobs this one waits for (all must complete first)."""
+    waiting_for: tuple[Any, ...] = ()
+    """Of ``depends_on``, those not yet final (while ``waiting``)."""
+    on_dependency_failure: str = "cancel"
+    """What a dependency that ends other than completed does to this job: ``"cancel"``
+    (it ends cancelled, saying which one) or ``"run"`` (it runs anyway)."""
+    has_dependents: bool = False
+    """Whether other jobs wait for this one and were not yet released."""
+    rate_key: str | None = None
+    """The key its task's rate limit is counted under (None: the task's own)."""
+    concurrency_key: str | None = None
+    """The key its task's concurrency limit is counted under (None: the task's own)."""
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """How one write leaves a running job: what the runner, the reaper or a cancel
+    decided (see :mod:`mongosched._core.outcome`), for the store to apply as it stands.
+
+    A ``pending`` settlement releases the lease and makes the job due at ``run_at``;
+    a final one records ``finished_at`` (``now``) and ``expire_at``. The store takes
+    care of what follows from the status alone (the lease, dedupe keys in scope).
+    """
+
+    status: JobStatus
+    now: datetime
+    attempts: int | None = None
+    """Attempts of the current occurrence (None: unchanged)."""
+    run_at: datetime | None = None
+    scheduled_for: datetime | None = None
+    result: Any = None
+    error: ErrorInfo | None = None
+    last_run: LastRun | None = None
+    expire_at: datetime | None = None
+    on_cancel: Settlement | None = None
+    """What to write instead if a user asked to cancel the job while it ran (checked in
+    the same atomic write): the job ends cancelled, a repeating one for good."""
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """What a heartbeat found: whether the lease is still held, and whether a user
+    asked for the job to be cancelled."""
+
+    held: bool
+    cancel_requested: bool = False
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What taking a flow-control limit found: ``taken``, or not, and then when it may
+    free (``free_at``; None when the store cannot tell, as for concurrency)."""
+
+    taken: bool
+    free_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    """A filter over jobs: every field given must match (``None``: any). Time ranges
+    are half-open: ``*_after`` inclusive, ``*_before`` exclusive."""
+
+    task: str | None = None
+    statuses: tuple[JobStatus, ...] | None = None
+    queue: str | None = None
+    error_type: str | None = None
+    """The type name of the job's last error, as stored (``ErrorInfo.type``)."""
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    finished_after: datetime | None = None
+    finished_before: datetime | None = None
+
+
+@dataclass(frozen=True)
+class PendingChanges:
+    """Changes to a pending job (``None``: unchanged)."""
+
+    priority: float | None = None
+    queue: str | None = None
+    run_at: datetime | None = None
+    args: tuple[Any, ...] | None = None
+    kwargs: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleChanges:
+    """A schedule edit as the store applies it (``None``: unchanged)."""
+
+    repeat: Mapping[str, Any] | None = None
+    run_at: datetime | None = None
+    """The next slot (and ``scheduled_for``), recomputed for a new rule."""
+    priority: float | None = None
+    queue: str | None = None
+    edit: ScheduleEdit | None = None
+
+
+PAUSE_KINDS = ("queue", "task", "schedule")
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A queue, task or repeating schedule that no runner claims until it is resumed.
+    ``name`` is the queue's, the task's, or the schedule's job id (as a string)."""
+
+    kind: str
+    name: str
+    since: datetime
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A runner as it registered itself (:meth:`App.workers`). ``stale``: it has not
+    refreshed its entry for several refresh periods (it may have died)."""
+
+    id: str
+    name: str
+    host: str
+    pid: int
+    queues: tuple[str, ...] | None
+    """Queues it serves (None: every queue)."""
+    tasks: tuple[str, ...]
+    workers: int
+    in_flight: int
+    started_at: datetime
+    last_seen: datetime
+    version: str
+    stale: bool = False

@@ -1,0 +1,2 @@
+"""Seeing what the scheduler does: log fields, Prometheus metrics, OpenTelemetry
+tracing."""

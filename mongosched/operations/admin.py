@@ -1,0 +1,310 @@
+"""What operators do to the running system rather than to single jobs: pause and resume
+a queue, a task or a repeating schedule; edit a schedule at runtime; list schedules and
+live workers (part of :class:`~mongosched.App`).
+
+Pauses are stored, so they hold cluster-wide: every runner reads the pause set once per
+poll interval (:mod:`mongosched.runner.pauses`) and leaves paused tasks and queues out of what
+it claims. A paused repeating schedule is also moved out of the claimable status
+(``paused``) so that no claim has to look at it; resuming makes it pending again, due
+at the slot it was waiting for, and the misfire policy decides what runs for the slots
+missed meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from mongosched._core import validate
+from mongosched._core.records import (
+    PAUSE_KINDS,
+    JobRecord,
+    JobStatus,
+    Pause,
+    ScheduleChanges,
+    ScheduleEdit,
+    WorkerInfo,
+)
+from mongosched.errors import ConfigurationError, InvalidJobId, JobNotFound, JobStateError
+from mongosched.job import Job
+from mongosched.schedule import Cron, Every, rule_from_document
+from mongosched.store import Store, schedule_id
+
+__all__ = ["STALE_AFTER", "Admin", "declaration", "schedule_row"]
+
+log = logging.getLogger("mongosched")
+
+STALE_AFTER = timedelta(seconds=15)
+"""A worker whose entry was not refreshed for this long is shown ``stale`` (runners
+refresh theirs every few seconds; see :mod:`mongosched.runner.presence`)."""
+
+
+def declaration(
+    repeat: Mapping[str, Any] | None, queue: str, priority: float, max_attempts: int
+) -> str:
+    """A fingerprint of what declares a schedule (rule, queue, priority, attempts): the
+    same declaration gives the same string, whichever process computes it."""
+    data = {
+        "repeat": dict(repeat or {}),
+        "queue": queue,
+        "priority": priority,
+        "max_attempts": max_attempts,
+    }
+    return json.dumps(data, sort_keys=True, default=str)
+
+
+def schedule_row(record: JobRecord, paused: bool) -> dict[str, Any]:
+    """A repeating job as :meth:`App.schedules` lists it."""
+    repeat = record.repeat or {}
+    last = record.last_run
+    waiting = record.status in (JobStatus.PENDING, JobStatus.PAUSED)
+    return {
+        "id": record.id,
+        "task": record.task,
+        "rule": repeat.get("cron") or f"every {repeat.get('every')}s",
+        "timezone": repeat.get("timezone"),
+        "queue": record.queue,
+        "priority": record.priority,
+        "status": record.status.value,
+        "paused": paused,
+        "next_run": record.run_at if waiting else None,
+        "last_run": last.finished_at if last else None,
+        "last_status": last.status.value if last else None,
+        "last_error": last.error if last else None,
+        "edited_at": record.edit.at if record.edit else None,
+    }
+
+
+class Admin:
+    """Pauses, schedule edits, schedules and workers (a part of :class:`~mongosched.App`)."""
+
+    store: Store
+
+    def now(self) -> datetime:
+        raise NotImplementedError
+
+    def emit(self, name: str, **fields: Any) -> None:
+        raise NotImplementedError
+
+    def _writable(self) -> Store:
+        raise NotImplementedError
+
+    # Pause and resume --------------------------------------------------------------------------
+    def pause(
+        self, *, queue: str | None = None, task: str | None = None, schedule: Any = None
+    ) -> None:
+        """Stop every runner, cluster-wide, from starting jobs of a ``queue``, a
+        ``task`` or a repeating ``schedule`` (its id, or its task's name) within one
+        poll interval. Jobs already running finish; nothing is lost: the jobs wait,
+        pending (a paused schedule: ``paused``), until :meth:`resume`. Pausing what is
+        paused changes nothing."""
+        kind, name, record = self._pause_target("pause", queue, task, schedule)
+        now = self.now()
+        pause = Pause(kind, name, now)
+        added = self._writable().add_pause(pause)
+        if record is not None:
+            self.store.hold_schedules([record.id], now)
+        if added:
+            log.info("%s %s paused", kind, name)
+            self.emit("control:pause", pause=pause)
+
+    def resume(
+        self, *, queue: str | None = None, task: str | None = None, schedule: Any = None
+    ) -> None:
+        """Undo :meth:`pause`: runners claim the queue's, task's or schedule's jobs again
+        within one poll interval, those due first. A resumed schedule is due at the slot
+        it was waiting for; its misfire policy decides what runs for slots missed while
+        it was paused (``coalesce``: one run; ``skip``: none; ``all``: each)."""
+        kind, name, record = self._pause_target("resume", queue, task, schedule)
+        removed = self._writable().remove_pause(kind, name)
+        if record is not None:
+            self.store.release_schedule(record.id, self.now())
+        if removed:
+            log.info("%s %s resumed", kind, name)
+            self.emit("control:resume", pause=Pause(kind, name, self.now()))
+
+    def pauses(self) -> list[Pause]:
+        """What is paused, by kind (``queue``, ``task``, ``schedule``) and name."""
+        return self.store.pauses()
+
+    def _pause_target(
+        self, what: str, queue: Any, task: Any, schedule: Any
+    ) -> tuple[str, str, JobRecord | None]:
+        values = (queue, task, schedule)
+        given = [(k, v) for k, v in zip(PAUSE_KINDS, values, strict=True) if v is not None]
+        if len(given) != 1:
+            raise ConfigurationError(f"{what}: give exactly one of queue, task or schedule")
+        kind, value = given[0]
+        if kind == "queue":
+            return kind, validate.queue(value, task="*"), None
+        if kind == "task":
+            return kind, validate.text(value, what=f"{what}: task", expected="a task name"), None
+        record = self._schedule(value)
+        return kind, str(record.id), record
+
+    # Schedules ---------------------------------------------------------------------------------
+    def schedules(self) -> list[dict[str, Any]]:
+        """Every repeating job: id, task, rule, timezone, queue, priority, status,
+        ``paused``, next run, last run (when, status, error) and ``edited_at`` (when
+        an operator last edited it, if ever)."""
+        paused = {p.name for p in self.store.pauses() if p.kind == "schedule"}
+        return [schedule_row(r, str(r.id) in paused) for r in self.store.schedules()]
+
+    def update_schedule(
+        self,
+        schedule: Any,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        timezone: str | None = None,
+        priority: float | None = None,
+        queue: str | None = None,
+    ) -> dict[str, Any]:
+        """Change a repeating schedule at runtime (``schedule``: its id, or its task's
+        name): its rule (``cron``, or ``every``; a new ``timezone`` alone keeps the cron
+        expression), ``priority`` or ``queue``. The change is one atomic write, fenced
+        on the schedule as read: it lands while the schedule waits (pending or paused),
+        never under a run in progress (:class:`~mongosched.errors.JobStateError`: try
+        again when the run ends). A new rule recomputes the next slot from now.
+
+        A declared schedule (``@app.task(cron=...)``) keeps the edit across deploys
+        until its declaration in code changes: then the new code wins, and
+        :meth:`ensure_schedules` logs that it replaced the edit. Returns the schedule's
+        row as :meth:`schedules` lists it."""
+        record = self._schedule(schedule)
+        if all(v is None for v in (cron, every, timezone, priority, queue)):
+            raise ConfigurationError(
+                f"update_schedule: schedule {record.id} ({record.task}): give at least one "
+                "of cron, every, timezone, priority or queue"
+            )
+        for _ in range(5):  # re-read and recompute if it changed between read and write
+            changes = self._changes(record, cron, every, timezone, priority, queue)
+            updated = self._writable().update_schedule(record, changes, self.now())
+            if updated is not None:
+                log.info(
+                    "schedule %s (%s) edited: %s", updated.id, updated.task, _describe(changes)
+                )
+                self.emit("schedule:update", job=Job(updated, self.store))
+                paused = any(
+                    p.kind == "schedule" and p.name == str(updated.id) for p in self.pauses()
+                )
+                return schedule_row(updated, paused)
+            current = self.store.get(record.id)
+            if current is None:
+                raise JobNotFound(f"schedule {record.id} ({record.task}) no longer exists")
+            if current.status not in (JobStatus.PENDING, JobStatus.PAUSED):
+                raise JobStateError(
+                    f"schedule {record.id} ({record.task}) is {current.status}; it can be "
+                    "edited while it waits (pending or paused), so try again when the run "
+                    "ends" + (" (or retry it first)" if current.status.is_final else "")
+                )
+            record = current
+        raise JobStateError(f"schedule {record.id} ({record.task}) keeps changing; not edited")
+
+    def _changes(
+        self,
+        record: JobRecord,
+        cron: str | None,
+        every: float | timedelta | None,
+        timezone: str | None,
+        priority: float | None,
+        queue: str | None,
+    ) -> ScheduleChanges:
+        name, now = record.task, self.now()
+        repeat = dict(record.repeat or {})
+        new_repeat: dict[str, Any] | None = None
+        run_at = None
+        if cron is not None or every is not None or timezone is not None:
+            rule: Cron | Every
+            if cron is not None and every is not None:
+                raise ConfigurationError(f"task {name!r}: give either cron or every, not both")
+            if every is not None:
+                if timezone is not None:
+                    raise ConfigurationError(
+                        f"task {name!r}: timezone applies only with cron, not every"
+                    )
+                rule = Every(every, task=name)
+            else:
+                expression = cron if cron is not None else repeat.get("cron")
+                if expression is None:
+                    raise ConfigurationError(
+                        f"task {name!r}: timezone applies only with cron; this schedule runs "
+                        f"{rule_from_document(repeat)} (give cron too)"
+                    )
+                zone = timezone or repeat.get("timezone") or "UTC"
+                rule = Cron(expression, zone, task=name)
+            new_repeat = {**rule.to_document()}
+            if "misfire" in repeat:
+                new_repeat["misfire"] = repeat["misfire"]
+            run_at = rule.next_after(now)
+        edit = None
+        if record.id == schedule_id(record.task):  # a declared schedule: mark the edit
+            declared = (
+                record.edit.declared
+                if record.edit is not None
+                else declaration(record.repeat, record.queue, record.priority, record.max_attempts)
+            )
+            edit = ScheduleEdit(at=now, declared=declared)
+        return ScheduleChanges(
+            repeat=new_repeat,
+            run_at=run_at,
+            priority=None if priority is None else validate.priority(priority, task=name),
+            queue=None if queue is None else validate.queue(queue, task=name),
+            edit=edit,
+        )
+
+    def _schedule(self, schedule: Any) -> JobRecord:
+        """The repeating job ``schedule`` names: a :class:`Job`, its id, or the name of
+        a task (its declared schedule, or its only repeating job)."""
+        if isinstance(schedule, Job):
+            schedule = schedule.id
+        record = None
+        try:
+            record = self.store.get(self.store.parse_id(schedule))
+        except InvalidJobId:
+            if not isinstance(schedule, str) or not schedule:
+                raise
+            validate.text(schedule, what="schedule")
+        if record is None and isinstance(schedule, str):
+            record = self.store.get(schedule_id(schedule))
+            if record is None:
+                found = [r for r in self.store.schedules() if r.task == schedule]
+                if len(found) > 1:
+                    listed = ", ".join(str(r.id) for r in found)
+                    raise ConfigurationError(
+                        f"task {schedule!r} has {len(found)} repeating jobs ({listed}): "
+                        "name one by its id"
+                    )
+                record = found[0] if found else None
+        if record is None:
+            raise JobNotFound(f"no repeating schedule {schedule!r} (an id or a task name)")
+        if record.repeat is None:
+            raise ConfigurationError(f"job {record.id} ({record.task}) is not a repeating job")
+        return record
+
+    # Workers -----------------------------------------------------------------------------------
+    def workers(self) -> list[WorkerInfo]:
+        """The runners registered in this store (every process, every host), by name,
+        each ``stale`` when it has not refreshed its entry for :data:`STALE_AFTER` (it
+        may have died without stopping; the store forgets it after a longer while)."""
+        now = self.now()
+        out = []
+        for worker in self.store.workers(now):
+            stale = worker.last_seen < now - STALE_AFTER
+            out.append(replace(worker, stale=stale))
+        return out
+
+
+def _describe(changes: ScheduleChanges) -> str:
+    parts = []
+    if changes.repeat is not None:
+        parts.append(f"rule {rule_from_document(changes.repeat)}, next run {changes.run_at}")
+    if changes.priority is not None:
+        parts.append(f"priority {changes.priority}")
+    if changes.queue is not None:
+        parts.append(f"queue {changes.queue}")
+    return "; ".join(parts)

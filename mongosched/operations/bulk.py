@@ -1,0 +1,224 @@
+"""Bulk operations by filter: retry, cancel and purge every job that matches, and the
+throughput of finished jobs (part of :class:`~mongosched.App`).
+
+A bulk operation never holds one giant write: it walks the matches in id order, a batch
+of ids at a time (:meth:`Store.select_ids`, keyset pagination on an index), and writes
+each batch with the job's expected state in the write itself, so a job that changed
+meanwhile (retried and run again, finished, deleted) is left as it now is. Jobs that
+start matching during the walk may or may not be included; jobs that stop matching are
+not touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from mongosched._core import outcome, validate
+from mongosched._core.filters import JobFilters, job_query
+from mongosched._core.outcome import Retention
+from mongosched._core.records import RETRYABLE_STATUSES, JobQuery, JobStatus
+from mongosched.errors import ConfigurationError
+from mongosched.store import Store
+
+if TYPE_CHECKING:
+    # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
+    from typing_extensions import Unpack
+
+__all__ = ["BATCH_SIZE", "BulkControl"]
+
+log = logging.getLogger("mongosched")
+
+BATCH_SIZE = 500
+"""Ids per write of a bulk operation (a MongoDB ``$in`` of this many ids is one small
+command; a million matches are two thousand of them)."""
+
+RETRYABLE = RETRYABLE_STATUSES
+CANCELLABLE = tuple(s for s in JobStatus if not s.is_final)
+PURGEABLE = tuple(s for s in JobStatus if s.is_final)
+
+
+class BulkControl:
+    """Retry, cancel and purge by filter (a part of :class:`~mongosched.App`)."""
+
+    store: Store
+    retention: Retention
+    runners: Any
+
+    def now(self) -> datetime:
+        raise NotImplementedError
+
+    def _writable(self) -> Store:
+        raise NotImplementedError
+
+    def _release_for_purge(self, through: datetime) -> None:
+        raise NotImplementedError
+
+    def retry_jobs(
+        self,
+        *,
+        dry_run: bool = False,
+        batch_size: int = BATCH_SIZE,
+        **filters: Unpack[JobFilters],
+    ) -> int:
+        """Run again every failed, cancelled or expired job matching the filters (as
+        :meth:`retry_job` does one: back to pending, due now, attempts reset).
+        ``status`` narrows to some of them (default all three). A job whose
+        dedupe key another job holds now is left as it is (and logged). Returns how
+        many went back to pending, or with ``dry_run`` how many match."""
+        query = self._bulk_query(
+            "retry_jobs",
+            RETRYABLE,
+            filters,
+            dry_run,
+            batch_size,
+            "only failed, cancelled or expired jobs can be retried",
+        )
+        if dry_run:
+            return self.store.count(query)
+
+        def retry(ids: Sequence[Any]) -> int:
+            done = self._writable().retry_many(ids, query.statuses or RETRYABLE, self.now())
+            for runner in list(self.runners):
+                runner.wake()
+            return done
+
+        return self._walk("retried", query, retry, batch_size)
+
+    def cancel_jobs(
+        self,
+        *,
+        dry_run: bool = False,
+        batch_size: int = BATCH_SIZE,
+        **filters: Unpack[JobFilters],
+    ) -> int:
+        """Cancel every unfinished job matching the filters, as :meth:`cancel` does
+        one: a waiting one at once, a running one at its next heartbeat (it ends
+        ``cancelled`` when its function returns); repeating ones stop for good.
+        Returns how many were cancelled or asked to cancel, or with ``dry_run`` how
+        many match."""
+        query = self._bulk_query(
+            "cancel_jobs",
+            CANCELLABLE,
+            filters,
+            dry_run,
+            batch_size,
+            "finished jobs cannot be cancelled",
+        )
+        if dry_run:
+            return self.store.count(query)
+
+        def cancel(ids: Sequence[Any]) -> int:
+            settlement = outcome.cancelled(self.now(), self.retention)
+            ended, asked = self._writable().cancel_many(ids, settlement)
+            return ended + asked
+
+        return self._walk("cancelled", query, cancel, batch_size)
+
+    def purge_jobs(
+        self,
+        *,
+        dry_run: bool = False,
+        batch_size: int = BATCH_SIZE,
+        **filters: Unpack[JobFilters],
+    ) -> int:
+        """Delete every finished job (completed, failed or cancelled; ``status``
+        narrows) matching the filters. Declared schedules stay (a cancelled one is the
+        tombstone that keeps it off). Jobs still waiting for one of them are released
+        first, as its outcome says. Returns how many were deleted, or with ``dry_run``
+        how many match."""
+        query = self._bulk_query(
+            "purge_jobs",
+            PURGEABLE,
+            filters,
+            dry_run,
+            batch_size,
+            "only finished jobs can be purged",
+        )
+        if dry_run:
+            return self.store.count(query)
+        self._release_for_purge(self.now())
+        final = query.statuses or PURGEABLE
+        return self._walk(
+            "purged", query, lambda ids: self._writable().purge_many(ids, final), batch_size
+        )
+
+    def throughput(
+        self, since: datetime, bucket: timedelta = timedelta(minutes=1)
+    ) -> list[tuple[datetime, int, int]]:
+        """Jobs completed and failed per time bucket from ``since`` to now:
+        ``[(bucket start, completed, failed), ...]``, every bucket listed (zeros too).
+        Runs of repeating jobs are not counted (they go back to pending)."""
+        since = validate.aware_datetime(since, task="*", what="since")
+        seconds = validate.seconds(bucket, what="throughput: bucket", strict=True)
+        now = self.now()
+        if since > now:
+            return []
+        counts = self.store.finished_counts(since, seconds)
+        buckets = max(1, math.ceil((now - since).total_seconds() / seconds))
+        step = timedelta(seconds=seconds)
+        return [
+            (
+                since + step * n,
+                counts.get((n, JobStatus.COMPLETED), 0),
+                counts.get((n, JobStatus.FAILED), 0),
+            )
+            for n in range(buckets)
+        ]
+
+    # Internals -------------------------------------------------------------------------------
+    def _bulk_query(
+        self,
+        what: str,
+        allowed: tuple[JobStatus, ...],
+        filters: Mapping[str, Any],
+        dry_run: bool,
+        batch_size: int,
+        why: str,
+    ) -> JobQuery:
+        """The query of a bulk operation: the filters given, its status narrowed to the
+        statuses it acts on (refusing others, with ``why``)."""
+        validate.whole(batch_size, what=f"{what}: batch_size")
+        if not isinstance(dry_run, bool):
+            raise ConfigurationError(f"{what}: dry_run must be True or False")
+        query = job_query(what, filters)
+        if query.statuses is None:
+            return replace(query, statuses=allowed)
+        bad = [s.value for s in query.statuses if s not in allowed]
+        if bad:
+            raise ConfigurationError(f"{what}: {why}, not {', '.join(bad)}")
+        return query
+
+    def _walk(
+        self, done: str, query: JobQuery, write: Callable[[Sequence[Any]], int], size: int
+    ) -> int:
+        """Walk the matches of ``query`` a batch of ids at a time, ``write`` each batch;
+        the total ``write`` reported."""
+        total = batches = 0
+        after = None
+        while True:
+            ids = self.store.select_ids(query, after=after, limit=size)
+            if not ids:
+                break
+            total += write(ids)
+            batches += 1
+            if len(ids) < size:
+                break
+            after = ids[-1]
+        log.info("%s %d job(s) in %d batch(es) (%s)", done, total, batches, _describe(query))
+        return total
+
+
+def _describe(query: JobQuery) -> str:
+    parts = []
+    for name, value in query.__dict__.items():
+        if value is None:
+            continue
+        if name == "statuses":
+            value = "/".join(s.value for s in value)
+        parts.append(f"{name}={value}")
+    return ", ".join(parts) or "every job"

@@ -1,0 +1,410 @@
+"""A claimed job while a runner holds it (:class:`Claim`), and the heartbeat threads
+that keep its lease alive (:class:`Heartbeats`).
+
+Each lease is renewed by a background thread of its own, never by the job's thread:
+while a claim is held, one of a runner's long-lived heartbeat threads (one per worker
+slot) renews it every ``heartbeat_interval``, renews its concurrency permit with it,
+watches for a cancellation request and enforces the timeout (the job's own, else its
+task's). When a renewal finds the lease gone, the lease is *lost*: the job's context is
+cancelled and nothing more is written for it (every write is fenced on the lease token
+anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ctypes
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mongosched._core.records import JobRecord
+from mongosched.errors import JobTimeout, StoreError
+from mongosched.job import JobContext, as_current
+from mongosched.store import Store
+
+if TYPE_CHECKING:
+    from mongosched.task import Task
+
+__all__ = ["Claim", "Heartbeats", "LeaseKeeper"]
+
+log = logging.getLogger("mongosched.runner")
+
+
+class LeaseKeeper(Protocol):
+    """What a claim needs from the runner that holds it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def lease_duration(self) -> float: ...
+
+    def now(self) -> datetime: ...
+
+    def lease_lost(self, claim: Claim, why: str) -> None: ...
+
+
+def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
+    """Make ``exc_type`` raise in thread ``thread_id`` at its next bytecode (None clears
+    a pending one). A thread blocked in C code sees it only when the call returns."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None
+    )
+
+
+class Claim:
+    """One job this runner claimed: its record as claimed, its lease, its context."""
+
+    def __init__(self, keeper: LeaseKeeper, record: JobRecord, task: Task[Any, Any]) -> None:
+        assert record.lease is not None, "a claimed job has a lease"
+        self.keeper = keeper
+        self.record = record
+        self.task = task
+        self.token: str = record.lease.token
+        self.until: datetime = record.lease.until
+        self.slot: datetime | None = record.scheduled_for
+        """For a repeating job: the slot this run is for."""
+        self.ctx = JobContext(record, self)
+        self.has_permit = False
+        self.slot_key: str | None = None
+        """The key of the keyed concurrency slot it holds (renewed with the lease)."""
+        self.rate_taken = False
+        """Whether a start of its task's rate limit was recorded for it."""
+        self.lost = False
+        self.paused = False
+        """Whether the heartbeat leaves the job's document alone: a transaction of a
+        transactional task is to write it (:meth:`hold`)."""
+        self.handed_off = False
+        """Whether its outcome was handed to the next batched claim's write (its
+        worker's place freed at once; it lands later: see
+        :class:`~mongosched.runner.outcomes.Settler`)."""
+        self._lock = threading.Lock()
+        self._finished = False
+        self._running = threading.Lock()
+        """Held until :meth:`finish`: what a heartbeat thread waits on (a bare lock, not
+        an Event: every job makes one, and an Event costs as much as the rest of the
+        claim)."""
+        self._running.acquire()
+        self._worker_thread: int | None = None
+        self._interrupt: type[BaseException] | None = None
+        self._started = time.monotonic()
+        """When the claim was made (monotonic seconds): its renewals count from here."""
+
+    @property
+    def job_id(self) -> Any:
+        return self.record.id
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    @property
+    def started(self) -> float:
+        """When the claim was made, in :func:`time.monotonic` seconds."""
+        return self._started
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a run may take: the job's own timeout, else its task's."""
+        own = self.record.timeout
+        return own if own is not None else self.task.timeout
+
+    def finish(self) -> None:
+        """No more heartbeats: from here on the holder writes only its outcome. Waits
+        for a renewal in progress, so none races the outcome write."""
+        with self._lock:
+            if not self._finished:
+                self._finished = True
+                self._running.release()
+
+    def _wait_finished(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for :meth:`finish`; True once finished."""
+        if self._running.acquire(timeout=timeout):
+            self._running.release()  # for any other waiter
+            return True
+        return self._finished
+
+    # Heartbeats (called from a heartbeat thread) -------------------------------------------
+    def keep_alive(self, interval: float) -> None:
+        """Renew the lease every ``interval`` seconds and enforce the timeout, until the
+        claim finishes or its lease is lost."""
+        timeout = self.timeout
+        deadline = None if timeout is None else self._started + timeout
+        next_beat = self._started + interval
+        while not self._finished:
+            now = time.monotonic()
+            wake = next_beat if deadline is None else min(next_beat, deadline)
+            if self._wait_finished(max(0.0, wake - now)):
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                deadline = None
+                log.warning(
+                    "job %s (%s) exceeded its timeout of %s s", self.job_id, self.task.name, timeout
+                )
+                self.abort("timeout", JobTimeout)
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + interval
+                if not self.renew():
+                    return
+
+    def renew(self) -> bool:
+        """Extend the lease (and the permit). False once the lease is lost."""
+        keeper, store = self.keeper, self.keeper.store
+        with self._lock:
+            if self.lost:
+                return False
+            if self._finished or self.paused:
+                return True
+            now = keeper.now()
+            until = now + timedelta(seconds=keeper.lease_duration)
+            try:
+                # The permit first, to the same instant: the job's lease never outlives
+                # its permit, so the concurrency limit holds even when a renewal fails.
+                if self.has_permit and not store.renew_permit(self.task.name, self.token, until):
+                    held, cancel = False, False
+                elif self.slot_key is not None and not store.renew_slot(
+                    self.task.name, self.slot_key, self.token, until
+                ):
+                    held, cancel = False, False
+                else:
+                    renewal = store.renew(self.job_id, self.token, now, until)
+                    held, cancel = renewal.held, renewal.cancel_requested
+            except StoreError as exc:
+                if keeper.now() <= self.until:  # a lease holds through its last instant
+                    log.warning("heartbeat for job %s failed (%s); will retry", self.job_id, exc)
+                    return True
+                held, cancel = False, False
+                log.warning("heartbeat for job %s failed past its lease: %s", self.job_id, exc)
+            if not held:
+                self._lose("heartbeat found the lease gone")
+                return False
+            self.until = until
+            if cancel:
+                self.ctx.cancel("cancelled")
+            return True
+
+    def hold(self, seconds: float) -> bool:
+        """Renew the lease to last ``seconds`` from now, then pause the heartbeat's
+        renewals until :meth:`resume`: a transaction is about to write the job's
+        document, and a renewal landing after the transaction's first read would make
+        that write conflict (and abort the transaction). False once the lease is
+        lost; raises the store's error."""
+        keeper = self.keeper
+        with self._lock:
+            if self.lost:
+                return False
+            now = keeper.now()
+            until = now + timedelta(seconds=seconds)
+            renewal = keeper.store.renew(self.job_id, self.token, now, until)
+            if not renewal.held:
+                self._lose("the lease was gone when its transaction began")
+                return False
+            self.until, self.paused = until, True
+            if renewal.cancel_requested:
+                self.ctx.cancel("cancelled")
+            return True
+
+    def resume(self) -> None:
+        """The heartbeat renews the lease again (after :meth:`hold`)."""
+        with self._lock:
+            self.paused = False
+
+    def write_progress(self, value: float | None, message: str | None) -> bool:
+        with self._lock:
+            if self.lost:
+                return False
+            store = self.keeper.store
+            if store.write_progress(self.job_id, self.token, value, message, self.keeper.now()):
+                return True
+            self._lose("progress write was fenced off")
+            return False
+
+    def lose(self, why: str) -> None:
+        """The lease is gone (a fenced write found another holder, or none)."""
+        with self._lock:
+            self._lose(why)
+
+    def _lose(self, why: str) -> None:
+        """Called with ``_lock`` held."""
+        if self.lost:
+            return
+        self.lost = True
+        self.ctx.cancel("lease_lost")
+        self.keeper.lease_lost(self, why)
+
+    # Running the function, and interrupting it --------------------------------------------
+    def call(self) -> tuple[Any, BaseException | None]:
+        """Run the task's function in this thread: ``(result, None)`` or ``(None, the
+        exception)``, an interrupt raised into it (timeout, shutdown) included."""
+        fn: Callable[..., Any] = self.task.fn
+        try:
+            with as_current(self.ctx):
+                try:
+                    with self._lock:
+                        self._worker_thread = threading.get_ident()
+                    result = fn(*self.ctx.args, **self.ctx.kwargs)
+                    if inspect.iscoroutine(result):  # an async def task: its own loop
+                        result = asyncio.run(_bounded(result, self.timeout))
+                    return result, None
+                finally:
+                    self._disarm()
+        except BaseException as exc:  # the task's own, or an interrupt we raised
+            self._disarm()
+            return None, exc
+
+    def _disarm(self) -> None:
+        """After the function returned: no interrupt may arrive any more."""
+        with self._lock:
+            if self._worker_thread is not None and self._interrupt is not None:
+                _raise_in_thread(self._worker_thread, None)  # clear one not yet raised
+            self._worker_thread = None
+
+    def abort(self, reason: str, exc_type: type[BaseException]) -> None:
+        """Stop the job: cancel its context for ``reason`` (``"timeout"``,
+        ``"shutdown"``) and raise ``exc_type`` in the worker thread while the function
+        runs (once). Under the claim's lock, as every cancel: the first reason stays."""
+        with self._lock:
+            self.ctx.cancel(reason)
+            if self._worker_thread is not None and self._interrupt is None:
+                self._interrupt = exc_type
+                _raise_in_thread(self._worker_thread, exc_type)
+
+    def __repr__(self) -> str:
+        return f"<Claim {self.job_id} {self.task.name} attempt {self.record.attempts}>"
+
+
+async def _bounded(run: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+    """Await an async task's coroutine within its timeout (the interrupt the heartbeat
+    raises cannot reach a thread waiting in the event loop's selector)."""
+    try:
+        return await asyncio.wait_for(run, timeout)
+    except asyncio.TimeoutError:
+        raise JobTimeout(f"exceeded its timeout of {timeout} s") from None
+
+
+class Heartbeats:
+    """Long-lived heartbeat threads, one per worker slot: each adopts a held claim,
+    keeps it alive until it finishes, and waits for the next one. No thread is started
+    per job, and none is woken for a job that ends before its lease needs renewing: a
+    claim is adopted a third of a heartbeat interval after it was made (one whose task
+    has a timeout at once), well before its first renewal, one interval after the
+    claim. One idle thread waits with a timer for the next adoption; the others wait
+    to be called."""
+
+    def __init__(self, count: int, interval: float, name: str) -> None:
+        self.count = count
+        self.interval = interval
+        self.name = name
+        self.adopt_after = interval / 3
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # idle threads but the timer
+        self._timer_wake = threading.Condition(self._lock)  # the timer
+        self._held: dict[int, Claim] = {}  # watched, not adopted yet, by id()
+        self._urgent: collections.deque[Claim] = collections.deque()
+        self._timer = False  # an idle thread waits for the next adoption
+        self._timer_due: float | None = None  # when the timer wakes on its own (None: never)
+        self._stopping = False
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        self._stopping = False
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"mongosched-heartbeat-{i}", daemon=True)
+            for i in range(self.count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def watch(self, claim: Claim) -> None:
+        """Keep ``claim`` alive from a heartbeat thread until it finishes (call
+        :meth:`forget` once it has)."""
+        with self._lock:
+            if claim.timeout is not None:  # its deadline may come before a renewal
+                self._urgent.append(claim)
+                self._wake.notify()
+                self._timer_wake.notify()
+                return
+            self._held[id(claim)] = claim
+            if not self._timer:
+                if len(self._held) == 1:  # no thread times adoptions: an idle one will
+                    self._wake.notify()
+            elif self._timer_due is None or claim.started + self.adopt_after < self._timer_due:
+                # The timer would wake too late for this one. (Claims come in the order
+                # they were made, so with a backlog the timer is rarely woken: it wakes
+                # on its own for the first held claim, and finds it gone or due.)
+                self._timer_wake.notify()
+
+    def forget(self, claim: Claim) -> None:
+        """A finished claim: no thread needs to adopt it."""
+        with self._lock:
+            self._held.pop(id(claim), None)
+            self._stop_idle()
+
+    def stop(self) -> None:
+        """Let the threads end once the claims they hold or wait for finish."""
+        with self._lock:
+            self._stopping = True
+            self._stop_idle()
+        self._threads = []
+
+    def _stop_idle(self) -> None:
+        """Stopping, and no claim left to adopt: wake every idle thread, to end (called
+        with the lock held)."""
+        if self._stopping and not self._held and not self._urgent:
+            self._wake.notify_all()
+            self._timer_wake.notify_all()
+
+    def _loop(self) -> None:
+        while True:
+            claim = self._adopt()
+            if claim is None:
+                return
+            try:
+                claim.keep_alive(self.interval)
+            except Exception:  # never lose the thread: the next claim needs it
+                log.exception("runner %s: heartbeat of %r failed", self.name, claim)
+
+    def _adopt(self) -> Claim | None:
+        """The next claim to keep alive (None: stop), waiting until one needs it."""
+        with self._lock:
+            while True:
+                if self._urgent:
+                    urgent = self._urgent.popleft()
+                    self._stop_idle()
+                    return urgent
+                for key in [k for k, c in self._held.items() if c.finished]:
+                    del self._held[key]
+                first = min(self._held.values(), key=_started, default=None)
+                now = time.monotonic()
+                if first is not None and now >= first.started + self.adopt_after:
+                    del self._held[id(first)]
+                    if self._held:
+                        self._wake.notify()  # someone else times the next one
+                    self._stop_idle()
+                    return first
+                if self._stopping and first is None:
+                    self._stop_idle()  # the others too
+                    return None
+                if self._timer:
+                    self._wake.wait()
+                    continue
+                self._timer = True
+                due = None if first is None else first.started + self.adopt_after
+                self._timer_due = due
+                try:
+                    self._timer_wake.wait(None if due is None else due - now)
+                finally:
+                    self._timer = False
+
+
+def _started(claim: Claim) -> float:
+    return claim.started

@@ -1,0 +1,655 @@
+"""The runner: claims due jobs, runs them on a thread pool, keeps their leases alive.
+
+One *dispatcher* thread claims a job only when a worker thread is free, submits it to
+a :class:`~concurrent.futures.ThreadPoolExecutor`, re-polls at once after a claim and
+waits ``poll_interval`` when there was nothing to do. A heartbeat thread keeps each
+claim's lease alive (:mod:`mongosched.runner.claim`). The dispatcher also reaps jobs whose
+lease ran out (their worker died). What it does with each job is the synchronous steps
+of :mod:`mongosched.runner.cycle`, public on the runner too. A watcher thread wakes the
+dispatcher when a job becomes due elsewhere (:mod:`mongosched.runner.wakeup`).
+
+Which thread owns what: each piece of a runner's state is either owned by one kind of
+thread (only it changes it; others may read a single value of it, a moment old, as
+:meth:`Runner.health` does) or guarded by one lock. No thread holds two of these locks
+at once.
+
+================  ===============================  ===================  ===================
+Thread            Owns                             Locks it takes       I/O (and never)
+================  ===============================  ===================  ===================
+dispatcher        ``_held``, ``_batching``,        ``_idle`` (adds a    claims (batched,
+                  ``_full_rounds``, ``claimed``,   claim, reads         with the outcomes
+                  ``_last_*``, the gate's and      ``_next_due``); the  handed off to it),
+                  pause set's state,               settler's (writes    admissions (permits,
+                  ``_saturated``, the worker       what was handed      limits, give backs),
+                  entry (``registration``: it      off); the            reaps and sweeps, its
+                  refreshes and removes it)        heartbeats' (hands   worker entry, the
+                                                   them a claim); a     flush of outcomes
+                                                   claim's (give        handed off. Never
+                                                   backs)               runs a job's
+                                                                        function nor waits
+                                                                        for one; runs
+                                                                        listeners only for
+                                                                        jobs it ends itself
+                                                                        (reaped, expired
+                                                                        unrun)
+worker (pool)     the claim it runs (its           ``_idle`` (a claim   the job's own;
+                  ``handed_off``, permit and       done: forgotten and  its outcome write
+                  limit flags, once finished)      counted in           (alone, or for those
+                                                   ``finished``); the   queued meanwhile: a
+                                                   settler's; the       group commit), or
+                                                   heartbeats' (forget  none (handed off);
+                                                   a claim done); the   landings (events,
+                                                   claim's              dependents), permit
+                                                                        and limit releases.
+                                                                        Never claims
+heartbeat         the claims it keeps alive, in    the heartbeats';     lease, permit and
+                  ``Heartbeats``                   each claim's         slot renewals
+                                                   (renewal, lost,      (fenced); a lost
+                                                   abort)               lease's event. Never
+                                                                        writes an outcome
+watcher           its watch and ``state``          ``_idle``            reads the store's
+                                                   (``wake`` sets       change stream. Never
+                                                   ``_next_due``)       claims nor writes
+caller of stop    ``_pool``, ``_heartbeats``,      ``_idle`` (reads     none: sets flags,
+                  ``_watcher``, ``_dispatcher``,   the claims, waits    interrupts jobs (not
+                  ``_stop_by`` (start and stop)    for them); a         graceful), joins and
+                                                   claim's (abort)      waits within one
+                                                                        deadline. Never
+                                                                        waits past it
+================  ===============================  ===================  ===================
+
+Guarded: ``_claims`` (the claims in flight), ``finished`` and ``_next_due`` by
+``_idle``, whose condition also tells a stop when a claim leaves; the settler's queue
+and writer by its own lock (:mod:`mongosched.runner.outcomes`; ``bulk_writes`` only changes in
+the writer, one at a time); each :class:`~mongosched.runner.claim.Claim`'s lease by its lock.
+Handed between threads: a claim's fields set at admission reach its worker through
+the pool's queue, and its outcome reaches a landing worker through the settler's lock.
+A runner that is not started has no threads: its public steps run in the caller's.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import signal
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from functools import partial
+from types import FrameType
+from typing import Any
+
+from mongosched._core import validate
+from mongosched._core.outcome import Decision
+from mongosched._core.records import JobRecord
+from mongosched.errors import ConfigurationError, MongoschedError, StoreError, WorkerShutdown
+from mongosched.observe import logs
+from mongosched.runner import exiting
+from mongosched.runner.claim import Claim, Heartbeats
+from mongosched.runner.cycle import RunnerSteps
+from mongosched.runner.host import RunnerHost
+from mongosched.runner.presence import Registration
+from mongosched.runner.wakeup import WakeWatcher, wake_mode
+from mongosched.task import SCRIPT_PREFIX, script_task_explanation
+
+__all__ = ["Runner", "RunnerHost"]
+
+log = logging.getLogger("mongosched.runner")
+
+
+class Runner(RunnerSteps):
+    """Runs an app's jobs. Make one with :meth:`App.runner`.
+
+    :param workers: worker threads (jobs run at once by this runner).
+    :param queues: queues to serve (None: every queue).
+    :param name: owner name recorded in leases (default ``host:pid:id``).
+    :param lease_duration: override the app's.
+    :param poll_interval: override the app's.
+    :param heartbeat_interval: seconds between lease renewals (at most a third of the
+        lease; default exactly that).
+    :param reap_interval: seconds between reaper passes (``lease_duration / 3``).
+    :param shutdown_timeout: seconds a graceful stop (a signal, or the process
+        exiting) waits for jobs in flight.
+    :param wake: how it learns of jobs that become due elsewhere: ``"auto"``,
+        ``"change_stream"`` or ``"poll"`` (default: the app's ``wake``; see
+        :mod:`mongosched.runner.wakeup`).
+    """
+
+    def __init__(
+        self,
+        app: RunnerHost,
+        *,
+        workers: int = 4,
+        queues: Sequence[str] | None = None,
+        name: str | None = None,
+        lease_duration: float | None = None,
+        poll_interval: float | None = None,
+        heartbeat_interval: float | None = None,
+        reap_interval: float | None = None,
+        shutdown_timeout: float = 30.0,
+        wake: str | None = None,
+    ) -> None:
+        super().__init__(
+            app,
+            workers=workers,
+            queues=queues,
+            name=name,
+            lease_duration=lease_duration,
+            poll_interval=poll_interval,
+            heartbeat_interval=heartbeat_interval,
+            reap_interval=reap_interval,
+        )
+        self.shutdown_timeout = validate.seconds(shutdown_timeout, what="Runner: shutdown_timeout")
+        self.wake_mode = wake_mode(
+            getattr(app, "wake", "auto") if wake is None else wake, what="Runner"
+        )
+        self._watcher: WakeWatcher | None = None
+        self._free = threading.Semaphore(self.workers)
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._claims: dict[Any, Claim] = {}
+        self._idle = threading.Condition()
+        self._pool: ThreadPoolExecutor | None = None
+        self._heartbeats: Heartbeats | None = None
+        self._dispatcher: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._next_due: datetime | None = None
+        self._last_reap = 0.0
+        self._last_unknown_check = 0.0
+        self._explained: set[str] = set()  # script tasks whose due jobs were explained
+        self._last_poll: float | None = None
+        self._last_error: str | None = None
+        self._held = 0  # free workers' places the dispatcher holds
+        self.settler.company = self._in_flight_others
+        self.settler.claiming = self._claiming
+        self.settler.run_soon = self._run_soon
+        self._batching = False  # the last claims found a backlog: claim in batches
+        self._full_rounds = 0  # claims in a row that found all they asked for
+        self.finished = 0
+        self.registration = Registration(self.store, self)
+        """This runner's entry in the registry of live workers (:meth:`App.workers`)."""
+
+    # Lifecycle -------------------------------------------------------------------------------
+    @property
+    def is_running(self) -> bool:
+        return self._dispatcher is not None and self._dispatcher.is_alive()
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs this runner holds leases for."""
+        with self._idle:
+            return len(self._claims)
+
+    def registered_tasks(self) -> list[str]:
+        """The tasks this runner can run."""
+        return sorted(self.app.tasks)
+
+    def start(self) -> Runner:
+        """Start the dispatcher and workers in background threads; returns at once,
+        without waiting for the database: the dispatcher prepares (indexes, declared
+        schedules, permits) before it claims, retrying with backoff while the database
+        cannot be reached. :attr:`ready` says when it has."""
+        if self.is_running:
+            raise ConfigurationError(f"runner {self.name} is already started")
+        self._stopping.clear()
+        self._stop_by = math.inf
+        self._ready.clear()
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mongosched-worker")
+        self._heartbeats = Heartbeats(self.workers, self.heartbeat_interval, self.name)
+        self._heartbeats.start()
+        self._dispatcher = threading.Thread(
+            target=self._dispatch, name="mongosched-dispatcher", daemon=True
+        )
+        self.app.attach(self)
+        exiting.at_exit.add(self)
+        log.info(
+            "runner %s started: %d worker(s), queues %s, tasks %s, wake %s",
+            self.name,
+            self.workers,
+            "all" if self.queues is None else ",".join(self.queues),
+            ",".join(sorted(self.app.tasks)) or "none",
+            self.wake_mode,
+        )
+        self._dispatcher.start()
+        if self.wake_mode != "poll":
+            self._watcher = WakeWatcher(self, self.wake_mode)
+            self._watcher.start()
+        self.app.emit("runner:start", runner=self)
+        return self
+
+    def wake(self, at: datetime | None = None) -> None:
+        """Claim now instead of at the end of the idle wait; with ``at`` (a job's due
+        time), also claim again at that time rather than up to a poll interval later."""
+        if at is not None:
+            with self._idle:
+                due = self._next_due
+                # A due time already past is one the claim this wake-up causes serves:
+                # keeping it would hide ``at`` (the idle wait drops a past time, then
+                # waits a whole poll interval).
+                if due is None or at < due or due <= self.app.now():
+                    self._next_due = at
+        self._wake.set()
+
+    def _idle_wait(self) -> float:
+        """How long an idle dispatcher waits: a poll interval, or less when a job this
+        process scheduled becomes due sooner."""
+        with self._idle:
+            due = self._next_due
+            if due is None:
+                return self.poll_interval
+            left = (due - self.app.now()).total_seconds()
+            if left <= 0:
+                self._next_due = None
+            return min(self.poll_interval, max(0.0, left))
+
+    def stop(self, graceful: bool = True, timeout: float | None = 30.0) -> bool:
+        """Stop claiming, then wait up to ``timeout`` seconds for the jobs in flight.
+
+        Graceful: in-flight jobs finish normally and keep their leases alive meanwhile
+        (if the wait times out they go on, heartbeating, until they finish or the process
+        ends). Not graceful: in-flight jobs are interrupted with
+        :class:`~mongosched.errors.WorkerShutdown` and go back to ``pending`` for
+        another worker. Returns True when nothing is left in flight.
+
+        ``timeout`` is one deadline for everything the stop waits for: the dispatcher
+        (and its last write of the outcomes handed off to it), the jobs, their outcome
+        writes and landings. A database that cannot be reached never holds it longer:
+        outcome writes stop retrying at the deadline, and what is not written by then
+        is left to the leases' expiry (a warning says how many); this thread itself
+        does no I/O.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if deadline is not None:
+            self._stop_by = min(self._stop_by, deadline)
+        self._stopping.set()
+        self._wake.set()
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.stop()
+        if not graceful:
+            with self._idle:
+                claims = list(self._claims.values())
+            for claim in claims:
+                claim.abort("shutdown", WorkerShutdown)
+        dispatcher = self._dispatcher
+        if dispatcher is not None and dispatcher is not threading.current_thread():
+            # It may be waiting on an unreachable database: one deadline bounds it all.
+            dispatcher.join(_remaining(deadline))
+        done = self._wait_idle(_remaining(deadline))
+        if watcher is not None:  # its server cursor closes within a getMore's wait
+            watcher.join(1.0 if deadline is None else min(1.0, deadline - time.monotonic()))
+        if self._pool is not None:  # first: no claim reaches a worker from now on
+            self._pool.shutdown(wait=False)
+        if self._heartbeats is not None:  # they end once the jobs in flight are over
+            self._heartbeats.stop()
+        exiting.at_exit.discard(self)
+        self.app.detach(self)
+        if done:
+            log.info("runner %s stopped", self.name)
+        else:
+            with self._idle:
+                claims = list(self._claims.values())
+            unwritten = sum(claim.finished for claim in claims)
+            log.warning(
+                "runner %s stopped claiming; %d job(s) still running, %d outcome(s) not "
+                "written by the stop deadline (left to their leases' expiry: a job whose "
+                "outcome is not written runs again)",
+                self.name,
+                len(claims) - unwritten,
+                unwritten,
+            )
+        self.app.emit("runner:stop", runner=self)
+        return done
+
+    def _wait_idle(self, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._idle:
+            while self._claims:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._idle.wait(remaining)
+        return True
+
+    def run_forever(self) -> None:
+        """Start, and block until SIGINT/SIGTERM (graceful stop; a second signal stops at
+        once) or until :meth:`stop` is called from another thread."""
+        signals = 0
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            nonlocal signals
+            signals += 1
+            log.info("signal %s: %s", signum, "stopping" if signals == 1 else "stopping now")
+            self._stopping.set()
+            self._wake.set()
+            if signals > 1:
+                threading.Thread(target=self.stop, kwargs={"graceful": False, "timeout": 5}).start()
+
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, handler)
+        try:
+            self.start()
+            while not self._stopping.wait(0.5):
+                pass
+            self.stop(graceful=True, timeout=self.shutdown_timeout)
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+    # Dispatcher -------------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        """Whether the runner has prepared its database and is claiming."""
+        return self._ready.is_set()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until :attr:`ready` (or ``timeout`` seconds); returns :attr:`ready`."""
+        return self._ready.wait(timeout)
+
+    def _prepare_with_backoff(self) -> bool:
+        """Prepare, retrying while the database cannot be reached; False if stopped."""
+        backoff = 0.0
+        while not self._stopping.is_set():
+            try:
+                self.prepare()
+                self.check_clock()
+            except StoreError as exc:
+                self._last_error = f"database: {exc}"
+                backoff = min(max(backoff * 2, self.poll_interval), 30.0)
+                log.warning(
+                    "runner %s: waiting for the database (%s); retrying in %.1f s",
+                    self.name,
+                    exc,
+                    backoff,
+                )
+                self._stopping.wait(backoff)
+                continue
+            self._last_error = None
+            self._ready.set()
+            return True
+        return False
+
+    def _dispatch(self) -> None:
+        try:
+            if self._prepare_with_backoff():
+                self._dispatch_loop()
+        except BaseException as exc:  # never expected: say so where operators look
+            self._last_error = f"dispatcher died: {type(exc).__name__}: {exc}"
+            log.critical("runner %s: %s; this runner claims nothing more", self.name, exc)
+            raise
+        finally:  # the worker entry is the dispatcher's: it refreshes it, and removes it
+            self.registration.remove()
+
+    def _dispatch_loop(self) -> None:
+        try:
+            self._dispatch_until_stopped()
+        finally:  # (however it ends) the outcomes handed off are written now
+            self._stop_batching()
+
+    def _dispatch_until_stopped(self) -> None:
+        backoff = 0.0
+        while not self._stopping.is_set():
+            if not self._free.acquire(timeout=self.poll_interval):
+                self._maintain_safely()
+                continue
+            self._held = 1
+            try:
+                self._maintain()
+                claimed = self._claim_and_submit()
+            except StoreError as exc:
+                self._release_held()
+                self._stop_batching()
+                self._last_error = f"database: {exc}"
+                backoff = min(max(backoff * 2, self.poll_interval), 30.0)
+                log.warning(
+                    "runner %s: database error (%s); retrying in %.1f s", self.name, exc, backoff
+                )
+                self._stopping.wait(backoff)
+                continue
+            except Exception as exc:
+                self._release_held()
+                self._stop_batching()
+                self._last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("runner %s: unexpected error in the dispatcher", self.name)
+                self._stopping.wait(self.poll_interval)
+                continue
+            self._last_poll = time.monotonic()
+            if backoff:
+                log.info("runner %s: database reachable again", self.name)
+                backoff = 0.0
+                self._last_error = None
+            if not claimed:
+                self._wake.wait(self._idle_wait())
+                self._wake.clear()
+
+    def health(self) -> dict[str, Any]:
+        """How this runner is doing, for health checks and probes: ``healthy`` is False
+        when its dispatcher thread is not running although it was started and not
+        stopped, or when it has not polled for ten poll intervals (plus a minute, for
+        database backoff)."""
+        now = time.monotonic()
+        started = self._dispatcher is not None and not self._stopping.is_set()
+        alive = self.is_running
+        since = None if self._last_poll is None else now - self._last_poll
+        stale = since is not None and since > 10 * self.poll_interval + 60
+        return {
+            "name": self.name,
+            "running": alive,
+            "ready": self.ready,
+            "healthy": (alive or not started) and not stale,
+            "in_flight": self.in_flight,
+            "claimed": self.claimed,
+            "finished": self.finished,
+            "seconds_since_poll": since,
+            "wake": "poll" if self._watcher is None else self._watcher.state,
+            "last_error": self._last_error,
+        }
+
+    def _claim_and_submit(self) -> bool:
+        """Claim jobs for the free workers and hand them over; on entry the dispatcher
+        holds one free worker's place (``_held``). True if a job was claimed (even one
+        given back), so the dispatcher re-polls at once.
+
+        One free worker claims one job (the least latency). When the last claim found as
+        many jobs as it asked for (a backlog), the dispatcher takes every free worker's
+        place, waiting up to :attr:`gather` seconds for the others to free, and one
+        batched claim takes a job for each in a few round trips: with a backlog, jobs
+        wait anyway, and a batch costs far less per job than claims one by one."""
+        if self._stopping.is_set():
+            self._release_held()
+            return False
+        if self._batching:
+            deadline = time.monotonic() + self.gather
+            while self._held < self.workers:
+                if not self._free.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    break
+                self._held += 1
+        asked = self._held
+        claims: list[Claim] = []
+        try:
+            claimed = self._take_batch(asked, claims)
+            # A backlog: two claims in a row found all they asked for (one alone does
+            # not say so: a lone job is claimed alone, and so is the next one).
+            full = claimed >= asked
+            if full and (asked > 1 or self._full_rounds > 0):
+                self._batching = True
+                self._full_rounds += 1
+            else:
+                self._stop_batching()
+                self._full_rounds = 1 if full else 0
+        finally:  # every claim taken runs, whatever failed after it was taken
+            self._held -= len(claims)  # each claim's worker releases its place
+            self._release_held()
+            for claim in claims:
+                self._submit(claim)
+        return claimed > 0
+
+    def _in_flight_others(self) -> int:
+        with self._idle:
+            return len(self._claims) - 1
+
+    def _claiming(self) -> bool:
+        """Whether a batched claim comes in a moment (the settler hands outcomes to it)."""
+        return self._batching and not self._stopping.is_set()
+
+    def _stop_batching(self) -> None:
+        """Claim one job at a time again: no claim is coming, so the outcomes handed
+        off are written now."""
+        self._batching, self._full_rounds = False, 0
+        self.settler.flush()
+
+    def _hand_off(self, claim: Claim, decision: Decision, seconds: float) -> bool:
+        """With a backlog, ``claim``'s outcome waits for the next batched claim, and
+        its worker's place is freed at once, so that the claim can be made (and carry
+        the outcome); the outcome lands later, in a worker (:meth:`_land_later`)."""
+        if claim.task.writes_own_outcome:
+            return False
+        landing = partial(self._land_later, claim, partial(self._land, claim, decision, seconds))
+        if not self.settler.hand_off(claim.record, decision.settlement, claim.until, landing):
+            return False
+        claim.handed_off = True
+        self._free.release()
+        return True
+
+    def _land_later(
+        self,
+        claim: Claim,
+        land: Callable[[JobRecord | None, BaseException | None], Any],
+        stored: JobRecord | None,
+        failure: BaseException | None,
+    ) -> None:
+        """A handed-off outcome was written (found ``stored``, or raised ``failure``):
+        ``land`` it (:meth:`_land`, bound to its decision), and it is done."""
+        try:
+            self._reported(claim, land, stored, failure)
+        finally:
+            self._done(claim)
+
+    def _run_soon(self, work: Callable[[], None]) -> None:
+        """Have a worker run ``work`` (the landings of outcomes a claim wrote)."""
+        pool = self._pool
+        try:
+            if pool is not None:
+                pool.submit(work)
+                return
+        except RuntimeError:  # the pool is shut: the interpreter is exiting
+            pass
+        work()
+
+    def _release_held(self) -> None:
+        """Give back the free workers' places the dispatcher holds."""
+        held, self._held = self._held, 0
+        if held:
+            self._free.release(held)
+
+    def _submit(self, claim: Claim) -> None:
+        """Hand a claim (holding one free worker's place) to a worker."""
+        assert self._pool is not None and self._heartbeats is not None
+        with self._idle:
+            self._claims[claim.job_id] = claim
+        # Watched before it is submitted: a stop shuts the pool before it lets the
+        # heartbeat threads end, so a claim that reaches a worker is always kept alive.
+        self._heartbeats.watch(claim)
+        try:
+            self._pool.submit(self._work, claim)
+        except RuntimeError:  # the pool is shut: stopping, or the interpreter exiting
+            log.info("runner %s: workers are shut; giving job %s back", self.name, claim.job_id)
+            self._stopping.set()
+            self._heartbeats.forget(claim)
+            self._forget(claim)
+            self._free.release()
+            self._give_back_or_leave(claim)
+
+    def _work(self, claim: Claim) -> None:
+        try:
+            self._reported(claim, self.run_claim, claim)
+        finally:
+            if not claim.handed_off:  # (else when it lands)
+                self._done(claim)
+
+    def _reported(self, claim: Claim, step: Callable[..., Any], *args: Any) -> None:
+        """Run ``step(*args)``, a step of running or landing ``claim``, logging what
+        escapes it (a job's own errors never do: they are its outcome)."""
+        try:
+            step(*args)
+        except MongoschedError as exc:
+            log.warning(
+                "job %s (%s): database error (%s); its outcome may not be recorded: if not, "
+                "it runs again once its lease expires",
+                claim.job_id,
+                claim.task.name,
+                exc,
+                extra=logs.fields(claim.record),
+            )
+        except Exception:
+            log.exception(
+                "job %s (%s): internal error while finishing",
+                claim.job_id,
+                claim.task.name,
+                extra=logs.fields(claim.record),
+            )
+
+    def _done(self, claim: Claim) -> None:
+        """``claim``'s outcome is written (or could not be): it is no longer in flight."""
+        if self._heartbeats is not None:
+            self._heartbeats.forget(claim)
+        self._forget(claim, finished=True)
+        if not claim.handed_off:  # (else its place was freed at the hand-off)
+            self._free.release()
+
+    def _forget(self, claim: Claim, finished: bool = False) -> None:
+        """``claim`` is no longer in flight (``finished``: it ran to its end)."""
+        with self._idle:
+            self._claims.pop(claim.job_id, None)
+            if finished:
+                self.finished += 1
+            self._idle.notify_all()
+
+    def _maintain_safely(self) -> None:
+        try:
+            self._maintain()
+        except StoreError as exc:
+            log.warning("runner %s: maintenance failed: %s", self.name, exc)
+        except Exception:
+            log.exception("runner %s: maintenance failed", self.name)
+
+    def _maintain(self) -> None:
+        """Periodic work: refresh this runner's worker entry (every few seconds), reap
+        expired leases, report due jobs of unknown tasks."""
+        self.registration.refresh()
+        clock = time.monotonic()
+        if clock - self._last_reap >= self.reap_interval:
+            self._last_reap = clock
+            self.reap()
+            self.sweep()
+        if clock - self._last_unknown_check >= 60.0:
+            self._last_unknown_check = clock
+            self.store.quarantine(self.app.now())
+            self.report_unknown_tasks()
+
+    def report_unknown_tasks(self) -> dict[str, int]:
+        """Log the due jobs of tasks this runner does not know (left pending), and
+        returns how many of each; a task named after a script run as ``__main__`` is
+        explained once (maintenance calls this every minute)."""
+        unknown = self.store.unknown_due_tasks(self.app.tasks, self.app.now())
+        if unknown:
+            log.warning(
+                "due jobs of tasks this runner does not know (left pending): %s",
+                ", ".join(f"{task} ({n})" for task, n in unknown.items()),
+            )
+        for task in unknown:
+            if task.startswith(SCRIPT_PREFIX) and task not in self._explained:
+                self._explained.add(task)
+                log.warning("%s", script_task_explanation(task, self.app.tasks))
+        return unknown
+
+    def __repr__(self) -> str:
+        return f"<Runner {self.name} workers={self.workers} running={self.is_running}>"
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())

@@ -1,0 +1,102 @@
+"""Claims and settlements in batches, in memory (part of
+:class:`~mongosched.store.memory.MemoryStore`): each batch is one atomic step under the
+store's lock, as its MongoDB counterpart is a fixed number of round trips."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from mongosched._core.records import JobRecord, Settlement
+from mongosched.errors import SerializationError
+from mongosched.store.memory.index import JobIndexes
+from mongosched.store.memory.jobs import StoredJob, encode_result, ms
+from mongosched.store.patience import Patience
+
+__all__ = ["MemoryBatches"]
+
+
+class MemoryBatches:
+    """Batched claims and settlements, in memory."""
+
+    _lock: threading.Lock
+    _indexes: JobIndexes
+
+    # What MemoryStore defines (one job at a time, under the lock).
+    def _start(self, job: StoredJob, owner: str, now: datetime, until: datetime) -> JobRecord:
+        raise NotImplementedError
+
+    def _settle_locked(
+        self,
+        claimed: JobRecord,
+        settlement: Settlement,
+        result: bytes | None,
+        expired_before: datetime | None = None,
+    ) -> JobRecord | None:
+        raise NotImplementedError
+
+    def claim_batch(
+        self,
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        limit: int,
+    ) -> list[JobRecord]:
+        if not tasks:
+            return []
+        now = ms(now)
+        until = ms(now + timedelta(seconds=lease_duration))
+        claimed: list[JobRecord] = []
+        with self._lock:
+            while len(claimed) < limit:
+                job = self._indexes.take_first_due(tasks, queues, now)
+                if job is None:
+                    break
+                claimed.append(self._start(job, owner, now, until))
+        return claimed
+
+    def settle_many(
+        self, items: Sequence[tuple[JobRecord, Settlement]], patience: Patience | None = None
+    ) -> list[JobRecord | SerializationError | None]:
+        results: list[Any] = []
+        encoded: list[bytes | None] = []
+        for job, settlement in items:  # checked before anything is written
+            try:
+                encoded.append(encode_result(job.task, settlement))
+                results.append(None)
+            except SerializationError as exc:
+                encoded.append(None)
+                results.append(exc)
+        with self._lock:
+            for n, (job, settlement) in enumerate(items):
+                if results[n] is None:
+                    results[n] = self._settle_locked(job, settlement, encoded[n])
+        return results
+
+    def settle_and_claim(
+        self,
+        items: Sequence[tuple[JobRecord, Settlement]],
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        limit: int,
+        patience: Patience | None = None,
+    ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
+        settled = self.settle_many(items)
+        claimed = self.claim_batch(
+            owner=owner,
+            tasks=tasks,
+            queues=queues,
+            now=now,
+            lease_duration=lease_duration,
+            limit=limit,
+        )
+        return settled, claimed

@@ -1,0 +1,153 @@
+"""The in-memory store's ordered indexes: pending jobs for claims, running jobs by
+lease expiry.
+
+Pending jobs sit in one heap per bucket ``task -> queue -> priority``, ordered by
+``(run_at, seq)`` (``seq`` is insertion order: equal due times are served first in,
+first out); running jobs in one heap by lease expiry. Entries are deleted lazily: each
+carries the version its job had when it was pushed, and counts only while its job keeps
+that version and the index's status. Stale heads are popped when looked at, and an index
+grown to twice its live size (plus a margin) is rebuilt, so garbage costs amortised O(1)
+per write. Finding the first due job looks at one head per non-empty bucket of the tasks
+and queues asked for: O(buckets + log n). The caller holds the store's lock.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from mongosched._core.records import JobStatus
+from mongosched.store.memory.jobs import PENDING, RUNNING, Entry, StoredJob
+
+__all__ = ["JobIndexes"]
+
+log = logging.getLogger("mongosched.store")
+
+SLACK = 1024
+"""Stale entries an index may carry beyond its live size before it is rebuilt."""
+
+
+class JobIndexes:
+    """The claim index and the lease index over ``jobs`` (the store's table)."""
+
+    def __init__(self, jobs: dict[Any, StoredJob]) -> None:
+        self._jobs = jobs
+        self._claims: dict[str, dict[str, dict[float, list[Entry]]]] = {}
+        self._claim_entries = 0
+        self._leases: list[Entry] = []
+        self.examined = 0
+        """Entries looked at since :meth:`take_first_due` last began (for tests)."""
+
+    # Keeping them up to date ------------------------------------------------------------------
+    def add_pending(self, job: StoredJob, pending: Iterable[StoredJob], live: int) -> None:
+        """``job`` became (or stays) pending under a new version."""
+        self._push_claim(job)
+        if self._claim_entries > 2 * live + SLACK:  # mostly stale: rebuild
+            log.debug("rebuilding the claim index (%d entries, %d live)", self._claim_entries, live)
+            self._claims, self._claim_entries = {}, 0
+            for other in pending:
+                self._push_claim(other)
+
+    def add_running(self, job: StoredJob, running: Iterable[StoredJob], live: int) -> None:
+        """``job`` is running with a lease (new, or renewed under a new version)."""
+        assert job.lease is not None
+        heapq.heappush(self._leases, (job.lease.until, job.seq, job.version, job.id))
+        if len(self._leases) > 2 * live + SLACK:  # a sorted list is a heap
+            self._leases = sorted(
+                (j.lease.until, j.seq, j.version, j.id) for j in running if j.lease
+            )
+
+    def _push_claim(self, job: StoredJob) -> None:
+        by_priority = self._claims.setdefault(job.task, {}).setdefault(job.queue, {})
+        entry = (job.run_at, job.seq, job.version, job.id)
+        heapq.heappush(by_priority.setdefault(job.priority, []), entry)
+        self._claim_entries += 1
+
+    def _valid(self, entry: Entry, status: JobStatus) -> bool:
+        """Whether an index entry still stands for its job (same version and status)."""
+        self.examined += 1
+        job = self._jobs.get(entry[3])
+        return job is not None and job.version == entry[2] and job.status is status
+
+    # Reading them -------------------------------------------------------------------------------
+    def take_first_due(
+        self, tasks: Sequence[str], queues: Sequence[str] | None, now: datetime
+    ) -> StoredJob | None:
+        """Remove and return the first due pending job (by priority, due time, then
+        first in) of ``tasks`` in ``queues`` (None: any)."""
+        self.examined = 0
+        heap = self._first_due(tasks, queues, now)
+        if heap is None:
+            return None
+        self._claim_entries -= 1
+        return self._jobs[heapq.heappop(heap)[3]]
+
+    def oldest_due(self, now: datetime) -> StoredJob | None:
+        heads = [
+            self._claim_head(heap)
+            for by_queue in self._claims.values()
+            for by_priority in by_queue.values()
+            for heap in by_priority.values()
+        ]
+        due = [entry for entry in heads if entry is not None and entry[0] <= now]
+        return self._jobs[min(due)[3]] if due else None
+
+    def pending_queues(self) -> list[str]:
+        """The queues holding pending jobs: one look at the heads of each bucket."""
+        queues: set[str] = set()
+        for by_queue in self._claims.values():
+            for queue, by_priority in by_queue.items():
+                if queue not in queues and any(
+                    self._claim_head(heap) is not None for heap in by_priority.values()
+                ):
+                    queues.add(queue)
+        return sorted(queues)
+
+    def expired(self, now: datetime, limit: int) -> list[StoredJob]:
+        """Running jobs whose lease ran out before ``now``, oldest first."""
+        heap, found = self._leases, list[Entry]()
+        while heap and (len(found) < limit or not limit) and heap[0][0] < now:
+            entry = heapq.heappop(heap)
+            if self._valid(entry, RUNNING):
+                found.append(entry)
+        for entry in found:  # they stay running until reaped
+            heapq.heappush(heap, entry)
+        return [self._jobs[entry[3]] for entry in found]
+
+    def _claim_head(self, heap: list[Entry]) -> Entry | None:
+        """The first valid entry of a claim heap, popping stale ones; None if empty."""
+        while heap:
+            if self._valid(heap[0], PENDING):
+                return heap[0]
+            heapq.heappop(heap)
+            self._claim_entries -= 1
+        return None
+
+    def _first_due(
+        self, tasks: Sequence[str], queues: Sequence[str] | None, now: datetime
+    ) -> list[Entry] | None:
+        """The claim heap whose head is the first due job; drops buckets found empty."""
+        best: tuple[float, datetime, int] | None = None
+        found: list[Entry] | None = None
+        for task in tasks:
+            by_queue = self._claims.get(task)
+            if by_queue is None:
+                continue
+            for queue in list(by_queue) if queues is None else queues:
+                by_priority = by_queue.get(queue)
+                if by_priority is None:
+                    continue
+                for priority, heap in list(by_priority.items()):
+                    entry = self._claim_head(heap)
+                    if entry is None:
+                        del by_priority[priority]
+                    elif entry[0] <= now and (best is None or (priority, *entry[:2]) < best):
+                        best, found = (priority, entry[0], entry[1]), heap
+                if not by_priority:
+                    del by_queue[queue]
+            if not by_queue:
+                del self._claims[task]
+        return found

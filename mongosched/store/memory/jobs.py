@@ -1,0 +1,300 @@
+"""How the in-memory store keeps one job (:class:`StoredJob`) and one concurrency
+permit (:class:`Permit`), and its values as BSON keeps them."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, fields, replace
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from bson import ObjectId
+
+from mongosched._core.records import (
+    ErrorInfo,
+    JobQuery,
+    JobRecord,
+    JobStatus,
+    LastRun,
+    LeaseInfo,
+    Progress,
+    ScheduleEdit,
+    Settlement,
+    assembled,
+)
+from mongosched.store import codec
+
+__all__ = [
+    "Entry",
+    "MemoryPermits",
+    "PAUSED",
+    "PENDING",
+    "Permit",
+    "Permits",
+    "RUNNING",
+    "SCOPE_STATUSES",
+    "WAITING",
+    "StoredJob",
+    "decode_value",
+    "encode_result",
+    "matches",
+    "ms",
+    "ms_in",
+    "opt_ms",
+    "purgeable",
+    "sort_key",
+]
+
+PENDING, RUNNING, PAUSED = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.PAUSED
+WAITING = JobStatus.WAITING
+SCOPE_STATUSES = {"active": (PENDING, RUNNING, PAUSED), "pending": (PENDING, PAUSED)}
+"""While its job is in one of these statuses, a dedupe key is held in that scope (a
+paused schedule keeps its key, as the job document keeps its field in MongoDB)."""
+
+Entry = tuple[datetime, int, int, Any]
+"""An index entry: (run_at or lease expiry, job seq, job version, job id)."""
+
+PLAIN_FIELDS = tuple(
+    f.name
+    for f in fields(JobRecord)
+    if f.name not in ("args", "kwargs", "repeat", "result", "trace")
+)
+Timed = TypeVar("Timed", LeaseInfo, Progress, LastRun)
+
+
+def ms(value: datetime) -> datetime:
+    """A datetime as BSON keeps it: UTC (a naive one taken as UTC), whole milliseconds."""
+    if value.tzinfo is timezone.utc and not value.microsecond % 1000:
+        return value  # already so (App.now's times are)
+    value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+    if value.tzinfo is not timezone.utc:
+        value = value.astimezone(timezone.utc)
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+def opt_ms(value: datetime | None) -> datetime | None:
+    return None if value is None else ms(value)
+
+
+def ms_in(value: Timed | None) -> Timed | None:
+    """A lease, progress or last run with its datetimes in milliseconds."""
+    if value is None:
+        return None
+    times: dict[str, Any] = {
+        f.name: ms(v) for f in fields(value) if isinstance(v := getattr(value, f.name), datetime)
+    }
+    return replace(value, **times)
+
+
+def decode_value(data: bytes | None) -> Any:
+    """What :func:`codec.encode_value` encoded (None stays None)."""
+    return None if data is None else codec.decode(data)["v"]
+
+
+def encode_result(task: str, settlement: Settlement) -> bytes | None:
+    if settlement.result is None:
+        return None
+    return codec.encode_value(task, "return value", settlement.result)
+
+
+def sort_key(value: Any) -> tuple[Any, ...]:
+    """A sort key ordering values as MongoDB does: null first, numbers before strings
+    before ObjectIds (ids may mix the last two), like values by their own order."""
+    if value is None:
+        return (0,)
+    if isinstance(value, str):
+        return (2, value)
+    if isinstance(value, ObjectId):
+        return (3, value.binary)
+    return (1, value)
+
+
+@dataclass(slots=True, eq=False)
+class StoredJob:
+    """One stored job, mutable and private to the store. The fields of a
+    :class:`JobRecord`, but for ``args``, ``kwargs``, ``repeat`` and ``result``, kept as
+    BSON; and where the job stands in the store's maps and indexes."""
+
+    id: Any
+    task: str
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    queue: str
+    priority: float
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    lease: LeaseInfo | None
+    scheduled_for: datetime | None
+    dedupe_key: str | None
+    dedupe_scope: str | None
+    error: ErrorInfo | None
+    progress: Progress | None
+    cancel_requested: bool
+    started_at: datetime | None
+    finished_at: datetime | None
+    expire_at: datetime | None
+    last_run: LastRun | None
+    edit: ScheduleEdit | None
+    trace: tuple[tuple[str, str], ...] | None
+    payload: bytes  # {"args": [...], "kwargs": {...}}
+    repeat: bytes | None  # {"v": rule}
+    result: bytes | None  # {"v": value}
+    seq: int  # insertion order
+    version: int = -1  # the index entries that count carry this
+    listed: JobStatus | None = None  # the status map it is filed under
+    expires_at: datetime | None = None
+    timeout: float | None = None
+    depends_on: tuple[Any, ...] = ()
+    waiting_for: tuple[Any, ...] = ()
+    on_dependency_failure: str = "cancel"
+    has_dependents: bool = False
+    rate_key: str | None = None
+    concurrency_key: str | None = None
+    unlinked: bool = False  # waiting, its dependencies not yet linked
+
+    @property
+    def key(self) -> tuple[str, tuple[str, str]] | None:
+        """``(scope, (task, dedupe key))`` if the job has a dedupe key."""
+        if self.dedupe_key is None:
+            return None
+        scope = "pending" if self.dedupe_scope == "pending" else "active"
+        return scope, (self.task, self.dedupe_key)
+
+    def record(self) -> JobRecord:
+        payload = codec.decode(self.payload)
+        values = {name: getattr(self, name) for name in PLAIN_FIELDS}
+        values.update(
+            args=tuple(payload["args"]),
+            kwargs=payload["kwargs"],
+            repeat=decode_value(self.repeat),
+            result=decode_value(self.result),
+            trace=None if self.trace is None else dict(self.trace),
+        )
+        return assembled(JobRecord, values)  # every field named: no frozen __init__
+
+
+def purgeable(job: StoredJob) -> bool:
+    """Whether a purge may delete ``job`` (one of the statuses it purges): not a
+    declared schedule (a cancelled one is the tombstone that keeps it off), nor a job
+    still marked as having dependents (they would wait for it forever)."""
+    return not codec.is_schedule_id(job.id) and not job.has_dependents
+
+
+def matches(job: StoredJob, query: JobQuery) -> bool:
+    """Whether ``job`` matches every field of ``query`` (ranges: ``after`` inclusive,
+    ``before`` exclusive; a job without the time matches no range on it)."""
+    q = query
+    if q.statuses is not None and job.status not in q.statuses:
+        return False
+    if q.task is not None and job.task != q.task:
+        return False
+    if q.queue is not None and job.queue != q.queue:
+        return False
+    if q.error_type is not None and (job.error is None or job.error.type != q.error_type):
+        return False
+    for value, low, high in (
+        (job.created_at, q.created_after, q.created_before),
+        (job.finished_at, q.finished_after, q.finished_before),
+    ):
+        if low is None and high is None:
+            continue
+        if value is None or (low is not None and value < ms(low)):
+            return False
+        if high is not None and value >= ms(high):
+            return False
+    return True
+
+
+@dataclass(slots=True)
+class Permit:
+    """One of the numbered concurrency permits of a task."""
+
+    token: str | None = None
+    job: Any = None
+    owner: str | None = None
+    until: datetime | None = None
+
+
+class Permits:
+    """Every task's permits (the caller holds the store's lock)."""
+
+    def __init__(self) -> None:
+        self._by_task: dict[str, list[Permit]] = {}
+
+    def ensure(self, task: str, limit: int) -> None:
+        permits = self._by_task.setdefault(task, [])
+        permits.extend(Permit() for _ in range(limit - len(permits)))
+
+    def take(
+        self,
+        task: str,
+        limit: int,
+        token: str,
+        job: Any,
+        owner: str,
+        now: datetime,
+        until: datetime,
+    ) -> bool:
+        permits = self._by_task.get(task, [])
+        if any(p.token == token for p in permits):
+            return True
+        for p in permits[:limit]:
+            if p.token is None or (p.until is not None and p.until < now):
+                p.token, p.job, p.owner, p.until = token, job, owner, until
+                return True
+        return False
+
+    def renew(self, task: str, token: str, until: datetime) -> bool:
+        for p in self._by_task.get(task, []):
+            if p.token == token:
+                p.until = until
+                return True
+        return False
+
+    def release(self, task: str, token: str) -> None:
+        for p in self._by_task.get(task, []):
+            if p.token == token:
+                p.token = p.job = p.owner = p.until = None
+
+    def holders(self, task: str, now: datetime) -> int:
+        permits = self._by_task.get(task, [])
+        return sum(p.token is not None and p.until is not None and p.until >= now for p in permits)
+
+
+class MemoryPermits:
+    """Concurrency permits of :class:`~mongosched.store.memory.MemoryStore` (part of
+    it), each operation one step under the store's lock."""
+
+    _lock: threading.Lock
+    _permits: Permits
+
+    def ensure_permits(self, task: str, limit: int) -> None:
+        with self._lock:
+            self._permits.ensure(task, limit)
+
+    def take_permit(
+        self,
+        task: str,
+        limit: int,
+        token: str,
+        job_id: Any,
+        owner: str,
+        now: datetime,
+        until: datetime,
+    ) -> bool:
+        with self._lock:
+            return self._permits.take(task, limit, token, job_id, owner, ms(now), ms(until))
+
+    def renew_permit(self, task: str, token: str, until: datetime) -> bool:
+        with self._lock:
+            return self._permits.renew(task, token, ms(until))
+
+    def release_permit(self, task: str, token: str) -> None:
+        with self._lock:
+            self._permits.release(task, token)
+
+    def permit_holders(self, task: str, now: datetime) -> int:
+        with self._lock:
+            return self._permits.holders(task, ms(now))

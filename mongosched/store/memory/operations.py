@@ -1,0 +1,240 @@
+"""Operations on the in-memory store beyond one job at a time (part of
+:class:`~mongosched.store.memory.MemoryStore`): bulk writes by filter, pauses,
+schedule edits, the registry of live runners and throughput. Each method is one atomic
+step under the store's lock, as its MongoDB counterpart is one write per batch."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from mongosched._core.records import (
+    FINAL_STATUSES,
+    JobQuery,
+    JobRecord,
+    JobStatus,
+    Pause,
+    ScheduleChanges,
+    Settlement,
+    WorkerInfo,
+)
+from mongosched.errors import JobStateError
+from mongosched.store import codec
+from mongosched.store.memory.index import JobIndexes
+from mongosched.store.memory.jobs import (
+    PAUSED,
+    PENDING,
+    RUNNING,
+    StoredJob,
+    matches,
+    ms,
+    purgeable,
+    sort_key,
+)
+
+__all__ = ["MemoryOperations"]
+
+log = logging.getLogger("mongosched.store")
+
+
+class MemoryOperations:
+    """Bulk writes, pauses, schedule edits and the worker registry, in memory."""
+
+    _lock: threading.Lock
+    _jobs: dict[Any, StoredJob]
+    _by_status: dict[JobStatus, dict[Any, StoredJob]]
+    _indexes: JobIndexes
+
+    def __init__(self) -> None:
+        self._pauses: dict[tuple[str, str], Pause] = {}
+        self._workers: dict[str, tuple[WorkerInfo, datetime]] = {}
+
+    # What MemoryStore defines (one job at a time, under the lock).
+    def _find(self, job_id: Any, status: JobStatus | None = None) -> StoredJob | None:
+        raise NotImplementedError
+
+    def _retry(self, job: StoredJob, now: datetime) -> None:
+        raise NotImplementedError
+
+    def _apply(self, job: StoredJob, settlement: Settlement, result: bytes | None) -> None:
+        raise NotImplementedError
+
+    def _refresh(self, job: StoredJob, hold: bool = False) -> None:
+        raise NotImplementedError
+
+    def _delete(self, job: StoredJob) -> None:
+        raise NotImplementedError
+
+    # Bulk operations -------------------------------------------------------------------------
+    def select_ids(self, query: JobQuery, *, after: Any = None, limit: int = 500) -> list[Any]:
+        start = None if after is None else sort_key(after)
+        with self._lock:
+            if query.statuses is None:
+                jobs: Iterable[StoredJob] = self._jobs.values()
+            else:
+                statuses = {JobStatus(s) for s in query.statuses}
+                jobs = itertools.chain.from_iterable(self._by_status[s].values() for s in statuses)
+            found = []
+            for job in jobs:
+                key = sort_key(job.id)
+                if (start is None or key > start) and matches(job, query):
+                    found.append((key, job.id))
+        return [job_id for _, job_id in heapq.nsmallest(limit, found, key=lambda kv: kv[0])]
+
+    def retry_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus], now: datetime) -> int:
+        wanted, now, retried = set(statuses), ms(now), 0
+        with self._lock:
+            for job_id in ids:
+                job = self._find(job_id)
+                if job is None or job.status not in wanted or not job.status.is_final:
+                    continue
+                try:
+                    self._retry(job, now)
+                except JobStateError as exc:
+                    log.warning("%s; not retried", exc)
+                    continue
+                retried += 1
+        return retried
+
+    def cancel_many(self, ids: Sequence[Any], settlement: Settlement) -> tuple[int, int]:
+        cancelled = requested = 0
+        now = ms(settlement.now)
+        with self._lock:
+            for job_id in ids:
+                job = self._find(job_id)
+                if job is None or job.status in FINAL_STATUSES:
+                    continue
+                if job.status is RUNNING:
+                    if not job.cancel_requested:
+                        job.cancel_requested, job.updated_at = True, now
+                        requested += 1
+                    continue
+                self._apply(job, settlement, None)
+                cancelled += 1
+        return cancelled, requested
+
+    def purge_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus]) -> int:
+        final = {s for s in statuses if s.is_final}
+        deleted = 0
+        with self._lock:
+            for job_id in ids:
+                job = self._find(job_id)
+                if job is None or job.status not in final or not purgeable(job):
+                    continue
+                self._delete(job)
+                deleted += 1
+        return deleted
+
+    def finished_counts(self, since: datetime, bucket: float) -> dict[tuple[int, JobStatus], int]:
+        since = ms(since)
+        counts: dict[tuple[int, JobStatus], int] = {}
+        with self._lock:
+            for status in (JobStatus.COMPLETED, JobStatus.FAILED):
+                for job in self._by_status[status].values():
+                    if job.finished_at is not None and job.finished_at >= since:
+                        key = (int((job.finished_at - since).total_seconds() // bucket), status)
+                        counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def open_counts(self) -> dict[tuple[str, str, JobStatus], int]:
+        counts: dict[tuple[str, str, JobStatus], int] = {}
+        with self._lock:
+            for status, jobs in self._by_status.items():
+                if status.is_final:
+                    continue
+                for job in jobs.values():
+                    key = (job.queue, job.task, status)
+                    counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    # Pauses and schedule edits -----------------------------------------------------------------
+    def add_pause(self, pause: Pause) -> bool:
+        with self._lock:
+            key = (pause.kind, pause.name)
+            if key in self._pauses:
+                return False
+            self._pauses[key] = Pause(pause.kind, pause.name, ms(pause.since))
+            return True
+
+    def remove_pause(self, kind: str, name: str) -> bool:
+        with self._lock:
+            return self._pauses.pop((kind, name), None) is not None
+
+    def pauses(self) -> list[Pause]:
+        with self._lock:
+            return [self._pauses[key] for key in sorted(self._pauses)]
+
+    def pending_queues(self) -> list[str]:
+        with self._lock:
+            return self._indexes.pending_queues()
+
+    def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
+        held = 0
+        with self._lock:
+            for job_id in ids:
+                job = self._find(job_id, PENDING)
+                if job is not None and job.repeat is not None:
+                    job.status, job.updated_at = PAUSED, ms(now)
+                    self._refresh(job)
+                    held += 1
+        return held
+
+    def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
+        with self._lock:
+            job = self._find(job_id, PAUSED)
+            if job is None:
+                return None
+            job.status, job.updated_at = PENDING, ms(now)
+            self._refresh(job, hold=True)
+            return job.record()
+
+    def update_schedule(
+        self, job: JobRecord, changes: ScheduleChanges, now: datetime
+    ) -> JobRecord | None:
+        repeat = None
+        if changes.repeat is not None:  # checked before anything is written
+            repeat = codec.encode_value(job.task, "repeat", dict(changes.repeat))
+        with self._lock:
+            stored = self._find(job.id)
+            if (
+                stored is None
+                or stored.status not in (PENDING, PAUSED)
+                or stored.updated_at != ms(job.updated_at)
+            ):
+                return None
+            if repeat is not None:
+                stored.repeat = repeat
+            if changes.run_at is not None:
+                stored.run_at = stored.scheduled_for = ms(changes.run_at)
+            if changes.priority is not None:
+                stored.priority = changes.priority
+            if changes.queue is not None:
+                stored.queue = changes.queue
+            if changes.edit is not None:
+                stored.edit = changes.edit
+            stored.updated_at = ms(now)
+            self._refresh(stored)
+            return stored.record()
+
+    # Live workers -------------------------------------------------------------------------------
+    def save_worker(self, worker: WorkerInfo, expire_at: datetime) -> None:
+        with self._lock:
+            self._workers[worker.id] = (worker, ms(expire_at))
+
+    def remove_worker(self, worker_id: str) -> None:
+        with self._lock:
+            self._workers.pop(worker_id, None)
+
+    def workers(self, now: datetime) -> list[WorkerInfo]:
+        now = ms(now)
+        with self._lock:
+            for worker_id, (_, expire_at) in list(self._workers.items()):
+                if expire_at <= now:  # as the TTL index would have deleted it
+                    del self._workers[worker_id]
+            found = [worker for worker, _ in self._workers.values()]
+        return sorted(found, key=lambda w: (w.name, w.id))

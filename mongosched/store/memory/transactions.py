@@ -1,0 +1,173 @@
+"""Transactions on ``memory://`` (part of ``MemoryStore``): the jobs scheduled in one
+are held by it and stored when it commits, all at once or none.
+
+There is no database session and no isolation of anything else: a memory
+transaction holds only what mongosched writes in it, which is what users' tests of
+their own code look at (a job exists if and only if the block committed). A job's
+outcome written in one (a transactional task's) is its last write: it lands together
+with the jobs held, under the store's lock, or neither does.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from mongosched._core.records import JobRecord, JobStatus, Settlement
+from mongosched.errors import StoreError, TransactionConflict, TransactionError
+from mongosched.store import codec
+from mongosched.store.memory.jobs import SCOPE_STATUSES, StoredJob, encode_result
+
+if TYPE_CHECKING:
+    from mongosched.store.memory import MemoryStore
+
+__all__ = ["MemoryTransaction", "MemoryTransactions", "StagedStore"]
+
+
+class MemoryTransaction:
+    """The jobs a memory transaction holds until it commits."""
+
+    deferred = True
+    session = None
+
+    def __init__(self, store: MemoryTransactions) -> None:
+        self.store = store
+        self.staged: list[StoredJob] = []
+        self.open = True
+
+    @property
+    def active(self) -> bool:
+        return self.open
+
+    def commit(self) -> None:
+        if self.open:
+            self.store.commit_staged(self, None)
+
+    def abort(self) -> None:
+        self.open = False
+        self.staged = []
+
+    def end(self) -> None:
+        self.abort()
+
+    def retryable(self, error: BaseException) -> bool:
+        return isinstance(error, TransactionConflict)
+
+
+class MemoryTransactions:
+    """``begin``, ``join`` and ``within`` of the memory store."""
+
+    _lock: threading.Lock
+
+    def begin(self) -> MemoryTransaction:
+        return MemoryTransaction(self)
+
+    def join(self, session: Any) -> MemoryTransaction:
+        raise TransactionError(
+            "memory:// has no database sessions to join: use app.transaction() (or "
+            "app.with_transaction), which works on every store"
+        )
+
+    def within(self, transaction: Any) -> Any:
+        if not isinstance(transaction, MemoryTransaction) or transaction.store is not self:
+            raise TransactionError(f"not a transaction of this store: {transaction!r}")
+        return StagedStore(self, transaction)  # type: ignore[arg-type]  # a MemoryStore
+
+    def commit_staged(
+        self, transaction: MemoryTransaction, outcome: tuple[JobRecord, Settlement] | None
+    ) -> JobRecord | None:
+        """Store what ``transaction`` holds, with ``outcome`` (a job and its settlement,
+        fenced on its lease) if given, in one step: all of it, or nothing when the
+        outcome's lease no longer holds (None) or a held job's dedupe key was taken
+        meanwhile (:class:`~mongosched.errors.TransactionConflict`). Ends the
+        transaction either way (committed, or aborted by the caller)."""
+        store: MemoryStore = self  # type: ignore[assignment]
+        if not transaction.open:
+            raise TransactionError("the transaction has ended: it cannot commit")
+        result = None if outcome is None else encode_result(outcome[0].task, outcome[1])
+        with self._lock:
+            for job in transaction.staged:
+                holder = store._holder(job)
+                if holder is not None and job.key and job.status in SCOPE_STATUSES[job.key[0]]:
+                    raise TransactionConflict(
+                        f"job {job.id} ({job.task}): dedupe key {job.dedupe_key!r} was taken "
+                        "since it was scheduled in the transaction; run it again"
+                    )
+            stored = None
+            if outcome is not None:
+                stored = store._settle_locked(outcome[0], outcome[1], result)
+                if stored is None:
+                    return None
+            for job in transaction.staged:
+                store._put(job)
+        transaction.open, transaction.staged = False, []
+        return stored
+
+
+class StagedStore:
+    """The memory store as a transaction sees it: new jobs are held (ids made, dedupe
+    keys looked up in the store and among the jobs held), a job's outcome is the
+    last write. Scheduling and outcomes only: anything else raises."""
+
+    def __init__(self, store: MemoryStore, transaction: MemoryTransaction) -> None:
+        self.store = store
+        self.transaction = transaction
+
+    def parse_id(self, value: Any) -> Any:
+        return self.store.parse_id(value)
+
+    def _held(self, job_id: Any) -> StoredJob | None:
+        return next((j for j in self.transaction.staged if j.id == job_id), None)
+
+    def get(self, job_id: Any) -> JobRecord | None:
+        held = self._held(job_id)
+        return held.record() if held is not None else self.store.get(job_id)
+
+    def link_dependencies(
+        self, job_ids: Sequence[Any], now: datetime, dependent: Any = None
+    ) -> dict[Any, JobStatus]:
+        """The statuses of the jobs that exist (they are linked when the transaction
+        commits: see :attr:`MemoryTransaction.deferred`)."""
+        found = {}
+        for job_id in job_ids:
+            job = self.get(job_id)
+            if job is not None:
+                found[job.id] = job.status
+        return found
+
+    def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
+        if not self.transaction.open:
+            raise TransactionError("the transaction has ended: nothing can be scheduled in it")
+        store = self.store
+        encoded = [store._encode(job) for job in jobs]
+        results: list[tuple[JobRecord, bool]] = []
+        for record, data in zip(jobs, encoded, strict=True):
+            job = store._stored(record, data, codec.new_id() if record.id is None else record.id)
+            holder = self._holder(job)
+            if holder is not None:
+                results.append((holder, False))
+                continue
+            self.transaction.staged.append(job)
+            results.append((job.record(), True))
+        return results
+
+    def _holder(self, job: StoredJob) -> JobRecord | None:
+        """The job, held or stored, that holds ``job``'s dedupe key."""
+        if job.key is None or job.status not in SCOPE_STATUSES[job.key[0]]:
+            return None
+        for held in self.transaction.staged:
+            if held.key == job.key:
+                return held.record()
+        with self.store._lock:
+            holder = self.store._holder(job)
+            return None if holder is None else holder.record()
+
+    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
+        return self.store.commit_staged(self.transaction, (job, settlement))
+
+    def __getattr__(self, name: str) -> Any:
+        raise StoreError(
+            f"memory:// transactions hold new jobs and a job's outcome only, not {name}"
+        )

@@ -1,0 +1,335 @@
+"""Claims and settlements in batches, for :class:`~mongosched.store.mongo.MongoStore`
+(part of it).
+
+A batched claim takes up to ``limit`` due jobs in two round trips whatever the limit
+(up to three jobs: one round trip each, one at a time):
+
+1. read the first ``limit`` candidates on the claim index (the claim's own filter and
+   sort);
+2. one unordered bulk write (one ``update`` command) of one update per candidate,
+   each re-checking the whole claim filter (still pending, still due, ...) and that
+   the job is still the document read (:func:`~mongosched.store.mongo.updates.claim_fence`:
+   its ``rev``, which every write that changes an unstarted job's fields or makes a
+   job pending sets afresh), and setting a lease under a token of its own, made
+   before the call.
+
+When every update landed at the first try, the claimed jobs are the documents read
+with the claim applied (:func:`~mongosched.store.mongo.updates.claimed_document`). Otherwise
+(a racing claimer took some, one changed meanwhile, a reply was lost and the write
+repeated) a third round trip reads back, by id and token, the jobs whose update landed.
+
+Each job gets its own token, as a single claim would: every later write for it
+(renewal, permit, settlement) is fenced on a token that names that one lease. A racing
+claimer that read the same candidates loses those updates whose filter no longer
+matches; nobody takes a job twice. After a network error the bulk write is repeated
+(an update that landed no longer matches) and the read back finds what landed by
+token.
+
+Both round trips are commands sent as they are (:mod:`~mongosched.store.mongo.commands`): a
+``find`` of one batch and an ``update`` of many statements, without the cursor and
+bulk-write objects the collection methods build around them (a large share of the
+client's CPU per batch). A write concern error counts as a miss: what landed is read
+back.
+
+Several settlements are written in one unordered bulk write, each update fenced on its
+own job's token (and on the job being as claimed), so one that misses never affects the
+others; see :meth:`MongoBatches.settle_many`. With a backlog, the runner's dispatcher
+hands the outcomes of the jobs that just finished to its next claim, and the same bulk
+write carries both (:meth:`MongoBatches.settle_and_claim`): a batch of jobs costs two
+round trips, not three. One read back by id resolves whichever updates missed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from mongosched._core.records import JobRecord, Settlement
+from mongosched.errors import MalformedJob, SerializationError
+from mongosched.store import codec
+from mongosched.store.mongo import commands
+from mongosched.store.mongo.documents import CLAIM_SORT, RUNNING, to_record
+from mongosched.store.mongo.permits import MongoPermits
+from mongosched.store.mongo.updates import (
+    claim_fence,
+    claim_query,
+    claim_update,
+    claimed_document,
+    dedupe_hold,
+    malformed_update,
+    set_also,
+    settle_update,
+    settled_record,
+    unchanged_since_claim,
+)
+from mongosched.store.patience import Patience
+
+__all__ = ["MongoBatches"]
+
+log = logging.getLogger("mongosched.store")
+
+BATCH_FROM = 3
+"""A batched claim takes two round trips (three when one of its updates missed): up to
+two jobs are claimed one at a time, one round trip each."""
+
+
+def settled_result(task: str, settlement: Settlement) -> tuple[Any, bytes | None]:
+    """The settlement's result as the job will hold it (as BSON gives it back), and
+    encoded; :class:`SerializationError` when it cannot be stored."""
+    if settlement.result is None:
+        return None, None
+    encoded = codec.encode_value(task, "return value", settlement.result)
+    return codec.decode(encoded)["v"], encoded
+
+
+class _Settling:
+    """The settlements of one bulk write: an update each, fenced on its job's token and
+    on the job being as claimed (:func:`unchanged_since_claim`), tagged with a fresh
+    write id (``last_write``) by which a read back tells which landed."""
+
+    def __init__(self, items: Sequence[tuple[JobRecord, Settlement]]) -> None:
+        self.items = items
+        self.results: list[Any] = [None] * len(items)
+        self.writes: dict[int, tuple[str, dict[str, Any], Any]] = {}
+        for n, (job, settlement) in enumerate(items):
+            try:
+                result, encoded = settled_result(job.task, settlement)
+            except SerializationError as exc:
+                self.results[n] = exc
+                continue
+            if job.repeat is not None:
+                # Its slot is recorded right after the claim, maybe within the same
+                # millisecond (updated_at unchanged): settled alone, afterwards.
+                continue
+            token = job.lease.token if job.lease is not None else ""
+            write = codec.new_token()
+            update = set_also(
+                settle_update(job.id, settlement, dedupe_hold(job), encoded), {"last_write": write}
+            )
+            fence = {"_id": job.id, "lease.token": token, "status": RUNNING}
+            fence.update(unchanged_since_claim(job))
+            self.writes[n] = (write, {"q": fence, "u": update}, result)
+        self.statements = [statement for _, statement, _ in self.writes.values()]
+        self.ids = [items[n][0].id for n in self.writes]
+
+    def finish(self, store: MongoBatches, read: dict[Any, Any] | None) -> list[Any]:
+        """The results, once the bulk write is done: ``read`` holds the jobs as read back
+        by id (None: every write landed, as written). Those that did not land, and those
+        settled alone, are settled one by one as :meth:`settle` does (which says which
+        lost their lease, and sees a cancel requested or a dedupe key taken)."""
+        for n, (write, _, result) in self.writes.items():
+            job, settlement = self.items[n]
+            landed = read is None or (read.get(job.id) or {}).get("last_write") == write
+            self.results[n] = (
+                settled_record(job, settlement, result) if landed else store.settle(job, settlement)
+            )
+        for n, item in enumerate(self.items):
+            if n not in self.writes and self.results[n] is None:
+                self.results[n] = store.settle(*item)
+        return self.results
+
+
+class _Claiming:
+    """The claims of one bulk write: an update per candidate read, each under a token
+    of its own and fenced on the claim filter and on the job being the document read
+    (:func:`claim_fence`)."""
+
+    def __init__(
+        self,
+        query: dict[str, Any],
+        docs: list[dict[str, Any]],
+        owner: str,
+        now: datetime,
+        lease_duration: float,
+    ) -> None:
+        self.docs = docs
+        self.now = now
+        self.ids = [doc["_id"] for doc in docs]
+        self.tokens = {job_id: codec.new_token() for job_id in self.ids}
+        self.updates = {
+            job_id: claim_update(owner, token, now, lease_duration)
+            for job_id, token in self.tokens.items()
+        }
+        self.statements = [
+            {"q": {**query, **claim_fence(doc)}, "u": self.updates[doc["_id"]]} for doc in docs
+        ]
+
+    def finish(self, store: MongoBatches, read: dict[Any, Any] | None) -> list[JobRecord]:
+        """The jobs claimed, in claim order: the documents read with the claim applied
+        when every update landed (``read`` None), else those ``read`` back under their
+        token. A malformed one fails alone, unrun."""
+        docs = self.docs
+        if read is None:
+            mine = {doc["_id"]: claimed_document(doc, self.updates[doc["_id"]]) for doc in docs}
+        else:
+            mine = {
+                job_id: doc
+                for job_id, doc in read.items()
+                if job_id in self.tokens
+                and doc.get("status") == RUNNING
+                and (doc.get("lease") or {}).get("token") == self.tokens[job_id]
+            }
+        records = []
+        for job_id in self.ids:
+            doc = mine.get(job_id)
+            if doc is None:
+                continue  # another claimer was first
+            try:
+                records.append(to_record(doc, check=True))
+            except MalformedJob as exc:  # failed alone
+                fence = {"_id": job_id, "lease.token": self.tokens[job_id]}
+                store._fail_malformed(fence, str(exc), self.now)
+        return records
+
+
+class MongoBatches(MongoPermits):
+    """The batched operations of :class:`~mongosched.store.mongo.MongoStore`."""
+
+    def claim_batch(
+        self,
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        limit: int,
+    ) -> list[JobRecord]:
+        return self.settle_and_claim(
+            (),
+            owner=owner,
+            tasks=tasks,
+            queues=queues,
+            now=now,
+            lease_duration=lease_duration,
+            limit=limit,
+        )[1]
+
+    def settle_many(
+        self, items: Sequence[tuple[JobRecord, Settlement]], patience: Patience | None = None
+    ) -> list[JobRecord | SerializationError | None]:
+        """One unordered bulk write of every settlement (see :class:`_Settling`): the
+        records of those that landed are computed (:func:`settled_record`), not read
+        back. Jobs whose write did not land (a cancel requested, progress written, a
+        lease lost, a dedupe key taken meanwhile) are found by reading back the writes'
+        ids, and settled one by one as :meth:`settle` does, which says which of those
+        lost their lease. Repeating jobs are settled one by one too."""
+        return self._patiently(patience, self._write, _Settling(items), None)[0]
+
+    def settle_and_claim(
+        self,
+        items: Sequence[tuple[JobRecord, Settlement]],
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        limit: int,
+        patience: Patience | None = None,
+    ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
+        """The settlements and the claims in one unordered bulk write, after the read
+        of the candidates: two round trips for both when nothing unusual happened. The
+        write (with what it reads back and settles alone) has the settlements'
+        ``patience``."""
+        settling = _Settling(items)
+        claiming = None
+        if tasks and limit >= BATCH_FROM:
+            query = claim_query(tasks, queues, now)
+            docs = self._retrying(
+                "claim",
+                lambda _: commands.find_batch(self.jobs, query, sort=CLAIM_SORT, limit=limit),
+            )
+            if docs:
+                claiming = _Claiming(query, docs, owner, now, lease_duration)
+        results, claimed = self._patiently(patience, self._write, settling, claiming)
+        if tasks and limit < BATCH_FROM:  # fewer round trips (and less work) one at a time
+            while len(claimed) < limit:
+                record = self.claim(
+                    owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=lease_duration
+                )
+                if record is None:
+                    break
+                claimed.append(record)
+        return results, claimed
+
+    def _write(
+        self, settling: _Settling, claiming: _Claiming | None
+    ) -> tuple[list[Any], list[JobRecord]]:
+        """One unordered bulk write of the settlements' and the claims' updates. When
+        one missed (a claim taken or a job changed meanwhile, a settlement fenced off, a
+        write refused, a reply lost and the write repeated), one read back by id tells
+        which landed."""
+        statements = settling.statements + ([] if claiming is None else claiming.statements)
+        what = "settle" if claiming is None else "claim"
+        read: dict[Any, Any] | None = None
+        if statements and not self._all_landed(
+            what, statements, len(settling.statements), claiming
+        ):
+            ids = settling.ids + ([] if claiming is None else claiming.ids)
+            read = self._read_back(what, ids)
+        results = settling.finish(self, read)
+        return results, ([] if claiming is None else claiming.finish(self, read))
+
+    def _all_landed(
+        self,
+        what: str,
+        statements: list[dict[str, Any]],
+        settlements: int,
+        claiming: _Claiming | None,
+    ) -> bool:
+        """Write ``statements`` (``settlements`` of them first, then the claims) in one
+        unordered bulk write: True when every one landed, at the first try (and the
+        write concern was met)."""
+        tries: list[int] = []
+
+        def bulk(attempt: int) -> bool:
+            tries.append(attempt)
+            updated = commands.update(self.jobs, statements)
+            for error in updated.errors:  # the others landed: read back what did
+                index = error["index"] - settlements
+                if claiming is not None and index >= 0:  # (a settlement refused:
+                    # a dedupe key taken, seen when it is settled alone)
+                    log.warning("claim of job %s refused: %s", claiming.ids[index], error)
+            return updated.matched == len(statements) and not updated.unknown
+
+        landed = self._retrying(what, bulk)
+        return landed and len(tries) == 1
+
+    def _read_back(self, what: str, ids: list[Any]) -> dict[Any, Any]:
+        """The jobs ``ids`` as stored, by id: one batch, and only when it came back
+        short (a batch holds 16 MiB; or a job was deleted) a cursor for the rest."""
+        docs = self._retrying(what, lambda _: commands.find_batch(self.jobs, {"_id": {"$in": ids}}))
+        read = {doc["_id"]: doc for doc in docs}
+        if len(read) < len(ids):
+            rest = [job_id for job_id in ids if job_id not in read]
+            more = self._retrying(what, lambda _: list(self.jobs.find({"_id": {"$in": rest}})))
+            read.update((doc["_id"], doc) for doc in more)
+        return read
+
+    # What MongoStore defines.
+    def claim(
+        self,
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        job_id: Any = None,
+    ) -> JobRecord | None:
+        raise NotImplementedError
+
+    def settle(
+        self, job: JobRecord, settlement: Settlement, patience: Patience | None = None
+    ) -> JobRecord | None:
+        raise NotImplementedError
+
+    def _fail_malformed(self, fence: dict[str, Any], reason: str, now: datetime) -> None:
+        """Fail a job that cannot be processed, alone (if ``fence`` still matches)."""
+        update = malformed_update(reason, now)
+        result = self._retrying("malformed job", lambda _: self.jobs.update_one(fence, update))
+        if result.matched_count:
+            log.error("%s: failed alone, without running (MalformedJob)", reason)

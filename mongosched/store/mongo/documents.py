@@ -1,0 +1,401 @@
+"""The job document: how a :class:`~mongosched._core.records.JobRecord` is laid out in
+MongoDB, its indexes, and how documents and records turn into each other. The updates
+that move a job from one status to another are in :mod:`mongosched.store.mongo.updates`.
+
+Every field name and update operator of the job collection is in ``store/``; nothing
+outside it knows them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from pymongo import ASCENDING
+
+from mongosched._core.records import (
+    ErrorInfo,
+    JobQuery,
+    JobRecord,
+    JobStatus,
+    LastRun,
+    LeaseInfo,
+    Progress,
+    ScheduleEdit,
+    assembled,
+)
+from mongosched.errors import MalformedJob
+
+__all__ = [
+    "CLAIM_SORT",
+    "DEDUPE_FIELDS",
+    "INDEXES",
+    "FINAL",
+    "KEEPS_DEPENDENTS",
+    "LIMIT_INDEXES",
+    "PENDING",
+    "PAUSE_INDEXES",
+    "PERMIT_INDEXES",
+    "WORKER_INDEXES",
+    "UNSTARTED",
+    "WAITING",
+    "RUNNING",
+    "aware",
+    "check_document",
+    "edit_document",
+    "edit_record",
+    "ms",
+    "query_document",
+    "to_document",
+    "to_record",
+]
+
+PENDING, RUNNING = JobStatus.PENDING.value, JobStatus.RUNNING.value
+WAITING = JobStatus.WAITING.value
+UNSTARTED = [PENDING, WAITING]
+FINAL = [s.value for s in JobStatus if s.is_final]
+KEEPS_DEPENDENTS = {"has_dependents": {"$ne": True}}
+"""What a purge's delete filter adds: a job still marked as having dependents stays
+(the jobs waiting for it would wait forever); it is deleted once they are released."""
+STATUSES = frozenset(s.value for s in JobStatus)
+DEDUPE_FIELDS = {"active": "dedupe_active", "pending": "dedupe_pending"}
+
+# Claim order: priority first (1 before 10), then oldest due first.
+CLAIM_SORT = [("priority", ASCENDING), ("run_at", ASCENDING)]
+
+Index = tuple[list[tuple[str, int]], dict[str, Any]]
+# Index names never change meaning: a changed index gets a new name (the server refuses
+# new keys under an existing name). Dropped ones, for an upgrade note: claim,
+# claim_any_queue (0.1: without the task).
+INDEXES: list[Index] = [
+    # Claim, Equality-Sort-Range: status (E), queue and task ($in: a few point ranges,
+    # merged in sort order), priority+run_at (S), run_at (R). The task is in the index,
+    # so a runner serving some tasks never examines other tasks' due jobs.
+    (
+        [("status", 1), ("queue", 1), ("task", 1), ("priority", 1), ("run_at", 1)],
+        {"name": "claim_by_task"},
+    ),
+    # Claim by a runner that serves every queue (no queue to lead with).
+    (
+        [("status", 1), ("task", 1), ("priority", 1), ("run_at", 1)],
+        {"name": "claim_by_task_any_queue"},
+    ),
+    # The job due longest (stats(), the dashboard's lateness), and due jobs of any task.
+    ([("status", 1), ("run_at", 1)], {"name": "due"}),
+    # Purge: finished jobs by status and age.
+    ([("status", 1), ("finished_at", 1)], {"name": "finished"}),
+    # Reaper: running jobs whose lease ran out.
+    ([("status", 1), ("lease.until", 1)], {"name": "reap"}),
+    # Queries: by task, by task and status, by status; each newest first.
+    ([("task", 1), ("updated_at", -1)], {"name": "task_updated"}),
+    ([("task", 1), ("status", 1), ("updated_at", -1)], {"name": "task_status"}),
+    ([("status", 1), ("updated_at", -1)], {"name": "status_updated"}),
+    # Dedupe: a key is held only while its job is in the key's scope (fields unset after).
+    *(
+        (
+            [("task", 1), (name, 1)],
+            {"name": name, "unique": True, "partialFilterExpression": {name: {"$exists": True}}},
+        )
+        for name in DEDUPE_FIELDS.values()
+    ),
+    # Bulk operations (retry/cancel/purge by filter) walk the matches in _id order, a
+    # batch at a time (keyset: _id > the last one). Equality-Sort-Range: the status
+    # ($in: point ranges merged in _id order) and task (E), _id (S), then finished_at
+    # (R: "finished before/after" is checked on the index keys, before any fetch). A
+    # filter on queue, error type or creation time is checked on the fetched document:
+    # each batch reads at most what it scans, and a walk scans each candidate once.
+    ([("status", 1), ("_id", 1), ("finished_at", 1)], {"name": "bulk_by_status"}),
+    (
+        [("task", 1), ("status", 1), ("_id", 1), ("finished_at", 1)],
+        {"name": "bulk_by_task"},
+    ),
+    # Repeating jobs, for schedules().
+    (
+        [("task", 1)],
+        {"name": "repeating", "partialFilterExpression": {"repeat": {"$exists": True}}},
+    ),
+    # Retention: finished jobs carry expire_at; the server deletes them after it.
+    ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
+    # Flow control. The reaper's sweep of jobs past their expiry (pending, waiting).
+    (
+        [("status", 1), ("expires_at", 1)],
+        {"name": "expiring", "partialFilterExpression": {"expires_at": {"$exists": True}}},
+    ),
+    # Waiting jobs by the dependencies they still wait for (released when one ends).
+    (
+        [("waiting_for", 1)],
+        {"name": "waiting_for", "partialFilterExpression": {"waiting_for": {"$exists": True}}},
+    ),
+    # Waiting jobs whose scheduling call did not link their dependencies (the repair).
+    (
+        [("unlinked", 1), ("created_at", 1)],
+        {"name": "unlinked", "partialFilterExpression": {"unlinked": {"$exists": True}}},
+    ),
+    # Finished jobs whose dependents were not yet released (the reaper's repair).
+    (
+        [("has_dependents", 1), ("finished_at", 1)],
+        {"name": "dependents", "partialFilterExpression": {"has_dependents": {"$exists": True}}},
+    ),
+]
+
+PAUSE_INDEXES: list[Index] = []  # a handful of documents, by _id
+WORKER_INDEXES: list[Index] = [
+    # A runner that stopped refreshing its entry is deleted by the server after this.
+    ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
+]
+
+PERMIT_INDEXES: list[Index] = [
+    ([("task", 1), ("index", 1)], {"name": "task_index"}),
+    ([("task", 1), ("token", 1)], {"name": "task_token"}),
+]
+
+LIMIT_INDEXES: list[Index] = [
+    # A limit document (a rate log, a key's holders) is deleted once idle.
+    ([("expire_at", 1)], {"name": "idle", "expireAfterSeconds": 0}),
+]
+
+
+def ms(value: datetime) -> datetime:
+    """BSON datetimes are UTC milliseconds: round here so what we compare (and return)
+    is what is stored."""
+    if value.tzinfo is timezone.utc and not value.microsecond % 1000:
+        return value  # already so (App.now's times are): a write makes several
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc)
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+def aware(value: Any) -> Any:
+    """Datetimes read from MongoDB are UTC; make naive ones (a client without
+    ``tz_aware``) say so."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value
+
+
+# Documents <-> records ----------------------------------------------------------------------
+def error_document(error: ErrorInfo | None) -> dict[str, Any] | None:
+    if error is None:
+        return None
+    return {
+        "type": error.type,
+        "module": error.module,
+        "message": error.message,
+        "traceback": error.traceback,
+    }
+
+
+def error_record(doc: Any) -> ErrorInfo | None:
+    if not doc:
+        return None
+    return ErrorInfo(
+        str(doc.get("type", "")),
+        str(doc.get("message", "")),
+        doc.get("traceback"),
+        doc.get("module"),
+    )
+
+
+def last_run_document(last: LastRun) -> dict[str, Any]:
+    return {
+        "slot": last.slot,
+        "status": last.status.value,
+        "finished_at": last.finished_at,
+        "error": error_document(last.error),
+    }
+
+
+SCHEMA: dict[str, tuple[type, ...]] = {
+    "task": (str,),
+    "status": (str,),
+    "run_at": (datetime,),
+    "queue": (str,),
+    "priority": (int, float),
+    "attempts": (int,),
+    "max_attempts": (int,),
+    "args": (list,),
+    "kwargs": (dict,),
+}
+"""The fields every job document has, and their types (checked on every read)."""
+LEASE_SCHEMA: dict[str, tuple[type, ...]] = {"token": (str,), "until": (datetime,)}
+
+
+def check_document(doc: Mapping[str, Any]) -> None:
+    """Raise :class:`MalformedJob` naming the first field a job document lacks or holds
+    with the wrong type, so that no code past the store meets a malformed job."""
+    job = doc.get("_id")
+    for name, types in SCHEMA.items():
+        value = doc.get(name)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise MalformedJob(f"job {job}: field {name!r} is {_describe(value)}")
+    if doc["status"] not in STATUSES:
+        raise MalformedJob(f"job {job}: field 'status' is {doc['status']!r}, not a status")
+    lease = doc.get("lease")
+    if doc["status"] == RUNNING and not isinstance(lease, dict):
+        raise MalformedJob(f"job {job}: field 'lease' is {_describe(lease)} on a running job")
+    if isinstance(lease, dict):
+        for name, types in LEASE_SCHEMA.items():
+            if not isinstance(lease.get(name), types):
+                raise MalformedJob(
+                    f"job {job}: field 'lease.{name}' is {_describe(lease.get(name))}"
+                )
+
+
+def _describe(value: Any) -> str:
+    return "missing" if value is None else f"{type(value).__name__} {value!r:.40}"
+
+
+def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
+    """A job document as a :class:`JobRecord`. With ``check`` (a job about to be run
+    or reaped), :class:`MalformedJob` if it is not a well-formed one."""
+    if check:
+        check_document(doc)
+    get = doc.get
+    lease = get("lease")
+    progress = get("progress")
+    last = get("last_run")
+    # Every field named: assembled() skips the frozen __init__ (every job read pays it).
+    return assembled(
+        JobRecord,
+        {
+            "id": doc["_id"],
+            "task": doc["task"],
+            "args": tuple(get("args") or ()),
+            "kwargs": dict(get("kwargs") or {}),
+            "queue": get("queue", "default"),
+            "priority": get("priority", 5),
+            "status": JobStatus(doc["status"]),
+            "run_at": aware(doc["run_at"]),
+            "attempts": get("attempts", 0),
+            "max_attempts": get("max_attempts", 1),
+            "created_at": aware(get("created_at")),
+            "updated_at": aware(get("updated_at")),
+            "lease": None
+            if not lease
+            else LeaseInfo(
+                owner=lease.get("owner"),
+                token=lease.get("token"),
+                until=aware(lease.get("until")),
+                heartbeat_at=aware(lease.get("heartbeat_at")),
+            ),
+            "repeat": get("repeat") or None,
+            "scheduled_for": aware(get("scheduled_for")),
+            "dedupe_key": get("dedupe_key"),
+            "dedupe_scope": get("dedupe_scope") if get("dedupe_key") is not None else None,
+            "result": get("result"),
+            "error": error_record(get("error")),
+            "progress": None
+            if not progress
+            else Progress(
+                progress.get("value"), progress.get("message"), aware(progress.get("at"))
+            ),
+            "cancel_requested": bool(get("cancel_requested")),
+            "started_at": aware(get("started_at")),
+            "finished_at": aware(get("finished_at")),
+            "expire_at": aware(get("expire_at")),
+            "last_run": None
+            if not last
+            else LastRun(
+                slot=aware(last.get("slot")),
+                status=JobStatus(last.get("status")),
+                finished_at=aware(last.get("finished_at")),
+                error=error_record(last.get("error")),
+            ),
+            "edit": edit_record(get("edit")),
+            "trace": _trace(get("trace")),
+            "expires_at": aware(get("expires_at")),
+            "timeout": get("timeout"),
+            "depends_on": tuple(get("depends_on") or ()),
+            "waiting_for": tuple(get("waiting_for") or ()),
+            "on_dependency_failure": get("on_dependency_failure") or "cancel",
+            "has_dependents": bool(get("has_dependents")),
+            "rate_key": get("rate_key"),
+            "concurrency_key": get("concurrency_key"),
+        },
+    )
+
+
+def _trace(value: Any) -> dict[str, str] | None:
+    if not isinstance(value, Mapping):
+        return None
+    return {str(k): str(v) for k, v in value.items()} or None
+
+
+def edit_record(doc: Any) -> ScheduleEdit | None:
+    if not isinstance(doc, Mapping):
+        return None
+    return ScheduleEdit(at=aware(doc.get("at")), declared=str(doc.get("declared", "")))
+
+
+def edit_document(edit: ScheduleEdit) -> dict[str, Any]:
+    return {"at": ms(edit.at), "declared": edit.declared}
+
+
+def to_document(job: JobRecord) -> dict[str, Any]:
+    """A new job's document (its id made already)."""
+    doc: dict[str, Any] = {
+        "_id": job.id,
+        "task": job.task,
+        "args": list(job.args),
+        "kwargs": dict(job.kwargs),
+        "queue": job.queue,
+        "priority": job.priority,
+        "status": job.status.value,
+        "run_at": ms(job.run_at),
+        "attempts": job.attempts,
+        "max_attempts": job.max_attempts,
+        "lease": None,
+        "created_at": ms(job.created_at),
+        "updated_at": ms(job.updated_at),
+    }
+    if job.trace:
+        doc["trace"] = dict(job.trace)
+    if job.repeat is not None:
+        doc["repeat"] = dict(job.repeat)
+        doc["scheduled_for"] = None if job.scheduled_for is None else ms(job.scheduled_for)
+    if job.dedupe_key is not None:
+        scope = job.dedupe_scope or "active"
+        doc.update(dedupe_key=job.dedupe_key, dedupe_scope=scope)
+        doc[DEDUPE_FIELDS[scope]] = job.dedupe_key
+    # Flow control: only what is set (most jobs carry none of it).
+    if job.expires_at is not None:
+        doc["expires_at"] = ms(job.expires_at)
+    if job.timeout is not None:
+        doc["timeout"] = job.timeout
+    if job.depends_on:
+        doc["depends_on"] = list(job.depends_on)
+        doc["on_dependency_failure"] = job.on_dependency_failure
+    if job.waiting_for and job.status is JobStatus.WAITING:
+        doc["waiting_for"] = list(job.waiting_for)
+        doc["unlinked"] = True  # until the scheduling call linked its dependencies
+    if job.rate_key is not None:
+        doc["rate_key"] = job.rate_key
+    if job.concurrency_key is not None:
+        doc["concurrency_key"] = job.concurrency_key
+    return doc
+
+
+def query_document(query: JobQuery) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if query.task is not None:
+        out["task"] = query.task
+    if query.statuses is not None:
+        values = [s.value for s in query.statuses]
+        out["status"] = values[0] if len(values) == 1 else {"$in": values}
+    if query.queue is not None:
+        out["queue"] = query.queue
+    if query.error_type is not None:
+        out["error.type"] = query.error_type
+    for name, low, high in (
+        ("created_at", query.created_after, query.created_before),
+        ("finished_at", query.finished_after, query.finished_before),
+    ):
+        bounds: dict[str, Any] = {}
+        if low is not None:
+            bounds["$gte"] = ms(low)
+        if high is not None:
+            bounds["$lt"] = ms(high)
+        if bounds:
+            out[name] = bounds
+    return out

@@ -1,0 +1,317 @@
+"""Operations on the MongoDB store beyond one job at a time (part of
+:class:`~mongosched.store.mongo.MongoStore`): bulk writes by filter, a bounded batch of
+ids per write; pauses; schedule edits; the registry of live runners; throughput.
+
+Bulk writes take the ids a walk found (:meth:`select_ids`, keyset pagination in ``_id``
+order on the ``bulk_*`` indexes) and re-state in the write itself what the job must
+still be (its status), so a job that changed meanwhile is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from bson import ObjectId
+from pymongo import ReturnDocument
+from pymongo.errors import DuplicateKeyError
+
+from mongosched._core.records import (
+    JobQuery,
+    JobRecord,
+    JobStatus,
+    Pause,
+    ScheduleChanges,
+    Settlement,
+    WorkerInfo,
+)
+from mongosched.errors import JobStateError
+from mongosched.store import codec
+from mongosched.store.mongo.documents import (
+    KEEPS_DEPENDENTS,
+    PENDING,
+    RUNNING,
+    aware,
+    edit_document,
+    ms,
+    query_document,
+    to_record,
+)
+from mongosched.store.mongo.permits import MongoPermits
+from mongosched.store.mongo.updates import edit_fields, revised, settle_update
+
+__all__ = ["MongoOperations"]
+
+log = logging.getLogger("mongosched.store")
+
+PAUSED = JobStatus.PAUSED.value
+OPEN = [s.value for s in JobStatus if not s.is_final and s is not JobStatus.RUNNING]
+"""Statuses a cancel ends at once: every one but running and the final ones."""
+ID_TYPES = ("string", "objectId")
+"""The types of job ids, in MongoDB's sort order: declared schedules' strings, then
+ObjectIds. A range on ``_id`` matches one type only, so a walk takes them in turn."""
+
+
+class MongoOperations(MongoPermits):
+    """Bulk writes, pauses, schedule edits and the worker registry in MongoDB."""
+
+    # These MongoStore defines (one job at a time).
+    def retry_finished(self, job_id: Any, status: JobStatus, now: datetime) -> JobRecord | None:
+        raise NotImplementedError
+
+    # Bulk operations -------------------------------------------------------------------------
+    def select_ids(self, query: JobQuery, *, after: Any = None, limit: int = 500) -> list[Any]:
+        base = query_document(query)
+        found: list[Any] = []
+        for kind in ID_TYPES:
+            if isinstance(after, ObjectId) and kind == "string":
+                continue  # every string id sorts before this one
+            condition: dict[str, Any] = {"$type": kind}
+            if after is not None and _id_type(after) == kind:
+                condition["$gt"] = after
+            want = limit - len(found)
+
+            def page(_: int, c: dict[str, Any] = condition, n: int = want) -> list[Any]:
+                cursor = self.jobs.find({**base, "_id": c}, {"_id": 1}, sort=[("_id", 1)], limit=n)
+                return [doc["_id"] for doc in cursor]
+
+            found.extend(self._retrying("select", page))
+            if len(found) >= limit:
+                break
+        return found
+
+    def retry_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus], now: datetime) -> int:
+        if not ids:
+            return 0
+        fence = {"_id": {"$in": list(ids)}, "status": {"$in": [s.value for s in statuses]}}
+        # Most jobs have no dedupe key to hold again and no slot to restart: one write.
+        plain = {**fence, "dedupe_key": {"$exists": False}, "repeat": {"$exists": False}}
+        update = {
+            "$set": revised(
+                {
+                    "status": PENDING,
+                    "attempts": 0,
+                    "run_at": ms(now),
+                    "updated_at": ms(now),
+                    "result": None,
+                }
+            ),
+            "$unset": dict.fromkeys(
+                ("finished_at", "expire_at", "cancel_requested", "expires_at"), ""
+            ),
+        }
+        result = self._retrying("retry", lambda _: self.jobs.update_many(plain, update))
+        retried = int(result.modified_count)
+        others = [{"dedupe_key": {"$exists": True}}, {"repeat": {"$exists": True}}]
+        special = {**fence, "$or": others}
+        rest = self._retrying(
+            "retry", lambda _: list(self.jobs.find(special, {"_id": 1, "status": 1}))
+        )
+        for doc in rest:  # the few others one at a time, as retry_job does
+            try:
+                if self.retry_finished(doc["_id"], JobStatus(doc["status"]), now) is not None:
+                    retried += 1
+            except JobStateError as exc:
+                log.warning("%s; not retried", exc)
+        return retried
+
+    def cancel_many(self, ids: Sequence[Any], settlement: Settlement) -> tuple[int, int]:
+        if not ids:
+            return 0, 0
+        ids = list(ids)
+        cancelled = 0
+        plain = [i for i in ids if not codec.is_schedule_id(i)]
+        declared = [i for i in ids if codec.is_schedule_id(i)]
+        for group in (plain, declared):  # declared schedules get no expiry (tombstones)
+            if not group:
+                continue
+            cancelled += self._update_many(
+                "cancel",
+                {"_id": {"$in": group}, "status": {"$in": OPEN}},
+                settle_update(group[0], settlement, {}),
+            )
+        running = {"_id": {"$in": ids}, "status": RUNNING, "cancel_requested": {"$ne": True}}
+        mark = {"$set": {"cancel_requested": True, "updated_at": ms(settlement.now)}}
+        return cancelled, self._update_many("cancel", running, mark)
+
+    def _update_many(self, what: str, query: dict[str, Any], update: dict[str, Any]) -> int:
+        result = self._retrying(what, lambda _: self.jobs.update_many(query, update))
+        return int(result.modified_count)
+
+    def purge_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus]) -> int:
+        doomed = [i for i in ids if not codec.is_schedule_id(i)]
+        if not doomed:
+            return 0
+        final = [s.value for s in statuses if s.is_final]
+        query = {"_id": {"$in": doomed}, "status": {"$in": final}, **KEEPS_DEPENDENTS}
+        result = self._retrying("purge", lambda _: self.jobs.delete_many(query))
+        return int(result.deleted_count)
+
+    def finished_counts(self, since: datetime, bucket: float) -> dict[tuple[int, JobStatus], int]:
+        since = ms(since)
+        query = {
+            "status": {"$in": [JobStatus.COMPLETED.value, JobStatus.FAILED.value]},
+            "finished_at": {"$gte": since},
+        }
+        # Covered by the "finished" index (status, finished_at): no document is read.
+        projection = {"_id": 0, "status": 1, "finished_at": 1}
+        docs = self._retrying("throughput", lambda _: list(self.jobs.find(query, projection)))
+        counts: dict[tuple[int, JobStatus], int] = {}
+        for doc in docs:
+            n = int((aware(doc["finished_at"]) - since).total_seconds() // bucket)
+            key = (n, JobStatus(doc["status"]))
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def open_counts(self) -> dict[tuple[str, str, JobStatus], int]:
+        unfinished = [s.value for s in JobStatus if not s.is_final]
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {"status": {"$in": unfinished}}},
+            {
+                "$group": {
+                    "_id": {"queue": "$queue", "task": "$task", "status": "$status"},
+                    "n": {"$sum": 1},
+                }
+            },
+        ]
+        rows = self._retrying("depth", lambda _: list(self.jobs.aggregate(pipeline)))
+        return {
+            (r["_id"]["queue"], r["_id"]["task"], JobStatus(r["_id"]["status"])): r["n"]
+            for r in rows
+        }
+
+    # Pauses -------------------------------------------------------------------------------------
+    def add_pause(self, pause: Pause) -> bool:
+        doc = {"kind": pause.kind, "name": pause.name, "since": ms(pause.since)}
+
+        def add(_: int) -> bool:
+            try:
+                result = self.pauses_collection.update_one(
+                    {"_id": f"{pause.kind}:{pause.name}"}, {"$setOnInsert": doc}, upsert=True
+                )
+            except DuplicateKeyError:  # a racing pause made it first
+                return False
+            return result.upserted_id is not None
+
+        return self._retrying("pause", add)
+
+    def remove_pause(self, kind: str, name: str) -> bool:
+        result = self._retrying(
+            "resume", lambda _: self.pauses_collection.delete_one({"_id": f"{kind}:{name}"})
+        )
+        return bool(result.deleted_count)
+
+    def pauses(self) -> list[Pause]:
+        order = [("kind", 1), ("name", 1)]
+        docs = self._retrying("pauses", lambda _: list(self.pauses_collection.find(sort=order)))
+        return [Pause(d["kind"], d["name"], aware(d["since"])) for d in docs]
+
+    def pending_queues(self) -> list[str]:
+        # A DISTINCT_SCAN of the claim index (status, queue, ...): one key per queue.
+        values = self._retrying(
+            "queues", lambda _: self.jobs.distinct("queue", {"status": PENDING})
+        )
+        return sorted(v for v in values if isinstance(v, str))
+
+    def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
+        if not ids:
+            return 0
+        query = {"_id": {"$in": list(ids)}, "status": PENDING, "repeat": {"$exists": True}}
+        update = {"$set": {"status": PAUSED, "updated_at": ms(now)}}
+        result = self._retrying("pause", lambda _: self.jobs.update_many(query, update))
+        return int(result.modified_count)
+
+    def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
+        doc = self._retrying(
+            "resume",
+            lambda _: self.jobs.find_one_and_update(
+                {"_id": job_id, "status": PAUSED},
+                {"$set": revised({"status": PENDING, "updated_at": ms(now)})},
+                return_document=ReturnDocument.AFTER,
+            ),
+        )
+        return None if doc is None else to_record(doc)
+
+    def update_schedule(
+        self, job: JobRecord, changes: ScheduleChanges, now: datetime
+    ) -> JobRecord | None:
+        fields = edit_fields(changes, now)
+        if changes.run_at is not None:
+            fields["scheduled_for"] = fields["run_at"]
+        if changes.repeat is not None:
+            fields["repeat"] = dict(changes.repeat)
+        if changes.edit is not None:
+            fields["edit"] = edit_document(changes.edit)
+        fence = {
+            "_id": job.id,
+            "status": {"$in": [PENDING, PAUSED]},
+            "updated_at": ms(job.updated_at),
+        }
+        doc = self._retrying(
+            "edit schedule",
+            lambda _: self.jobs.find_one_and_update(
+                fence, {"$set": revised(fields)}, return_document=ReturnDocument.AFTER
+            ),
+        )
+        return None if doc is None else to_record(doc)
+
+    # Live workers -------------------------------------------------------------------------------
+    def save_worker(self, worker: WorkerInfo, expire_at: datetime) -> None:
+        doc = {
+            "_id": worker.id,
+            "name": worker.name,
+            "host": worker.host,
+            "pid": worker.pid,
+            "queues": None if worker.queues is None else list(worker.queues),
+            "tasks": list(worker.tasks),
+            "workers": worker.workers,
+            "in_flight": worker.in_flight,
+            "started_at": ms(worker.started_at),
+            "last_seen": ms(worker.last_seen),
+            "version": worker.version,
+            "expire_at": ms(expire_at),
+        }
+        self._retrying(
+            "register worker",
+            lambda _: self.workers_collection.replace_one({"_id": worker.id}, doc, upsert=True),
+        )
+
+    def remove_worker(self, worker_id: str) -> None:
+        self._retrying(
+            "unregister worker", lambda _: self.workers_collection.delete_one({"_id": worker_id})
+        )
+
+    def workers(self, now: datetime) -> list[WorkerInfo]:
+        query = {"expire_at": {"$gt": ms(now)}}
+        docs = self._retrying(
+            "workers",
+            lambda _: list(self.workers_collection.find(query, sort=[("name", 1), ("_id", 1)])),
+        )
+        return [_worker(doc) for doc in docs]
+
+
+def _id_type(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, ObjectId):
+        return "objectId"
+    return None
+
+
+def _worker(doc: dict[str, Any]) -> WorkerInfo:
+    queues = doc.get("queues")
+    return WorkerInfo(
+        id=str(doc["_id"]),
+        name=str(doc.get("name", "")),
+        host=str(doc.get("host", "")),
+        pid=int(doc.get("pid") or 0),
+        queues=None if queues is None else tuple(queues),
+        tasks=tuple(doc.get("tasks") or ()),
+        workers=int(doc.get("workers") or 0),
+        in_flight=int(doc.get("in_flight") or 0),
+        started_at=aware(doc.get("started_at")),
+        last_seen=aware(doc.get("last_seen")),
+        version=str(doc.get("version", "")),
+    )

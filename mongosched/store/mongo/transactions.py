@@ -1,0 +1,209 @@
+"""Transactions on MongoDB: a caller's ``ClientSession`` joined, or one begun here,
+and the store's view whose every call runs in it (part of ``MongoStore``).
+
+Inside a transaction nothing is repeated: a driver error there aborts the whole
+transaction on the server, so repeating one operation would be wrong. Errors the
+driver labels ``TransientTransactionError`` (a write conflict, a lost connection), and
+a duplicate key (a dedupe key another write took, unseen by the transaction's
+snapshot, aborts it too), leave as :class:`TransientConflict`: a
+:class:`~mongosched.errors.TransactionConflict` that is also a pymongo error carrying
+that label, so ``ClientSession.with_transaction`` runs the caller's callback again.
+A commit whose result is unknown is committed again, as the driver's specification
+says, until the store's connect timeout; a commit is idempotent on the server.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pymongo import WriteConcern
+from pymongo.client_session import ClientSession
+from pymongo.errors import (
+    BulkWriteError,
+    ConnectionFailure,
+    DuplicateKeyError,
+    OperationFailure,
+    PyMongoError,
+)
+
+from mongosched.errors import StoreError, StoreUnavailable, TransactionConflict, TransactionError
+from mongosched.store.mongo.connection import MongoConnection
+
+__all__ = ["MongoTransaction", "MongoTransactions", "TransientConflict"]
+
+T = TypeVar("T")
+
+TRANSIENT = "TransientTransactionError"
+UNKNOWN_COMMIT = "UnknownTransactionCommitResult"
+MAX_TIME_EXPIRED = 50
+"""A commit that ran out of its time limit: not committed again (the driver's rule)."""
+
+SESSION_METHODS = frozenset(
+    {
+        "aggregate",
+        "bulk_write",
+        "count_documents",
+        "delete_many",
+        "delete_one",
+        "find",
+        "find_one",
+        "find_one_and_delete",
+        "find_one_and_update",
+        "insert_many",
+        "insert_one",
+        "replace_one",
+        "update_many",
+        "update_one",
+    }
+)
+
+
+class TransientConflict(TransactionConflict, PyMongoError):
+    """A transaction to run again, as mongosched and as pymongo see it."""
+
+    def __init__(self, message: str) -> None:
+        PyMongoError.__init__(self, message, [TRANSIENT])
+
+
+class InSession:
+    """A collection whose calls pass ``session=``: the store's collections as its
+    transaction's view sees them."""
+
+    def __init__(self, collection: Any, session: ClientSession) -> None:
+        self._collection = collection
+        self._session = session
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._collection, name)
+        if name in SESSION_METHODS:
+            return functools.partial(value, session=self._session)
+        return value
+
+
+class MongoTransaction:
+    """A transaction on a pymongo session: one begun by the store (``owned``: it
+    commits, aborts and ends it) or a caller's, joined (the caller does)."""
+
+    deferred = False
+
+    def __init__(self, session: ClientSession, *, owned: bool, timeout: float) -> None:
+        self.session = session
+        self.owned = owned
+        self.timeout = timeout
+
+    @property
+    def active(self) -> bool:
+        return bool(self.session.in_transaction)
+
+    def commit(self) -> None:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                self.session.commit_transaction()
+                return
+            except PyMongoError as exc:
+                unknown = exc.has_error_label(UNKNOWN_COMMIT)
+                expired = isinstance(exc, OperationFailure) and exc.code == MAX_TIME_EXPIRED
+                if unknown and not expired and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue  # committing again is safe: the server commits once
+                self._discard()
+                if exc.has_error_label(TRANSIENT):
+                    raise TransientConflict(f"commit: {exc}") from exc
+                if unknown:
+                    raise StoreUnavailable(f"commit: result unknown: {exc}") from exc
+                raise StoreError(f"commit: {exc}") from exc
+
+    def _discard(self) -> None:
+        """After a commit that failed: end the transaction on the server, if it is
+        still open there (the driver allows nothing but another commit after one),
+        so that it holds no document until its time limit: killing its session
+        aborts it, and what it had not committed never will be."""
+        try:
+            self.session.client.admin.command("killSessions", [self.session.session_id])
+        except PyMongoError:  # the server's time limit ends it
+            pass
+
+    def abort(self) -> None:
+        if self.session.in_transaction:
+            try:
+                self.session.abort_transaction()
+            except PyMongoError:  # the server aborts it anyway (its time limit)
+                pass
+
+    def retryable(self, error: BaseException) -> bool:
+        return isinstance(error, PyMongoError) and error.has_error_label(TRANSIENT)
+
+    def end(self) -> None:
+        if self.owned:
+            self.abort()
+            self.session.end_session()
+
+
+class MongoTransactions(MongoConnection):
+    """``begin``, ``join`` and ``within`` of the MongoDB store."""
+
+    _transaction: MongoTransaction | None = None
+    """Set on a store's view: the transaction its calls run in."""
+
+    def begin(self) -> MongoTransaction:
+        session = self.database.client.start_session()
+        concern = None if self.write_concern is None else WriteConcern(w=self.write_concern)
+        try:
+            session.start_transaction(write_concern=concern)
+        except PyMongoError as exc:
+            session.end_session()
+            raise StoreError(f"start a transaction: {exc}") from exc
+        return MongoTransaction(session, owned=True, timeout=self.connect_timeout)
+
+    def join(self, session: Any) -> MongoTransaction:
+        if not isinstance(session, ClientSession):
+            raise TransactionError(
+                f"session must be a pymongo ClientSession (or app.transaction()), not "
+                f"{type(session).__name__}"
+            )
+        if session.client is not self.database.client:
+            raise TransactionError(
+                "session belongs to another MongoClient than the app's: start it from the "
+                "app's client (App(database=client.get_database(...)) shares yours)"
+            )
+        if not session.in_transaction:
+            raise TransactionError(
+                "session is not in a transaction: schedule inside session.with_transaction"
+                "(...) or after session.start_transaction()"
+            )
+        return MongoTransaction(session, owned=False, timeout=self.connect_timeout)
+
+    def within(self, transaction: Any) -> Any:
+        if not isinstance(transaction, MongoTransaction):
+            raise TransactionError(f"not a transaction of this store: {transaction!r}")
+        view = copy.copy(self)
+        view._transaction = transaction
+        session = transaction.session
+        jobs: Any = InSession(self.jobs, session)
+        view._jobs = view._queries = jobs
+        view._permits = InSession(self.permits, session)  # type: ignore[assignment]
+        view._limits = InSession(self.limits, session)  # type: ignore[assignment]
+        return view
+
+    def _retrying(self, what: str, op: Callable[[int], T]) -> T:
+        if self._transaction is None:
+            return super()._retrying(what, op)
+        # In a transaction: run once (see the module), its errors translated.
+        try:
+            return op(0)
+        except (DuplicateKeyError, BulkWriteError) as exc:
+            raise TransientConflict(
+                f"{what}: a unique key (a dedupe key) was taken by a write this transaction "
+                f"could not see; run it again ({exc})"
+            ) from exc
+        except PyMongoError as exc:
+            if exc.has_error_label(TRANSIENT):
+                raise TransientConflict(f"{what}: {exc}") from exc
+            if isinstance(exc, ConnectionFailure):
+                raise StoreUnavailable(f"{what}: {exc}") from exc
+            raise StoreError(f"{what}: {exc}") from exc

@@ -1,0 +1,277 @@
+"""The writes that move a job document from one status to another: a claim's filter and
+update, edits of unstarted jobs, settlements, and the documents and records those writes
+leave when they land as fenced (computed instead of read back, see
+:mod:`mongosched.store.mongo.batches`). The document's layout is
+:mod:`mongosched.store.mongo.documents`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import bson
+from bson.raw_bson import RawBSONDocument
+
+from mongosched._core.records import (
+    ErrorInfo,
+    JobRecord,
+    JobStatus,
+    LastRun,
+    PendingChanges,
+    ScheduleChanges,
+    Settlement,
+    evolved,
+)
+from mongosched.store.codec import CODEC_OPTIONS, is_schedule_id, new_token
+from mongosched.store.mongo.documents import (
+    DEDUPE_FIELDS,
+    PENDING,
+    RUNNING,
+    error_document,
+    error_record,
+    last_run_document,
+    ms,
+)
+
+__all__ = [
+    "claim_fence",
+    "claim_query",
+    "claim_update",
+    "claimed_document",
+    "dedupe_hold",
+    "edit_fields",
+    "malformed_update",
+    "RAW_OPTIONS",
+    "revised",
+    "set_also",
+    "settle_update",
+    "settled_record",
+    "unchanged_since_claim",
+    "with_encoded",
+]
+
+
+def claim_query(
+    tasks: Sequence[str], queues: Sequence[str] | None, now: datetime, job_id: Any = None
+) -> dict[str, Any]:
+    """The filter of a claim: pending jobs of ``tasks`` due by ``now`` in ``queues``
+    (None: any), or the pending job ``job_id`` (due or not, any queue)."""
+    query: dict[str, Any] = {"status": PENDING}
+    if job_id is not None:
+        query["_id"] = job_id
+    else:
+        query["run_at"] = {"$lte": now}
+        if queues is not None:
+            query["queue"] = {"$in": list(queues)}
+    query["task"] = {"$in": list(tasks)}
+    # A job whose attempts are not a number cannot be counted ($inc would fail the
+    # whole claim): quarantine() fails it instead.
+    query["attempts"] = {"$type": "number"}
+    return query
+
+
+def claim_update(owner: str, token: str, now: datetime, lease_duration: float) -> dict[str, Any]:
+    """The update of a claim: running under a lease ``token`` until ``now +
+    lease_duration``, the attempt counted, a pending-scope dedupe key released."""
+    now = ms(now)
+    lease = {
+        "owner": owner,
+        "token": token,
+        "until": ms(now + timedelta(seconds=lease_duration)),
+        "heartbeat_at": now,
+    }
+    return {
+        "$set": {"status": RUNNING, "lease": lease, "started_at": now, "updated_at": now},
+        "$inc": {"attempts": 1},
+        "$unset": {DEDUPE_FIELDS["pending"]: ""},
+    }
+
+
+def edit_fields(changes: PendingChanges | ScheduleChanges, now: datetime) -> dict[str, Any]:
+    """The ``$set`` fields an edit of an unstarted job (a pending job's, a schedule's)
+    begins with: ``updated_at``, and the priority, queue and due time it changes."""
+    fields: dict[str, Any] = {"updated_at": ms(now)}
+    if changes.priority is not None:
+        fields["priority"] = changes.priority
+    if changes.queue is not None:
+        fields["queue"] = changes.queue
+    if changes.run_at is not None:
+        fields["run_at"] = ms(changes.run_at)
+    return fields
+
+
+def revised(fields: dict[str, Any]) -> dict[str, Any]:
+    """``$set`` fields with a fresh ``rev``: what every write that changes an unstarted
+    job's fields, or makes a job pending, sets, so that a batched claim's fence
+    (:func:`claim_fence`) sees any change since it read the job."""
+    fields["rev"] = new_token()
+    return fields
+
+
+def claim_fence(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """What a batched claim adds to the claim filter for a job it read: still that
+    document, unchanged since (``rev``, see :func:`revised`; ``updated_at`` too), so
+    that the claimed job is :func:`claimed_document` of what was read."""
+    return {"_id": doc["_id"], "updated_at": doc.get("updated_at"), "rev": doc.get("rev")}
+
+
+def claimed_document(doc: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """``doc`` as a :func:`claim_update` landing under :func:`claim_fence` leaves it,
+    computed instead of read back."""
+    claimed = dict(doc)
+    claimed.update(update["$set"])
+    for name, step in update["$inc"].items():
+        claimed[name] = claimed.get(name, 0) + step
+    for name in update["$unset"]:
+        claimed.pop(name, None)
+    return claimed
+
+
+def dedupe_hold(job: JobRecord) -> dict[str, Any]:
+    """The dedupe field a pending job holds, as ``$set`` fields."""
+    if job.dedupe_key is None:
+        return {}
+    return {DEDUPE_FIELDS[job.dedupe_scope or "active"]: job.dedupe_key}
+
+
+def malformed_update(reason: str, now: datetime) -> dict[str, Any]:
+    """The update that fails a job that cannot be processed, alone."""
+    error = ErrorInfo(type="MalformedJob", message=reason, module="mongosched.errors")
+    return {
+        "$set": {
+            "status": JobStatus.FAILED.value,
+            "lease": None,
+            "error": error_document(error),
+            "finished_at": now,
+            "updated_at": now,
+        },
+        "$unset": {name: "" for name in DEDUPE_FIELDS.values()},
+    }
+
+
+def settle_update(
+    job_id: Any,
+    settlement: Settlement,
+    restore: Mapping[str, Any],
+    result: bytes | None = None,
+) -> dict[str, Any]:
+    """The update that applies ``settlement`` to job ``job_id`` (``restore``: dedupe
+    fields to hold again when the job goes back to pending). A declared schedule gets
+    no ``expire_at``: it stays, cancelled, as the tombstone that keeps it off.
+    ``result``: the settlement's result as :func:`codec.encode_value` encoded it (for
+    the size check), written as it is, not encoded again."""
+    s = settlement
+    fields: dict[str, Any] = {
+        "status": s.status.value,
+        "lease": None,
+        "updated_at": s.now,
+        "error": error_document(s.error),
+    }
+    if result is None:
+        fields["result"] = s.result
+    if s.attempts is not None:
+        fields["attempts"] = s.attempts
+    if s.run_at is not None:
+        fields["run_at"] = ms(s.run_at)
+    if s.scheduled_for is not None:
+        fields["scheduled_for"] = s.scheduled_for
+    if s.last_run is not None:
+        fields["last_run"] = last_run_document(s.last_run)
+    update: dict[str, Any] = {"$set": fields}
+    if s.status is JobStatus.PENDING:
+        revised(fields)
+    if s.status.is_final:
+        fields["finished_at"] = s.now
+        if s.expire_at is not None and not is_schedule_id(job_id):
+            fields["expire_at"] = ms(s.expire_at)
+        update["$unset"] = {name: "" for name in DEDUPE_FIELDS.values()}
+    else:
+        fields.update(restore)
+        update["$unset"] = {}
+    update["$unset"].update(waiting_for="", unlinked="")  # a waiting job released or ended
+    if result is not None:
+        update["$set"] = with_encoded(fields, "result", result)
+    return update
+
+
+RAW_OPTIONS = CODEC_OPTIONS.with_options(document_class=RawBSONDocument)
+
+
+def with_encoded(fields: Mapping[str, Any], name: str, encoded: bytes) -> RawBSONDocument:
+    """``fields`` and ``name``, as one BSON document; ``name`` holds the value that
+    ``encoded`` (the BSON of ``{"v": value}``) holds, copied, not encoded again."""
+    head = bson.encode(fields, codec_options=CODEC_OPTIONS)
+    # encoded: size (4 bytes), the value's type (1), "v\0" (2), the value, "\0" (1).
+    element = encoded[4:5] + name.encode() + b"\x00" + encoded[7:-1]
+    body = head[4:-1] + element
+    return RawBSONDocument(struct.pack("<i", len(body) + 5) + body + b"\x00", RAW_OPTIONS)
+
+
+def set_also(update: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``update`` whose ``$set`` sets ``fields`` too (a raw ``$set`` stays raw)."""
+    current = update.get("$set", {})
+    if isinstance(current, RawBSONDocument):
+        extra = bson.encode(fields, codec_options=CODEC_OPTIONS)
+        body = bytes(current.raw)[4:-1] + extra[4:-1]
+        merged: Any = RawBSONDocument(
+            struct.pack("<i", len(body) + 5) + body + b"\x00", RAW_OPTIONS
+        )
+    else:
+        merged = {**current, **fields}
+    return {**update, "$set": merged}
+
+
+def unchanged_since_claim(job: JobRecord) -> dict[str, Any]:
+    """Conditions that hold while a running job is as its holder claimed it, but for
+    its lease's renewals: nothing wrote to it (every such write sets ``updated_at``,
+    but for progress, checked whole on its own). ``updated_at`` is in milliseconds: a
+    write within the millisecond of the claim leaves it as claimed, so the fields such
+    writes set are checked too (a cancel requested, dependents linked). A settlement
+    landing under them leaves exactly :func:`settled_record`."""
+    fence: dict[str, Any] = {"updated_at": job.updated_at, "cancel_requested": {"$ne": True}}
+    p = job.progress  # maybe a previous attempt's, of this one's millisecond: whole
+    if p is None:
+        fence["progress"] = None
+    else:
+        fence.update({"progress.at": p.at, "progress.value": p.value})
+        fence["progress.message"] = p.message
+    if not job.has_dependents:
+        fence["has_dependents"] = {"$ne": True}
+    return fence
+
+
+def settled_record(job: JobRecord, settlement: Settlement, result: Any) -> JobRecord:
+    """The job as stored after :func:`settle_update` landed under
+    :func:`unchanged_since_claim` (``result``: the settlement's result as BSON gives it
+    back), computed instead of read back: what :func:`to_record` would make of it."""
+    s = settlement
+    now = ms(s.now)
+    final = s.status.is_final
+    last = s.last_run
+    keep = final and s.expire_at is not None and not is_schedule_id(job.id)
+    return evolved(
+        job,
+        status=s.status,
+        lease=None,
+        updated_at=now,
+        result=result,
+        error=error_record(error_document(s.error)),
+        cancel_requested=False,
+        waiting_for=(),
+        attempts=job.attempts if s.attempts is None else s.attempts,
+        run_at=job.run_at if s.run_at is None else ms(s.run_at),
+        scheduled_for=job.scheduled_for if s.scheduled_for is None else ms(s.scheduled_for),
+        last_run=job.last_run
+        if last is None
+        else LastRun(
+            slot=ms(last.slot),
+            status=last.status,
+            finished_at=ms(last.finished_at),
+            error=error_record(error_document(last.error)),
+        ),
+        finished_at=now if final else job.finished_at,
+        expire_at=ms(s.expire_at) if keep and s.expire_at is not None else job.expire_at,
+    )

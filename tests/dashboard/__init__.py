@@ -1,0 +1,1 @@
+"""The web dashboard, through WSGI and in a headless browser."""

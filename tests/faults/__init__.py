@@ -1,0 +1,1 @@
+"""Randomized fault simulations (a few hundred runs here; make soak runs more)."""

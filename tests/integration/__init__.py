@@ -1,0 +1,1 @@
+"""An app and its runners in this process, on the test's store."""

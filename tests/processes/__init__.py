@@ -1,0 +1,1 @@
+"""Worker processes started beside the test, on a shared server."""

@@ -1,0 +1,1 @@
+"""Pure logic: no store, no threads, no clock but a fake one."""
