@@ -2,19 +2,57 @@
 
 Register functions with ``@app.task``, schedule them with ``task.schedule(...)``, and run
 them with ``app.runner(...).start()`` or the ``mongosched worker`` command.
+
+Everything a user imports is here (``__all__``), with :mod:`mongosched.testing`,
+:mod:`mongosched.observe`, :mod:`mongosched.dashboard` and :mod:`mongosched.contrib`.
+The other subpackages (``_core``, ``runner``, ``operations``, ``store``) are internal.
 """
 
 from __future__ import annotations
 
-from mongosched._core.records import ErrorInfo, JobStatus
+from mongosched._core.records import (
+    ErrorInfo,
+    JobStatus,
+    LastRun,
+    LeaseInfo,
+    Pause,
+    Progress,
+    ScheduleEdit,
+    WorkerInfo,
+)
 from mongosched.app import App, Cancellation
 from mongosched.chains import chain, group
-from mongosched.errors import ArgumentError, Fail, MongoschedError
+from mongosched.errors import (
+    ArgumentError,
+    ConfigurationError,
+    DependencyFailed,
+    Fail,
+    InvalidJobId,
+    InvalidSchedule,
+    JobExpired,
+    JobNotFound,
+    JobStateError,
+    JobTimeout,
+    LeaseLost,
+    MalformedJob,
+    MongoschedError,
+    ResultTooLarge,
+    SerializationError,
+    StoreError,
+    StoreUnavailable,
+    TaskNotRegistered,
+    TransactionConflict,
+    TransactionError,
+    WaitTimeout,
+    WatchUnavailable,
+    WorkerShutdown,
+)
 from mongosched.events import EVENTS, Event
 from mongosched.job import Job, JobContext, current_job
+from mongosched.limits import RateLimit
 from mongosched.retry import Retry
 from mongosched.runner.runner import Runner
-from mongosched.schedule import Cron, Every
+from mongosched.schedule import Cron, Every, Misfire
 from mongosched.task import JobSpec, Task
 from mongosched.transaction import Transaction
 
@@ -25,20 +63,48 @@ __all__ = [
     "App",
     "ArgumentError",
     "Cancellation",
+    "ConfigurationError",
     "Cron",
+    "DependencyFailed",
     "ErrorInfo",
     "Event",
     "Every",
     "Fail",
+    "InvalidJobId",
+    "InvalidSchedule",
     "Job",
     "JobContext",
+    "JobExpired",
+    "JobNotFound",
     "JobSpec",
+    "JobStateError",
     "JobStatus",
+    "JobTimeout",
+    "LastRun",
+    "LeaseInfo",
+    "LeaseLost",
+    "MalformedJob",
+    "Misfire",
     "MongoschedError",
+    "Pause",
+    "Progress",
+    "RateLimit",
+    "ResultTooLarge",
     "Retry",
     "Runner",
+    "ScheduleEdit",
+    "SerializationError",
+    "StoreError",
+    "StoreUnavailable",
     "Task",
+    "TaskNotRegistered",
     "Transaction",
+    "TransactionConflict",
+    "TransactionError",
+    "WaitTimeout",
+    "WatchUnavailable",
+    "WorkerInfo",
+    "WorkerShutdown",
     "__version__",
     "chain",
     "current_job",
