@@ -13,7 +13,14 @@ from typing import Any
 from urllib.parse import quote
 
 from mongosched._core.records import JobStatus
-from mongosched.dashboard.data import BULK_ACTIONS, PAUSE_KINDS, Filters, Operations
+from mongosched.dashboard.data import (
+    BULK_ACTIONS,
+    BULK_VERBS,
+    PAUSE_KINDS,
+    Filters,
+    Operations,
+    bulk_label,
+)
 from mongosched.dashboard.http import Request, Response, query_string, redirect
 from mongosched.dashboard.render import Context, Markup, fmt, hidden_fields, join
 from mongosched.errors import MongoschedError
@@ -182,9 +189,9 @@ def describe_filter(filters: Filters) -> Markup:
 
 
 BULK_WORDS = {
-    "retry": ("Retry jobs", "Run again", "failed, cancelled or expired", False),
-    "cancel": ("Cancel jobs", "Cancel", "pending or running", True),
-    "purge": ("Delete jobs", "Delete", "finished", True),
+    "retry": ("failed, cancelled or expired", False),
+    "cancel": ("pending or running", True),
+    "purge": ("finished", True),
 }
 
 
@@ -198,7 +205,9 @@ def bulk_action(ops: Operations, ctx: Context, action: str) -> Page | Response:
         filters = Filters.read(request.field, lambda name: request.form.get(name, []))
     else:
         filters = Filters.read(request.arg, request.args)
-    title, button, which, danger = BULK_WORDS[action]
+    which, danger = BULK_WORDS[action]
+    button = BULK_VERBS[action]
+    title = f"{button} jobs"
     back = ctx.url("/jobs", filters.pairs())[len(ctx.request.root) :]
     try:
         if request.method == "POST":
@@ -228,7 +237,7 @@ def bulk_action(ops: Operations, ctx: Context, action: str) -> Page | Response:
         ctx,
         title,
         text,
-        f"{button} {count:,} job{'' if count == 1 else 's'}",
+        bulk_label(action, count),
         back=back,
         fields=filters.pairs(),
         danger=danger,

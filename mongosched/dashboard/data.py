@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from mongosched._core.records import PAUSE_KINDS, SORTABLE, JobStatus, Pause, WorkerInfo
-from mongosched.errors import InvalidJobId, JobNotFound
+from mongosched.errors import ConfigurationError, InvalidJobId, JobNotFound
 from mongosched.job import Job
 from mongosched.observe import metrics
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BULK_ACTIONS",
+    "BULK_VERBS",
     "DUE_SCAN_LIMIT",
     "Bucket",
     "Filters",
@@ -29,11 +30,21 @@ __all__ = [
     "Overview",
     "PAUSE_KINDS",
     "Row",
+    "bulk_label",
 ]
 
 log = logging.getLogger("mongosched")
 
 BULK_ACTIONS = ("retry", "cancel", "purge")
+BULK_VERBS = {"retry": "Retry", "cancel": "Cancel", "purge": "Delete"}
+"""What a bulk action's button and its confirmation call it (the same words on both)."""
+
+
+def bulk_label(action: str, n: int) -> str:
+    """A bulk action's button: its verb and how many jobs it touches."""
+    return f"{BULK_VERBS[action]} {n:,} job{'' if n == 1 else 's'}"
+
+
 DUE_SCAN_LIMIT = 2000
 """Due jobs are read (oldest first, through the due-time index) up to this many per
 overview; beyond it, the counts of due jobs say "at least"."""
@@ -256,6 +267,20 @@ class Operations:
             "purge": self.app.purge_jobs,
         }
         return methods[action](**filters.as_kwargs(), dry_run=dry_run)
+
+    def bulk_counts(self, filters: Filters) -> dict[str, int]:
+        """How many jobs each bulk action would touch under ``filters`` (its dry run,
+        an index-backed count), for the actions that apply to at least one: an action
+        the filter's statuses rule out (cancel on failed jobs) is left out."""
+        counts = {}
+        for action in BULK_ACTIONS:
+            try:
+                n = self.bulk(action, filters, dry_run=True)
+            except ConfigurationError:
+                continue
+            if n:
+                counts[action] = n
+        return counts
 
     def metrics(self) -> str:
         """The Prometheus text exposition of :mod:`mongosched.observe.metrics`."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from mongosched._core.records import RETRYABLE_STATUSES, SORTABLE, JobStatus
 from mongosched.dashboard.chart import throughput_chart
-from mongosched.dashboard.data import BULK_ACTIONS, DUE_SCAN_LIMIT, Filters, Operations, Row
+from mongosched.dashboard.data import DUE_SCAN_LIMIT, Filters, Operations, Row, bulk_label
 from mongosched.dashboard.render import (
     Context,
     Markup,
@@ -304,18 +304,14 @@ def jobs_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     pages = max(1, -(-total // PER_PAGE))
     sort_param = f"{'-' if sort[1] < 0 else ''}{sort[0]}"
     base = filters.pairs() + ([("sort", sort_param)] if sort_param != "-updated_at" else [])
-    bulk = Markup("")
-    actions = BULK_ACTIONS
-    if total:
-        bulk = join(
-            fmt(
-                '<a class="button small" href="{}">{} all {}…</a>',
-                ctx.url(f"/bulk/{a}", filters.pairs()),
-                a.capitalize(),
-                _number(total),
-            )
-            for a in actions
+    bulk = join(
+        fmt(
+            '<a class="button small" href="{}">{}…</a>',
+            ctx.url(f"/bulk/{action}", filters.pairs()),
+            bulk_label(action, n),
         )
+        for action, n in (ops.bulk_counts(filters) if total else {}).items()
+    )
     summary = fmt(
         '<div class="summary"><span>{} job{} match</span><span class="bulk">{}</span></div>',
         _number(total),

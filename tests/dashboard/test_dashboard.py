@@ -580,7 +580,7 @@ def test_bulk_retry_by_the_filter_shows_the_dry_run_count_first(
     listing = browser.get("/jobs?task=boom&status=failed")
     assert "/bulk/retry?task=boom&amp;status=failed" in listing.body
     confirm = browser.get("/bulk/retry?task=boom&status=failed")
-    assert "Run again <strong>3</strong> failed, cancelled or expired jobs" in confirm.body
+    assert "Retry <strong>3</strong> failed, cancelled or expired jobs" in confirm.body
     assert all(j.status is JobStatus.FAILED for j in sched.get_jobs(task="boom"))
     reply = browser.post(
         "/bulk/retry",
@@ -593,6 +593,30 @@ def test_bulk_retry_by_the_filter_shows_the_dry_run_count_first(
     assert sched.get_jobs(task=XSS)[0].status is JobStatus.FAILED
     nothing = browser.get("/bulk/retry?task=boom&status=failed")
     assert "nothing to do" in nothing.body
+
+
+def test_bulk_buttons_offer_only_what_applies_with_the_count_they_touch(
+    sched: App, jobs: dict[str, Any], browser: Client
+) -> None:
+    def buttons(path: str) -> dict[str, str]:
+        body = browser.get(path).body
+        found = re.findall(r'href="/bulk/(\w+)\?[^"]*">([^<]*)</a>', body)
+        found += re.findall(r'href="/bulk/(\w+)">([^<]*)</a>', body)
+        return dict(found)
+
+    # On failed jobs: retry and delete them (4), never cancel them.
+    assert buttons("/jobs?status=failed") == {"retry": "Retry 4 jobs…", "purge": "Delete 4 jobs…"}
+    # Unfiltered: each button counts what its action touches, not every match.
+    everything = buttons("/jobs")
+    assert everything["retry"] == "Retry 4 jobs…"
+    assert everything["cancel"] == "Cancel 2 jobs…"  # the pending one and the schedule
+    assert everything["purge"] == "Delete 5 jobs…"
+    # The confirmation says the same count and the same action.
+    confirm = browser.get("/bulk/retry").body
+    assert "Retry <strong>4</strong>" in confirm and "Retry 4 jobs</button>" in confirm
+    # Nothing that applies: no button at all.
+    assert buttons("/jobs?status=pending&queue=hostile") == {}
+    assert buttons("/jobs?status=completed") == {"purge": "Delete 1 job…"}
 
 
 def test_delete_one_finished_job(sched: App, jobs: dict[str, Any], browser: Client) -> None:
