@@ -231,9 +231,11 @@ class Operations:
         return sorted(names)
 
     def task_names(self, *, workers: list[WorkerInfo] | None = None) -> list[str]:
-        """The tasks registered here or by a live worker (the filter's suggestions;
-        cheap: no read of the jobs). ``workers``: already read for this page."""
+        """The tasks registered here or by a live worker, and those with jobs stored
+        (the filter's suggestions; from the store's task index, no job read).
+        ``workers``: already read for this page."""
         names = set(self.app.tasks)
+        names.update(self.app.store.task_names())
         for worker in self.app.workers() if workers is None else workers:
             names.update(worker.tasks)
         return sorted(names)

@@ -7,6 +7,7 @@ returns the HTML of the page; links to actions go to their confirmation pages
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -319,7 +320,18 @@ def jobs_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
         bulk,
     )
     listing = table(
-        ["Job", "Task", "Queue", "Status", "Attempts", "Due", "Updated", "Error"],
+        [
+            "Job",
+            "Task",
+            "Queue",
+            "Status",
+            "Arguments",
+            "Attempts",
+            "Run time",
+            "Due",
+            "Updated",
+            "Error",
+        ],
         rows,
         empty="No jobs match this filter.",
         css="jobs",
@@ -330,20 +342,73 @@ def jobs_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
 def _job_row(ctx: Context, job: Job, now: Any) -> list[Any]:
     error = job.error
     return [
-        fmt('<a class="mono" href="{}">{}</a>', ctx.url(f"/jobs/{job.id}"), _short(job.id)),
+        fmt(
+            '<a class="mono" href="{}" title="Job {}">{}</a>',
+            ctx.url(f"/jobs/{job.id}"),
+            job.id,
+            _short(job.id),
+        ),
         job.task,
         job.queue,
         badge(job.status),
+        _arguments(job),
         f"{job.attempts}/{job.max_attempts}",
+        duration(_run_time(job, now)),
         ago(job.run_at, now),
         ago(job.updated_at, now),
-        fmt('<span class="error" title="{}">{}</span>', str(error), error.type) if error else "",
+        fmt(
+            '<span class="error" title="{}">{}</span>',
+            error.message,
+            _cut(f"{error.type}: {error.message}", ERROR_CHARS),
+        )
+        if error
+        else "",
     ]
 
 
+ARGS_CHARS = 80
+ERROR_CHARS = 100
+"""How much of a job's arguments and error message the jobs list shows (the whole text
+is the cell's tooltip, and on the job's page)."""
+
+
+def _arguments(job: Job) -> Markup:
+    """The call's arguments as text, ``"a", 2, key=3``, cut to :data:`ARGS_CHARS`."""
+    parts = [_compact(a) for a in job.args]
+    parts += [f"{key}={_compact(value)}" for key, value in job.kwargs.items()]
+    text = ", ".join(parts)
+    return fmt('<span class="args" title="{}">{}</span>', text, _cut(text, ARGS_CHARS))
+
+
+def _compact(value: Any) -> str:
+    try:
+        return json.dumps(value, default=repr, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _run_time(job: Job, now: Any) -> float | None:
+    """How long the job ran (its last attempt), or has been running."""
+    if job.started_at is None:
+        return None
+    if job.status is JobStatus.RUNNING:
+        end = now
+    elif job.finished_at is not None and job.finished_at >= job.started_at:
+        end = job.finished_at
+    else:
+        return None
+    return float((end - job.started_at).total_seconds())
+
+
 def _short(job_id: Any) -> str:
+    """A job's id as the list shows it: its last 8 characters (the part that differs
+    between jobs made close together), the whole id as the tooltip."""
     text = str(job_id)
-    return text if len(text) <= 24 else text[:21] + "…"
+    return text if len(text) <= 9 else "…" + text[-8:]
 
 
 def _pager(ctx: Context, page: int, pages: int, base: list[tuple[str, str]]) -> Markup:

@@ -349,6 +349,10 @@ class Store(Protocol):
     def pending_queues(self) -> list[str]:
         """The queues that hold pending jobs (from the claim index: cheap)."""
 
+    def task_names(self) -> list[str]:
+        """The tasks that have jobs stored, sorted (MongoDB: from an index led by the
+        task, one key per task, no job read)."""
+
     def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
         """Move each of the repeating jobs ``ids`` that is pending to ``paused``."""
 

@@ -202,6 +202,14 @@ def test_pending_queues_lists_queues_holding_pending_jobs(store: Store) -> None:
     assert store.pending_queues() == ["a", "b"]
 
 
+def test_task_names_lists_the_tasks_with_stored_jobs(store: Store) -> None:
+    assert store.task_names() == []
+    add(store, job("t", queue="a"), job("u", queue="b"), job("t", queue="c"))
+    running = claimed(store, queues=("b",), tasks=("u",))
+    store.settle(running, succeeded(running))
+    assert store.task_names() == ["t", "u"]  # finished jobs count too
+
+
 def test_hold_and_release_a_schedule(store: Store) -> None:
     sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
     plain = add(store, job("a"))[0]

@@ -455,6 +455,51 @@ def test_jobs_filter_by_task_queue_and_status(
     assert browser.get("/jobs?status=bogus&sort=-nonsense&page=x").status == 200
 
 
+def test_jobs_list_shows_arguments_run_time_and_the_error_message(
+    sched: App, jobs: dict[str, Any], browser: Client
+) -> None:
+    body = browser.get("/jobs?task=boom").body
+    headers = re.findall(r'<th scope="col">([^<]*)</th>', body)
+    assert headers[:2] == ["Job", "Task"] and "Arguments" in headers and "Run time" in headers
+    rows = re.findall(r"<tr><td>.*?</tr>", body)
+    assert len(rows) == 3
+    row = rows[0]
+    # The arguments, escaped and shortened; the error's type and message.
+    assert "&lt;b&gt;" in row and "<b>" not in row
+    assert "ValueError: bad input &lt;b&gt;" in row
+    # The link names the job readably (the end of its id), the whole id its tooltip.
+    link = re.search(
+        r'<a class="mono" href="/jobs/([0-9a-f]{24})" title="Job ([0-9a-f]{24})">…([0-9a-f]+)</a>',
+        row,
+    )
+    assert link and link[1] == link[2] and link[2].endswith(link[3]) and len(link[3]) == 8
+    # A finished job's run time is a duration (the drain runs them in milliseconds).
+    assert re.search(r"<td>\d+ ms</td>", row)
+
+    # Long arguments are cut, saying so; nothing of them becomes HTML.
+    @sched.task(name="wordy")
+    def wordy(text: str) -> None: ...
+
+    wordy.schedule("x" * 500 + XSS)
+    listing = browser.get("/jobs?task=wordy").body
+    cell = re.search(r'<td><span class="args" title="([^"]*)">([^<]*)</span></td>', listing)
+    assert cell and cell[2].endswith("…") and len(html.unescape(cell[2])) <= 81
+    assert XSS not in listing
+
+
+def test_the_task_filter_offers_registered_and_stored_task_names(
+    make_app: Callable[..., App], sched: App, jobs: dict[str, Any]
+) -> None:
+    # Another app (a web process) that registers no task still offers the stored ones.
+    other = make_app()
+    client = Client(StandaloneDashboard(other, TOKEN), headers=bearer())
+    body = client.get("/jobs").body
+    names = re.search(r'<datalist id="task-names">(.*?)</datalist>', body)
+    assert names is not None
+    offered = set(re.findall(r'<option value="([^"]*)">', names[1]))
+    assert {"boom", "add", "later", "tick", html.escape(XSS)} <= offered
+
+
 def test_jobs_filter_by_error_type_where_the_app_can(
     sched: App, jobs: dict[str, Any], browser: Client
 ) -> None:

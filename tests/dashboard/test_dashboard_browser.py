@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -151,6 +152,25 @@ def test_filter_jobs_open_a_failed_one_and_retry_it(signed_in: Any, base: str, s
     assert page.locator(".notice").inner_text() == "Job queued to run again."
     assert page.locator("dl.facts .badge").first.inner_text() == "pending"
     assert shared.get_job(job_id).status is JobStatus.PENDING  # type: ignore[union-attr]
+
+
+def test_the_jobs_list_shows_arguments_run_time_and_errors(
+    signed_in: Any, base: str, shared: App
+) -> None:
+    page = signed_in
+    page.goto(base + "jobs?task=add")
+    headers = page.locator("table.jobs thead th").all_text_contents()
+    row = page.locator("table.jobs tbody tr").first.locator("td").all_inner_texts()
+    cells = dict(zip(headers, row, strict=True))
+    assert cells["Arguments"] == "2, 3"
+    assert re.fullmatch(r"\d+ ms", cells["Run time"]), cells
+    done = shared.get_jobs(task="add", limit=1)[0]
+    assert cells["Job"] == "…" + str(done.id)[-8:]
+    page.goto(base + "jobs?" + urllib.parse.urlencode({"task": XSS}))
+    error = page.locator("table.jobs tbody tr td .error").first
+    assert error.inner_text() == f"RuntimeError: {XSS}"  # as text: no script ran
+    offered = page.locator("#task-names option").evaluate_all("os => os.map(o => o.value)")
+    assert {"add", "boom", XSS} <= set(offered)
 
 
 def test_pause_and_resume_a_queue(signed_in: Any, base: str, shared: App) -> None:

@@ -173,6 +173,12 @@ class MemoryOperations:
         with self._lock:
             return self._indexes.pending_queues()
 
+    def task_names(self) -> list[str]:
+        # No index by task here: the table is read (a memory:// store holds one
+        # process's jobs, for demos and tests).
+        with self._lock:
+            return sorted({job.task for job in self._jobs.values()})
+
     def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
         held = 0
         with self._lock:

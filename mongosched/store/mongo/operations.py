@@ -215,6 +215,11 @@ class MongoOperations(MongoPermits):
         )
         return sorted(v for v in values if isinstance(v, str))
 
+    def task_names(self) -> list[str]:
+        # A DISTINCT_SCAN of the task_updated index (task, ...): one key per task.
+        values = self._retrying("tasks", lambda _: self.jobs.distinct("task"))
+        return sorted(v for v in values if isinstance(v, str))
+
     def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
         if not ids:
             return 0
