@@ -137,6 +137,10 @@ class Overview:
     clock_offset: float | None
     pauses: list[Pause]
     due_capped: bool = False
+    unserved: dict[tuple[str, str], int] = field(default_factory=dict)
+    """How many due jobs (of those read) no live runner serves, by ("queue", name)
+    where no runner serves their queue, by ("task", name) where the runners of their
+    queue do not register their task; paused queues and tasks left out."""
 
 
 class Operations:
@@ -180,7 +184,8 @@ class Operations:
         for name in self.app.tasks:
             tasks.setdefault(name, Row(name))
         queues: dict[str, Row] = {}
-        for name in self.known_queues(pauses=pauses):
+        workers = [w for w in self.app.workers() if not w.stale]
+        for name in self.known_queues(workers=workers, pauses=pauses):
             counts = {
                 status.value: self.app.count_jobs(queue=name, status=status)
                 for status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED)
@@ -203,6 +208,7 @@ class Operations:
             for row in rows.values():
                 row.paused = (kind, row.name) in paused
                 row.due_capped = capped and row.due > 0
+        unserved = _unserved(due, workers, paused)
         return Overview(
             now=now,
             totals=stats["totals"],
@@ -213,6 +219,7 @@ class Operations:
             clock_offset=stats.get("clock_offset"),
             pauses=pauses,
             due_capped=capped,
+            unserved=unserved,
         )
 
     def known_queues(
@@ -287,6 +294,31 @@ class Operations:
     def metrics(self) -> str:
         """The Prometheus text exposition of :mod:`mongosched.observe.metrics`."""
         return metrics.render(self.app)
+
+
+def _unserved(
+    due: list[Job], workers: list[WorkerInfo], paused: set[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    """Due jobs no live runner (of ``workers``) would claim, by queue or by task (see
+    :attr:`Overview.unserved`)."""
+    verdicts: dict[tuple[str, str], tuple[str, str] | None] = {}
+    out: dict[tuple[str, str], int] = {}
+    for job in due:
+        pair = (job.queue, job.task)
+        if pair not in verdicts:
+            serving = [w for w in workers if w.queues is None or job.queue in w.queues]
+            verdict: tuple[str, str] | None = None
+            if ("queue", job.queue) in paused or ("task", job.task) in paused:
+                verdict = None
+            elif not serving:
+                verdict = ("queue", job.queue)
+            elif not any(job.task in w.tasks for w in serving):
+                verdict = ("task", job.task)
+            verdicts[pair] = verdict
+        found = verdicts[pair]
+        if found is not None:
+            out[found] = out.get(found, 0) + 1
+    return out
 
 
 def _row(name: str, counts: dict[str, int]) -> Row:

@@ -156,6 +156,19 @@ def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
                 names,
             )
         )
+    for (kind, name), n in view.unserved.items():
+        warnings.append(
+            fmt(
+                '<div class="warning">No live runner serves {} {}: {}{} job{} {} due{}.</div>',
+                kind,
+                jobs_link(ctx, name, **{kind: name, "status": "pending"}),
+                _number(n),
+                "+" if view.due_capped else "",
+                "" if n == 1 else "s",
+                "is" if n == 1 else "are",
+                " there" if kind == "queue" else "",
+            )
+        )
     buckets = ops.throughput(now, timedelta(hours=1), timedelta(minutes=2))
     chart = fmt(
         '<section class="panel"><h2>Throughput, last hour</h2>{}</section>',

@@ -432,6 +432,49 @@ def test_overview_shows_how_late_the_oldest_due_job_is(make_app: Callable[..., A
     assert row and "7 min" in row[0] and ">1</a>" in row[0]
 
 
+def test_overview_warns_of_due_jobs_no_live_runner_serves(
+    sched: App, jobs: dict[str, Any], browser: Client
+) -> None:
+    from datetime import timedelta
+
+    from mongosched._core.records import WorkerInfo
+
+    @sched.task(name="rush", queue="urgent")
+    def rush() -> None: ...
+
+    rush.schedule()
+    rush.schedule()
+    now = sched.now()
+
+    def register(name: str, queues: tuple[str, ...] | None, tasks: tuple[str, ...]) -> None:
+        info = WorkerInfo(name, name, "host", 1, queues, tasks, 1, 0, now, now, "test")
+        sched.store.save_worker(info, now + timedelta(minutes=5))
+
+    def warnings() -> list[str]:
+        body = browser.get("/").body
+        found = re.findall(r'<div class="warning">(.*?)</div>', body)
+        return [html.unescape(re.sub("<[^>]+>", "", w)) for w in found]
+
+    # No runner at all: the queue is named (a link to its due jobs), with how many.
+    assert '<a href="/jobs?queue=urgent&amp;status=pending">urgent</a>' in browser.get("/").body
+    assert "No live runner serves queue urgent: 2 jobs are due there." in warnings()
+    # A paused queue is meant not to be served: no warning.
+    sched.pause(queue="urgent")
+    assert not any("queue urgent" in w for w in warnings())
+    sched.resume(queue="urgent")
+    # A runner on the other queues only: still unserved.
+    register("w1", ("default", "slow"), ("rush", "boom"))
+    assert "No live runner serves queue urgent: 2 jobs are due there." in warnings()
+    # A runner on that queue, but without the task: the task is named.
+    register("w2", ("urgent",), ("boom",))
+    found = warnings()
+    assert not any("queue urgent" in w for w in found)
+    assert "No live runner serves task rush: 2 jobs are due." in found
+    # Served (every queue, this task): no warning.
+    register("w3", None, ("rush",))
+    assert not any("No live runner" in w for w in warnings())
+
+
 def test_jobs_filter_by_task_queue_and_status(
     sched: App, jobs: dict[str, Any], browser: Client
 ) -> None:
