@@ -19,7 +19,7 @@ from mongosched.dashboard.render import (
     table,
     when,
 )
-from mongosched.dashboard.views import boxed, link, pause_link
+from mongosched.dashboard.views import boxed, link, pause_link, worker_anchor
 from mongosched.errors import MongoschedError
 
 __all__ = ["rule_text", "schedule_edit", "schedules_page", "workers_page"]
@@ -79,7 +79,7 @@ def workers_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     now = ops.app.now()
     rows = [
         [
-            fmt('<span class="mono">{}</span>', w.name),
+            fmt('<span class="mono" id="{}">{}</span>', worker_anchor(w.name), w.name),
             w.host,
             str(w.pid),
             ", ".join(w.queues) if w.queues else "all",

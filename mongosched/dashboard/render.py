@@ -121,10 +121,12 @@ def page(
     *,
     section: str = "/",
     notice: Markup | None = None,
-    refresh: bool = False,
+    refresh: str = "",
 ) -> str:
     """A whole page: header with navigation, the notice (an action's result), the body.
-    ``refresh``: the optional script offers to reload it every few seconds."""
+    ``refresh``: the optional script offers to reload it every few seconds (``"1"``:
+    when the reader turned it on; ``"running"``: a running job's page, on unless the
+    reader turned it off)."""
     links = join(
         fmt(
             '<a href="{}"{}>{}</a>',
@@ -160,7 +162,7 @@ def page(
         site=ctx.title,
         css=ctx.url("/static/dashboard.css"),
         icon=ctx.url("/static/favicon.svg"),
-        refresh=Markup(' data-refresh="1"') if refresh else Markup(""),
+        refresh=fmt(' data-refresh="{}"', refresh) if refresh else Markup(""),
         js=ctx.url("/static/dashboard.js"),
         home=ctx.url("/"),
         links=links,

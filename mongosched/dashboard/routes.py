@@ -11,6 +11,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from mongosched._core.records import JobStatus
 from mongosched.dashboard.actions import JOB_ACTIONS, bulk_action, job_action, pause_action
 from mongosched.dashboard.csrf import Session, refusal
 from mongosched.dashboard.data import Operations
@@ -106,7 +107,7 @@ class Dashboard:
                 200,
                 section=section,
                 notice=notice(ctx),
-                refresh=section in ("/", "/workers"),
+                refresh="1" if section in ("/", "/workers") else "",
             )
         match = JOB_PATH.match(path)
         if match:
@@ -118,7 +119,15 @@ class Dashboard:
                 if post:
                     return self._not_allowed()
                 title, body = job_page(self.ops, ctx, job)
-                return self._page(ctx, title, body, 200, section="/jobs", notice=notice(ctx))
+                return self._page(
+                    ctx,
+                    title,
+                    body,
+                    200,
+                    section="/jobs",
+                    notice=notice(ctx),
+                    refresh="running" if job.status is JobStatus.RUNNING else "",
+                )
             if action not in JOB_ACTIONS:
                 return self._not_found(ctx)
             return self._answer(ctx, job_action(self.ops, ctx, job, action), "/jobs")
@@ -148,7 +157,7 @@ class Dashboard:
         *,
         section: str = "",
         notice: Markup | None = None,
-        refresh: bool = False,
+        refresh: str = "",
     ) -> Response:
         html = page(ctx, title, body, section=section, notice=notice, refresh=refresh)
         return Response(html, status)

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
+from urllib.parse import quote
 
 from mongosched._core.records import RETRYABLE_STATUSES, SORTABLE, JobStatus
 from mongosched.dashboard.chart import throughput_chart
@@ -41,6 +42,7 @@ __all__ = [
     "notice",
     "overview_page",
     "pause_link",
+    "worker_anchor",
 ]
 
 PER_PAGE = 50
@@ -89,6 +91,11 @@ def jobs_link(ctx: Context, text: Any, **where: str) -> Markup:
     if str(text) in ("0", ""):
         return fmt('<span class="zero">{}</span>', text)
     return link(ctx, "/jobs", text, list(where.items()))
+
+
+def worker_anchor(name: str) -> str:
+    """The id of a runner's row on the workers page (a job's lease holder links to it)."""
+    return "worker-" + quote(name, safe="")
 
 
 def boxed(content: Markup) -> Markup:
@@ -484,15 +491,16 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
         ("Queue", link(ctx, "/jobs", job.queue, [("queue", job.queue)])),
         (
             "Status",
-            badge(job.status)
+            badge("scheduled" if job.repeat and job.status is JobStatus.PENDING else job.status)
             + (Markup(" ") + badge("cancel requested") if job.cancel_requested else Markup("")),
         ),
         ("Priority", job.priority),
         ("Attempts", f"{job.attempts} of {job.max_attempts}"),
-        ("Due", when(job.run_at, now)),
+        ("Next run" if job.repeat else "Due", when(job.run_at, now)),
         ("Created", stamp(job.created_at)),
         ("Started", stamp(job.started_at)),
         ("Finished", stamp(job.finished_at)),
+        ("Run time", duration(_run_time(job, now))),
         ("Updated", stamp(job.updated_at)),
     ]
     if job.expire_at:
@@ -502,6 +510,8 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
     if job.repeat:
         facts.append(("Repeats", _rule(job.repeat)))
         facts.append(("Slot", stamp(job.scheduled_for)))
+    if job.repeat and not job.last_run:
+        facts.append(("Last run", "not yet"))
     if job.last_run:
         facts.append(
             (
@@ -510,7 +520,17 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
             )
         )
     if lease is not None:
-        facts.append(("Lease owner", fmt('<span class="mono">{}</span>', lease.owner)))
+        facts.append(
+            (
+                "Lease owner",
+                fmt(
+                    '<a class="mono" href="{}#{}">{}</a>',
+                    ctx.url("/workers"),
+                    worker_anchor(lease.owner),
+                    lease.owner,
+                ),
+            )
+        )
         facts.append(("Lease until", when(lease.until, now)))
         facts.append(("Last heartbeat", ago(lease.heartbeat_at, now)))
     for name, value in _extra_facts(job):

@@ -604,6 +604,34 @@ def test_a_running_job_shows_its_lease_owner_and_progress(sched: App, browser: C
     assert "Cancel…" in body and "Retry…" not in body
 
 
+def test_the_job_page_shows_run_time_links_the_lease_holder_and_refreshes_while_running(
+    sched: App, jobs: dict[str, Any], browser: Client
+) -> None:
+    @sched.task(name="slow")
+    def slow() -> None: ...
+
+    job = slow.schedule()
+    claimed = sched.store.claim(
+        owner="host-1:4242:runner", tasks=["slow"], queues=None, now=sched.now(), lease_duration=30
+    )
+    assert claimed is not None
+    body = browser.get(f"/jobs/{job.id}").body
+    owner = '<a class="mono" href="/workers#worker-host-1%3A4242%3Arunner">host-1:4242:runner</a>'
+    assert owner in body
+    assert "<dt>Run time</dt>" in body and 'data-refresh="running"' in body
+    done = browser.get(f"/jobs/{jobs['done'].id}").body
+    assert re.search(r"<dt>Run time</dt><dd>\d+ ms</dd>", done) and "data-refresh" not in done
+
+
+def test_a_schedule_reads_as_a_schedule(sched: App, jobs: dict[str, Any], browser: Client) -> None:
+    tick = next(s for s in sched.schedules() if s["task"] == "tick")
+    body = browser.get(f"/jobs/{tick['id']}").body
+    assert "<dt>Next run</dt>" in body and "<dt>Due</dt>" not in body
+    assert '<dt>Status</dt><dd><span class="badge s-scheduled">scheduled</span>' in body
+    assert "<dt>Repeats</dt><dd>every 1 h</dd>" in body
+    assert "<dt>Last run</dt><dd>not yet</dd>" in body  # its first slot is an hour away
+
+
 def test_workers_lists_the_live_runners(sched: App, browser: Client) -> None:
     assert "No runner is registered." in browser.get("/workers").body
     runner = sched.runner(workers=3, queues=["q1", "q2"], name="runner-<x>").start()

@@ -173,6 +173,24 @@ def test_the_jobs_list_shows_arguments_run_time_and_errors(
     assert {"add", "boom", XSS} <= set(offered)
 
 
+def test_a_running_jobs_page_refreshes_itself(signed_in: Any, base: str, shared: App) -> None:
+    @shared.task(name="long-haul")
+    def long_haul() -> None: ...
+
+    job = long_haul.schedule()
+    claimed = shared.store.claim(
+        owner="runner-b", tasks=["long-haul"], queues=None, now=shared.now(), lease_duration=60
+    )
+    assert claimed is not None
+    page = signed_in
+    page.goto(base + f"jobs/{job.id}")
+    assert page.locator("label.refresh input").is_checked()
+    page.goto(base + "jobs")  # other pages refresh only when the reader asks
+    assert page.locator("label.refresh").count() == 0
+    page.goto(base)
+    assert not page.locator("label.refresh input").is_checked()
+
+
 def test_pause_and_resume_a_queue(signed_in: Any, base: str, shared: App) -> None:
     page = signed_in
     page.goto(base)

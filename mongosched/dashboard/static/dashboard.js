@@ -1,5 +1,6 @@
 // mongosched dashboard: optional. Pages work without it; with it, the overview and the
-// workers page can refresh themselves every 10 s (remembered in this browser).
+// workers page can refresh themselves every 10 s (remembered in this browser); a running
+// job's page does unless turned off.
 (function () {
   "use strict";
   var page = document.body.getAttribute("data-refresh");
@@ -10,7 +11,9 @@
   label.className = "refresh";
   var box = document.createElement("input");
   box.type = "checkbox";
-  box.checked = localStorage.getItem(key) === "1";
+  // A running job's page refreshes unless the reader turned refreshing off.
+  var stored = localStorage.getItem(key);
+  box.checked = stored === "1" || (stored === null && page === "running");
   label.appendChild(box);
   label.appendChild(document.createTextNode("Auto-refresh"));
   slot.insertBefore(label, slot.firstChild);
