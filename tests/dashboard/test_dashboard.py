@@ -26,6 +26,7 @@ from tests.support.dashboard import (
     Client,
     basic,
     bearer,
+    hold,
     populate,
 )
 from tests.support.waiting import wait_for
@@ -611,10 +612,7 @@ def test_the_job_page_shows_run_time_links_the_lease_holder_and_refreshes_while_
     def slow() -> None: ...
 
     job = slow.schedule()
-    claimed = sched.store.claim(
-        owner="host-1:4242:runner", tasks=["slow"], queues=None, now=sched.now(), lease_duration=30
-    )
-    assert claimed is not None
+    hold(sched, "slow", "host-1:4242:runner")
     body = browser.get(f"/jobs/{job.id}").body
     owner = '<a class="mono" href="/workers#worker-host-1%3A4242%3Arunner">host-1:4242:runner</a>'
     assert owner in body

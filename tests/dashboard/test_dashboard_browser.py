@@ -22,7 +22,7 @@ from mongosched import App, JobStatus
 from mongosched.dashboard import StandaloneDashboard
 from mongosched.store.memory import MemoryStore
 from tests.support.browser import launch, require_browser, serve
-from tests.support.dashboard import NEXT_TARGETS, TOKEN, XSS, populate
+from tests.support.dashboard import NEXT_TARGETS, TOKEN, XSS, hold, populate
 
 pytestmark = pytest.mark.browser
 pytest_plugins = ["tests.djangoproject.fixtures"]  # project: the Django test project
@@ -178,10 +178,7 @@ def test_a_running_jobs_page_refreshes_itself(signed_in: Any, base: str, shared:
     def long_haul() -> None: ...
 
     job = long_haul.schedule()
-    claimed = shared.store.claim(
-        owner="runner-b", tasks=["long-haul"], queues=None, now=shared.now(), lease_duration=60
-    )
-    assert claimed is not None
+    hold(shared, "long-haul", "runner-b")
     page = signed_in
     page.goto(base + f"jobs/{job.id}")
     assert page.locator("label.refresh input").is_checked()
