@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mongosched import App, Retry  # noqa: E402
+from mongosched import App, RetryPolicy  # noqa: E402
 from mongosched.dashboard import StandaloneDashboard  # noqa: E402
 from mongosched.testing import FakeClock, drain  # noqa: E402
 
@@ -39,7 +39,7 @@ def fill(app: App, clock: FakeClock, total: int) -> None:
                 raise ValueError(f"job {n} failed")
             return n
 
-        tasks.append(app.task(name=f"bench.task{i}", queue=f"q{i % 4}", retry=Retry(0))(work))
+        tasks.append(app.task(name=f"bench.task{i}", queue=f"q{i % 4}", retry=RetryPolicy(0))(work))
     finished = total * 43 // 100
     for start in range(0, finished, 5000):
         count = min(5000, finished - start)

@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mongosched import App, Retry, __version__  # noqa: E402
+from mongosched import App, RetryPolicy, __version__  # noqa: E402
 from mongosched._core.records import WorkerInfo  # noqa: E402
 from mongosched.dashboard import StandaloneDashboard  # noqa: E402
 from mongosched.testing import FakeClock, drain  # noqa: E402
@@ -41,7 +41,7 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
     app = App("memory://screenshots", clock=clock)
     rng = random.Random(7)
 
-    @app.task(name="emails.send", queue="emails", retry=Retry(retries=2, delay=30))
+    @app.task(name="emails.send", queue="emails", retry=RetryPolicy(retries=2, delay=30))
     def send(user_id: int, template: str = "welcome") -> str:
         if rng.random() < 0.04:
             raise TimeoutError("smtp.example.net:587 timed out after 10 s")

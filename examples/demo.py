@@ -12,7 +12,7 @@ import os
 import threading
 import time
 
-from mongosched import App, Every, Retry, current_job
+from mongosched import App, Every, RetryPolicy, current_job
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(threadName)-26s %(message)s")
 log = logging.getLogger("demo")
@@ -23,7 +23,7 @@ app = App(os.environ.get("MONGOSCHED_URI", "memory://demo"), poll_interval=0.2, 
 @app.task(
     name="emails.send",
     queue="emails",
-    retry=Retry(retries=3, backoff="exponential", delay=0.3),
+    retry=RetryPolicy(retries=3, backoff="exponential", delay=0.3),
 )
 def send_email(user_id: int, template: str = "welcome") -> str:
     ctx = current_job()

@@ -10,6 +10,9 @@ The other subpackages (``_core``, ``runner``, ``operations``, ``store``) are int
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from mongosched._core import deprecation
 from mongosched._core.records import (
     ErrorInfo,
     JobStatus,
@@ -50,13 +53,22 @@ from mongosched.errors import (
 from mongosched.events import EVENTS, Event
 from mongosched.job import Job, JobContext, current_job
 from mongosched.limits import RateLimit
-from mongosched.retry import Retry
+from mongosched.retry import RetryPolicy
 from mongosched.runner.runner import Runner
 from mongosched.schedule import Cron, Every, Misfire
 from mongosched.task import JobSpec, Task
 from mongosched.transaction import Transaction
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    Retry = RetryPolicy
+    """Deprecated: the old name of :class:`RetryPolicy`."""
+else:
+    __getattr__ = deprecation.module_getattr(
+        __name__,
+        {"Retry": ("RetryPolicy", RetryPolicy)},
+    )
 
 __all__ = [
     "EVENTS",
@@ -90,7 +102,7 @@ __all__ = [
     "Progress",
     "RateLimit",
     "ResultTooLarge",
-    "Retry",
+    "RetryPolicy",
     "Runner",
     "ScheduleEdit",
     "SerializationError",

@@ -23,7 +23,7 @@ from mongosched.limits import RateSpec
 from mongosched.operations.admin import Admin, declaration, schedule_row
 from mongosched.operations.bulk import BulkControl
 from mongosched.operations.jobs import Cancellation, JobControl
-from mongosched.retry import Retry
+from mongosched.retry import RetryPolicy
 from mongosched.runner import dependencies
 from mongosched.runner.runner import Runner
 from mongosched.runner.wakeup import wake_mode
@@ -260,7 +260,7 @@ class App(JobControl, BulkControl, Admin):
         name: str | None = None,
         queue: str = "default",
         priority: float = 5,
-        retry: Retry | int | None = None,
+        retry: RetryPolicy | int | None = None,
         timeout: float | timedelta | None = None,
         concurrency: int | None = None,
         repeat: Rule | None = None,
@@ -285,7 +285,7 @@ class App(JobControl, BulkControl, Admin):
         :param queue: default queue of its jobs.
         :param priority: default priority, 1 (first) to 10 (last) (a fraction sorts
             between two).
-        :param retry: a :class:`Retry`, an int (that many retries after the first
+        :param retry: a :class:`RetryPolicy`, an int (that many retries after the first
             attempt, no delay; ``0``: never retry) or None for the default (2 retries,
             so 3 attempts in all, exponential backoff with jitter).
         :param timeout: seconds a run may take; then it is cancelled and fails with

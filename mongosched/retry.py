@@ -1,8 +1,8 @@
 """Retry policy: how many attempts a job gets and how long it waits between them.
 
 Pure: no I/O and no clock. The runner asks the policy two questions when an attempt
-fails: *should it run again?* (:meth:`Retry.should_retry`) and *after how long?*
-(:meth:`Retry.delay_for`).
+fails: *should it run again?* (:meth:`RetryPolicy.should_retry`) and *after how long?*
+(:meth:`RetryPolicy.delay_for`).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
-from mongosched._core import validate
+from mongosched._core import deprecation, validate
 from mongosched.errors import ConfigurationError, Fail
 
-__all__ = ["BACKOFFS", "DEFAULT_RETRIES", "DEFAULT_RETRY", "Retry"]
+__all__ = ["BACKOFFS", "DEFAULT_RETRIES", "DEFAULT_RETRY", "RetryPolicy"]
 
 Backoff = Literal["fixed", "linear", "exponential"]
 BACKOFFS: tuple[str, ...] = ("fixed", "linear", "exponential")
@@ -26,7 +26,7 @@ DEFAULT_RETRIES = 2
 
 
 @dataclass(frozen=True)
-class Retry:
+class RetryPolicy:
     """How a task retries.
 
     :param retries: how many times a failed job runs again after its first attempt
@@ -77,12 +77,12 @@ class Retry:
         return self.retries + 1
 
     @classmethod
-    def coerce(cls, value: Retry | int | None, *, task: str = "?") -> Retry:
-        """The policy for a ``retry=`` option: a :class:`Retry`, an int (that many
+    def coerce(cls, value: RetryPolicy | int | None, *, task: str = "?") -> RetryPolicy:
+        """The policy for a ``retry=`` option: a :class:`RetryPolicy`, an int (that many
         retries after the first attempt, no delay) or ``None`` (the default policy)."""
         if value is None:
             return DEFAULT_RETRY
-        if isinstance(value, Retry):
+        if isinstance(value, RetryPolicy):
             return value
         if isinstance(value, int) and not isinstance(value, bool):
             try:
@@ -90,7 +90,8 @@ class Retry:
             except ConfigurationError as exc:
                 raise ConfigurationError(f"task {task!r}: {exc}") from None
         raise ConfigurationError(
-            f"task {task!r}: retry must be a Retry, an int or None, not {type(value).__name__}"
+            f"task {task!r}: retry must be a RetryPolicy, an int or None, "
+            f"not {type(value).__name__}"
         )
 
     def should_retry(self, exc: BaseException, attempt: int) -> bool:
@@ -117,8 +118,13 @@ class Retry:
         return timedelta(seconds=seconds)
 
 
-DEFAULT_RETRY = Retry(
+DEFAULT_RETRY = RetryPolicy(
     retries=DEFAULT_RETRIES, backoff="exponential", delay=1.0, max_delay=300.0, jitter=True
 )
 """Two retries (three attempts in all), exponential backoff from 1 s capped at 5 minutes,
 full jitter."""
+
+if TYPE_CHECKING:
+    Retry = RetryPolicy
+else:
+    __getattr__ = deprecation.module_getattr(__name__, {"Retry": ("RetryPolicy", RetryPolicy)})

@@ -18,7 +18,7 @@ from mongosched.job import Job
 from mongosched.limits import KeySpec, RateSpec, key_spec
 from mongosched.limits import rate_limit as rate_limit_of
 from mongosched.observe import tracing
-from mongosched.retry import Retry
+from mongosched.retry import RetryPolicy
 from mongosched.schedule import Cron, Every, Misfire, Rule
 from mongosched.store import schedule_id
 
@@ -103,7 +103,7 @@ class TaskOptions(TypedDict, total=False):
     name: str | None
     queue: str
     priority: float
-    retry: Retry | int | None
+    retry: RetryPolicy | int | None
     timeout: float | timedelta | None
     concurrency: int | None
     repeat: Rule | None
@@ -200,7 +200,7 @@ class Task(Generic[P, R]):
         name: str | None = None,
         queue: str = "default",
         priority: float = 5,
-        retry: Retry | int | None = None,
+        retry: RetryPolicy | int | None = None,
         timeout: float | timedelta | None = None,
         concurrency: int | None = None,
         repeat: Rule | None = None,
@@ -223,7 +223,7 @@ class Task(Generic[P, R]):
         """The function's parameters, which a job's arguments are bound to."""
         self.queue = validate.queue(queue, task=task)
         self.priority = validate.priority(priority, task=task)
-        self.retry = Retry.coerce(retry, task=task)
+        self.retry = RetryPolicy.coerce(retry, task=task)
         if not isinstance(transactional, bool):
             raise ConfigurationError(
                 f"task {task!r}: transactional must be True or False, not {transactional!r}"

@@ -26,7 +26,7 @@ from mongosched._core.records import (
     evolved,
 )
 from mongosched.errors import DependencyFailed, JobExpired, JobTimeout, LeaseLost, MalformedJob
-from mongosched.retry import Retry
+from mongosched.retry import RetryPolicy
 from mongosched.schedule import Misfire, plan_misfire, rule_from_document
 
 __all__ = [
@@ -263,7 +263,7 @@ def decide(
     *,
     now: datetime,
     retention: Retention,
-    retry: Retry | None = None,
+    retry: RetryPolicy | None = None,
     result: object = None,
     error: BaseException | None = None,
     slot: datetime | None = None,
@@ -292,7 +292,7 @@ def _decide(
     ending: Ending,
     now: datetime,
     retention: Retention,
-    retry: Retry | None,
+    retry: RetryPolicy | None,
     result: object,
     error: BaseException | None,
     slot: datetime | None,

@@ -26,7 +26,7 @@ from mongosched.errors import (
 )
 from mongosched.job import Job
 from mongosched.observe import logs, tracing
-from mongosched.retry import Retry
+from mongosched.retry import RetryPolicy
 from mongosched.runner import dependencies
 from mongosched.runner.claim import Claim
 from mongosched.runner.host import RunnerHost
@@ -40,7 +40,7 @@ __all__ = ["RunnerSteps"]
 
 log = logging.getLogger("mongosched.runner")
 
-NEVER_RETRY = Retry(retries=0)
+NEVER_RETRY = RetryPolicy(retries=0)
 GATHER = 0.002
 """Seconds a batch waits for more of its kind (see :attr:`RunnerSteps.gather`)."""
 
@@ -515,8 +515,7 @@ class RunnerSteps:
             self._give_back(claim)
         except Exception as exc:
             log.warning(
-                "job %s (%s): could not give it back (%s); it runs again once its lease "
-                "expires",
+                "job %s (%s): could not give it back (%s); it runs again once its lease expires",
                 claim.job_id,
                 claim.task.name,
                 exc,
@@ -657,7 +656,7 @@ class RunnerSteps:
         ending: Ending,
         result: Any,
         error: BaseException | None,
-        retry: Retry,
+        retry: RetryPolicy,
     ) -> Decision:
         now, retention = self.app.now(), self.app.retention
         try:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mongosched import App, Cancellation, Event, JobStatus, Retry, current_job
+from mongosched import App, Cancellation, Event, JobStatus, RetryPolicy, current_job
 from mongosched.errors import ConfigurationError, JobNotFound, JobStateError, JobTimeout
 from mongosched.testing import FakeClock, drain
 from tests.support.tasks import Recorder
@@ -210,7 +210,7 @@ def test_cancel_running_job_is_seen_within_a_heartbeat_and_ends_cancelled(app: A
 def test_timeout_interrupts_a_pure_python_loop_and_follows_retry_policy(app: App) -> None:
     caught: list[str] = []
 
-    @app.task(name="spin", timeout=0.2, retry=Retry(retries=1, delay=0))
+    @app.task(name="spin", timeout=0.2, retry=RetryPolicy(retries=1, delay=0))
     def spin() -> None:
         try:
             while True:

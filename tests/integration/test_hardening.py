@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from bson import ObjectId
 
-from mongosched import App, Cancellation, Event, JobStatus, Retry, current_job
+from mongosched import App, Cancellation, Event, JobStatus, RetryPolicy, current_job
 from mongosched._core.records import PendingChanges
 from mongosched.errors import ConfigurationError, InvalidJobId, SerializationError
 from mongosched.store import schedule_id
@@ -223,7 +223,7 @@ def test_a_pending_scope_key_is_held_again_after_a_retry(make_app: Callable[...,
     app = make_app()
     attempts: list[int] = []
 
-    @app.task(name="d", retry=Retry(retries=2, delay=60))
+    @app.task(name="d", retry=RetryPolicy(retries=2, delay=60))
     def flaky(n: int) -> None:
         attempts.append(n)
         raise RuntimeError("again later")

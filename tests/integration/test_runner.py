@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from mongosched import App, Event, Fail, JobStatus, Retry, current_job
+from mongosched import App, Event, Fail, JobStatus, RetryPolicy, current_job
 from mongosched._core import outcome
 from mongosched.errors import StoreUnavailable
 from mongosched.retry import DEFAULT_RETRY
@@ -93,7 +93,7 @@ def test_retries_follow_the_policy_on_the_injected_clock(
 
     @app.task(
         name="flaky",
-        retry=Retry(retries=3, backoff="exponential", delay=10, retry_on=(IOError,)),
+        retry=RetryPolicy(retries=3, backoff="exponential", delay=10, retry_on=(IOError,)),
     )
     def flaky() -> str:
         ctx = current_job()
@@ -143,7 +143,7 @@ def test_retry_zero_never_retries_and_a_policy_without_a_count_keeps_the_default
     app: App,
 ) -> None:
     once = app.task(name="once", retry=0)(lambda: 1 / 0)
-    default = app.task(name="default", retry=Retry(delay=0))(lambda: 1 / 0)
+    default = app.task(name="default", retry=RetryPolicy(delay=0))(lambda: 1 / 0)
     a, b = once.schedule(), default.schedule()
     drain(app)
     assert (a.refresh().status, a.attempts) == (JobStatus.FAILED, 1)
@@ -174,7 +174,7 @@ def test_fail_and_unlisted_exceptions_do_not_retry(app: App) -> None:
     def give_up() -> None:
         raise Fail("customer deleted")
 
-    @app.task(name="typo", retry=Retry(retries=4, retry_on=(IOError,)))
+    @app.task(name="typo", retry=RetryPolicy(retries=4, retry_on=(IOError,)))
     def typo() -> None:
         raise KeyError("x")
 

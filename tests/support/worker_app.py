@@ -31,7 +31,7 @@ from typing import Any
 import pymongo
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
-from mongosched import App, Retry, current_job
+from mongosched import App, RetryPolicy, current_job
 
 RUNS = "runs"
 
@@ -89,7 +89,7 @@ def _flush() -> None:
 def build(uri: str, lease: float, poll: float) -> App:
     app = App(uri, lease_duration=lease, poll_interval=poll, keep_completed=None)
 
-    @app.task(name="record", retry=Retry(retries=9, backoff="fixed", delay=0.05))
+    @app.task(name="record", retry=RetryPolicy(retries=9, backoff="fixed", delay=0.05))
     def record(seconds: float = 0.0) -> str:
         start = time.time()
         ctx = current_job()

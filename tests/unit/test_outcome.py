@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from mongosched._core import outcome
 from mongosched._core.outcome import Ending, Retention
 from mongosched._core.records import JobRecord, JobStatus, Settlement
-from mongosched.retry import Retry
+from mongosched.retry import RetryPolicy
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 KEEP = Retention(completed=timedelta(days=1), failed=timedelta(days=2))
@@ -41,8 +41,8 @@ def test_a_success_completes_or_if_cancelled_meanwhile_ends_cancelled_with_its_r
 def test_a_failure_and_a_retry_carry_their_on_cancel_too() -> None:
     error = ValueError("no")
     for retry, status in (
-        (Retry(retries=0), JobStatus.FAILED),
-        (Retry(retries=2), JobStatus.PENDING),
+        (RetryPolicy(retries=0), JobStatus.FAILED),
+        (RetryPolicy(retries=2), JobStatus.PENDING),
     ):
         decision = outcome.decide(
             _job(), Ending.ERROR, now=NOW, retention=KEEP, retry=retry, error=error

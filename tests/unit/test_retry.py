@@ -7,19 +7,19 @@ from datetime import timedelta
 
 import pytest
 
-from mongosched import Fail, Retry
+from mongosched import Fail, RetryPolicy
 from mongosched.errors import ConfigurationError
 from mongosched.retry import DEFAULT_RETRIES, DEFAULT_RETRY
 
 
-def seconds(policy: Retry, attempts: range) -> list[float]:
+def seconds(policy: RetryPolicy, attempts: range) -> list[float]:
     return [policy.delay_for(n).total_seconds() for n in attempts]
 
 
 def test_fixed_linear_exponential_backoff() -> None:
-    assert seconds(Retry(retries=4, backoff="fixed", delay=2), range(1, 5)) == [2, 2, 2, 2]
-    assert seconds(Retry(retries=4, backoff="linear", delay=2), range(1, 5)) == [2, 4, 6, 8]
-    assert seconds(Retry(retries=4, backoff="exponential", delay=2), range(1, 5)) == [
+    assert seconds(RetryPolicy(retries=4, backoff="fixed", delay=2), range(1, 5)) == [2, 2, 2, 2]
+    assert seconds(RetryPolicy(retries=4, backoff="linear", delay=2), range(1, 5)) == [2, 4, 6, 8]
+    assert seconds(RetryPolicy(retries=4, backoff="exponential", delay=2), range(1, 5)) == [
         2,
         4,
         8,
@@ -28,13 +28,15 @@ def test_fixed_linear_exponential_backoff() -> None:
 
 
 def test_cap_applies_and_huge_attempts_do_not_overflow() -> None:
-    policy = Retry(retries=1999, backoff="exponential", delay=1, max_delay=timedelta(minutes=5))
+    policy = RetryPolicy(
+        retries=1999, backoff="exponential", delay=1, max_delay=timedelta(minutes=5)
+    )
     assert seconds(policy, range(8, 11)) == [128, 256, 300]
     assert policy.delay_for(1500).total_seconds() == 300
 
 
 def test_full_jitter_stays_within_zero_and_the_computed_delay() -> None:
-    policy = Retry(retries=9, backoff="exponential", delay=1, max_delay=60, jitter=True)
+    policy = RetryPolicy(retries=9, backoff="exponential", delay=1, max_delay=60, jitter=True)
     rng = random.Random(7)
     values = [policy.delay_for(6, rng).total_seconds() for _ in range(500)]
     assert all(0 <= v <= 32 for v in values)
@@ -42,28 +44,28 @@ def test_full_jitter_stays_within_zero_and_the_computed_delay() -> None:
 
 
 def test_retry_on_filters_exceptions_and_fail_never_retries() -> None:
-    policy = Retry(retries=2, retry_on=(IOError,))
+    policy = RetryPolicy(retries=2, retry_on=(IOError,))
     assert policy.should_retry(OSError("x"), 1)
     assert policy.should_retry(OSError("x"), 2)
     assert not policy.should_retry(ValueError("x"), 1)
     assert not policy.should_retry(OSError("x"), 3)  # the first attempt and 2 retries spent
-    assert not Retry(retries=2).should_retry(Fail("stop"), 1)
+    assert not RetryPolicy(retries=2).should_retry(Fail("stop"), 1)
 
 
 def test_an_int_counts_retries_after_the_first_attempt_without_delay() -> None:
-    policy = Retry.coerce(3, task="t")
+    policy = RetryPolicy.coerce(3, task="t")
     assert (policy.retries, policy.max_attempts) == (3, 4)
     assert policy.delay_for(1) == timedelta(0)
-    assert Retry.coerce(0, task="t").max_attempts == 1  # no retry
-    assert Retry.coerce(None) is DEFAULT_RETRY
+    assert RetryPolicy.coerce(0, task="t").max_attempts == 1  # no retry
+    assert RetryPolicy.coerce(None) is DEFAULT_RETRY
     assert (DEFAULT_RETRY.retries, DEFAULT_RETRY.max_attempts) == (DEFAULT_RETRIES, 3)
     assert DEFAULT_RETRY.jitter
 
 
 def test_a_policy_that_names_no_count_keeps_the_default_count() -> None:
-    assert Retry(delay=5).retries == DEFAULT_RETRY.retries
-    assert Retry(backoff="fixed").should_retry(OSError("x"), DEFAULT_RETRIES)
-    assert not Retry(backoff="fixed").should_retry(OSError("x"), DEFAULT_RETRIES + 1)
+    assert RetryPolicy(delay=5).retries == DEFAULT_RETRY.retries
+    assert RetryPolicy(backoff="fixed").should_retry(OSError("x"), DEFAULT_RETRIES)
+    assert not RetryPolicy(backoff="fixed").should_retry(OSError("x"), DEFAULT_RETRIES + 1)
 
 
 @pytest.mark.parametrize(
@@ -81,11 +83,24 @@ def test_a_policy_that_names_no_count_keeps_the_default_count() -> None:
 )
 def test_bad_policy_is_refused_naming_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ConfigurationError, match=field):
-        Retry(**kwargs)
+        RetryPolicy(**kwargs)
 
 
 def test_coerce_names_the_task() -> None:
     with pytest.raises(ConfigurationError, match="task 'emails.send'.*retry"):
-        Retry.coerce("3", task="emails.send")  # type: ignore[arg-type]
+        RetryPolicy.coerce("3", task="emails.send")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="task 'emails.send'.*retries"):
-        Retry.coerce(-1, task="emails.send")
+        RetryPolicy.coerce(-1, task="emails.send")
+
+
+def test_the_old_name_retry_is_the_policy_and_warns() -> None:
+    import mongosched
+    import mongosched.retry
+
+    for module in (mongosched, mongosched.retry):
+        with pytest.warns(DeprecationWarning, match="use mongosched.*RetryPolicy"):
+            old = module.Retry
+        assert old is RetryPolicy
+    with pytest.warns(DeprecationWarning):
+        from mongosched import Retry
+    assert Retry(retries=1) == RetryPolicy(retries=1)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from mongosched.errors import ConfigurationError, Fail
 from mongosched.events import Event
 from mongosched.job import Job, current_job
-from mongosched.retry import Retry
+from mongosched.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from mongosched.app import App
@@ -31,7 +31,7 @@ __all__ = ["RETRY", "RUN_TASK", "Enqueue", "JobBackend", "enqueuing", "register"
 RUN_TASK = "mongosched.contrib.django.run_task"
 """Name of the mongosched task every Django task's job runs under."""
 
-RETRY = Retry(retries=2, retry_on=())
+RETRY = RetryPolicy(retries=2, retry_on=())
 """Django's semantics: an exception fails the task at once (``retry_on=()``); but a
 run cut short by a dead worker (expired lease) runs again, up to three attempts."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from mongosched import App, Cron, Every, Job, JobSpec, Retry, Transaction, current_job
+from mongosched import App, Cron, Every, Job, JobSpec, RetryPolicy, Transaction, current_job
 from mongosched.contrib.flask import MongoSched
 from mongosched.task import ScheduleOptions
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def check_task_schedule(app: App) -> None:
-    @app.task(name="emails.send", retry=Retry(retries=4))
+    @app.task(name="emails.send", retry=RetryPolicy(retries=4))
     def send(user_id: int, lang: str = "en") -> str:
         return f"{user_id}: {lang}"
 
@@ -81,6 +81,17 @@ def check_payload_names_and_untyped_uses(app: App, seen: Job) -> None:
     assert_type(app.schedule_bulk(specs), list[Job[Any]])
     assert_type(seen.result, Any | None)
     assert_type(app.get_job(seen.id), Job[Any] | None)
+
+
+def check_retry_policy(app: App) -> None:
+    from mongosched import Retry  # the deprecated alias is the same class to a type checker
+
+    policy = RetryPolicy(retries=3, backoff="linear", delay=timedelta(seconds=2))
+    assert_type(Retry(retries=1), RetryPolicy)
+    app.task(retry=policy)
+    app.task(retry=Retry(retries=1))
+    app.task(retry="3")  # type: ignore[call-overload]
+    RetryPolicy(backoff="cubic")  # type: ignore[arg-type]
 
 
 def check_task_options(app: App) -> None:
