@@ -74,7 +74,7 @@ class Retention:
     failed: timedelta | None = timedelta(days=30)
     """Failed, cancelled and expired jobs."""
 
-    def expire_at(self, status: JobStatus, now: datetime) -> datetime | None:
+    def delete_at(self, status: JobStatus, now: datetime) -> datetime | None:
         keep = self.completed if status is JobStatus.COMPLETED else self.failed
         return None if keep is None else now + keep
 
@@ -160,7 +160,7 @@ def finished(
         attempts=attempts,
         result=result,
         error=error,
-        expire_at=retention.expire_at(status, now),
+        delete_at=retention.delete_at(status, now),
         on_cancel=on_cancel,
     )
     # Every field named: assembled() skips the frozen __init__ (a run builds two).

@@ -209,7 +209,7 @@ class JobRecord:
     cancel_requested: bool = False
     started_at: datetime | None = None
     finished_at: datetime | None = None
-    expire_at: datetime | None = None
+    delete_at: datetime | None = None
     last_run: LastRun | None = None
     edit: ScheduleEdit | None = None
     """For a declared schedule an operator edited: the edit (see :class:`ScheduleEdit`)."""
@@ -241,7 +241,7 @@ class Settlement:
     decided (see :mod:`mongosched._core.outcome`), for the store to apply as it stands.
 
     A ``pending`` settlement releases the lease and makes the job due at ``run_at``;
-    a final one records ``finished_at`` (``now``) and ``expire_at``. The store takes
+    a final one records ``finished_at`` (``now``) and ``delete_at``. The store takes
     care of what follows from the status alone (the lease, dedupe keys in scope).
     """
 
@@ -254,7 +254,7 @@ class Settlement:
     result: Any = None
     error: ErrorInfo | None = None
     last_run: LastRun | None = None
-    expire_at: datetime | None = None
+    delete_at: datetime | None = None
     on_cancel: Settlement | None = None
     """What to write instead if a user asked to cancel the job while it ran (checked in
     the same atomic write): the job ends cancelled, a repeating one for good."""

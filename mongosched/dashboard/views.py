@@ -503,8 +503,8 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
         ("Run time", duration(_run_time(job, now))),
         ("Updated", stamp(job.updated_at)),
     ]
-    if job.expire_at:
-        facts.append(("Deleted after", stamp(job.expire_at)))
+    if job.delete_at:
+        facts.append(("Deleted after", stamp(job.delete_at)))
     if job.dedupe_key:
         facts.append(("Dedupe key", job.dedupe_key))
     if job.repeat:

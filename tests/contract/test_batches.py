@@ -182,7 +182,7 @@ def test_settle_many_lands_each_settlement_and_returns_the_jobs_as_stored(store:
     }
     done = results["done"]
     assert isinstance(done, JobRecord) and done.result == {"n": 1, "s": "x"}
-    assert done.finished_at == at and done.expire_at is not None and done.lease is None
+    assert done.finished_at == at and done.delete_at is not None and done.lease is None
     dated = results["dated"]
     assert isinstance(dated, JobRecord) and dated.result == {
         "when": LATER + sec(0.001),
@@ -193,7 +193,7 @@ def test_settle_many_lands_each_settlement_and_returns_the_jobs_as_stored(store:
     assert kept.progress.message == "half"
     tick = results["schedule:t"]
     assert isinstance(tick, JobRecord) and tick.last_run is not None
-    assert tick.run_at == T0 + sec(60) and tick.expire_at is None
+    assert tick.run_at == T0 + sec(60) and tick.delete_at is None
     # The retried job holds its pending-scope key again; the failed one let its key go.
     [(holder, created)] = store.insert([job(dedupe_key="k", dedupe_scope="pending")])
     assert holder.id == running["retried"].id and not created

@@ -35,7 +35,7 @@ def test_cancel_pending_ends_a_waiting_job_and_frees_its_key(store: Store) -> No
     ended = store.cancel_pending(queued.id, cancelled(LATER))
     assert ended is not None and ended == store.get(queued.id)
     assert ended.status is CANCELLED and ended.finished_at == ended.updated_at == LATER
-    assert ended.expire_at == LATER + RETENTION.failed  # type: ignore[operator]
+    assert ended.delete_at == LATER + RETENTION.failed  # type: ignore[operator]
     assert ended.lease is None and ended.attempts == 0
     assert store.cancel_pending(queued.id, cancelled(LATER + sec(1))) is None  # once
     assert store.get(queued.id) == ended
@@ -134,7 +134,7 @@ def test_retry_finished_takes_an_ended_job_back_to_pending(store: Store) -> None
     assert retried is not None and retried == store.get(queued.id)
     assert retried.status is PENDING and retried.attempts == 0
     assert retried.run_at == retried.updated_at == LATER + sec(1)
-    assert retried.finished_at is None and retried.expire_at is None and retried.lease is None
+    assert retried.finished_at is None and retried.delete_at is None and retried.lease is None
     assert retried.result is None and retried.cancel_requested is False
     assert store.retry_finished(queued.id, FAILED, LATER + sec(2)) is None  # once
     [(holder, created)] = store.insert([job(dedupe_key="k")])  # the key is held again

@@ -118,13 +118,13 @@ def test_settle_final_records_the_end_and_frees_the_keys(store: Store) -> None:
     assert done.status is JobStatus.COMPLETED and done.lease is None
     assert done.result == {"rows": 3} and done.error is None and done.attempts == 1
     assert done.finished_at == done.updated_at == LATER + sec(5)
-    assert done.expire_at == LATER + sec(5) + RETENTION.completed  # type: ignore[operator]
+    assert done.delete_at == LATER + sec(5) + RETENTION.completed  # type: ignore[operator]
     assert done.started_at == first.started_at and done.dedupe_key == "k"
     second = claimed(store)
     failed = store.settle(second, raised(second, LATER + sec(6), ValueError("bad input")))
     assert failed is not None and failed == store.get(second.id)
     assert failed.status is JobStatus.FAILED and failed.finished_at == LATER + sec(6)
-    assert failed.expire_at == LATER + sec(6) + RETENTION.failed  # type: ignore[operator]
+    assert failed.delete_at == LATER + sec(6) + RETENTION.failed  # type: ignore[operator]
     assert failed.error is not None and failed.error.type == "ValueError"
     assert failed.error.message == "bad input" and failed.error.module == "builtins"
     assert failed.error.traceback is not None and failed.result is None
@@ -216,7 +216,7 @@ def test_a_repeating_job_goes_on_to_its_next_slot(store: Store) -> None:
     assert nxt.last_run is not None and nxt.last_run.slot == T0
     assert nxt.last_run.status is JobStatus.COMPLETED
     assert nxt.last_run.finished_at == LATER + sec(1) and nxt.last_run.error is None
-    assert nxt.finished_at is None and nxt.expire_at is None
+    assert nxt.finished_at is None and nxt.delete_at is None
     again = claimed(store, now=T0 + sec(60))
     assert again.id == "schedule:t" and again.attempts == 1 and again.last_run == nxt.last_run
 
@@ -269,7 +269,7 @@ def test_reaping_the_last_attempt_fails_the_job(store: Store) -> None:
     decision = lapsed(running, at)
     reaped = store.reap(running, at, decision)
     assert reaped is not None and reaped.status is JobStatus.FAILED
-    assert reaped.finished_at == at and reaped.expire_at == at + RETENTION.failed  # type: ignore[operator]
+    assert reaped.finished_at == at and reaped.delete_at == at + RETENTION.failed  # type: ignore[operator]
     assert reaped.error is not None and reaped.error == decision.error
     assert store.insert([job(dedupe_key="k")])[0][1] is True  # the key is free
 

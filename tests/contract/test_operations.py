@@ -97,7 +97,7 @@ def test_retry_many_takes_back_only_jobs_still_in_those_statuses(store: Store) -
     for record in (store.get(first.id), store.get(third.id), store.get(keyed.id)):
         assert record is not None and record.status is PENDING and record.attempts == 0
         assert record.run_at == LATER + sec(5) and record.finished_at is None
-        assert record.expire_at is None
+        assert record.delete_at is None
     now_running = store.get(second.id)
     assert now_running is not None and now_running.status is RUNNING
     assert store.insert([job("t", dedupe_key="k")])[0][1] is False  # its key is held again
@@ -139,7 +139,7 @@ def test_cancel_many_ends_waiting_jobs_and_marks_running_ones(store: Store) -> N
     assert result == (1, 1)
     ended = store.get(waiting.id)
     assert ended is not None and ended.status is CANCELLED and ended.finished_at is not None
-    assert ended.expire_at is not None
+    assert ended.delete_at is not None
     marked = store.get(running.id)
     assert marked is not None and marked.status is RUNNING and marked.cancel_requested
     untouched = store.get(done.id)
@@ -152,7 +152,7 @@ def test_cancel_many_keeps_a_declared_schedule_as_its_tombstone(store: Store) ->
     sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
     assert store.cancel_many([sched.id], cancelled(LATER)) == (1, 0)
     tomb = store.get(sched.id)
-    assert tomb is not None and tomb.status is CANCELLED and tomb.expire_at is None
+    assert tomb is not None and tomb.status is CANCELLED and tomb.delete_at is None
     assert store.purge_many([sched.id], [CANCELLED]) == 0
     assert store.get(sched.id) is not None
 

@@ -369,7 +369,7 @@ def test_stats_counts_by_task_and_status(app: App) -> None:
 # Retention ----------------------------------------------------------------------------------------------
 
 
-def test_finished_jobs_get_expire_at_from_the_retention_settings(
+def test_finished_jobs_get_delete_at_from_the_retention_settings(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
     app = make_app(clock=clock, keep_completed=timedelta(hours=1), keep_failed=timedelta(days=2))
@@ -378,14 +378,27 @@ def test_finished_jobs_get_expire_at_from_the_retention_settings(
     ok, bad = app.schedule("ok"), app.schedule("bad")
     waiting = app.get_task("ok").configure(delay=60).schedule()
     drain(app)
-    assert ok.refresh().expire_at == ok.finished_at + timedelta(hours=1)
-    assert bad.refresh().expire_at == bad.finished_at + timedelta(days=2)
-    assert waiting.refresh().expire_at is None  # only finished jobs expire
+    assert ok.refresh().delete_at == ok.finished_at + timedelta(hours=1)
+    assert bad.refresh().delete_at == bad.finished_at + timedelta(days=2)
+    assert waiting.refresh().delete_at is None  # only finished jobs expire
     forever = make_app(clock=clock, keep_completed=None)
     forever.task(name="ok")(lambda: 1)
     kept = forever.schedule("ok")
     drain(forever)
-    assert kept.refresh().status is JobStatus.COMPLETED and kept.expire_at is None
+    assert kept.refresh().status is JobStatus.COMPLETED and kept.delete_at is None
+
+
+def test_the_old_name_expire_at_reads_delete_at_and_warns(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock, keep_completed=timedelta(hours=1))
+    app.task(name="ok")(lambda: 1)
+    job = app.schedule("ok")
+    drain(app)
+    job.refresh()
+    assert job.delete_at is not None
+    with pytest.warns(DeprecationWarning, match=r"Job\.expire_at .*use Job\.delete_at"):
+        assert job.expire_at == job.delete_at
 
 
 def test_purge_deletes_old_finished_jobs_only(

@@ -113,7 +113,7 @@ def test_a_cancelled_declared_schedule_stays_cancelled_across_purge_and_restarts
     tick = schedule_id("tick")
     assert app.cancel(tick) is Cancellation.CANCELLED
     job = app.get_job(tick)
-    assert job is not None and job.expire_at is None  # no retention deletes it
+    assert job is not None and job.delete_at is None  # no retention deletes it
     clock.advance(days=400)
     assert app.purge(status=["cancelled"]) == 0
     app.runner(workers=1).prepare()  # a runner starts again, a new deploy

@@ -38,7 +38,7 @@ def test_a_job_runs_and_its_result_is_stored(app: App) -> None:
     assert job.result == {"sum": 5}
     assert job.attempts == 1 and job.lease is None and job.error is None
     assert job.started_at is not None and job.finished_at >= job.started_at
-    assert job.expire_at is not None  # retention applies to finished jobs
+    assert job.delete_at is not None  # retention applies to finished jobs
     assert runner.stop(timeout=5)
 
 

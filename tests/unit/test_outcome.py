@@ -24,14 +24,14 @@ def test_a_success_completes_or_if_cancelled_meanwhile_ends_cancelled_with_its_r
     decision = outcome.decide(_job(), Ending.SUCCESS, now=NOW, retention=KEEP, result=42)
     assert decision.event == "job:success"
     on_cancel = Settlement(
-        status=JobStatus.CANCELLED, now=NOW, result=42, expire_at=NOW + timedelta(days=2)
+        status=JobStatus.CANCELLED, now=NOW, result=42, delete_at=NOW + timedelta(days=2)
     )
     assert decision.settlement == Settlement(
         status=JobStatus.COMPLETED,
         now=NOW,
         attempts=1,
         result=42,
-        expire_at=NOW + timedelta(days=1),
+        delete_at=NOW + timedelta(days=1),
         on_cancel=on_cancel,
     )
     landed = decision.as_landed(JobStatus.CANCELLED)

@@ -379,7 +379,7 @@ class MemoryStore(
         job.status, job.attempts, job.run_at, job.updated_at = PENDING, 0, now, now
         if job.repeat is not None:
             job.scheduled_for = now
-        job.finished_at = job.expire_at = job.result = job.expires_at = None
+        job.finished_at = job.delete_at = job.result = job.expires_at = None
         job.cancel_requested = False
         self._refresh(job, hold=True)
 
@@ -454,7 +454,7 @@ class MemoryStore(
             cancel_requested=r.cancel_requested,
             started_at=opt_ms(r.started_at),
             finished_at=opt_ms(r.finished_at),
-            expire_at=opt_ms(r.expire_at),
+            delete_at=opt_ms(r.delete_at),
             last_run=ms_in(r.last_run),
             edit=r.edit,
             trace=tuple((str(k), str(v)) for k, v in r.trace.items()) if r.trace else None,
@@ -557,7 +557,7 @@ class MemoryStore(
         if job.status in FINAL_STATUSES:
             # A declared schedule never expires: cancelled, it is its own tombstone.
             keep = codec.is_schedule_id(job.id)
-            job.finished_at, job.expire_at = now, None if keep else opt_ms(s.expire_at)
+            job.finished_at, job.delete_at = now, None if keep else opt_ms(s.delete_at)
         self._refresh(job, hold=job.status is PENDING)
 
     # Dedupe keys ------------------------------------------------------------------------------

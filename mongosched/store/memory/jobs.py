@@ -134,7 +134,7 @@ class StoredJob:
     cancel_requested: bool
     started_at: datetime | None
     finished_at: datetime | None
-    expire_at: datetime | None
+    delete_at: datetime | None
     last_run: LastRun | None
     edit: ScheduleEdit | None
     trace: tuple[tuple[str, str], ...] | None

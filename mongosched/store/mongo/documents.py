@@ -115,7 +115,8 @@ INDEXES: list[Index] = [
         [("task", 1)],
         {"name": "repeating", "partialFilterExpression": {"repeat": {"$exists": True}}},
     ),
-    # Retention: finished jobs carry expire_at; the server deletes them after it.
+    # Retention: finished jobs carry expire_at (Job.delete_at); the server deletes them
+    # after it. The field keeps its name: the TTL index is built on it.
     ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
     # Flow control. The reaper's sweep of jobs past their expiry (pending, waiting).
     (
@@ -293,7 +294,7 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
             "cancel_requested": bool(get("cancel_requested")),
             "started_at": aware(get("started_at")),
             "finished_at": aware(get("finished_at")),
-            "expire_at": aware(get("expire_at")),
+            "delete_at": aware(get("expire_at")),
             "last_run": None
             if not last
             else LastRun(

@@ -160,7 +160,7 @@ def settle_update(
 ) -> dict[str, Any]:
     """The update that applies ``settlement`` to job ``job_id`` (``restore``: dedupe
     fields to hold again when the job goes back to pending). A declared schedule gets
-    no ``expire_at``: it stays, cancelled, as the tombstone that keeps it off.
+    no ``expire_at`` (no ``delete_at``): it stays, cancelled, as the tombstone that keeps it off.
     ``result``: the settlement's result as :func:`codec.encode_value` encoded it (for
     the size check), written as it is, not encoded again."""
     s = settlement
@@ -185,8 +185,8 @@ def settle_update(
         revised(fields)
     if s.status.is_final:
         fields["finished_at"] = s.now
-        if s.expire_at is not None and not is_schedule_id(job_id):
-            fields["expire_at"] = ms(s.expire_at)
+        if s.delete_at is not None and not is_schedule_id(job_id):
+            fields["expire_at"] = ms(s.delete_at)
         update["$unset"] = {name: "" for name in DEDUPE_FIELDS.values()}
     else:
         fields.update(restore)
@@ -251,7 +251,7 @@ def settled_record(job: JobRecord, settlement: Settlement, result: Any) -> JobRe
     now = ms(s.now)
     final = s.status.is_final
     last = s.last_run
-    keep = final and s.expire_at is not None and not is_schedule_id(job.id)
+    keep = final and s.delete_at is not None and not is_schedule_id(job.id)
     return evolved(
         job,
         status=s.status,
@@ -273,5 +273,5 @@ def settled_record(job: JobRecord, settlement: Settlement, result: Any) -> JobRe
             error=error_record(error_document(last.error)),
         ),
         finished_at=now if final else job.finished_at,
-        expire_at=ms(s.expire_at) if keep and s.expire_at is not None else job.expire_at,
+        delete_at=ms(s.delete_at) if keep and s.delete_at is not None else job.delete_at,
     )
