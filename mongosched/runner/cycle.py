@@ -272,7 +272,7 @@ class RunnerSteps:
         now = self.app.now()
         reaped = 0
         retention = self.app.retention
-        for record in self.store.expired(now):
+        for record in self.store.leases_expired(now):
             try:
                 decision = outcome.decide(
                     record, Ending.LEASE_EXPIRED, now=now, retention=retention

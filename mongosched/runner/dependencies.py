@@ -159,7 +159,7 @@ def expire_due(
     """End the pending and waiting jobs past their expiry (index-backed, ``limit`` at a
     time): each ends ``expired``, never run. Returns how many."""
     expired = 0
-    for record in store.expiring(now, limit):
+    for record in store.start_deadlines_due(now, limit):
         decision = outcome.expired(record, now, retention)
         stored = store.cancel_pending(record.id, decision.settlement)
         if stored is None:  # claimed or ended meanwhile

@@ -268,11 +268,11 @@ class Store(Protocol):
         among those claimed. ``patience`` (for the settlements' sake) as for
         :meth:`settle`: the write that carries the claims with them is retried so."""
 
-    def expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
+    def leases_expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         """Running jobs whose lease ran out before ``now``, oldest first."""
 
     def reap(self, job: JobRecord, now: datetime, settlement: Settlement) -> JobRecord | None:
-        """Apply ``settlement`` to ``job`` (as :meth:`expired` returned it) if its lease
+        """Apply ``settlement`` to ``job`` (as :meth:`leases_expired` returned it) if its lease
         is still the one that expired, re-checking the expiry in the same write (a
         heartbeat that lands first wins)."""
 
@@ -399,7 +399,7 @@ class Store(Protocol):
         """Permits of ``task`` held by a live lease."""
 
     # Flow control: expiry and dependencies ----------------------------------------------------
-    def expiring(self, now: datetime, limit: int = 100) -> list[JobRecord]:
+    def start_deadlines_due(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         """Pending and waiting jobs whose expiry is at or before ``now``, soonest
         first (index-backed)."""
 

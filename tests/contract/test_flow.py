@@ -136,9 +136,9 @@ def test_expiring_finds_unstarted_jobs_past_their_expiry(store: Store) -> None:
         ),
     )
     taken = claimed(store, job_id=running.id)
-    assert [r.id for r in store.expiring(LATER)] == [waiting.id, soon.id]
-    assert [r.id for r in store.expiring(LATER, limit=1)] == [waiting.id]
-    assert [r.id for r in store.expiring(LATER + sec(60))] == [waiting.id, soon.id, late.id]
+    assert [r.id for r in store.start_deadlines_due(LATER)] == [waiting.id, soon.id]
+    assert [r.id for r in store.start_deadlines_due(LATER, limit=1)] == [waiting.id]
+    assert [r.id for r in store.start_deadlines_due(LATER + sec(60))] == [waiting.id, soon.id, late.id]
     decision = outcome.expired(soon, LATER, RETENTION)
     gone = store.cancel_pending(soon.id, decision.settlement)
     assert gone is not None and gone.status is JobStatus.EXPIRED and gone.finished_at == LATER
@@ -146,7 +146,7 @@ def test_expiring_finds_unstarted_jobs_past_their_expiry(store: Store) -> None:
     ended = store.cancel_pending(waiting.id, outcome.expired(waiting, LATER, RETENTION).settlement)
     assert ended is not None and ended.status is JobStatus.EXPIRED and ended.waiting_for == ()
     assert store.cancel_pending(taken.id, decision.settlement) is None  # running
-    assert store.expiring(LATER) == []
+    assert store.start_deadlines_due(LATER) == []
     assert [r.id for r in store.dependents(dep.id)] == []
     assert never.expires_at is None
 

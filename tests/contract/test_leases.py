@@ -227,25 +227,25 @@ def test_reap_only_after_expiry_and_a_renewal_that_lands_first_wins(store: Store
     running = claimed(store)
     assert running.lease is not None
     until = running.lease.until
-    assert store.expired(until) == []  # until < now, strictly
+    assert store.leases_expired(until) == []  # until < now, strictly
     assert store.reap(running, until, lapsed(running, until)) is None
-    [seen] = store.expired(until + sec(1))
+    [seen] = store.leases_expired(until + sec(1))
     assert seen == running
     # A heartbeat lands between the reaper's read and its write.
     renewed = store.renew(running.id, token(running), until, until + sec(60))
     assert renewed.held is True
     assert store.reap(seen, until + sec(1), lapsed(seen, until + sec(1))) is None
-    assert store.expired(until + sec(1)) == []
+    assert store.leases_expired(until + sec(1)) == []
     got = store.get(running.id)
     assert got is not None and got.status is RUNNING and got.lease is not None
     assert got.lease.until == until + sec(60)
-    [seen] = store.expired(until + sec(61))
+    [seen] = store.leases_expired(until + sec(61))
     decision = lapsed(seen, until + sec(61))
     reaped = store.reap(seen, until + sec(61), decision)
     assert reaped is not None and reaped == store.get(running.id)
     assert reaped.status is PENDING and reaped.lease is None and reaped.attempts == 1
     assert reaped.error is not None and reaped.error == decision.error
-    assert store.expired(until + sec(61)) == []
+    assert store.leases_expired(until + sec(61)) == []
     assert store.reap(seen, until + sec(62), lapsed(seen, until + sec(62))) is None  # done
     assert store.renew(running.id, token(running), until, until + sec(60)).held is False
 
@@ -254,9 +254,9 @@ def test_a_late_heartbeat_before_the_reaper_keeps_the_lease(store: Store) -> Non
     add(store, job())
     running = claimed(store)
     late = LATER + sec(40)  # the lease ran out at LATER + 30 s; nobody reaped it yet
-    assert [r.id for r in store.expired(late)] == [running.id]
+    assert [r.id for r in store.leases_expired(late)] == [running.id]
     assert store.renew(running.id, token(running), late, late + sec(30)).held is True
-    assert store.expired(late) == []
+    assert store.leases_expired(late) == []
     assert store.reap(running, late, lapsed(running, late)) is None
     done = store.settle(running, succeeded(running, late + sec(1)))
     assert done is not None and done.status is JobStatus.COMPLETED
@@ -277,7 +277,7 @@ def test_reaping_the_last_attempt_fails_the_job(store: Store) -> None:
 def test_reap_after_the_holder_settled_does_nothing(store: Store) -> None:
     add(store, job())
     running = claimed(store)
-    [seen] = store.expired(LATER + sec(31))
+    [seen] = store.leases_expired(LATER + sec(31))
     done = store.settle(running, succeeded(running, LATER + sec(31)))
     assert done is not None
     assert store.reap(seen, LATER + sec(32), lapsed(seen, LATER + sec(32))) is None
@@ -287,14 +287,14 @@ def test_reap_after_the_holder_settled_does_nothing(store: Store) -> None:
 def test_expired_lists_oldest_lease_first_up_to_the_limit(store: Store) -> None:
     add(store, *[job() for _ in range(6)])
     leases = [claimed(store, lease=n) for n in (30, 10, 20, 50, 40)]
-    expired = store.expired(LATER + sec(35), limit=2)
+    expired = store.leases_expired(LATER + sec(35), limit=2)
     assert [r.lease and r.lease.until for r in expired] == [LATER + sec(10), LATER + sec(20)]
-    assert ids(store.expired(LATER + sec(35))) == [leases[1].id, leases[2].id, leases[0].id]
-    assert len(store.expired(LATER + sec(60), limit=0)) == 5
+    assert ids(store.leases_expired(LATER + sec(35))) == [leases[1].id, leases[2].id, leases[0].id]
+    assert len(store.leases_expired(LATER + sec(60), limit=0)) == 5
     done = store.settle(leases[1], succeeded(leases[1]))  # settled: no longer running
     assert done is not None
-    assert ids(store.expired(LATER + sec(35))) == [leases[2].id, leases[0].id]
-    assert all(r.status is RUNNING for r in store.expired(LATER + sec(60)))
+    assert ids(store.leases_expired(LATER + sec(35))) == [leases[2].id, leases[0].id]
+    assert all(r.status is RUNNING for r in store.leases_expired(LATER + sec(60)))
 
 
 def test_times_are_compared_as_stored_in_whole_milliseconds(store: Store) -> None:
@@ -304,13 +304,13 @@ def test_times_are_compared_as_stored_in_whole_milliseconds(store: Store) -> Non
     assert running.lease is not None
     until = running.lease.until
     within = until + timedelta(microseconds=500)  # the same millisecond as until
-    assert store.expired(within) == []
+    assert store.leases_expired(within) == []
     assert store.reap(running, within, lapsed(running, within)) is None
     store.ensure_permits("t", 1)
     assert store.take_permit("t", 1, "a", running.id, "me", T0, until)
     assert store.permit_holders("t", within) == 1
     assert not store.take_permit("t", 1, "b", running.id, "me", within, until + sec(30))
     after = until + timedelta(milliseconds=1)
-    assert ids(store.expired(after)) == [running.id]
+    assert ids(store.leases_expired(after)) == [running.id]
     assert store.permit_holders("t", after) == 0
     assert store.take_permit("t", 1, "b", running.id, "me", after, until + sec(30))

@@ -80,7 +80,7 @@ def test_reads_create_no_index(mongo_store: MongoStore) -> None:
     assert store.find(JobQuery()) == [] and store.count(JobQuery()) == 0
     assert store.counts() == {} and store.schedules() == [] and store.running() == []
     assert store.oldest_due(now) is None and store.unknown_due_tasks([], now) == {}
-    assert store.expired(now) == [] and store.permit_holders("t", now) == 0
+    assert store.leases_expired(now) == [] and store.permit_holders("t", now) == 0
     assert set(store.jobs.index_information()) <= {"_id_"}
     assert set(store.permits.index_information()) <= {"_id_"}
     assert store.database.list_collection_names() == []

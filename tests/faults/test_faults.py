@@ -977,7 +977,7 @@ def test_a_retried_write_is_not_taken_for_an_earlier_write_of_the_same_holder(
     assert first is not None and first.lease is not None
     assert store.record_slot(job.id, first.lease.token, clock(), clock())
     clock.advance(seconds=LEASE + 1)
-    expired = store.expired(clock())
+    expired = store.leases_expired(clock())
     reap = outcome.decide(
         expired[0], outcome.Ending.LEASE_EXPIRED, now=clock(), retention=app.retention
     )

@@ -284,7 +284,7 @@ def test_reaper_loses_to_a_heartbeat_that_lands_first(
     assert claimed is not None and claimed.lease is not None
     token = claimed.lease.token
     clock.advance(seconds=6)
-    expired = app.store.expired(app.now())
+    expired = app.store.leases_expired(app.now())
     assert [record.id for record in expired] == [job.id]
     renewal = app.store.renew(job.id, token, app.now(), app.now() + timedelta(seconds=5))
     assert renewal.held  # the heartbeat wins the race

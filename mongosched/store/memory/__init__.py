@@ -308,10 +308,10 @@ class MemoryStore(
     ) -> JobRecord | None:
         return self._settle_if(job, settlement, expired_before=None)
 
-    def expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
+    def leases_expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         now = ms(now)
         with self._lock:
-            return [job.record() for job in self._indexes.expired(now, limit)]
+            return [job.record() for job in self._indexes.leases_expired(now, limit)]
 
     def reap(self, job: JobRecord, now: datetime, settlement: Settlement) -> JobRecord | None:
         return self._settle_if(job, settlement, expired_before=ms(now))

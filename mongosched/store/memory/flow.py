@@ -89,7 +89,7 @@ class FlowIndex:
         )
         self._expiring_cap = 2 * len(self._expiring) + SLACK
 
-    def expiring(self, now: datetime, limit: int) -> list[StoredJob]:
+    def start_deadlines_due(self, now: datetime, limit: int) -> list[StoredJob]:
         heap, found = self._expiring, list[Entry]()
         while heap and len(found) < limit and heap[0][0] <= now:
             entry = heapq.heappop(heap)
@@ -157,9 +157,9 @@ class MemoryFlow:
         raise NotImplementedError
 
     # Expiry and dependencies -------------------------------------------------------------------
-    def expiring(self, now: datetime, limit: int = 100) -> list[JobRecord]:
+    def start_deadlines_due(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         with self._lock:
-            return [job.record() for job in self._flow.expiring(ms(now), limit)]
+            return [job.record() for job in self._flow.start_deadlines_due(ms(now), limit)]
 
     def link_dependencies(
         self, job_ids: Sequence[Any], now: datetime, dependent: Any = None

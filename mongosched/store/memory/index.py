@@ -106,7 +106,7 @@ class JobIndexes:
                     queues.add(queue)
         return sorted(queues)
 
-    def expired(self, now: datetime, limit: int) -> list[StoredJob]:
+    def leases_expired(self, now: datetime, limit: int) -> list[StoredJob]:
         """Running jobs whose lease ran out before ``now``, oldest first."""
         heap, found = self._leases, list[Entry]()
         while heap and (len(found) < limit or not limit) and heap[0][0] < now:

@@ -423,12 +423,12 @@ class MongoStore(
             doc = write(settle_update(job.id, settlement, {}, result), condition)
         return None if doc is None else to_record(doc)
 
-    def expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
+    def leases_expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         """Running jobs whose lease ran out; one that cannot be processed is failed
         alone (``MalformedJob``) instead of being returned."""
         query = {"status": RUNNING, "lease.until": {"$lt": now}}
         docs = self._retrying(
-            "expired",
+            "leases_expired",
             lambda _: list(self.jobs.find(query, sort=[("lease.until", 1)], limit=limit)),
         )
         records = []

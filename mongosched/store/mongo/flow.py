@@ -22,10 +22,10 @@ __all__ = ["MongoFlow"]
 class MongoFlow(MongoConnection):
     """Expiry sweeps and the release of dependents."""
 
-    def expiring(self, now: datetime, limit: int = 100) -> list[JobRecord]:
+    def start_deadlines_due(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         query = {"status": {"$in": UNSTARTED}, "expires_at": {"$lte": ms(now)}}
         docs = self._retrying(
-            "expiring",
+            "start_deadlines_due",
             lambda _: list(self.jobs.find(query, sort=[("expires_at", 1)], limit=limit)),
         )
         return [to_record(doc) for doc in docs]
