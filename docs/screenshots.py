@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mongosched import App, RetryPolicy, __version__  # noqa: E402
-from mongosched._core.records import WorkerInfo  # noqa: E402
+from mongosched._core.records import RunnerInfo  # noqa: E402
 from mongosched.dashboard import StandaloneDashboard  # noqa: E402
 from mongosched.testing import FakeClock, drain  # noqa: E402
 from tests.support.browser import launch, missing, serve  # noqa: E402
@@ -118,8 +118,8 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
             ("worker-4.prod", 1533, None, 8, 0, 48),
         ]
     ):
-        app.store.save_worker(
-            WorkerInfo(
+        app.store.save_runner(
+            RunnerInfo(
                 id=f"w{i}",
                 name=f"{host}:{pid}:runner",
                 host=host,

@@ -20,8 +20,8 @@ from mongosched._core.records import (
     LeaseInfo,
     Pause,
     Progress,
+    RunnerInfo,
     ScheduleEdit,
-    WorkerInfo,
 )
 from mongosched.app import App, Cancellation
 from mongosched.chains import chain, group
@@ -64,10 +64,12 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     Retry = RetryPolicy
     """Deprecated: the old name of :class:`RetryPolicy`."""
+    WorkerInfo = RunnerInfo
+    """Deprecated: the old name of :class:`RunnerInfo`."""
 else:
     __getattr__ = deprecation.module_getattr(
         __name__,
-        {"Retry": ("RetryPolicy", RetryPolicy)},
+        {"Retry": ("RetryPolicy", RetryPolicy), "WorkerInfo": ("RunnerInfo", RunnerInfo)},
     )
 
 __all__ = [
@@ -104,6 +106,7 @@ __all__ = [
     "ResultTooLarge",
     "RetryPolicy",
     "Runner",
+    "RunnerInfo",
     "ScheduleEdit",
     "SerializationError",
     "StoreError",
@@ -115,7 +118,6 @@ __all__ = [
     "TransactionError",
     "WaitTimeout",
     "WatchUnavailable",
-    "WorkerInfo",
     "WorkerShutdown",
     "__version__",
     "chain",

@@ -10,7 +10,9 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from mongosched._core import deprecation
 
 __all__ = [
     "FINAL_STATUSES",
@@ -33,7 +35,7 @@ __all__ = [
     "ScheduleEdit",
     "Settlement",
     "SORTABLE",
-    "WorkerInfo",
+    "RunnerInfo",
 ]
 
 _R = TypeVar("_R")
@@ -331,9 +333,10 @@ class Pause:
 
 
 @dataclass(frozen=True)
-class WorkerInfo:
-    """A runner as it registered itself (:meth:`App.workers`). ``stale``: it has not
-    refreshed its entry for several refresh periods (it may have died)."""
+class RunnerInfo:
+    """A runner as it registered itself (:meth:`App.live_runners`). ``stale``: it has
+    not refreshed its entry for several refresh periods (it may have died).
+    ``workers`` is its number of worker threads."""
 
     id: str
     name: str
@@ -348,3 +351,9 @@ class WorkerInfo:
     last_seen: datetime
     version: str
     stale: bool = False
+
+
+if TYPE_CHECKING:
+    WorkerInfo = RunnerInfo
+else:
+    __getattr__ = deprecation.module_getattr(__name__, {"WorkerInfo": ("RunnerInfo", RunnerInfo)})

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from mongosched._core.records import PAUSE_KINDS, SORTABLE, JobStatus, Pause, WorkerInfo
+from mongosched._core.records import PAUSE_KINDS, SORTABLE, JobStatus, Pause, RunnerInfo
 from mongosched.errors import ConfigurationError, InvalidJobId, JobNotFound
 from mongosched.job import Job
 from mongosched.observe import metrics
@@ -223,7 +223,7 @@ class Operations:
         )
 
     def known_queues(
-        self, *, workers: list[WorkerInfo] | None = None, pauses: list[Pause] | None = None
+        self, *, workers: list[RunnerInfo] | None = None, pauses: list[Pause] | None = None
     ) -> list[str]:
         """Queues named by the app's tasks and runners, holding pending jobs (from the
         claim index), served by a live worker, or paused. ``workers`` and ``pauses``:
@@ -237,7 +237,7 @@ class Operations:
         names.update(p.name for p in pauses if p.kind == "queue")
         return sorted(names)
 
-    def task_names(self, *, workers: list[WorkerInfo] | None = None) -> list[str]:
+    def task_names(self, *, workers: list[RunnerInfo] | None = None) -> list[str]:
         """The tasks registered here or by a live worker, and those with jobs stored
         (the filter's suggestions; from the store's task index, no job read).
         ``workers``: already read for this page."""
@@ -265,7 +265,7 @@ class Operations:
         method = self.app.resume if resume else self.app.pause
         method(**{kind: name})
 
-    def workers(self) -> list[WorkerInfo]:
+    def workers(self) -> list[RunnerInfo]:
         return self.app.workers()
 
     # Actions ------------------------------------------------------------------------------
@@ -297,7 +297,7 @@ class Operations:
 
 
 def _unserved(
-    due: list[Job], workers: list[WorkerInfo], paused: set[tuple[str, str]]
+    due: list[Job], workers: list[RunnerInfo], paused: set[tuple[str, str]]
 ) -> dict[tuple[str, str], int]:
     """Due jobs no live runner (of ``workers``) would claim, by queue or by task (see
     :attr:`Overview.unserved`)."""

@@ -25,9 +25,9 @@ from mongosched._core.records import (
     JobRecord,
     JobStatus,
     Pause,
+    RunnerInfo,
     ScheduleChanges,
     ScheduleEdit,
-    WorkerInfo,
 )
 from mongosched.errors import ConfigurationError, InvalidJobId, JobNotFound, JobStateError
 from mongosched.job import Job
@@ -287,13 +287,13 @@ class Admin:
         return record
 
     # Workers -----------------------------------------------------------------------------------
-    def workers(self) -> list[WorkerInfo]:
+    def workers(self) -> list[RunnerInfo]:
         """The runners registered in this store (every process, every host), by name,
         each ``stale`` when it has not refreshed its entry for :data:`STALE_AFTER` (it
         may have died without stopping; the store forgets it after a longer while)."""
         now = self.now()
         out = []
-        for worker in self.store.workers(now):
+        for worker in self.store.runners(now):
             stale = worker.last_seen < now - STALE_AFTER
             out.append(replace(worker, stale=stale))
         return out

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from importlib import metadata
 from typing import Protocol
 
-from mongosched._core.records import WorkerInfo
+from mongosched._core.records import RunnerInfo
 from mongosched.errors import StoreError
 from mongosched.store import Store
 
@@ -80,7 +80,7 @@ class Registration:
         runner, now = self.runner, self.runner.now()
         if self.started_at is None:
             self.started_at = now
-        info = WorkerInfo(
+        info = RunnerInfo(
             id=self.id,
             name=runner.name,
             host=self.host,
@@ -93,7 +93,7 @@ class Registration:
             last_seen=now,
             version=version(),
         )
-        self.store.save_worker(info, now + FORGET_AFTER)
+        self.store.save_runner(info, now + FORGET_AFTER)
         self._saved_at = clock
 
     def remove(self) -> None:
@@ -101,7 +101,7 @@ class Registration:
         if self._saved_at is None:
             return
         try:
-            self.store.remove_worker(self.id)
+            self.store.remove_runner(self.id)
         except StoreError as exc:
-            log.warning("runner %s: could not remove its worker entry: %s", self.runner.name, exc)
+            log.warning("runner %s: could not remove its runner entry: %s", self.runner.name, exc)
         self._saved_at = None

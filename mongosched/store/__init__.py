@@ -40,9 +40,9 @@ from mongosched._core.records import (
     Pause,
     PendingChanges,
     Renewal,
+    RunnerInfo,
     ScheduleChanges,
     Settlement,
-    WorkerInfo,
 )
 from mongosched.errors import ConfigurationError, SerializationError
 from mongosched.store.codec import schedule_id
@@ -366,12 +366,12 @@ class Store(Protocol):
         unchanged since it was read (its ``updated_at``): a run of it that starts, or
         another edit, fences this one off (None)."""
 
-    def save_worker(self, worker: WorkerInfo, expire_at: datetime) -> None:
+    def save_runner(self, runner: RunnerInfo, expire_at: datetime) -> None:
         """Register or refresh a runner's entry, kept until ``expire_at``."""
 
-    def remove_worker(self, worker_id: str) -> None: ...
+    def remove_runner(self, runner_id: str) -> None: ...
 
-    def workers(self, now: datetime) -> list[WorkerInfo]:
+    def runners(self, now: datetime) -> list[RunnerInfo]:
         """Registered runners whose entry has not expired at ``now``, by name."""
 
     # Concurrency permits ----------------------------------------------------------------------

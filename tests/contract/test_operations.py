@@ -1,6 +1,6 @@
 """Operations beyond one job: select_ids (walks by filter), retry_many, cancel_many,
 purge_many, finished_counts; pauses, pending_queues, hold/release of schedules,
-update_schedule; the worker registry."""
+update_schedule; the runner registry."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from mongosched._core.records import (
     JobQuery,
     JobStatus,
     Pause,
+    RunnerInfo,
     ScheduleChanges,
     ScheduleEdit,
-    WorkerInfo,
 )
 from mongosched.errors import JobStateError
 from mongosched.store import Store, schedule_id
@@ -248,8 +248,8 @@ def test_update_schedule_is_fenced_on_the_job_as_read(store: Store) -> None:
 
 
 # Workers ---------------------------------------------------------------------------------------------
-def worker(name: str, seen: int = 0) -> WorkerInfo:
-    return WorkerInfo(
+def runner(name: str, seen: int = 0) -> RunnerInfo:
+    return RunnerInfo(
         id=f"id-{name}",
         name=name,
         host="h",
@@ -264,17 +264,17 @@ def worker(name: str, seen: int = 0) -> WorkerInfo:
     )
 
 
-def test_workers_register_refresh_expire_and_leave(store: Store) -> None:
-    store.save_worker(worker("b"), T0 + sec(60))
-    store.save_worker(worker("a"), T0 + sec(60))
-    assert store.workers(T0) == [worker("a"), worker("b")]
-    store.save_worker(worker("b", seen=50), T0 + sec(110))
-    assert store.workers(T0 + sec(61)) == [worker("b", seen=50)]  # a expired
-    store.remove_worker("id-b")
-    assert store.workers(T0 + sec(61)) == []
-    store.save_worker(worker("c"), T0 + sec(200))
-    store.remove_worker("id-nothing")
-    assert store.workers(T0 + sec(61)) == [worker("c")]
+def test_runners_register_refresh_expire_and_leave(store: Store) -> None:
+    store.save_runner(runner("b"), T0 + sec(60))
+    store.save_runner(runner("a"), T0 + sec(60))
+    assert store.runners(T0) == [runner("a"), runner("b")]
+    store.save_runner(runner("b", seen=50), T0 + sec(110))
+    assert store.runners(T0 + sec(61)) == [runner("b", seen=50)]  # a expired
+    store.remove_runner("id-b")
+    assert store.runners(T0 + sec(61)) == []
+    store.save_runner(runner("c"), T0 + sec(200))
+    store.remove_runner("id-nothing")
+    assert store.runners(T0 + sec(61)) == [runner("c")]
 
 
 def test_open_counts_counts_unfinished_jobs_by_queue_task_and_status(store: Store) -> None:
@@ -299,3 +299,4 @@ def test_a_jobs_trace_context_is_stored_as_given(store: Store) -> None:
     assert plain.trace is None and store.get(plain.id).trace is None  # type: ignore[union-attr]
     running = claimed(store)
     assert running.trace == traced.trace
+

@@ -438,7 +438,7 @@ def test_overview_warns_of_due_jobs_no_live_runner_serves(
 ) -> None:
     from datetime import timedelta
 
-    from mongosched._core.records import WorkerInfo
+    from mongosched._core.records import RunnerInfo
 
     @sched.task(name="rush", queue="urgent")
     def rush() -> None: ...
@@ -448,8 +448,8 @@ def test_overview_warns_of_due_jobs_no_live_runner_serves(
     now = sched.now()
 
     def register(name: str, queues: tuple[str, ...] | None, tasks: tuple[str, ...]) -> None:
-        info = WorkerInfo(name, name, "host", 1, queues, tasks, 1, 0, now, now, "test")
-        sched.store.save_worker(info, now + timedelta(minutes=5))
+        info = RunnerInfo(name, name, "host", 1, queues, tasks, 1, 0, now, now, "test")
+        sched.store.save_runner(info, now + timedelta(minutes=5))
 
     def warnings() -> list[str]:
         body = browser.get("/").body

@@ -19,9 +19,9 @@ from mongosched._core.records import (
     JobRecord,
     JobStatus,
     Pause,
+    RunnerInfo,
     ScheduleChanges,
     Settlement,
-    WorkerInfo,
 )
 from mongosched.errors import JobStateError
 from mongosched.store import codec
@@ -43,7 +43,7 @@ log = logging.getLogger("mongosched.store")
 
 
 class MemoryOperations:
-    """Bulk writes, pauses, schedule edits and the worker registry, in memory."""
+    """Bulk writes, pauses, schedule edits and the runner registry, in memory."""
 
     _lock: threading.Lock
     _jobs: dict[Any, StoredJob]
@@ -52,7 +52,7 @@ class MemoryOperations:
 
     def __init__(self) -> None:
         self._pauses: dict[tuple[str, str], Pause] = {}
-        self._workers: dict[str, tuple[WorkerInfo, datetime]] = {}
+        self._runners: dict[str, tuple[RunnerInfo, datetime]] = {}
 
     # What MemoryStore defines (one job at a time, under the lock).
     def _find(self, job_id: Any, status: JobStatus | None = None) -> StoredJob | None:
@@ -227,20 +227,20 @@ class MemoryOperations:
             self._refresh(stored)
             return stored.record()
 
-    # Live workers -------------------------------------------------------------------------------
-    def save_worker(self, worker: WorkerInfo, expire_at: datetime) -> None:
+    # Live runners -------------------------------------------------------------------------------
+    def save_runner(self, runner: RunnerInfo, expire_at: datetime) -> None:
         with self._lock:
-            self._workers[worker.id] = (worker, ms(expire_at))
+            self._runners[runner.id] = (runner, ms(expire_at))
 
-    def remove_worker(self, worker_id: str) -> None:
+    def remove_runner(self, runner_id: str) -> None:
         with self._lock:
-            self._workers.pop(worker_id, None)
+            self._runners.pop(runner_id, None)
 
-    def workers(self, now: datetime) -> list[WorkerInfo]:
+    def runners(self, now: datetime) -> list[RunnerInfo]:
         now = ms(now)
         with self._lock:
-            for worker_id, (_, expire_at) in list(self._workers.items()):
+            for runner_id, (_, expire_at) in list(self._runners.items()):
                 if expire_at <= now:  # as the TTL index would have deleted it
-                    del self._workers[worker_id]
-            found = [worker for worker, _ in self._workers.values()]
-        return sorted(found, key=lambda w: (w.name, w.id))
+                    del self._runners[runner_id]
+            found = [runner for runner, _ in self._runners.values()]
+        return sorted(found, key=lambda r: (r.name, r.id))

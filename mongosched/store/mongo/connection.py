@@ -35,7 +35,7 @@ from mongosched.store.mongo.documents import (
     LIMIT_INDEXES,
     PAUSE_INDEXES,
     PERMIT_INDEXES,
-    WORKER_INDEXES,
+    RUNNER_INDEXES,
     aware,
 )
 from mongosched.store.patience import Patience
@@ -115,7 +115,7 @@ class MongoConnection:
         self._queries: Collection[dict[str, Any]] | None = None
         self._permits: Collection[dict[str, Any]] | None = None
         self._pauses: Collection[dict[str, Any]] | None = None
-        self._workers: Collection[dict[str, Any]] | None = None
+        self._runners: Collection[dict[str, Any]] | None = None
         self._limits: Collection[dict[str, Any]] | None = None
         self._lock = threading.Lock()
         _connections.add(self)
@@ -193,10 +193,11 @@ class MongoConnection:
         return self._pauses
 
     @property
-    def workers_collection(self) -> Collection[dict[str, Any]]:
-        if self._workers is None:
-            self._workers = self._collection(f"{self.collection_name}_workers")
-        return self._workers
+    def runners_collection(self) -> Collection[dict[str, Any]]:
+        if self._runners is None:
+            # The collection keeps its first name, <collection>_workers (stored data).
+            self._runners = self._collection(f"{self.collection_name}_workers")
+        return self._runners
 
     @property
     def limits(self) -> Collection[dict[str, Any]]:
@@ -215,14 +216,14 @@ class MongoConnection:
                 self._client.close()
             self._client = None
             self._database = self._given_database
-            self._jobs = self._permits = self._pauses = self._workers = self._limits = None
+            self._jobs = self._permits = self._pauses = self._runners = self._limits = None
 
     def after_fork(self) -> None:
         """In a forked child: the parent's client does not survive a fork."""
         self._lock = threading.Lock()
         self._client = None
         self._database = self._given_database
-        self._jobs = self._permits = self._pauses = self._workers = self._limits = None
+        self._jobs = self._permits = self._pauses = self._runners = self._limits = None
 
     # Plumbing -------------------------------------------------------------------------------
     def _retrying(self, what: str, op: Callable[[int], T]) -> T:
@@ -292,7 +293,7 @@ class MongoConnection:
             (self.jobs, INDEXES),
             (self.permits, PERMIT_INDEXES),
             (self.pauses_collection, PAUSE_INDEXES),
-            (self.workers_collection, WORKER_INDEXES),
+            (self.runners_collection, RUNNER_INDEXES),
             (self.limits, LIMIT_INDEXES),
         ):
             for keys, options in indexes:

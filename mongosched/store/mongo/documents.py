@@ -37,7 +37,7 @@ __all__ = [
     "PENDING",
     "PAUSE_INDEXES",
     "PERMIT_INDEXES",
-    "WORKER_INDEXES",
+    "RUNNER_INDEXES",
     "UNSTARTED",
     "WAITING",
     "RUNNING",
@@ -141,7 +141,7 @@ INDEXES: list[Index] = [
 ]
 
 PAUSE_INDEXES: list[Index] = []  # a handful of documents, by _id
-WORKER_INDEXES: list[Index] = [
+RUNNER_INDEXES: list[Index] = [
     # A runner that stopped refreshing its entry is deleted by the server after this.
     ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
 ]

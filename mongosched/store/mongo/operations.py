@@ -23,9 +23,9 @@ from mongosched._core.records import (
     JobRecord,
     JobStatus,
     Pause,
+    RunnerInfo,
     ScheduleChanges,
     Settlement,
-    WorkerInfo,
 )
 from mongosched.errors import JobStateError
 from mongosched.store import codec
@@ -55,7 +55,7 @@ ObjectIds. A range on ``_id`` matches one type only, so a walk takes them in tur
 
 
 class MongoOperations(MongoPermits):
-    """Bulk writes, pauses, schedule edits and the worker registry in MongoDB."""
+    """Bulk writes, pauses, schedule edits and the runner registry in MongoDB."""
 
     # These MongoStore defines (one job at a time).
     def retry_finished(self, job_id: Any, status: JobStatus, now: datetime) -> JobRecord | None:
@@ -262,39 +262,39 @@ class MongoOperations(MongoPermits):
         )
         return None if doc is None else to_record(doc)
 
-    # Live workers -------------------------------------------------------------------------------
-    def save_worker(self, worker: WorkerInfo, expire_at: datetime) -> None:
+    # Live runners -------------------------------------------------------------------------------
+    def save_runner(self, runner: RunnerInfo, expire_at: datetime) -> None:
         doc = {
-            "_id": worker.id,
-            "name": worker.name,
-            "host": worker.host,
-            "pid": worker.pid,
-            "queues": None if worker.queues is None else list(worker.queues),
-            "tasks": list(worker.tasks),
-            "workers": worker.workers,
-            "in_flight": worker.in_flight,
-            "started_at": ms(worker.started_at),
-            "last_seen": ms(worker.last_seen),
-            "version": worker.version,
+            "_id": runner.id,
+            "name": runner.name,
+            "host": runner.host,
+            "pid": runner.pid,
+            "queues": None if runner.queues is None else list(runner.queues),
+            "tasks": list(runner.tasks),
+            "workers": runner.workers,
+            "in_flight": runner.in_flight,
+            "started_at": ms(runner.started_at),
+            "last_seen": ms(runner.last_seen),
+            "version": runner.version,
             "expire_at": ms(expire_at),
         }
         self._retrying(
-            "register worker",
-            lambda _: self.workers_collection.replace_one({"_id": worker.id}, doc, upsert=True),
+            "register runner",
+            lambda _: self.runners_collection.replace_one({"_id": runner.id}, doc, upsert=True),
         )
 
-    def remove_worker(self, worker_id: str) -> None:
+    def remove_runner(self, runner_id: str) -> None:
         self._retrying(
-            "unregister worker", lambda _: self.workers_collection.delete_one({"_id": worker_id})
+            "unregister runner", lambda _: self.runners_collection.delete_one({"_id": runner_id})
         )
 
-    def workers(self, now: datetime) -> list[WorkerInfo]:
+    def runners(self, now: datetime) -> list[RunnerInfo]:
         query = {"expire_at": {"$gt": ms(now)}}
         docs = self._retrying(
-            "workers",
-            lambda _: list(self.workers_collection.find(query, sort=[("name", 1), ("_id", 1)])),
+            "runners",
+            lambda _: list(self.runners_collection.find(query, sort=[("name", 1), ("_id", 1)])),
         )
-        return [_worker(doc) for doc in docs]
+        return [_runner(doc) for doc in docs]
 
 
 def _id_type(value: Any) -> str | None:
@@ -305,9 +305,9 @@ def _id_type(value: Any) -> str | None:
     return None
 
 
-def _worker(doc: dict[str, Any]) -> WorkerInfo:
+def _runner(doc: dict[str, Any]) -> RunnerInfo:
     queues = doc.get("queues")
-    return WorkerInfo(
+    return RunnerInfo(
         id=str(doc["_id"]),
         name=str(doc.get("name", "")),
         host=str(doc.get("host", "")),
