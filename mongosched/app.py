@@ -125,7 +125,9 @@ class App(JobControl, BulkControl, Admin):
         """Where this app's jobs are stored (see :mod:`mongosched.store`)."""
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.runners: weakref.WeakSet[Runner] = weakref.WeakSet()
-        """The runners of this app running in this process."""
+        """The :class:`Runner` objects of this app running in this process
+        (:meth:`live_runners` reads the runners registered in the store, from every
+        process and host)."""
         self._listeners = Listeners(self)
         self._prepared = False
         self._prepare_failures = 0

@@ -124,7 +124,7 @@ def schedule_edit(app: App, args: argparse.Namespace) -> int:
 
 def workers(app: App, args: argparse.Namespace) -> int:
     listing(
-        app.workers(),
+        app.live_runners(),
         as_json=args.json,
         json_row=lambda w: w,
         empty="no workers registered",

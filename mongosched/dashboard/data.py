@@ -184,7 +184,7 @@ class Operations:
         for name in self.app.tasks:
             tasks.setdefault(name, Row(name))
         queues: dict[str, Row] = {}
-        workers = [w for w in self.app.workers() if not w.stale]
+        workers = [w for w in self.app.live_runners() if not w.stale]
         for name in self.known_queues(workers=workers, pauses=pauses):
             counts = {
                 status.value: self.app.count_jobs(queue=name, status=status)
@@ -231,7 +231,7 @@ class Operations:
         names = {task.queue for task in self.app.tasks.values()}
         names.update(self.app.queues or ())
         names.update(self.app.store.pending_queues())
-        for worker in self.app.workers() if workers is None else workers:
+        for worker in self.app.live_runners() if workers is None else workers:
             names.update(worker.queues or ())
         pauses = self.app.pauses() if pauses is None else pauses
         names.update(p.name for p in pauses if p.kind == "queue")
@@ -243,7 +243,7 @@ class Operations:
         ``workers``: already read for this page."""
         names = set(self.app.tasks)
         names.update(self.app.store.task_names())
-        for worker in self.app.workers() if workers is None else workers:
+        for worker in self.app.live_runners() if workers is None else workers:
             names.update(worker.tasks)
         return sorted(names)
 
@@ -266,7 +266,7 @@ class Operations:
         method(**{kind: name})
 
     def workers(self) -> list[RunnerInfo]:
-        return self.app.workers()
+        return self.app.live_runners()
 
     # Actions ------------------------------------------------------------------------------
     def bulk(self, action: str, filters: Filters, *, dry_run: bool) -> int:

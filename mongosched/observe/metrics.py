@@ -206,7 +206,7 @@ def _store_families(app: App) -> Iterator[Family]:
         "Seconds the pending job due longest has been due (0: none is due)",
         [("mongosched_oldest_due_lateness_seconds", {}, late)],
     )
-    workers = app.workers()
+    workers = app.live_runners()
     stale = sum(1 for w in workers if w.stale)
     yield Family(
         "mongosched_workers",

@@ -19,7 +19,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from mongosched._core import validate
+from mongosched._core import deprecation, validate
 from mongosched._core.records import (
     PAUSE_KINDS,
     JobRecord,
@@ -39,7 +39,7 @@ __all__ = ["STALE_AFTER", "Admin", "declaration", "schedule_row"]
 log = logging.getLogger("mongosched")
 
 STALE_AFTER = timedelta(seconds=15)
-"""A worker whose entry was not refreshed for this long is shown ``stale`` (runners
+"""A runner whose entry was not refreshed for this long is shown ``stale`` (runners
 refresh theirs every few seconds; see :mod:`mongosched.runner.presence`)."""
 
 
@@ -286,17 +286,23 @@ class Admin:
             raise ConfigurationError(f"job {record.id} ({record.task}) is not a repeating job")
         return record
 
-    # Workers -----------------------------------------------------------------------------------
-    def workers(self) -> list[RunnerInfo]:
+    # Live runners ------------------------------------------------------------------------------
+    def live_runners(self) -> list[RunnerInfo]:
         """The runners registered in this store (every process, every host), by name,
         each ``stale`` when it has not refreshed its entry for :data:`STALE_AFTER` (it
-        may have died without stopping; the store forgets it after a longer while)."""
+        may have died without stopping; the store forgets it after a longer while).
+        :attr:`App.runners <mongosched.App.runners>` are this process's own
+        :class:`~mongosched.Runner` objects instead."""
         now = self.now()
-        out = []
-        for worker in self.store.runners(now):
-            stale = worker.last_seen < now - STALE_AFTER
-            out.append(replace(worker, stale=stale))
-        return out
+        return [
+            replace(info, stale=info.last_seen < now - STALE_AFTER)
+            for info in self.store.runners(now)
+        ]
+
+    def workers(self) -> list[RunnerInfo]:
+        """Deprecated: the old name of :meth:`live_runners` (it warns)."""
+        deprecation.warn("App.workers()", "App.live_runners()")
+        return self.live_runners()
 
 
 def _describe(changes: ScheduleChanges) -> str:

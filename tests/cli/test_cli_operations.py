@@ -135,7 +135,7 @@ def test_workers_lists_live_runners(make_app: Callable[..., App], cli: Callable[
     app = make_app()
     assert cli("workers", app=app).out.strip() == "no workers registered"
     runner = app.runner(workers=3, queues=["a", "b"], name="w1").start()
-    wait_for(lambda: app.workers())
+    wait_for(lambda: app.live_runners())
     run = cli("workers", app=app)
     header, row = run.out.splitlines()
     assert header.split()[:3] == ["NAME", "HOST", "PID"]
@@ -148,4 +148,4 @@ def test_workers_lists_live_runners(make_app: Callable[..., App], cli: Callable[
         False,
     )
     runner.stop()
-    assert app.workers() == []
+    assert app.live_runners() == []

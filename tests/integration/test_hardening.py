@@ -506,7 +506,7 @@ def test_stop_returns_in_time_with_the_database_down(shared_db: SharedDatabase) 
     app.task(name="t")(lambda: None)
     runner = app.runner(workers=1).start()
     assert runner.wait_ready(10)
-    wait_for(lambda: len(app.workers()) == 1, message="the runner registered")
+    wait_for(lambda: len(app.live_runners()) == 1, message="the runner registered")
     server.kill()
     try:
         started = time.monotonic()
@@ -515,7 +515,7 @@ def test_stop_returns_in_time_with_the_database_down(shared_db: SharedDatabase) 
     finally:
         server.start()
     # Once the database is back, the dispatcher (whose stop was left to it) removes it.
-    wait_for(lambda: app.workers() == [], timeout=15, message="the worker entry removed")
+    wait_for(lambda: app.live_runners() == [], timeout=15, message="the worker entry removed")
 
 
 @pytest.mark.processes

@@ -350,7 +350,7 @@ def test_a_deploy_keeps_an_edit_until_the_code_changes(
 
 
 # Workers -------------------------------------------------------------------------------------
-def test_workers_register_refresh_go_stale_and_leave(
+def test_runners_register_refresh_go_stale_and_leave(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
     app = make_app(clock=clock)
@@ -364,23 +364,23 @@ def test_workers_register_refresh_go_stale_and_leave(
     runner = app.runner(workers=2, name="r1")
     runner.registration.interval = 0.05
     runner.start()
-    (entry,) = wait_for(app.workers)
+    (entry,) = wait_for(app.live_runners)
     assert (entry.name, entry.workers, entry.queues, entry.in_flight) == ("r1", 2, None, 0)
     assert entry.tasks == ("slow",) and entry.started_at == START and not entry.stale
     assert entry.pid > 0 and entry.host and entry.version
     slow.schedule()
     assert inside.wait(10)
-    assert wait_for(lambda: app.workers()[0].in_flight == 1)
+    assert wait_for(lambda: app.live_runners()[0].in_flight == 1)
     clock.advance(seconds=5)
-    assert wait_for(lambda: app.workers()[0].last_seen == START + timedelta(seconds=5))
+    assert wait_for(lambda: app.live_runners()[0].last_seen == START + timedelta(seconds=5))
     release.set()
     runner.stop()
-    assert app.workers() == []
+    assert app.live_runners() == []
     # a runner that died without stopping: stale after a while, forgotten later
     dead = app.runner(name="dead")
     dead.registration.refresh()
     clock.advance(seconds=20)
-    (gone,) = app.workers()
+    (gone,) = app.live_runners()
     assert gone.name == "dead" and gone.stale
     clock.advance(minutes=10)
-    assert app.workers() == []
+    assert app.live_runners() == []

@@ -95,7 +95,7 @@ def test_the_entry_of_a_runner_that_stopped_refreshing_it_goes(on_server: OnServ
         assert stale.wait_ready(10) and live.wait_ready(10)
         wait_for(lambda: len(on_server.ids(WORKERS)) == 2, message="both registered")
         on_server.sweep()
-        assert [w.name for w in live_app.workers()] == ["live"]
+        assert [w.name for w in live_app.live_runners()] == ["live"]
         assert len(on_server.ids(WORKERS)) == 1  # deleted, not just hidden
     finally:
         stale.stop(timeout=5)

@@ -19,3 +19,13 @@ def test_workerinfo_is_runnerinfo_and_warns() -> None:
 def test_an_unknown_name_is_still_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="WorkerInfos"):
         _ = mongosched.WorkerInfos  # type: ignore[attr-defined]
+
+
+def test_app_workers_is_app_live_runners_and_warns() -> None:
+    app = mongosched.App("memory://")
+    runner = app.runner(name="r1", workers=3)
+    runner.registration.refresh(force=True)
+    live = app.live_runners()
+    assert [(r.name, r.workers) for r in live] == [("r1", 3)]
+    with pytest.warns(DeprecationWarning, match=r"App\.workers\(\).*App\.live_runners\(\)"):
+        assert app.workers() == live
