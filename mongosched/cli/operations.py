@@ -1,5 +1,6 @@
 """The operator's verbs of ``mongosched``: bulk ``retry``, ``cancel`` and ``purge`` by
-filter, ``pause`` and ``resume``, ``pauses``, ``schedule-edit`` and ``workers``."""
+filter, ``pause`` and ``resume``, ``pauses``, ``schedule-edit`` and ``runners``
+(``workers``, its old name)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 
 from mongosched.app import App
 from mongosched.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
-from mongosched.cli.output import listing, out, print_json
+from mongosched.cli.output import listing, out, print_json, warning
 
-__all__ = ["bulk", "pause", "pauses", "resume", "schedule_edit", "workers"]
+__all__ = ["bulk", "pause", "pauses", "resume", "runners", "schedule_edit", "workers"]
 
 FILTERS = (
     "task",
@@ -122,12 +123,12 @@ def schedule_edit(app: App, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def workers(app: App, args: argparse.Namespace) -> int:
+def runners(app: App, args: argparse.Namespace) -> int:
     listing(
         app.live_runners(),
         as_json=args.json,
         json_row=lambda w: w,
-        empty="no workers registered",
+        empty="no runners registered",
         headers=[
             "NAME",
             "HOST",
@@ -154,3 +155,9 @@ def workers(app: App, args: argparse.Namespace) -> int:
         ],
     )
     return EXIT_OK
+
+
+def workers(app: App, args: argparse.Namespace) -> int:
+    """The old name of ``runners``: the same listing, after a warning on stderr."""
+    warning("'workers' is deprecated and will be removed in the next release: use 'runners'")
+    return runners(app, args)

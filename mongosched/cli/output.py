@@ -44,6 +44,11 @@ def error(text: str) -> None:
     sys.stderr.write(f"mongosched: error: {text}\n")
 
 
+def warning(text: str) -> None:
+    """A line on stderr that does not end the command."""
+    sys.stderr.write(f"mongosched: warning: {text}\n")
+
+
 def gist(exc: BaseException) -> str:
     """The first line of an error's message, without a driver's topology description."""
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -199,7 +199,7 @@ def build_parser(
     epilog = EXIT_CODES_HELP if choose_app else EXIT_CODES
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Run mongosched workers and inspect or change jobs.",
+        description="Run mongosched runners and inspect or change jobs.",
         epilog=epilog,
         formatter_class=formatter,
         parents=[_connection_options(defaults=True, choose_app=choose_app)],

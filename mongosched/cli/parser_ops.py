@@ -20,7 +20,8 @@ OPERATION_VERBS = {
     "resume": "let runners claim a paused queue's, task's or schedule's jobs again",
     "pauses": "list what is paused",
     "schedule-edit": "change a repeating schedule's rule, timezone, priority or queue",
-    "workers": "list the runners registered (every process and host), stale ones marked",
+    "runners": "list the runners registered (every process and host), stale ones marked",
+    "workers": "the old name of runners (deprecated)",
 }
 
 STATUSES = {
@@ -98,6 +99,7 @@ def add_operation_verbs(
     json_flag(edit)
     edit.set_defaults(run=operations.schedule_edit)
 
-    workers = verb(commands, "workers", OPERATION_VERBS["workers"])
-    json_flag(workers)
-    workers.set_defaults(run=operations.workers)
+    for name, run in (("runners", operations.runners), ("workers", operations.workers)):
+        listed = verb(commands, name, OPERATION_VERBS[name])
+        json_flag(listed)
+        listed.set_defaults(run=run)

@@ -560,6 +560,7 @@ EVERY_VERB = {
     "resume": ["resume", "--queue", "emails"],
     "pauses": ["pauses"],
     "schedule-edit": ["schedule-edit", "nightly", "--priority", "2"],
+    "runners": ["runners"],
     "workers": ["workers"],
     "dashboard": ["dashboard", "--token", "t" * 32, "--port", "0"],
 }

@@ -131,16 +131,20 @@ def test_schedule_edit(ops: App, cli: Callable[..., Run]) -> None:
     assert run.code == 1 and "invalid cron expression" in run.err
 
 
-def test_workers_lists_live_runners(make_app: Callable[..., App], cli: Callable[..., Run]) -> None:
+def test_runners_lists_live_runners(make_app: Callable[..., App], cli: Callable[..., Run]) -> None:
     app = make_app()
-    assert cli("workers", app=app).out.strip() == "no workers registered"
+    assert cli("runners", app=app).out.strip() == "no runners registered"
     runner = app.runner(workers=3, queues=["a", "b"], name="w1").start()
     wait_for(lambda: app.live_runners())
-    run = cli("workers", app=app)
+    run = cli("runners", app=app)
     header, row = run.out.splitlines()
     assert header.split()[:3] == ["NAME", "HOST", "PID"]
     assert row.split()[0] == "w1" and "a,b" in row
-    (data,) = cli("workers", "--json", app=app).json()
+    assert run.err == ""
+    old = cli("workers", app=app)  # the old name: the same listing, and a warning
+    assert old.code == 0 and old.out == run.out
+    assert "'workers' is deprecated" in old.err and "use 'runners'" in old.err
+    (data,) = cli("runners", "--json", app=app).json()
     assert (data["name"], data["workers"], data["queues"], data["stale"]) == (
         "w1",
         3,
