@@ -93,7 +93,7 @@ def main() -> None:
         ("a job", f"/jobs/{failed.id}"),
         ("bulk retry confirmation (dry run)", "/bulk/retry?task=bench.task0&status=failed"),
         ("schedules", "/schedules"),
-        ("workers", "/workers"),
+        ("runners", "/runners"),
     ]
     print(f"{'page':<36} {'median ms':>10} {'max ms':>8} {'KiB':>6}")
     for name, path in pages:

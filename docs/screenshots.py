@@ -163,7 +163,7 @@ def main() -> int:
             ("jobs", "jobs?status=failed"),
             ("job", f"jobs/{found['failed'].id}" if found["failed"] else "jobs"),
             ("schedules", "schedules"),
-            ("workers", "workers"),
+            ("workers", "runners"),
             ("schedule-edit", "schedules/edit?id=schedule:reports.daily"),
         ]
         if callable(getattr(app, "retry_jobs", None)):

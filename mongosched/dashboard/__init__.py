@@ -1,4 +1,4 @@
-"""The web dashboard: overview, jobs, a job, schedules, workers and metrics of an
+"""The web dashboard: overview, jobs, a job, schedules, runners and metrics of an
 :class:`~mongosched.App`, and its operations (retry, cancel, delete, bulk by filter,
 pause and resume), each behind a confirmation and a CSRF check.
 

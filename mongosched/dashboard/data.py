@@ -1,5 +1,5 @@
 """What the dashboard reads and changes, through the public API of :class:`~mongosched.App`
-(queries, stats, the operations: bulk by filter, pauses, workers, throughput); nothing
+(queries, stats, the operations: bulk by filter, pauses, runners, throughput); nothing
 here reaches into the database but through the :class:`~mongosched.store.Store`
 protocol's reads.
 """
@@ -184,8 +184,8 @@ class Operations:
         for name in self.app.tasks:
             tasks.setdefault(name, Row(name))
         queues: dict[str, Row] = {}
-        workers = [w for w in self.app.live_runners() if not w.stale]
-        for name in self.known_queues(workers=workers, pauses=pauses):
+        runners = [r for r in self.app.live_runners() if not r.stale]
+        for name in self.known_queues(runners=runners, pauses=pauses):
             counts = {
                 status.value: self.app.count_jobs(queue=name, status=status)
                 for status in (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.FAILED)
@@ -208,7 +208,7 @@ class Operations:
             for row in rows.values():
                 row.paused = (kind, row.name) in paused
                 row.due_capped = capped and row.due > 0
-        unserved = _unserved(due, workers, paused)
+        unserved = _unserved(due, runners, paused)
         return Overview(
             now=now,
             totals=stats["totals"],
@@ -223,28 +223,28 @@ class Operations:
         )
 
     def known_queues(
-        self, *, workers: list[RunnerInfo] | None = None, pauses: list[Pause] | None = None
+        self, *, runners: list[RunnerInfo] | None = None, pauses: list[Pause] | None = None
     ) -> list[str]:
         """Queues named by the app's tasks and runners, holding pending jobs (from the
-        claim index), served by a live worker, or paused. ``workers`` and ``pauses``:
+        claim index), served by a live runner, or paused. ``runners`` and ``pauses``:
         already read for this page (else read here)."""
         names = {task.queue for task in self.app.tasks.values()}
         names.update(self.app.queues or ())
         names.update(self.app.store.pending_queues())
-        for worker in self.app.live_runners() if workers is None else workers:
-            names.update(worker.queues or ())
+        for runner in self.app.live_runners() if runners is None else runners:
+            names.update(runner.queues or ())
         pauses = self.app.pauses() if pauses is None else pauses
         names.update(p.name for p in pauses if p.kind == "queue")
         return sorted(names)
 
-    def task_names(self, *, workers: list[RunnerInfo] | None = None) -> list[str]:
-        """The tasks registered here or by a live worker, and those with jobs stored
+    def task_names(self, *, runners: list[RunnerInfo] | None = None) -> list[str]:
+        """The tasks registered here or by a live runner, and those with jobs stored
         (the filter's suggestions; from the store's task index, no job read).
-        ``workers``: already read for this page."""
+        ``runners``: already read for this page."""
         names = set(self.app.tasks)
         names.update(self.app.store.task_names())
-        for worker in self.app.live_runners() if workers is None else workers:
-            names.update(worker.tasks)
+        for runner in self.app.live_runners() if runners is None else runners:
+            names.update(runner.tasks)
         return sorted(names)
 
     def throughput(self, now: datetime, span: timedelta, bucket: timedelta) -> list[Bucket]:
@@ -252,7 +252,7 @@ class Operations:
         rows = self.app.throughput(since=now - span, bucket=bucket)
         return [Bucket(start, done, failed) for start, done, failed in rows]
 
-    # Schedules, pauses, workers --------------------------------------------------------
+    # Schedules, pauses, runners --------------------------------------------------------
     def schedules(self) -> list[dict[str, Any]]:
         return self.app.schedules()
 
@@ -265,7 +265,7 @@ class Operations:
         method = self.app.resume if resume else self.app.pause
         method(**{kind: name})
 
-    def workers(self) -> list[RunnerInfo]:
+    def live_runners(self) -> list[RunnerInfo]:
         return self.app.live_runners()
 
     # Actions ------------------------------------------------------------------------------
@@ -297,22 +297,22 @@ class Operations:
 
 
 def _unserved(
-    due: list[Job], workers: list[RunnerInfo], paused: set[tuple[str, str]]
+    due: list[Job], runners: list[RunnerInfo], paused: set[tuple[str, str]]
 ) -> dict[tuple[str, str], int]:
-    """Due jobs no live runner (of ``workers``) would claim, by queue or by task (see
+    """Due jobs no live runner (of ``runners``) would claim, by queue or by task (see
     :attr:`Overview.unserved`)."""
     verdicts: dict[tuple[str, str], tuple[str, str] | None] = {}
     out: dict[tuple[str, str], int] = {}
     for job in due:
         pair = (job.queue, job.task)
         if pair not in verdicts:
-            serving = [w for w in workers if w.queues is None or job.queue in w.queues]
+            serving = [r for r in runners if r.queues is None or job.queue in r.queues]
             verdict: tuple[str, str] | None = None
             if ("queue", job.queue) in paused or ("task", job.task) in paused:
                 verdict = None
             elif not serving:
                 verdict = ("queue", job.queue)
-            elif not any(job.task in w.tasks for w in serving):
+            elif not any(job.task in r.tasks for r in serving):
                 verdict = ("task", job.task)
             verdicts[pair] = verdict
         found = verdicts[pair]

@@ -1,5 +1,5 @@
 """The dashboard's pages about the system rather than single jobs: the repeating
-schedules (and the form that edits one at runtime) and the live workers."""
+schedules (and the form that edits one at runtime) and the live runners."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from mongosched.dashboard.render import (
     table,
     when,
 )
-from mongosched.dashboard.views import boxed, link, pause_link, worker_anchor
+from mongosched.dashboard.views import boxed, link, pause_link, runner_anchor
 from mongosched.errors import MongoschedError
 
-__all__ = ["rule_text", "schedule_edit", "schedules_page", "workers_page"]
+__all__ = ["rule_text", "runners_page", "schedule_edit", "schedules_page"]
 
 
 def rule_text(rule: str) -> str:
@@ -31,7 +31,7 @@ def rule_text(rule: str) -> str:
     return f"every {duration(float(match[1]))}" if match else rule
 
 
-# Schedules, workers -----------------------------------------------------------------------
+# Schedules, runners -----------------------------------------------------------------------
 def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     now = ops.app.now()
     rows = []
@@ -75,11 +75,11 @@ def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     return "Schedules", boxed(table(headers, rows, empty="No repeating schedules."))
 
 
-def workers_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
+def runners_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     now = ops.app.now()
     rows = [
         [
-            fmt('<span class="mono" id="{}">{}</span>', worker_anchor(w.name), w.name),
+            fmt('<span class="mono" id="{}">{}</span>', runner_anchor(w.name), w.name),
             w.host,
             str(w.pid),
             ", ".join(w.queues) if w.queues else "all",
@@ -91,10 +91,10 @@ def workers_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
             w.version,
             badge("stale") if w.stale else badge("live"),
         ]
-        for w in ops.workers()
+        for w in ops.live_runners()
     ]
     headers = [
-        "Worker", "Host", "PID", "Queues", "Tasks", "Threads", "In flight", "Started",
+        "Runner", "Host", "PID", "Queues", "Tasks", "Threads", "In flight", "Started",
         "Last seen", "Version", "State",
     ]  # fmt: skip
     note = Markup(
@@ -102,7 +102,7 @@ def workers_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
         "seconds; one not seen for a while is shown stale (it may have died), and is "
         "forgotten later.</p>"
     )
-    return "Workers", note + boxed(table(headers, rows, empty="No runner is registered."))
+    return "Runners", note + boxed(table(headers, rows, empty="No runner is registered."))
 
 
 # Editing a schedule ------------------------------------------------------------------------

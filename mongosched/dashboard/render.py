@@ -111,7 +111,7 @@ class Context:
         )
 
 
-NAV = (("/", "Overview"), ("/jobs", "Jobs"), ("/schedules", "Schedules"), ("/workers", "Workers"))
+NAV = (("/", "Overview"), ("/jobs", "Jobs"), ("/schedules", "Schedules"), ("/runners", "Runners"))
 
 
 def page(

@@ -15,8 +15,8 @@ from mongosched._core.records import JobStatus
 from mongosched.dashboard.actions import JOB_ACTIONS, bulk_action, job_action, pause_action
 from mongosched.dashboard.csrf import Session, refusal
 from mongosched.dashboard.data import Operations
-from mongosched.dashboard.fleet import schedule_edit, schedules_page, workers_page
-from mongosched.dashboard.http import Request, Response
+from mongosched.dashboard.fleet import runners_page, schedule_edit, schedules_page
+from mongosched.dashboard.http import Request, Response, redirect
 from mongosched.dashboard.render import Context, Markup, fmt, page
 from mongosched.dashboard.static import asset
 from mongosched.dashboard.views import job_page, jobs_page, notice, overview_page
@@ -34,8 +34,10 @@ READS: dict[str, Callable[[Operations, Context], tuple[str, Markup]]] = {
     "/": overview_page,
     "/jobs": jobs_page,
     "/schedules": schedules_page,
-    "/workers": workers_page,
+    "/runners": runners_page,
 }
+MOVED = {"/workers": "/runners"}
+"""Old paths of pages, kept for one release so that bookmarks still lead there."""
 JOB_PATH = re.compile(r"^/jobs/([^/]+)(?:/([a-z]+))?/?$")
 
 
@@ -94,6 +96,9 @@ class Dashboard:
             return found or self._not_found(ctx)
         if path == "/metrics" and not post:
             return self._metrics()
+        moved = MOVED.get(path.rstrip("/"))
+        if moved is not None and not post:
+            return redirect(ctx.url(moved), 301)
         view = READS.get(path.rstrip("/") or "/")
         if view is not None:
             if post:
@@ -107,7 +112,7 @@ class Dashboard:
                 200,
                 section=section,
                 notice=notice(ctx),
-                refresh="1" if section in ("/", "/workers") else "",
+                refresh="1" if section in ("/", "/runners") else "",
             )
         match = JOB_PATH.match(path)
         if match:

@@ -1,4 +1,4 @@
-"""The dashboard's pages (reads only): overview, jobs, a job, schedules, workers.
+"""The dashboard's pages (reads only): overview, jobs, a job, schedules, runners.
 
 Each view takes the :class:`~.data.Operations`, the page :class:`~.render.Context` and
 returns the HTML of the page; links to actions go to their confirmation pages
@@ -42,7 +42,7 @@ __all__ = [
     "notice",
     "overview_page",
     "pause_link",
-    "worker_anchor",
+    "runner_anchor",
 ]
 
 PER_PAGE = 50
@@ -93,9 +93,9 @@ def jobs_link(ctx: Context, text: Any, **where: str) -> Markup:
     return link(ctx, "/jobs", text, list(where.items()))
 
 
-def worker_anchor(name: str) -> str:
-    """The id of a runner's row on the workers page (a job's lease holder links to it)."""
-    return "worker-" + quote(name, safe="")
+def runner_anchor(name: str) -> str:
+    """The id of a runner's row on the runners page (a job's lease holder links to it)."""
+    return "runner-" + quote(name, safe="")
 
 
 def boxed(content: Markup) -> Markup:
@@ -262,10 +262,10 @@ def read_page(ctx: Context) -> int:
 
 
 def filter_form(ctx: Context, ops: Operations, filters: Filters, sort: tuple[str, int]) -> Markup:
-    workers = ops.workers()  # read once for both suggestion lists
-    tasks = join(fmt('<option value="{}">', name) for name in ops.task_names(workers=workers))
+    runners = ops.live_runners()  # read once for both suggestion lists
+    tasks = join(fmt('<option value="{}">', name) for name in ops.task_names(runners=runners))
     queues = join(
-        fmt('<option value="{}">', name) for name in ops.known_queues(workers=workers)
+        fmt('<option value="{}">', name) for name in ops.known_queues(runners=runners)
     )
     statuses = join(
         fmt(
@@ -525,8 +525,8 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
                 "Lease owner",
                 fmt(
                     '<a class="mono" href="{}#{}">{}</a>',
-                    ctx.url("/workers"),
-                    worker_anchor(lease.owner),
+                    ctx.url("/runners"),
+                    runner_anchor(lease.owner),
                     lease.owner,
                 ),
             )

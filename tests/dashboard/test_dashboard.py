@@ -78,6 +78,7 @@ def routes(sched: App, jobs: dict[str, Any]) -> list[tuple[str, str]]:
         ("POST", f"/jobs/{job}/retry"),
         ("POST", f"/jobs/{job}/cancel"),
         ("GET", "/schedules"),
+        ("GET", "/runners"),
         ("GET", "/workers"),
         ("GET", "/metrics"),
         ("GET", "/bulk/retry?task=boom"),
@@ -158,17 +159,17 @@ def test_the_token_is_compared_in_constant_time_and_whole() -> None:
 
 def test_the_login_form_sets_a_signed_http_only_session_cookie(wsgi: StandaloneDashboard) -> None:
     client = Client(wsgi, headers={"Accept": "text/html"})
-    form = client.get("/login?next=/workers")
+    form = client.get("/login?next=/runners")
     assert form.status == 200 and 'type="password"' in form.body
-    assert 'name="next" value="/workers"' in form.body
+    assert 'name="next" value="/runners"' in form.body
     wrong = client.post("/login", {"csrf_token": form.csrf(), "token": "guess", "next": "/"})
     assert wrong.status == 401 and "not right" in wrong.body
     assert client.get("/").status == 303  # still signed out
-    reply = client.post("/login", {"csrf_token": form.csrf(), "token": TOKEN, "next": "/workers"})
-    assert reply.status == 303 and reply.header("Location") == "/workers"
+    reply = client.post("/login", {"csrf_token": form.csrf(), "token": TOKEN, "next": "/runners"})
+    assert reply.status == 303 and reply.header("Location") == "/runners"
     cookie = [c for c in reply.all("Set-Cookie") if c.startswith(COOKIE)][0]
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Secure" not in cookie
-    assert client.get("/workers").status == 200
+    assert client.get("/runners").status == 200
     # The session is signed: any change to it signs out.
     good = client.cookies[COOKIE]
     for forged in (good[:-2] + "xx", good.replace("L.", "L.a", 1), "L.abc.99999999999.sig"):
@@ -385,17 +386,17 @@ def test_overview_counts_per_queue_and_task_and_draws_the_chart(
     assert '/jobs?queue=hostile&amp;status=failed">1</a>' in body
 
 
-def test_a_page_reads_the_workers_and_the_pauses_once(
+def test_a_page_reads_the_live_runners_and_the_pauses_once(
     sched: App, jobs: dict[str, Any], browser: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     reads: list[str] = []
-    for name in ("workers", "pauses"):
+    for name in ("live_runners", "pauses"):
         real = getattr(sched, name)
         monkeypatch.setattr(sched, name, lambda real=real, name=name: reads.append(name) or real())
     for path in ("/", "/jobs"):
         reads.clear()
         assert browser.get(path).status == 200
-        assert reads.count("workers") <= 1 and reads.count("pauses") <= 1, (path, reads)
+        assert reads.count("live_runners") == 1 and reads.count("pauses") <= 1, (path, reads)
 
 
 def test_the_overview_reads_no_running_jobs(
@@ -614,7 +615,7 @@ def test_the_job_page_shows_run_time_links_the_lease_holder_and_refreshes_while_
     job = slow.schedule()
     hold(sched, "slow", "host-1:4242:runner")
     body = browser.get(f"/jobs/{job.id}").body
-    owner = '<a class="mono" href="/workers#worker-host-1%3A4242%3Arunner">host-1:4242:runner</a>'
+    owner = '<a class="mono" href="/runners#runner-host-1%3A4242%3Arunner">host-1:4242:runner</a>'
     assert owner in body
     assert "<dt>Run time</dt>" in body and 'data-refresh="running"' in body
     done = browser.get(f"/jobs/{jobs['done'].id}").body
@@ -630,11 +631,13 @@ def test_a_schedule_reads_as_a_schedule(sched: App, jobs: dict[str, Any], browse
     assert "<dt>Last run</dt><dd>not yet</dd>" in body  # its first slot is an hour away
 
 
-def test_workers_lists_the_live_runners(sched: App, browser: Client) -> None:
-    assert "No runner is registered." in browser.get("/workers").body
+def test_runners_lists_the_live_runners(sched: App, browser: Client) -> None:
+    old = browser.get("/workers")  # the page's old path, kept for bookmarks
+    assert old.status == 301 and old.header("Location") == "/runners"
+    assert "No runner is registered." in browser.get("/runners").body
     runner = sched.runner(workers=3, queues=["q1", "q2"], name="runner-<x>").start()
     try:
-        body = wait_for(lambda: (b := browser.get("/workers").body) and "runner-" in b and b)
+        body = wait_for(lambda: (b := browser.get("/runners").body) and "runner-" in b and b)
         assert "runner-&lt;x&gt;" in body and "q1, q2" in body and "live" in body
         assert "<td>3</td>" in body  # threads
     finally:

@@ -114,7 +114,7 @@ def test_sign_in_and_load_every_page(page: Any, base: str, shared: App) -> None:
         ("", "Overview"),
         ("jobs", "Jobs"),
         ("schedules", "Schedules"),
-        ("workers", "Workers"),
+        ("runners", "Runners"),
     ):
         reply = page.goto(base + path)
         assert reply.status == 200, path
@@ -283,12 +283,12 @@ def test_unauthenticated_requests_are_refused(chromium: Any, base: str) -> None:
     context = chromium.new_context()
     try:
         api = context.request
-        for path in ("", "jobs", "metrics", "workers"):
+        for path in ("", "jobs", "metrics", "runners"):
             assert api.get(base + path).status == 401
         assert api.post(base + "pause", form={"kind": "queue", "name": "slow"}).status == 401
         assert api.get(base + "static/dashboard.css").status == 200
         page = context.new_page()
-        page.goto(base + "workers")
+        page.goto(base + "runners")
         assert page.url.startswith(base + "login?next=")
         assert page.locator("#token").is_visible()
     finally:

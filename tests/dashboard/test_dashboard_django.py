@@ -56,7 +56,7 @@ def test_anonymous_and_non_staff_users_are_sent_to_the_admin_login(failed: Any) 
     from django.test import Client
 
     client = Client()
-    for path in ("", "jobs", f"jobs/{failed.id}", "metrics", "workers"):
+    for path in ("", "jobs", f"jobs/{failed.id}", "metrics", "runners"):
         reply = client.get(PREFIX + path)
         assert reply.status_code == 302, path
         assert reply["Location"].startswith("/admin/login/?next=")

@@ -52,7 +52,7 @@ def site(request: pytest.FixtureRequest) -> Any:
 def test_the_auth_hook_decides_every_request(site: Any) -> None:
     client = site.test_client()
     job = site.failed
-    paths = ["/", "/jobs", f"/jobs/{job.id}", f"/jobs/{job.id}/retry", "/metrics", "/workers"]
+    paths = ["/", "/jobs", f"/jobs/{job.id}", f"/jobs/{job.id}/retry", "/metrics", "/runners"]
     site.allowed["value"] = False
     for path in paths:
         assert client.get(PREFIX + path).status_code == 403, path

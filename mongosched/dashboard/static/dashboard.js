@@ -1,5 +1,5 @@
 // mongosched dashboard: optional. Pages work without it; with it, the overview and the
-// workers page can refresh themselves every 10 s (remembered in this browser); a running
+// runners page can refresh themselves every 10 s (remembered in this browser); a running
 // job's page does unless turned off.
 (function () {
   "use strict";
