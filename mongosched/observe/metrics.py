@@ -206,17 +206,21 @@ def _store_families(app: App) -> Iterator[Family]:
         "Seconds the pending job due longest has been due (0: none is due)",
         [("mongosched_oldest_due_lateness_seconds", {}, late)],
     )
-    workers = app.live_runners()
-    stale = sum(1 for w in workers if w.stale)
-    yield Family(
-        "mongosched_workers",
-        "gauge",
-        "Registered runners, live and stale",
-        [
-            ("mongosched_workers", {"state": "live"}, float(len(workers) - stale)),
-            ("mongosched_workers", {"state": "stale"}, float(stale)),
-        ],
-    )
+    runners = app.live_runners()
+    stale = sum(1 for r in runners if r.stale)
+    for name, text in (
+        ("mongosched_runners", "Registered runners, live and stale"),
+        ("mongosched_workers", "Deprecated: the old name of mongosched_runners"),
+    ):
+        yield Family(
+            name,
+            "gauge",
+            text,
+            [
+                (name, {"state": "live"}, float(len(runners) - stale)),
+                (name, {"state": "stale"}, float(stale)),
+            ],
+        )
 
 
 def _counter(name: str, text: str, values: Mapping[str, int]) -> Family:
