@@ -7,7 +7,7 @@ Two kinds of figures:
 
 * **from the store**, the same in every process: unfinished jobs per queue, task and
   status (``mongosched_jobs``), running jobs, the lateness of the job due longest,
-  the registered workers. Each scrape reads them (two small aggregate reads);
+  the registered runners. Each scrape reads them (two small aggregate reads);
 * **per process, from events** (:meth:`App.on`): jobs completed, failed and retried per
   task, and histograms of run time and of due-to-start delay, counted from the first
   scrape (or :func:`instrument`) on, by the runners of *this* process: sum them across

@@ -1,6 +1,6 @@
 """What operators do to the running system rather than to single jobs: pause and resume
 a queue, a task or a repeating schedule; edit a schedule at runtime; list schedules and
-live workers (part of :class:`~mongosched.App`).
+live runners (part of :class:`~mongosched.App`).
 
 Pauses are stored, so they hold cluster-wide: every runner reads the pause set once per
 poll interval (:mod:`mongosched.runner.pauses`) and leaves paused tasks and queues out of what

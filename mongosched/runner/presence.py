@@ -1,4 +1,4 @@
-"""A runner's entry in the registry of live workers (:meth:`App.workers`).
+"""A runner's entry in the registry of live runners (:meth:`App.live_runners`).
 
 The runner's dispatcher refreshes the entry at most every :data:`REFRESH` seconds, from
 its periodic maintenance: no thread of its own and no round trip per job. A graceful

@@ -169,7 +169,7 @@ class Runner(RunnerSteps):
         self._full_rounds = 0  # claims in a row that found all they asked for
         self.finished = 0
         self.registration = Registration(self.store, self)
-        """This runner's entry in the registry of live workers (:meth:`App.workers`)."""
+        """This runner's entry in the registry of live runners (:meth:`App.live_runners`)."""
 
     # Lifecycle -------------------------------------------------------------------------------
     @property

@@ -336,7 +336,7 @@ class Store(Protocol):
         """Jobs completed or failed since ``since``: how many per (bucket number,
         status), bucket ``n`` covering ``since + n * bucket`` seconds onwards."""
 
-    # Pauses, schedule edits, live workers ---------------------------------------------------
+    # Pauses, schedule edits, live runners ---------------------------------------------------
     def add_pause(self, pause: Pause) -> bool:
         """Record a pause (its ``since`` kept if it exists). True if it is new."""
 
