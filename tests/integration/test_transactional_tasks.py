@@ -8,7 +8,6 @@ Every test checks that the job's state and those writes agree."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -331,7 +331,7 @@ def _worker(uri: str, lease: float = 2.0, workers: int = 4) -> subprocess.Popen[
     return subprocess.Popen(
         [sys.executable, "-m", "tests.support.transactions", uri, "--workers", str(workers)]
         + ["--lease", str(lease)],
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=Path(__file__).resolve().parents[2],
     )
 
 
