@@ -366,12 +366,24 @@ class Runner(RunnerSteps):
                     exc,
                     backoff,
                 )
-                self._stopping.wait(backoff)
+                self._back_off(backoff)
                 continue
             self._last_error = None
             self._ready.set()
             return True
         return False
+
+    def _back_off(self, backoff: float) -> None:
+        """Wait ``backoff`` seconds after a database error, or less when woken: a job
+        reported due (by the change stream, or scheduled in this process) means the
+        database answers again. Retries stay a poll interval (at most a second) apart
+        whatever wakes them, so wake-ups during an outage never make a busy loop; the
+        backoff itself keeps doubling while the database fails."""
+        spacing = min(backoff, self.poll_interval, 1.0)
+        if self._stopping.wait(spacing):
+            return
+        self._wake.wait(backoff - spacing)  # a stop sets it too
+        self._wake.clear()
 
     def _dispatch(self) -> None:
         try:
@@ -408,7 +420,7 @@ class Runner(RunnerSteps):
                 log.warning(
                     "runner %s: database error (%s); retrying in %.1f s", self.name, exc, backoff
                 )
-                self._stopping.wait(backoff)
+                self._back_off(backoff)
                 continue
             except Exception as exc:
                 self._release_held()

@@ -431,6 +431,31 @@ def test_database_outage_is_survived(app: App, caplog: pytest.LogCaptureFixture)
     assert any("database error" in r.getMessage() for r in caplog.records)
 
 
+def test_wake_ups_during_an_outage_do_not_hurry_the_retries(app: App) -> None:
+    """A wake-up ends a database backoff early, but retries stay a poll interval apart at
+    least: wake-ups arriving all through an outage never turn into a busy loop."""
+    app.task(name="t")(lambda: "ok")
+    attempts: list[float] = []
+
+    def failing_claim(**kwargs: Any) -> Any:
+        attempts.append(time.monotonic())
+        raise StoreUnavailable("connection refused")
+
+    app.store.claim = failing_claim  # type: ignore[method-assign]
+    runner = app.runner(workers=1, poll_interval=0.2).start()
+    try:
+        wait_for(lambda: attempts, message="a first claim")
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            runner.wake()
+            time.sleep(0.001)
+        gaps = [b - a for a, b in zip(attempts, attempts[1:], strict=False)]
+    finally:
+        runner.stop(timeout=5)
+    assert len(attempts) <= 8, f"{len(attempts)} claims in about a second"
+    assert all(gap >= 0.19 for gap in gaps), gaps
+
+
 def test_start_runner_starts_one_per_process_and_stop_runner_stops_it(app: App) -> None:
     assert app.in_process_runner is None and app.stop_runner() is True  # nothing to stop
     first = app.start_runner(workers=1)

@@ -188,7 +188,7 @@ def _watching_runner(shared_db: SharedDatabase) -> Iterator[Running]:
         assert r.other.get_task("t").schedule().wait(timeout=PROMPT).status is JobStatus.COMPLETED
         r.ran.clear()
         # The dispatcher idle (its claim after that job done): a claim that met the
-        # outage would back off (the xfail below).
+        # outage would back off (as the test below makes it).
         wait_for(lambda: (r.runner.health()["seconds_since_poll"] or 0) > 0.3, message="idle")
         yield r
 
@@ -202,12 +202,6 @@ def test_a_runner_is_woken_again_after_the_server_restarts(
         assert r.ran.wait(PROMPT), f"health {r.runner.health()}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found on SecantusDB: after a database error the dispatcher waits out its "
-    "backoff (a poll interval, doubling up to 30 s) whatever its stream reports, so a "
-    "job due at once waits for it once the database is back",
-)
 def test_a_runner_backing_off_after_a_database_error_is_woken_by_its_stream(
     shared_db: SharedDatabase, caplog: pytest.LogCaptureFixture
 ) -> None:
