@@ -33,6 +33,7 @@ __all__ = ["shared_db"]
 
 LEASE = 30.0
 STEPPED_DOWN = server_error(189, "RetryableWriteError")  # PrimarySteppedDown
+REFUSED = server_error(2)  # BadValue: not retryable
 
 
 def _faulty(store: MongoStore) -> FaultyCollection:
@@ -133,6 +134,27 @@ def test_an_outcome_write_retries_a_transient_error_while_its_patience_lasts(
     with pytest.raises(StoreUnavailable):
         _write(store, how, jobs[:1], None)
     faulty.fail(WRITES[how], *[STEPPED_DOWN] * 6)
+    results = _write(store, how, jobs, lambda: time.monotonic() + 10)
+    for job, stored in zip(jobs, results, strict=True):
+        assert isinstance(stored, JobRecord) and stored.status is JobStatus.COMPLETED
+        assert stored == store.get(job.id) and stored.attempts == 1
+
+
+@pytest.mark.parametrize("how", list(WRITES))
+def test_an_outcome_write_retries_a_refusal_while_its_patience_lasts(
+    database: Any, how: str
+) -> None:
+    """A refusal the driver does not call retryable (here BadValue, as a one-shot
+    ``failCommand`` fail point gives it): with patience the outcome write repeats it and
+    lands, once; without, it gives up at once. Found by tests/faults/test_fail_points.py:
+    a refused settle ran its finished job again once the lease expired."""
+    store = MongoStore(database=database)
+    jobs = _running(store, 3)
+    faulty = _faulty(store)
+    faulty.fail(WRITES[how], REFUSED)
+    with pytest.raises(StoreError, match="BadValue|error 2"):
+        _write(store, how, jobs[:1], None)
+    faulty.fail(WRITES[how], REFUSED, REFUSED)
     results = _write(store, how, jobs, lambda: time.monotonic() + 10)
     for job, stored in zip(jobs, results, strict=True):
         assert isinstance(stored, JobRecord) and stored.status is JobStatus.COMPLETED

@@ -241,17 +241,22 @@ class MongoConnection:
             except (DuplicateKeyError, BulkWriteError):
                 raise  # the callers resolve these
             except PyMongoError as exc:
-                if not transient(exc):
-                    raise StoreError(
-                        f"MongoDB refused a request ({what}): {_first_line(exc)}"
-                    ) from exc
+                refused = not transient(exc)
+                patience = _patience.get()
+                if refused and not isinstance(exc, OperationFailure):
+                    patience = None  # not the server's refusal: this side's mistake
                 pause = min(self.retry_pause * (attempt + 1), MAX_PAUSE)
                 until = time.monotonic() + pause
-                usual = attempt < self.retries and until < deadline
+                usual = not refused and attempt < self.retries and until < deadline
                 usual = usual and not isinstance(exc, ServerSelectionTimeoutError)
-                patience = _patience.get()
+                # With patience (an outcome write) a refusal is repeated too: giving the
+                # write up runs a finished job again, and the write is fenced.
                 if not usual and (patience is None or until >= patience()):
                     log.debug("%s: %s", what, exc)
+                    if refused:
+                        raise StoreError(
+                            f"MongoDB refused a request ({what}): {_first_line(exc)}"
+                        ) from exc
                     raise StoreUnavailable(self.unreachable(exc)) from exc
                 attempt += 1
                 log.debug("%s: %s; retrying (attempt %d)", what, _first_line(exc), attempt)
@@ -259,7 +264,8 @@ class MongoConnection:
 
     @staticmethod
     def _patiently(patience: Patience | None, call: Callable[..., T], *args: Any) -> T:
-        """``call(*args)``, in which a transient error goes on being retried (with
+        """``call(*args)``, in which a transient error, or any refusal by the server,
+        goes on being retried (with
         pauses of up to :data:`MAX_PAUSE`) until ``patience()``, not only the usual few
         times (None: only those). A holder's outcome write has this patience: its run
         is over, and giving the write up would run the job again once its lease
