@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mongosched._core.records import JobRecord
 from mongosched.errors import JobTimeout, StoreError
 from mongosched.job import JobContext, as_current
-from mongosched.store import Store
+from mongosched.store import Patience, Store
 
 if TYPE_CHECKING:
     from mongosched.task import Task
@@ -59,6 +59,24 @@ def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> No
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None
     )
+
+
+def stop_margin(lease_duration: float) -> float:
+    """How long before its lease ends a holder that cannot renew the lease gives it up
+    and cancels its run: a tenth of the lease, at most a second. Another runner takes
+    the job only once the lease has ended, so by then a run that looks at its context
+    has stopped, and two holders never run the job at once."""
+    return min(lease_duration / 10, 1.0)
+
+
+def _until(end: datetime, now: datetime) -> Patience | None:
+    """The :data:`~mongosched.store.Patience` that ends at ``end`` (a time of the
+    runner's clock, now ``now``); None once ``end`` has passed."""
+    left = (end - now).total_seconds()
+    if left <= 0:
+        return None
+    deadline = time.monotonic() + left
+    return lambda: deadline
 
 
 class Claim:
@@ -166,24 +184,28 @@ class Claim:
                 return True
             now = keeper.now()
             until = now + timedelta(seconds=keeper.lease_duration)
+            give_up = self.until - timedelta(seconds=stop_margin(keeper.lease_duration))
+            patience = _until(give_up, now)
             try:
                 # The permit first, to the same instant: the job's lease never outlives
                 # its permit, so the concurrency limit holds even when a renewal fails.
-                if self.has_permit and not store.renew_permit(self.task.name, self.token, until):
+                if self.has_permit and not store.renew_permit(
+                    self.task.name, self.token, until, patience
+                ):
                     held, cancel = False, False
                 elif self.slot_key is not None and not store.renew_slot(
-                    self.task.name, self.slot_key, self.token, until
+                    self.task.name, self.slot_key, self.token, until, patience
                 ):
                     held, cancel = False, False
                 else:
-                    renewal = store.renew(self.job_id, self.token, now, until)
+                    renewal = store.renew(self.job_id, self.token, now, until, patience)
                     held, cancel = renewal.held, renewal.cancel_requested
             except StoreError as exc:
-                if keeper.now() <= self.until:  # a lease holds through its last instant
+                if keeper.now() < give_up:
                     log.warning("heartbeat for job %s failed (%s); will retry", self.job_id, exc)
                     return True
                 held, cancel = False, False
-                log.warning("heartbeat for job %s failed past its lease: %s", self.job_id, exc)
+                log.warning("heartbeat for job %s failed by its lease's end: %s", self.job_id, exc)
             if not held:
                 self._lose("heartbeat found the lease gone")
                 return False

@@ -60,6 +60,7 @@ __all__ = [
     "schedule_id",
 ]
 
+
 @runtime_checkable
 class StoreTransaction(Protocol):
     """A transaction of a store, which its writes may join (:meth:`Store.begin`,
@@ -216,8 +217,17 @@ class Store(Protocol):
         number of round trips whatever ``limit``; racing claimers never take one job
         twice. Fewer (or none) when fewer are due or others took them first."""
 
-    def renew(self, job_id: Any, token: str, now: datetime, until: datetime) -> Renewal:
-        """Extend a held lease to ``until`` (fenced)."""
+    def renew(
+        self,
+        job_id: Any,
+        token: str,
+        now: datetime,
+        until: datetime,
+        patience: Patience | None = None,
+    ) -> Renewal:
+        """Extend a held lease to ``until`` (fenced), retrying transient errors until
+        ``patience()`` and never waiting past it (the lease's end: a holder cut off
+        from the database learns in time that its lease is lost)."""
 
     def record_slot(self, job_id: Any, token: str, slot: datetime, now: datetime) -> bool:
         """Record the slot a repeating job's run is for (fenced)."""
@@ -390,8 +400,11 @@ class Store(Protocol):
     ) -> bool:
         """Take a free (or expired) permit of ``task`` for the lease ``token``."""
 
-    def renew_permit(self, task: str, token: str, until: datetime) -> bool:
-        """Extend the permit held by ``token``; False when it is no longer held."""
+    def renew_permit(
+        self, task: str, token: str, until: datetime, patience: Patience | None = None
+    ) -> bool:
+        """Extend the permit held by ``token``; False when it is no longer held
+        (``patience`` as for :meth:`renew`)."""
 
     def release_permit(self, task: str, token: str) -> None: ...
 
@@ -477,8 +490,11 @@ class Store(Protocol):
         the lease ``token`` until ``until`` (slots whose holder's lease ran out are
         free). Taking again with the same token takes no second slot."""
 
-    def renew_slot(self, task: str, key: str, token: str, until: datetime) -> bool:
-        """Extend the slot ``token`` holds; False when it no longer holds one."""
+    def renew_slot(
+        self, task: str, key: str, token: str, until: datetime, patience: Patience | None = None
+    ) -> bool:
+        """Extend the slot ``token`` holds; False when it no longer holds one
+        (``patience`` as for :meth:`renew`)."""
 
     def release_slot(self, task: str, key: str, token: str) -> None: ...
 

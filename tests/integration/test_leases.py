@@ -116,14 +116,16 @@ def test_heartbeat_threads_renew_long_jobs_and_never_touch_short_ones(
     assert {job.refresh().status for job in longs} == {JobStatus.COMPLETED}
 
 
-def test_a_failed_renewal_keeps_the_lease_through_its_last_instant() -> None:
-    """A renewal that fails (the database unreachable) before the lease has run out is
-    retried at the next beat; only once the lease is over (the instant after ``until``:
-    the store itself holds a lease through ``until``, a reaper takes it only later) is
-    it lost, and the claim gives up (and with it its concurrency slot)."""
+def test_a_failed_renewal_gives_the_lease_up_just_before_its_end() -> None:
+    """A renewal that fails (the database unreachable) while the lease still holds is
+    retried at the next beat; once the lease is within its stop margin of its end
+    (another runner may take the job the instant after ``until``), the claim gives it up
+    and cancels its run (and gives up its concurrency slot), so the run has stopped
+    before anyone else can start the job."""
     from datetime import timedelta
 
     from mongosched.errors import StoreError
+    from mongosched.runner.claim import stop_margin
     from mongosched.testing import FakeClock
 
     clock = FakeClock()
@@ -139,11 +141,12 @@ def test_a_failed_renewal_keeps_the_lease_through_its_last_instant() -> None:
         raise StoreError("injected: unreachable")
 
     renew, store.renew = store.renew, unreachable  # type: ignore[method-assign]
+    give_up = claim.until - timedelta(seconds=stop_margin(app.lease_duration))
     try:
-        clock.set(claim.until)
-        assert claim.renew() and not claim.lost  # its last instant: retried later
-        clock.set(claim.until + timedelta(milliseconds=1))
-        assert not claim.renew() and claim.lost  # over: given up
+        clock.set(give_up - timedelta(milliseconds=1))
+        assert claim.renew() and not claim.lost  # the lease still holds: retried later
+        clock.set(give_up)
+        assert not claim.renew() and claim.lost  # its end is near: given up
     finally:
         store.renew = renew  # type: ignore[method-assign]
     app.close()

@@ -131,6 +131,7 @@ class RealServer:
         log_level: str = "WARNING",
         sync_on_commit: bool = True,
         binary: Path | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self._owns_storage = storage is None
         if storage is None:
@@ -146,7 +147,7 @@ class RealServer:
         self._args = [
             str(self.binary),
             "--config", str(self._config),  # and no configuration found elsewhere
-            "--host", "127.0.0.1",
+            "--host", host,  # 0.0.0.0: also reachable from another network namespace
             "--port", str(self.port),
             "--storage-path", str(self.storage / "data"),
             "--cache-size", cache_size,

@@ -86,9 +86,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class MemoryStore(
-    MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperations, MemoryPermits
-):
+class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperations, MemoryPermits):
     """An in-process :class:`~mongosched.store.Store` (whose docstrings say what each
     method does). ``MemoryStore()`` is private to its creator; :meth:`named` shares one
     store per name within the process."""
@@ -278,7 +276,14 @@ class MemoryStore(
                     return None
             return self._start(job, owner, now, until)
 
-    def renew(self, job_id: Any, token: str, now: datetime, until: datetime) -> Renewal:
+    def renew(
+        self,
+        job_id: Any,
+        token: str,
+        now: datetime,
+        until: datetime,
+        patience: Patience | None = None,
+    ) -> Renewal:
         with self._lock:
             job = self._holding(job_id, token)
             if job is None or job.lease is None:

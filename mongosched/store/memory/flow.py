@@ -18,6 +18,7 @@ from mongosched._core.records import UNSTARTED_STATUSES as UNSTARTED
 from mongosched._core.records import Admission, JobRecord, JobStatus, Settlement
 from mongosched.store.memory.jobs import Entry, StoredJob, ms, sort_key
 from mongosched.store.memory.limits import Limits
+from mongosched.store.patience import Patience
 
 __all__ = ["FlowIndex", "MemoryFlow"]
 
@@ -246,7 +247,9 @@ class MemoryFlow:
         with self._lock:
             return self._limits.take_slot(task, key, limit, token, ms(now), ms(until))
 
-    def renew_slot(self, task: str, key: str, token: str, until: datetime) -> bool:
+    def renew_slot(
+        self, task: str, key: str, token: str, until: datetime, patience: Patience | None = None
+    ) -> bool:
         with self._lock:
             return self._limits.renew_slot(task, key, token, ms(until))
 

@@ -23,6 +23,7 @@ from mongosched._core.records import (
     assembled,
 )
 from mongosched.store import codec
+from mongosched.store.patience import Patience
 
 __all__ = [
     "Entry",
@@ -287,7 +288,9 @@ class MemoryPermits:
         with self._lock:
             return self._permits.take(task, limit, token, job_id, owner, ms(now), ms(until))
 
-    def renew_permit(self, task: str, token: str, until: datetime) -> bool:
+    def renew_permit(
+        self, task: str, token: str, until: datetime, patience: Patience | None = None
+    ) -> bool:
         with self._lock:
             return self._permits.renew(task, token, ms(until))
 

@@ -255,9 +255,7 @@ class MongoStore(
 
     def count(self, query: JobQuery) -> int:
         return int(
-            self._retrying(
-                "count", lambda _: self.queries.count_documents(query_document(query))
-            )
+            self._retrying("count", lambda _: self.queries.count_documents(query_document(query)))
         )
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
@@ -320,8 +318,17 @@ class MongoStore(
             self._fail_malformed({"_id": doc["_id"], "lease.token": token}, str(exc), now)
             return None
 
-    def renew(self, job_id: Any, token: str, now: datetime, until: datetime) -> Renewal:
-        doc = self._retrying(
+    def renew(
+        self,
+        job_id: Any,
+        token: str,
+        now: datetime,
+        until: datetime,
+        patience: Patience | None = None,
+    ) -> Renewal:
+        doc = self._patiently(
+            patience,
+            self._retrying,
             "heartbeat",
             lambda _: self.jobs.find_one_and_update(
                 {"_id": job_id, "lease.token": token, "status": RUNNING},

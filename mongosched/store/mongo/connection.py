@@ -15,6 +15,7 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+import pymongo
 from pymongo import ReadPreference, WriteConcern
 from pymongo.collection import Collection
 from pymongo.errors import (
@@ -235,23 +236,35 @@ class MongoConnection:
         :class:`StoreError`."""
         attempt = 0
         deadline = time.monotonic() + self.connect_timeout
+        patience = _patience.get()
         while True:
             try:
-                return op(attempt)
+                if patience is None:
+                    return op(attempt)
+                # A holder's write does not outlast its patience (its lease): on a server
+                # gone silent (a network partition drops packets, so nothing fails) the
+                # driver gives the attempt up when the lease ends. Past it, one attempt
+                # as long as any call's (the write is fenced: it lands only if the lease
+                # still holds).
+                left = patience() - time.monotonic()
+                with pymongo.timeout(left if left > 0 else self.connect_timeout):
+                    return op(attempt)
             except (DuplicateKeyError, BulkWriteError):
                 raise  # the callers resolve these
             except PyMongoError as exc:
                 refused = not transient(exc)
-                patience = _patience.get()
+                lasting = patience
                 if refused and not isinstance(exc, OperationFailure):
-                    patience = None  # not the server's refusal: this side's mistake
+                    lasting = None  # not the server's refusal: this side's mistake
                 pause = min(self.retry_pause * (attempt + 1), MAX_PAUSE)
                 until = time.monotonic() + pause
                 usual = not refused and attempt < self.retries and until < deadline
                 usual = usual and not isinstance(exc, ServerSelectionTimeoutError)
-                # With patience (an outcome write) a refusal is repeated too: giving the
-                # write up runs a finished job again, and the write is fenced.
-                if not usual and (patience is None or until >= patience()):
+                # With patience (a holder's write) the error is repeated until it ends,
+                # a refusal too (giving an outcome up runs a finished job again, and the
+                # write is fenced), and never past it (a renewal then is too late).
+                over = until >= lasting() if lasting is not None else not usual
+                if over:
                     log.debug("%s: %s", what, exc)
                     if refused:
                         raise StoreError(

@@ -21,6 +21,7 @@ from mongosched._core.records import Admission
 from mongosched.limits import IDLE
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import aware, ms
+from mongosched.store.patience import Patience
 
 __all__ = ["MongoLimits", "limit_id"]
 
@@ -130,9 +131,13 @@ class MongoLimits(MongoConnection):
 
         return self._retrying("take slot", attempt)
 
-    def renew_slot(self, task: str, key: str, token: str, until: datetime) -> bool:
+    def renew_slot(
+        self, task: str, key: str, token: str, until: datetime, patience: Patience | None = None
+    ) -> bool:
         until = ms(until)
-        result = self._retrying(
+        result = self._patiently(
+            patience,
+            self._retrying,
             "renew slot",
             lambda _: self.limits.update_one(
                 {"_id": limit_id("concurrency", task, key), "holders.k": token},

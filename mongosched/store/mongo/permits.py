@@ -12,6 +12,7 @@ from pymongo.errors import BulkWriteError
 from mongosched.errors import StoreError
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import ms
+from mongosched.store.patience import Patience
 
 __all__ = ["MongoPermits"]
 
@@ -63,8 +64,12 @@ class MongoPermits(MongoConnection):
 
         return self._retrying("take permit", attempt)
 
-    def renew_permit(self, task: str, token: str, until: datetime) -> bool:
-        result = self._retrying(
+    def renew_permit(
+        self, task: str, token: str, until: datetime, patience: Patience | None = None
+    ) -> bool:
+        result = self._patiently(
+            patience,
+            self._retrying,
             "renew permit",
             lambda _: self.permits.update_one(
                 {"task": task, "token": token}, {"$set": {"until": ms(until)}}

@@ -1,0 +1,74 @@
+"""A worker for tests/faults/test_partition.py, run on either side of a network partition.
+
+Run as ``python -m tests.support.partition_app URI RUNS_FILE [--workers N] [--lease S]
+[--name NAME]``. It registers ``partition.work(seconds)``: a task that works for
+``seconds`` in short steps and stops early once its context is cancelled (its lease lost,
+which is how a holder cut off from the database learns it must stop). Each run appends a
+``start`` and an ``end`` line of JSON to RUNS_FILE, a local file: both sides of the
+partition share this machine's file system and clock, and neither line depends on the
+database, so the record survives the partition. The run returns ``PID:TOKEN``, so the
+job's stored result names the run whose outcome landed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from mongosched import App, RetryPolicy, current_job
+
+STEP = 0.01
+"""Seconds between the task's looks at its context."""
+
+
+def _append(path: str, line: dict[str, Any]) -> None:
+    # One write of one short line to a file opened for appending: whole, never interleaved.
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(json.dumps(line) + "\n")
+
+
+def build(uri: str, runs_file: str, lease: float) -> App:
+    app = App(uri, lease_duration=lease, poll_interval=0.05, keep_completed=None)
+
+    @app.task(name="partition.work", retry=RetryPolicy(retries=9, backoff="fixed", delay=0.05))
+    def work(seconds: float) -> str:
+        ctx = current_job()
+        assert ctx is not None
+        token = getattr(getattr(ctx, "_lease", None), "token", "")
+        run = {"job": str(ctx.id), "token": token, "pid": os.getpid()}
+        _append(runs_file, {**run, "event": "start", "t": time.time()})
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not ctx.is_cancelled():
+            time.sleep(STEP)
+        _append(
+            runs_file,
+            {**run, "event": "end", "t": time.time(), "reason": ctx.cancel_reason},
+        )
+        return f"{os.getpid()}:{token}"
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="tests.support.partition_app")
+    parser.add_argument("uri")
+    parser.add_argument("runs_file")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--lease", type=float, default=1.5)
+    parser.add_argument("--name", default=None)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s",
+    )
+    app = build(args.uri, args.runs_file, args.lease)
+    print(f"worker {args.name} pid {os.getpid()} ready", flush=True)
+    app.run_worker(workers=args.workers, name=args.name)
+
+
+if __name__ == "__main__":
+    main()
