@@ -54,8 +54,13 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
+## make unit: the whole suite but the soak runs, in TEST_PROCESSES pytest processes (each with
+## its own SecantusDB server; a test file stays in one process). Most tests wait on real
+## intervals or on the server rather than compute, so three processes keep 2 cores busy.
+TEST_PROCESSES ?= 3
+
 unit: venv $(SERVER_STAMP)
-	$(BIN)/python -m pytest -m "not soak" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not soak" -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS)
 
 ## make django6: the Django integration and the tasks backend's conformance on Django 6's
 ## built-in django.tasks (Django 6 needs Python 3.12), and a project on MongoDB

@@ -66,6 +66,21 @@ FOLDERS = ("unit", "integration", "processes", "faults", "contrib", "dashboard",
 (``pytest -m unit``), applied by directory."""
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Captured output as text UTF-8 can carry: a test of lone surrogates logs them, and
+    pytest-xdist sends each report between processes as UTF-8."""
+    outcome: Any = yield
+    report = outcome.get_result()
+    report.sections = [(title, _utf8(text)) for title, text in report.sections]
+    if isinstance(report.longrepr, str):
+        report.longrepr = _utf8(report.longrepr)
+
+
+def _utf8(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for folder in FOLDERS:
         config.addinivalue_line("markers", f"{folder}: the tests in tests/{folder}/")
