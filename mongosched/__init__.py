@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from mongosched._core import deprecation
 from mongosched._core.records import (
+    AttemptError,
     ErrorInfo,
     JobStatus,
     LastRun,
@@ -76,6 +77,7 @@ __all__ = [
     "EVENTS",
     "App",
     "ArgumentError",
+    "AttemptError",
     "Cancellation",
     "ConfigurationError",
     "Cron",

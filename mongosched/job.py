@@ -12,7 +12,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Protocol, cast
 
 from mongosched._core import deprecation, validate
-from mongosched._core.records import ErrorInfo, JobRecord, JobStatus, LastRun, LeaseInfo, Progress
+from mongosched._core.records import (
+    AttemptError,
+    ErrorInfo,
+    JobRecord,
+    JobStatus,
+    LastRun,
+    LeaseInfo,
+    Progress,
+)
 from mongosched.errors import ConfigurationError, JobNotFound, WaitTimeout
 
 if TYPE_CHECKING:
@@ -29,6 +37,7 @@ else:
     R = TypeVar("R")
 
 __all__ = [
+    "AttemptError",
     "ErrorInfo",
     "Job",
     "JobContext",
@@ -122,6 +131,13 @@ class Job(Generic[R]):
     @property
     def error(self) -> ErrorInfo | None:
         return self._record.error
+
+    @property
+    def errors(self) -> tuple[AttemptError, ...]:
+        """The errors of its attempts that failed (each with the attempt's number and
+        time), oldest first: the last ten. A cancel's or an expiry's error is only
+        :attr:`error`."""
+        return self._record.errors
 
     @property
     def progress(self) -> Progress | None:

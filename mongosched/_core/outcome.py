@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from mongosched._core.records import (
+    AttemptError,
     ErrorInfo,
     JobRecord,
     JobStatus,
@@ -283,7 +284,10 @@ def decide(
     if ending is Ending.CANCELLED or decision.settlement.on_cancel is not None:
         return decision  # cancelled already, or made with its on_cancel (a success)
     settlement = decision.settlement
-    on_cancel = cancelled(now, retention, result=settlement.result, error=settlement.error)
+    on_cancel = evolved(
+        cancelled(now, retention, result=settlement.result, error=settlement.error),
+        attempt_error=settlement.attempt_error,
+    )
     return evolved(decision, settlement=evolved(settlement, on_cancel=on_cancel))
 
 
@@ -352,6 +356,9 @@ def _failure(
     retention: Retention,
     slot: datetime | None,
 ) -> Decision:
+    """An attempt failed with ``info``: retried (``again``), on to a repeating job's
+    next slot, or failed for good; the attempt's error added to the job's."""
+    attempt = AttemptError(attempt=job.attempts, at=now, error=info)
     if again:
         settlement = Settlement(
             status=JobStatus.PENDING,
@@ -359,12 +366,14 @@ def _failure(
             attempts=job.attempts,
             run_at=now + delay,
             error=info,
+            attempt_error=attempt,
         )
         return Decision("job:retry", settlement, error, delay)
     if job.repeat:
-        return Decision("job:fail", _next_slot(job, now, slot, JobStatus.FAILED, None, info), error)
+        after = _next_slot(job, now, slot, JobStatus.FAILED, None, info)
+        return Decision("job:fail", evolved(after, attempt_error=attempt), error)
     failed = finished(JobStatus.FAILED, now, retention, attempts=job.attempts, error=info)
-    return Decision("job:fail", failed, error)
+    return Decision("job:fail", evolved(failed, attempt_error=attempt), error)
 
 
 def _next_slot(

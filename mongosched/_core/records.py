@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from mongosched._core import deprecation
 
 __all__ = [
+    "ERRORS_KEPT",
     "FINAL_STATUSES",
+    "AttemptError",
     "UNSTARTED_STATUSES",
     "ErrorInfo",
     "Admission",
@@ -32,6 +34,7 @@ __all__ = [
     "ScheduleChanges",
     "assembled",
     "evolved",
+    "kept_errors",
     "ScheduleEdit",
     "Settlement",
     "SORTABLE",
@@ -142,6 +145,28 @@ class ErrorInfo:
         return f"{self.type}: {self.message}"
 
 
+ERRORS_KEPT = 10
+"""How many of its attempts' errors a job keeps (:attr:`JobRecord.errors`): the last."""
+
+
+@dataclass(frozen=True)
+class AttemptError:
+    """The error one attempt of a job ended with: which attempt (of its occurrence),
+    when, and the error."""
+
+    attempt: int
+    at: datetime
+    error: ErrorInfo
+
+
+def kept_errors(
+    errors: tuple[AttemptError, ...], new: AttemptError | None
+) -> tuple[AttemptError, ...]:
+    """A job's ``errors`` after a write adds ``new`` (None: unchanged): the last
+    :data:`ERRORS_KEPT`."""
+    return errors if new is None else (*errors, new)[-ERRORS_KEPT:]
+
+
 @dataclass(frozen=True)
 class LeaseInfo:
     """Who holds a running job, under which token, and until when."""
@@ -235,6 +260,9 @@ class JobRecord:
     """The key its task's rate limit is counted under (None: the task's own)."""
     concurrency_key: str | None = None
     """The key its task's concurrency limit is counted under (None: the task's own)."""
+    errors: tuple[AttemptError, ...] = ()
+    """The errors of its attempts that failed, oldest first: the last
+    :data:`ERRORS_KEPT` (``error`` is the last one's, or a later cancel's or expiry's)."""
 
 
 @dataclass(frozen=True)
@@ -257,6 +285,9 @@ class Settlement:
     error: ErrorInfo | None = None
     last_run: LastRun | None = None
     delete_at: datetime | None = None
+    attempt_error: AttemptError | None = None
+    """The error of the attempt this write ends, if it failed: added to the job's
+    ``errors`` (the oldest beyond :data:`ERRORS_KEPT` dropped)."""
     on_cancel: Settlement | None = None
     """What to write instead if a user asked to cancel the job while it ran (checked in
     the same atomic write): the job ends cancelled, a repeating one for good."""

@@ -8,13 +8,14 @@ from datetime import timedelta
 
 import pytest
 
-from mongosched._core.records import ErrorInfo, JobQuery, JobStatus
+from mongosched._core.records import ERRORS_KEPT, ErrorInfo, JobQuery, JobRecord, JobStatus
 from mongosched.errors import SerializationError
 from mongosched.store import Store
 from tests.support.tasks import Unreadable
 
 from .helpers import (
     LATER,
+    LEASE,
     RETENTION,
     T0,
     add,
@@ -314,3 +315,36 @@ def test_times_are_compared_as_stored_in_whole_milliseconds(store: Store) -> Non
     assert ids(store.leases_expired(after)) == [running.id]
     assert store.permit_holders("t", after) == 0
     assert store.take_permit("t", 1, "b", running.id, "me", after, until + sec(30))
+
+
+# the errors of each attempt ----------------------------------------------------------------------
+def test_each_failed_attempt_keeps_its_error_the_last_few_only(store: Store) -> None:
+    """A job keeps the error of each attempt that failed (raised, or lost its lease), in
+    order, up to ERRORS_KEPT; a claim given back unrun or a success adds none. What
+    settle returns is what is stored, on each write path (settle, reap, settle_many)."""
+    attempts = ERRORS_KEPT + 2
+    queued = add(store, job(max_attempts=attempts))[0]
+    assert queued.errors == ()
+    at = LATER
+    for n in range(1, attempts + 1):
+        running = claimed(store, now=at)
+        if n == 2:  # given back unrun: no error of its own
+            back = store.settle(running, given_back(running, at))
+            assert back is not None and back.errors == store.get(queued.id).errors  # type: ignore[union-attr]
+            running = claimed(store, now=at)
+        if n == 3:
+            at += sec(LEASE + 1)
+            done = store.reap(running, at, lapsed(running, at))
+        elif n == 4:
+            (done,) = store.settle_many([(running, raised(running, at, KeyError(n)))])
+        else:
+            done = store.settle(running, raised(running, at, ValueError(f"attempt {n}")))
+        assert isinstance(done, JobRecord) and done == store.get(queued.id)
+        at += sec(1)
+    errors = done.errors
+    assert len(errors) == ERRORS_KEPT and done.status is JobStatus.FAILED
+    assert [e.attempt for e in errors] == list(range(3, attempts + 1))
+    assert errors[0].error.type == "LeaseLost" and errors[1].error.type == "KeyError"
+    assert errors[-1].error.message == f"attempt {attempts}" and errors[-1].error == done.error
+    assert errors[-1].at == done.finished_at and errors[-1].error.traceback
+    assert all(a.at < b.at for a, b in zip(errors, errors[1:], strict=False))

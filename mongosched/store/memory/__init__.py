@@ -34,6 +34,7 @@ from mongosched._core.records import (
     Progress,
     Renewal,
     Settlement,
+    kept_errors,
 )
 from mongosched.errors import ConfigurationError, JobStateError
 from mongosched.store import codec
@@ -551,6 +552,9 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         job.status, job.updated_at, job.lease = JobStatus(s.status), now, None
         job.attempts = job.attempts if s.attempts is None else s.attempts
         job.result, job.error = result, s.error
+        if s.attempt_error is not None:
+            attempt = replace(s.attempt_error, at=ms(s.attempt_error.at))
+            job.errors = kept_errors(job.errors, attempt)
         if s.run_at is not None:
             job.run_at = ms(s.run_at)
         if s.scheduled_for is not None:

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from bson import ObjectId
 
 from mongosched._core.records import (
+    AttemptError,
     ErrorInfo,
     JobQuery,
     JobRecord,
@@ -154,6 +155,7 @@ class StoredJob:
     rate_key: str | None = None
     concurrency_key: str | None = None
     unlinked: bool = False  # waiting, its dependencies not yet linked
+    errors: tuple[AttemptError, ...] = ()
 
     @property
     def key(self) -> tuple[str, tuple[str, str]] | None:

@@ -15,6 +15,7 @@ from typing import Any
 from pymongo import ASCENDING
 
 from mongosched._core.records import (
+    AttemptError,
     ErrorInfo,
     JobQuery,
     JobRecord,
@@ -41,6 +42,8 @@ __all__ = [
     "UNSTARTED",
     "WAITING",
     "RUNNING",
+    "attempt_error_document",
+    "attempt_errors",
     "aware",
     "check_document",
     "edit_document",
@@ -198,6 +201,26 @@ def error_record(doc: Any) -> ErrorInfo | None:
     )
 
 
+def attempt_error_document(attempt: AttemptError) -> dict[str, Any]:
+    return {
+        "attempt": attempt.attempt,
+        "at": ms(attempt.at),
+        "error": error_document(attempt.error),
+    }
+
+
+def attempt_errors(docs: Any) -> tuple[AttemptError, ...]:
+    """A job's ``errors`` (a list of :func:`attempt_error_document`; absent: none)."""
+    if not isinstance(docs, list):
+        return ()
+    out = []
+    for doc in docs:
+        error = error_record(doc.get("error")) if isinstance(doc, Mapping) else None
+        if error is not None:
+            out.append(AttemptError(int(doc.get("attempt") or 0), aware(doc.get("at")), error))
+    return tuple(out)
+
+
 def last_run_document(last: LastRun) -> dict[str, Any]:
     return {
         "slot": last.slot,
@@ -313,6 +336,7 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
             "has_dependents": bool(get("has_dependents")),
             "rate_key": get("rate_key"),
             "concurrency_key": get("concurrency_key"),
+            "errors": attempt_errors(get("errors")),
         },
     )
 

@@ -16,6 +16,7 @@ import bson
 from bson.raw_bson import RawBSONDocument
 
 from mongosched._core.records import (
+    ERRORS_KEPT,
     ErrorInfo,
     JobRecord,
     JobStatus,
@@ -24,12 +25,15 @@ from mongosched._core.records import (
     ScheduleChanges,
     Settlement,
     evolved,
+    kept_errors,
 )
 from mongosched.store.codec import CODEC_OPTIONS, is_schedule_id, new_token
 from mongosched.store.mongo.documents import (
     DEDUPE_FIELDS,
     PENDING,
     RUNNING,
+    attempt_error_document,
+    attempt_errors,
     error_document,
     error_record,
     last_run_document,
@@ -192,6 +196,9 @@ def settle_update(
         fields.update(restore)
         update["$unset"] = {}
     update["$unset"].update(waiting_for="", unlinked="")  # a waiting job released or ended
+    if s.attempt_error is not None:  # the last ERRORS_KEPT, oldest first
+        entry = attempt_error_document(s.attempt_error)
+        update["$push"] = {"errors": {"$each": [entry], "$slice": -ERRORS_KEPT}}
     if result is not None:
         update["$set"] = with_encoded(fields, "result", result)
     return update
@@ -274,4 +281,7 @@ def settled_record(job: JobRecord, settlement: Settlement, result: Any) -> JobRe
         ),
         finished_at=now if final else job.finished_at,
         delete_at=ms(s.delete_at) if keep and s.delete_at is not None else job.delete_at,
+        errors=job.errors
+        if s.attempt_error is None
+        else kept_errors(job.errors, *attempt_errors([attempt_error_document(s.attempt_error)])),
     )
