@@ -13,7 +13,13 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
-from mongosched._core.records import RETRYABLE_STATUSES, SORTABLE, JobStatus
+from mongosched._core.records import (
+    ERRORS_KEPT,
+    RETRYABLE_STATUSES,
+    SORTABLE,
+    ErrorInfo,
+    JobStatus,
+)
 from mongosched.dashboard.chart import throughput_chart
 from mongosched.dashboard.data import DUE_SCAN_LIMIT, Filters, Operations, Row, bulk_label
 from mongosched.dashboard.render import (
@@ -571,19 +577,7 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
     sections = [
         fmt('<div class="grid2 detail"><div>{}</div><div>{}</div></div>', join(left), join(right))
     ]
-    error = job.error
-    if error is not None:
-        sections.append(
-            fmt(
-                '<section class="panel error-panel"><h2>Error</h2>'
-                '<p><strong class="mono">{}</strong>: {}</p>{}</section>',
-                error.path,
-                error.message,
-                code_block(error.traceback, "traceback")
-                if error.traceback
-                else Markup('<p class="muted">No traceback.</p>'),
-            )
-        )
+    sections.extend(_error_panels(job, now))
     title = f"{job.task}"
     head = fmt(
         '<p class="crumbs">{} / <span class="mono">{}</span></p>',
@@ -591,6 +585,57 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
         job.id,
     )
     return title, head + job_actions(ctx, ops, job) + join(sections)
+
+
+def _error_panels(job: Job, now: Any) -> list[Markup]:
+    """Each failed attempt's error (the last one's traceback open), then the job's last
+    error where it is none of them (a cancel's, an expiry's; a job stored before jobs
+    kept their attempts' errors)."""
+    out: list[Markup] = []
+    attempts = job.errors
+    if attempts:
+        items = join(
+            fmt(
+                '<li><p><span class="muted">Attempt {} · {}</span> {}</p>'
+                "<details{}><summary>Traceback</summary>{}</details></li>",
+                a.attempt,
+                ago(a.at, now),
+                _error_text(a.error),
+                Markup(" open") if i == len(attempts) - 1 else Markup(""),
+                _traceback(a.error),
+            )
+            for i, a in enumerate(attempts)
+        )
+        out.append(
+            fmt(
+                '<section class="panel error-panel"><h2>Failed attempts</h2>'
+                '<ol class="attempts">{}</ol>{}</section>',
+                items,
+                fmt('<p class="muted small">The last {} are kept.</p>', len(attempts))
+                if len(attempts) >= ERRORS_KEPT
+                else Markup(""),
+            )
+        )
+    error = job.error
+    if error is not None and (not attempts or attempts[-1].error != error):
+        out.append(
+            fmt(
+                '<section class="panel error-panel"><h2>Error</h2><p>{}</p>{}</section>',
+                _error_text(error),
+                _traceback(error),
+            )
+        )
+    return out
+
+
+def _error_text(error: ErrorInfo) -> Markup:
+    return fmt('<strong class="mono">{}</strong>: {}', error.path, error.message)
+
+
+def _traceback(error: ErrorInfo) -> Markup:
+    if not error.traceback:
+        return Markup('<p class="muted">No traceback.</p>')
+    return code_block(error.traceback, "traceback")
 
 
 def _extra_facts(job: Job) -> list[tuple[str, Any]]:

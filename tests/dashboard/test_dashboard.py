@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mongosched import App, JobStatus
+from mongosched import App, JobStatus, RetryPolicy, current_job
 from mongosched.cli import main
 from mongosched.dashboard import StandaloneDashboard
 from mongosched.dashboard.actions import safe_next
@@ -588,6 +588,25 @@ def test_a_job_shows_arguments_result_attempts_and_traceback(
     assert "Retry…" in failed
     assert browser.get("/jobs/0123456789abcdef01234567").status == 404
     assert browser.get("/jobs/not-an-id").status == 404
+
+
+def test_a_job_shows_the_error_of_each_attempt(sched: App, browser: Client) -> None:
+    @sched.task(name="flaky", retry=RetryPolicy(retries=2, delay=0))
+    def flaky(n: int) -> None:
+        attempt = current_job().attempt  # type: ignore[union-attr]
+        raise (KeyError if attempt == 2 else ValueError)(f"attempt {attempt} <of {n}>")
+
+    job = flaky.schedule(3)
+    drain(sched)
+    body = browser.get(f"/jobs/{job.id}").body
+    panel = body[body.index("<h2>Failed attempts</h2>") :]
+    found = re.findall(r"Attempt (\d)\b.*?<strong class=\"mono\">([\w.]+)</strong>: ([^<]*)", panel)
+    assert found == [
+        ("1", "builtins.ValueError", "attempt 1 &lt;of 3&gt;"),
+        ("2", "builtins.KeyError", "&#x27;attempt 2 &lt;of 3&gt;&#x27;"),
+        ("3", "builtins.ValueError", "attempt 3 &lt;of 3&gt;"),
+    ]
+    assert panel.count('class="traceback"') == 3 and "<h2>Error</h2>" not in body
 
 
 def test_a_running_job_shows_its_lease_owner_and_progress(sched: App, browser: Client) -> None:
