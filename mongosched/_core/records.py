@@ -260,6 +260,10 @@ class JobRecord:
     """The key its task's rate limit is counted under (None: the task's own)."""
     concurrency_key: str | None = None
     """The key its task's concurrency limit is counted under (None: the task's own)."""
+    label: str | None = None
+    """The name it shows as and is listed, filtered and paused by, where its task runs
+    other code on its behalf (a Django tasks-framework job: the Django task's path);
+    None: its task's name."""
     errors: tuple[AttemptError, ...] = ()
     """The errors of its attempts that failed, oldest first: the last
     :data:`ERRORS_KEPT` (``error`` is the last one's, or a later cancel's or expiry's)."""
@@ -319,12 +323,17 @@ class JobQuery:
     task: str | None = None
     statuses: tuple[JobStatus, ...] | None = None
     queue: str | None = None
+    label: str | None = None
+    """The job's label (:attr:`JobRecord.label`)."""
     error_type: str | None = None
     """The type name of the job's last error, as stored (``ErrorInfo.type``)."""
     created_after: datetime | None = None
     created_before: datetime | None = None
     finished_after: datetime | None = None
     finished_before: datetime | None = None
+    due_after: datetime | None = None
+    due_before: datetime | None = None
+    """A range of due times (``run_at``)."""
 
 
 @dataclass(frozen=True)

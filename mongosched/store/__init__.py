@@ -363,6 +363,17 @@ class Store(Protocol):
         """The tasks that have jobs stored, sorted (MongoDB: from an index led by the
         task, one key per task, no job read)."""
 
+    def labels(self) -> list[str]:
+        """The labels of stored jobs, sorted (MongoDB: from the label index)."""
+
+    def hold_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
+        """Move the pending jobs labelled ``label`` (of ``ids``, if given) to ``paused``,
+        where no claim takes them; how many."""
+
+    def release_label(self, label: str, now: datetime) -> int:
+        """Move the paused jobs labelled ``label`` back to pending, due as they were;
+        how many."""
+
     def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
         """Move each of the repeating jobs ``ids`` that is pending to ``paused``."""
 

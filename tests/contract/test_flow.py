@@ -138,7 +138,11 @@ def test_expiring_finds_unstarted_jobs_past_their_expiry(store: Store) -> None:
     taken = claimed(store, job_id=running.id)
     assert [r.id for r in store.start_deadlines_due(LATER)] == [waiting.id, soon.id]
     assert [r.id for r in store.start_deadlines_due(LATER, limit=1)] == [waiting.id]
-    assert [r.id for r in store.start_deadlines_due(LATER + sec(60))] == [waiting.id, soon.id, late.id]
+    assert [r.id for r in store.start_deadlines_due(LATER + sec(60))] == [
+        waiting.id,
+        soon.id,
+        late.id,
+    ]
     decision = outcome.expired(soon, LATER, RETENTION)
     gone = store.cancel_pending(soon.id, decision.settlement)
     assert gone is not None and gone.status is JobStatus.EXPIRED and gone.finished_at == LATER

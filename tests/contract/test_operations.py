@@ -226,6 +226,43 @@ def test_hold_and_release_a_schedule(store: Store) -> None:
     assert again is not None and again.id == sched.id
 
 
+def test_labelled_jobs_are_found_listed_held_and_released_by_label(store: Store) -> None:
+    """A label (a Django task's path) is a job's own field: found and counted by it,
+    listed by labels(); hold_label moves the label's pending jobs (of ``ids``, if given)
+    to paused, never claimed; release_label makes them pending again, due as they were."""
+    assert store.labels() == []
+    mail, mail2, other = add(
+        store,
+        job("run", label="app.mail", dedupe_key="m"),
+        job("run", label="app.mail", at=T0 + sec(1)),
+        job("run", label="app.other", at=T0 + sec(2)),
+    )
+    plain = add(store, job("run", at=T0 + sec(3)))[0]
+    assert mail.label == "app.mail" and plain.label is None
+    assert sorted(ids(store.find(JobQuery(label="app.mail")))) == sorted(ids([mail, mail2]))
+    assert store.count(JobQuery(label="app.mail", statuses=(PENDING,))) == 2
+    assert store.labels() == ["app.mail", "app.other"]
+    assert store.hold_label("app.mail", LATER, ids=[mail2.id, other.id]) == 1
+    assert store.hold_label("app.mail", LATER) == 1  # the other one of the label
+    held = store.get(mail.id)
+    assert held is not None and held.status is PAUSED and held.run_at == T0
+    assert held.label == "app.mail" and held.dedupe_key == "m"
+    assert ids([claim(store, tasks=("run",)), claim(store, tasks=("run",))]) == ids([other, plain])
+    assert claim(store, tasks=("run",)) is None  # the label's jobs are never claimed
+    assert store.insert([job("run", dedupe_key="m")])[0][1] is False  # still holds its key
+    assert store.release_label("app.mail", LATER + sec(1)) == 2
+    assert store.release_label("app.mail", LATER + sec(1)) == 0
+    back = [claim(store, tasks=("run",)), claim(store, tasks=("run",))]
+    assert ids(back) == ids([mail, mail2])  # due as they were, in their order
+
+
+def test_counts_by_due_time(store: Store) -> None:
+    add(store, job("t"), job("t", at=T0 + sec(10)), job("t", at=T0 + sec(20)))
+    assert store.count(JobQuery(statuses=(PENDING,), due_after=T0 + sec(10))) == 2
+    assert store.count(JobQuery(due_before=T0 + sec(10))) == 1  # before: exclusive
+    assert store.count(JobQuery(due_after=T0 + sec(1), due_before=T0 + sec(20))) == 1
+
+
 def test_update_schedule_is_fenced_on_the_job_as_read(store: Store) -> None:
     sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
     rule = {**EVERY, "every": 30.0}
@@ -299,4 +336,3 @@ def test_a_jobs_trace_context_is_stored_as_given(store: Store) -> None:
     assert plain.trace is None and store.get(plain.id).trace is None  # type: ignore[union-attr]
     running = claimed(store)
     assert running.trace == traced.trace
-

@@ -477,6 +477,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
             has_dependents=r.has_dependents,
             rate_key=r.rate_key,
             concurrency_key=r.concurrency_key,
+            label=r.label,
         )
 
     def _put(self, job: StoredJob) -> tuple[StoredJob, bool]:

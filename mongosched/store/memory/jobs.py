@@ -155,6 +155,7 @@ class StoredJob:
     rate_key: str | None = None
     concurrency_key: str | None = None
     unlinked: bool = False  # waiting, its dependencies not yet linked
+    label: str | None = None
     errors: tuple[AttemptError, ...] = ()
 
     @property
@@ -195,11 +196,14 @@ def matches(job: StoredJob, query: JobQuery) -> bool:
         return False
     if q.queue is not None and job.queue != q.queue:
         return False
+    if q.label is not None and job.label != q.label:
+        return False
     if q.error_type is not None and (job.error is None or job.error.type != q.error_type):
         return False
     for value, low, high in (
         (job.created_at, q.created_after, q.created_before),
         (job.finished_at, q.finished_after, q.finished_before),
+        (job.run_at, q.due_after, q.due_before),
     ):
         if low is None and high is None:
             continue

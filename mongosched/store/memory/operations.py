@@ -179,6 +179,32 @@ class MemoryOperations:
         with self._lock:
             return sorted({job.task for job in self._jobs.values()})
 
+    def labels(self) -> list[str]:
+        with self._lock:
+            return sorted({job.label for job in self._jobs.values() if job.label is not None})
+
+    def hold_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
+        with self._lock:
+            chosen = [
+                job
+                for job in self._jobs.values()
+                if job.label == label and job.status is PENDING and (ids is None or job.id in ids)
+            ]
+            for job in chosen:
+                job.status, job.updated_at = PAUSED, ms(now)
+                self._refresh(job)
+            return len(chosen)
+
+    def release_label(self, label: str, now: datetime) -> int:
+        with self._lock:
+            chosen = [
+                job for job in self._jobs.values() if job.label == label and job.status is PAUSED
+            ]
+            for job in chosen:
+                job.status, job.updated_at = PENDING, ms(now)
+                self._refresh(job, hold=True)
+            return len(chosen)
+
     def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
         held = 0
         with self._lock:

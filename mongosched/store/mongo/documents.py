@@ -102,6 +102,12 @@ INDEXES: list[Index] = [
         )
         for name in DEDUPE_FIELDS.values()
     ),
+    # Labelled jobs (a Django task's): by label and status, newest first; a pause or
+    # resume of a label moves its jobs by label and status.
+    (
+        [("label", 1), ("status", 1), ("updated_at", -1)],
+        {"name": "label_status", "partialFilterExpression": {"label": {"$exists": True}}},
+    ),
     # Bulk operations (retry/cancel/purge by filter) walk the matches in _id order, a
     # batch at a time (keyset: _id > the last one). Equality-Sort-Range: the status
     # ($in: point ranges merged in _id order) and task (E), _id (S), then finished_at
@@ -336,6 +342,7 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
             "has_dependents": bool(get("has_dependents")),
             "rate_key": get("rate_key"),
             "concurrency_key": get("concurrency_key"),
+            "label": get("label"),
             "errors": attempt_errors(get("errors")),
         },
     )
@@ -398,6 +405,8 @@ def to_document(job: JobRecord) -> dict[str, Any]:
         doc["rate_key"] = job.rate_key
     if job.concurrency_key is not None:
         doc["concurrency_key"] = job.concurrency_key
+    if job.label is not None:
+        doc["label"] = job.label
     return doc
 
 
@@ -410,11 +419,14 @@ def query_document(query: JobQuery) -> dict[str, Any]:
         out["status"] = values[0] if len(values) == 1 else {"$in": values}
     if query.queue is not None:
         out["queue"] = query.queue
+    if query.label is not None:
+        out["label"] = query.label
     if query.error_type is not None:
         out["error.type"] = query.error_type
     for name, low, high in (
         ("created_at", query.created_after, query.created_before),
         ("finished_at", query.finished_after, query.finished_before),
+        ("run_at", query.due_after, query.due_before),
     ):
         bounds: dict[str, Any] = {}
         if low is not None:

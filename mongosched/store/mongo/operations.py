@@ -220,6 +220,27 @@ class MongoOperations(MongoPermits):
         values = self._retrying("tasks", lambda _: self.jobs.distinct("task"))
         return sorted(v for v in values if isinstance(v, str))
 
+    def labels(self) -> list[str]:
+        # A DISTINCT_SCAN of the label_status index (label, ...): one key per label.
+        values = self._retrying(
+            "labels", lambda _: self.jobs.distinct("label", {"label": {"$exists": True}})
+        )
+        return sorted(v for v in values if isinstance(v, str))
+
+    def hold_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
+        query: dict[str, Any] = {"label": label, "status": PENDING}
+        if ids is not None:
+            query["_id"] = {"$in": list(ids)}
+        update = {"$set": {"status": PAUSED, "updated_at": ms(now)}}
+        result = self._retrying("pause", lambda _: self.jobs.update_many(query, update))
+        return int(result.modified_count)
+
+    def release_label(self, label: str, now: datetime) -> int:
+        query = {"label": label, "status": PAUSED}
+        update = {"$set": revised({"status": PENDING, "updated_at": ms(now)})}
+        result = self._retrying("resume", lambda _: self.jobs.update_many(query, update))
+        return int(result.modified_count)
+
     def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
         if not ids:
             return 0
