@@ -133,6 +133,12 @@ class Job(Generic[R]):
         return self._record.error
 
     @property
+    def label(self) -> str | None:
+        """The name it shows as and is filtered and paused by, where its task runs other
+        code on its behalf (a Django task's path); None: its task's name."""
+        return self._record.label
+
+    @property
     def errors(self) -> tuple[AttemptError, ...]:
         """The errors of its attempts that failed (each with the attempt's number and
         time), oldest first: the last ten. A cancel's or an expiry's error is only

@@ -62,6 +62,9 @@ class ScheduleOptions(TypedDict, total=False):
     one is pending or running; the existing job is returned) or ``"pending"`` (at most
     one waiting behind a running one). ``repeat``: a :class:`~mongosched.Cron` or
     :class:`~mongosched.Every` rule to run the job repeatedly until cancelled.
+    ``label``: the name the job shows as, and is listed, filtered (``get_jobs(label=)``)
+    and paused (``pause(task=)``) by, where a task runs other code on the job's behalf
+    (the Django tasks backend labels each job with the Django task's path).
 
     Flow control (see :doc:`/flow-control`): ``expires`` (a timedelta from now, or an
     aware datetime): if the job has not started by then it ends ``expired``, never run.
@@ -87,6 +90,7 @@ class ScheduleOptions(TypedDict, total=False):
     depends_on: Any
     on_dependency_failure: Literal["cancel", "run"]
     session: Transaction | ClientSession
+    label: str
 
 
 SCHEDULE_OPTIONS = frozenset(ScheduleOptions.__optional_keys__)
@@ -155,6 +159,7 @@ class BoundOptions:
     depends_on: Any = None
     on_dependency_failure: str = "cancel"
     session: Any = None
+    label: str | None = None
 
     def merged(self, options: Mapping[str, Any]) -> BoundOptions:
         """These options with ``options`` bound over them (unknown names refused: the
@@ -346,6 +351,11 @@ class Task(Generic[P, R]):
             )
         if depends_on and key is not None:
             raise ConfigurationError(f"task {task!r}: depends_on and dedupe_key cannot be combined")
+        label = options.label
+        if label is not None:
+            label = validate.text(label, what=f"task {task!r}: label", expected="a non-empty str")
+            if repeat is not None:  # a schedule is paused by its own id
+                raise ConfigurationError(f"task {task!r}: a repeating job takes no label")
         rate_key = concurrency_key = None
         if self.rate_key is not None:
             rate_key = self.rate_key.key(task, args, kwargs, binding)
@@ -374,6 +384,7 @@ class Task(Generic[P, R]):
             on_dependency_failure=options.on_dependency_failure,
             rate_key=rate_key,
             concurrency_key=concurrency_key,
+            label=label,
         )
 
     def schedule_record(self, now: datetime) -> JobRecord:

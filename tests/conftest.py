@@ -60,8 +60,17 @@ def uses_server(item: pytest.Item) -> bool:
     return "server" in substrates or params.get("by_uri") == "mongodb"
 
 
-FOLDERS = ("unit", "integration", "processes", "faults", "contrib", "dashboard", "cli", "meta",
-           "contract")
+FOLDERS = (
+    "unit",
+    "integration",
+    "processes",
+    "faults",
+    "contrib",
+    "dashboard",
+    "cli",
+    "meta",
+    "contract",
+)
 """The folders of tests, sorted by what they cost; each is a marker of its own
 (``pytest -m unit``), applied by directory."""
 

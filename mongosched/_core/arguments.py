@@ -113,6 +113,5 @@ class Parameters:
         of that name."""
         if name not in self.names and not self.open:
             raise ConfigurationError(
-                f"{what} names {name!r}, which is not a parameter of its function "
-                f"{self.signature}"
+                f"{what} names {name!r}, which is not a parameter of its function {self.signature}"
             )

@@ -47,18 +47,23 @@ class JobFilters(TypedDict, total=False):
     given as keyword arguments: every one given (and not None) must match.
 
     ``error_type`` is the type name of the job's last error as stored (``job.error.type``,
-    e.g. ``"ValueError"``); the time ranges are half-open (``*_after`` inclusive,
+    e.g. ``"ValueError"``); ``label`` the job's label (a Django task's path, see
+    :class:`~mongosched.task.ScheduleOptions`); the time ranges (``due_*``: of
+    ``run_at``) are half-open (``*_after`` inclusive,
     ``*_before`` exclusive) and match only jobs that have that time (an unfinished job
     matches no ``finished_*`` range)."""
 
     task: str | None
     queue: str | None
+    label: str | None
     status: StatusFilter
     error_type: str | None
     created_after: datetime | None
     created_before: datetime | None
     finished_after: datetime | None
     finished_before: datetime | None
+    due_after: datetime | None
+    due_before: datetime | None
 
 
 FILTERS = tuple(JobFilters.__annotations__)
@@ -87,9 +92,12 @@ def job_query(what: str, filters: Mapping[str, Any]) -> JobQuery:
         task=_name(task, "task"),
         statuses=None if status is None else tuple(dict.fromkeys(statuses(status))),
         queue=_name(filters.get("queue"), "queue"),
+        label=_name(filters.get("label"), "label"),
         error_type=error_type,
         created_after=_time(filters.get("created_after"), "created_after", task),
         created_before=_time(filters.get("created_before"), "created_before", task),
         finished_after=_time(filters.get("finished_after"), "finished_after", task),
         finished_before=_time(filters.get("finished_before"), "finished_before", task),
+        due_after=_time(filters.get("due_after"), "due_after", task),
+        due_before=_time(filters.get("due_before"), "due_before", task),
     )

@@ -59,9 +59,7 @@ def add_operation_verbs(
         )
         sub.add_argument("--created-before", type=types["when"], metavar="WHEN", help="made before")
         sub.add_argument("--all", action="store_true", help="no filter: every job it applies to")
-        sub.add_argument(
-            "--dry-run", action="store_true", help="only count the jobs that match"
-        )
+        sub.add_argument("--dry-run", action="store_true", help="only count the jobs that match")
         sub.add_argument(
             "--batch-size",
             type=types["positive_int"],

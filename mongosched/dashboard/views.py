@@ -270,9 +270,7 @@ def read_page(ctx: Context) -> int:
 def filter_form(ctx: Context, ops: Operations, filters: Filters, sort: tuple[str, int]) -> Markup:
     runners = ops.live_runners()  # read once for both suggestion lists
     tasks = join(fmt('<option value="{}">', name) for name in ops.task_names(runners=runners))
-    queues = join(
-        fmt('<option value="{}">', name) for name in ops.known_queues(runners=runners)
-    )
+    queues = join(fmt('<option value="{}">', name) for name in ops.known_queues(runners=runners))
     statuses = join(
         fmt(
             '<label class="check"><input type="checkbox" name="status" value="{}"{}> {}</label>',

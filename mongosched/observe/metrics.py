@@ -134,9 +134,7 @@ class Recorder:
                     "lease, a shutdown)",
                     self.retried,
                 ),
-                _histogram(
-                    "mongosched_job_run_seconds", "Seconds a run took", self.run_seconds
-                ),
+                _histogram("mongosched_job_run_seconds", "Seconds a run took", self.run_seconds),
                 _histogram(
                     "mongosched_job_start_delay_seconds",
                     "Seconds from when a job was due to when it started",
@@ -323,10 +321,7 @@ def serve(app: App, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
 
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
-    thread = threading.Thread(
-        target=server.serve_forever, name="mongosched-metrics", daemon=True
-    )
+    thread = threading.Thread(target=server.serve_forever, name="mongosched-metrics", daemon=True)
     thread.start()
     log.info("metrics served at http://%s:%d/metrics", *server.server_address[:2])
     return server
-

@@ -101,13 +101,16 @@ class Admin:
         ``task`` or a repeating ``schedule`` (its id, or its task's name) within one
         poll interval. Jobs already running finish; nothing is lost: the jobs wait,
         pending (a paused schedule: ``paused``), until :meth:`resume`. Pausing what is
-        paused changes nothing."""
+        paused changes nothing. ``task`` also names a label (a Django task's path): the
+        jobs labelled so wait ``paused``, the other jobs of their task run on."""
         kind, name, record = self._pause_target("pause", queue, task, schedule)
         now = self.now()
         pause = Pause(kind, name, now)
         added = self._writable().add_pause(pause)
         if record is not None:
             self.store.hold_schedules([record.id], now)
+        if kind == "task":  # jobs labelled with the name (claimed by no task's name)
+            self.store.hold_label(name, now)
         if added:
             log.info("%s %s paused", kind, name)
             self.emit("control:pause", pause=pause)
@@ -123,6 +126,8 @@ class Admin:
         removed = self._writable().remove_pause(kind, name)
         if record is not None:
             self.store.release_schedule(record.id, self.now())
+        if kind == "task":
+            self.store.release_label(name, self.now())
         if removed:
             log.info("%s %s resumed", kind, name)
             self.emit("control:resume", pause=Pause(kind, name, self.now()))

@@ -94,11 +94,12 @@ class JobControl:
         **filters: Unpack[JobFilters],
     ) -> list[Job]:
         """Jobs matching every filter given (see :class:`~mongosched._core.filters.JobFilters`:
-        ``task``, ``queue``, ``status``, ``error_type``, ``created_after``/``_before``,
-        ``finished_after``/``_before``), sorted (then by id, so pages are stable).
+        ``task``, ``queue``, ``label``, ``status``, ``error_type``,
+        ``created_after``/``_before``, ``finished_after``/``_before``,
+        ``due_after``/``_before``), sorted (then by id, so pages are stable).
 
-        Filters and sorts use indexes: ``task`` (with ``status``) and ``status`` lead an
-        index each, sorted by ``updated_at``.
+        Filters and sorts use indexes: ``task`` (with ``status``), ``label`` (with
+        ``status``) and ``status`` lead an index each, sorted by ``updated_at``.
         """
         field, direction = sort
         if field not in SORTABLE or direction not in (1, -1):
@@ -231,8 +232,7 @@ class JobControl:
             job = self._require_job(job_id)
             if not job.is_finished:
                 raise JobStateError(
-                    f"job {job.id} ({job.task}) is {job.status}; only finished jobs can be "
-                    "deleted"
+                    f"job {job.id} ({job.task}) is {job.status}; only finished jobs can be deleted"
                 )
             if job.record.has_dependents:
                 dependencies.release(

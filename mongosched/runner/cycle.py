@@ -457,6 +457,11 @@ class RunnerSteps:
             self._give_back(claim)
             self.store.hold_schedules([record.id], arrived)
             return None
+        label = record.label
+        if not by_id and label is not None and self.pause_set.holds_label(label):
+            self._give_back(claim)  # scheduled since the pause: held as it held the others
+            self.store.hold_label(label, arrived, ids=[record.id])
+            return None
         if arrived + timedelta(seconds=self.heartbeat_interval) >= claim.until:
             # The reply came so late that the lease ran out (or will before the first
             # heartbeat can renew it): another runner may take the job; never run it.

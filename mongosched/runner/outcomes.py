@@ -193,9 +193,7 @@ class Settler:
                 self._full.notify()
         return True
 
-    def write_with(
-        self, claim: Callable[[list[Item], Patience | None], Sequence[Result]]
-    ) -> None:
+    def write_with(self, claim: Callable[[list[Item], Patience | None], Sequence[Result]]) -> None:
         """Run ``claim`` (a batched claim about to write), giving it every queued
         outcome to write with its own updates, and the :attr:`patience` of their write.
         It returns the outcomes' results, in order: each worker or landing learns its

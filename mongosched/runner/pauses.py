@@ -7,7 +7,10 @@ narrow, so while a queue is paused it claims from an explicit list: the queues t
 hold pending jobs (read with the pause set, from the claim index), less the paused
 ones. A paused schedule is out of the claimable status already; a run of it claimed
 by a runner that had not yet seen the pause is given back and held (see
-:meth:`~mongosched.runner.cycle.RunnerSteps.claim_next`).
+:meth:`~mongosched.runner.cycle.RunnerSteps.claim_next`). So are the jobs of a paused
+label (a task's name that labels jobs of another task, as a Django task's path does):
+the claim cannot leave them out (the label is no key of the claim index), the pause
+moved them out of the claimable status, and one scheduled since is held when claimed.
 """
 
 from __future__ import annotations
@@ -68,3 +71,7 @@ class PauseSet:
     def holds(self, job_id: Any) -> bool:
         """Whether ``job_id`` is a paused repeating schedule."""
         return bool(self.schedules) and str(job_id) in self.schedules
+
+    def holds_label(self, label: str) -> bool:
+        """Whether ``label`` (a job's) is paused, as a task's name is."""
+        return label in self.tasks

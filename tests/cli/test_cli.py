@@ -473,7 +473,14 @@ def test_stats(
     run = cli("stats", app=sched)
     assert run.code == 0, run.err
     lines = run.out.splitlines()
-    assert lines[0].split()[:6] == ["TASK", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
+    assert lines[0].split()[:6] == [
+        "TASK",
+        "PENDING",
+        "RUNNING",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+    ]
     assert ["cli.add", "2", "0", "1", "0", "0"] in [line.split()[:6] for line in lines]
     assert ["(all)", "3", "0", "1", "1", "0"] in [line.split()[:6] for line in lines]
     assert "due jobs of tasks this app does not register: cli.elsewhere (1)" in run.out
@@ -584,7 +591,11 @@ def test_a_command_in_a_process_of_its_own_refuses_memory(
     assert main(argv, app=sched, own_process=True) == 4
     err = capsys.readouterr().err
     assert_one_line_error(
-        err, "memory:// is the in-process store", "mongodb://", "start_runner", f"'mongosched {verb}'"
+        err,
+        "memory:// is the in-process store",
+        "mongodb://",
+        "start_runner",
+        f"'mongosched {verb}'",
     )
     if verb not in ("worker", "dashboard"):  # they serve until stopped
         assert main(argv, app=sched) in (0, 1, 3), capsys.readouterr().err

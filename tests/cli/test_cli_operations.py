@@ -123,7 +123,9 @@ def test_schedule_edit(ops: App, cli: Callable[..., Run]) -> None:
     run = cli("schedule-edit", "tick", "--cron", "*/5 * * * *", "--timezone", "Asia/Tokyo", app=ops)
     assert run.code == 0, run.err
     assert "*/5 * * * * in Asia/Tokyo" in run.out and "next run 2031-03-03 08:05:00" in run.out
-    row = cli("schedule-edit", "tick", "--every", "90s", "--priority", "2", "--json", app=ops).json()
+    row = cli(
+        "schedule-edit", "tick", "--every", "90s", "--priority", "2", "--json", app=ops
+    ).json()
     assert (row["rule"], row["priority"], row["timezone"]) == ("every 90.0s", 2, None)
     run = cli("schedule-edit", "tick", "--cron", "* * * * *", "--every", "1m", app=ops)
     assert run.code == 2

@@ -478,9 +478,7 @@ def test_a_result_that_cannot_be_encoded_costs_no_other_job_a_run(
     alone, once; every other job runs once and completes."""
     app = make_app(lease_duration=2.0)
     recorder = Recorder()
-    work = app.task(name="work", retry=3)(
-        lambda n: recorder.ran(n, Unreadable() if n == 40 else n)
-    )
+    work = app.task(name="work", retry=3)(lambda n: recorder.ran(n, Unreadable() if n == 40 else n))
     spy = ClaimSpy(app)
     jobs = app.schedule_bulk(work.job(n) for n in range(80))
     runner = app.runner(workers=4).start()

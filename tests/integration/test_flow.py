@@ -492,7 +492,6 @@ def test_a_schedule_that_failed_after_its_insert_is_linked_by_the_reaper(
     assert waiting.refresh().status is JobStatus.PENDING
 
 
-
 def settle_unreleased(app: App, clock: FakeClock, job: Any, fail: bool = False) -> None:
     """A runner claims ``job`` and writes its outcome (completed, or failed), then dies
     before releasing its dependents."""
@@ -557,9 +556,7 @@ def test_the_dependents_of_a_job_deleted_before_their_release_end_by_the_repair(
     ran: list[str] = []
     step = failing_steps(app, ran)
     blocker = step.configure(delay=3600).schedule("blocker")  # its dependents wait on
-    app.schedule_bulk(
-        [step.configure(depends_on=blocker).job(f"w{n}") for n in range(BATCH + 50)]
-    )
+    app.schedule_bulk([step.configure(depends_on=blocker).job(f"w{n}") for n in range(BATCH + 50)])
     parent = step.schedule("parent")
     child = step.configure(depends_on=parent, on_dependency_failure=on_failure).schedule("c")
     settle_unreleased(app, clock, parent)

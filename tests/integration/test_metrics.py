@@ -61,7 +61,9 @@ def test_render_parses_with_prometheus_client(
     app = busy_app(make_app, clock)
     metrics.instrument(app)  # count from here
     for _ in range(3):
-        app.get_task('odd "task" \\ name').configure(run_at=clock() - timedelta(seconds=30)).schedule()
+        app.get_task('odd "task" \\ name').configure(
+            run_at=clock() - timedelta(seconds=30)
+        ).schedule()
     app.get_task("flaky").schedule()  # fails, is retried, fails for good
     app.get_task("flaky").schedule()  # fails, is retried, completes
     drain(app)
@@ -71,7 +73,10 @@ def test_render_parses_with_prometheus_client(
     text = metrics.render(app)
     got = samples(text)
     odd = 'odd "task" \\ name'
-    assert got[("mongosched_jobs", (("queue", "later"), ("status", "pending"), ("task", "flaky")))] == 1
+    assert (
+        got[("mongosched_jobs", (("queue", "later"), ("status", "pending"), ("task", "flaky")))]
+        == 1
+    )
     assert got[("mongosched_running_jobs", ())] == 0
     assert got[("mongosched_oldest_due_lateness_seconds", ())] == pytest.approx(90 + 10)
     assert got[("mongosched_store_up", ())] == 1
@@ -118,7 +123,10 @@ def test_collector_and_http_endpoint(make_app: Callable[..., App], clock: FakeCl
     text = registry_module.generate_latest(registry).decode()
     got = samples(text)
     assert got[("mongosched_jobs_retried_total", (("task", "flaky"),))] == 1
-    assert got[("mongosched_jobs", (("queue", "default"), ("status", "pending"), ("task", "flaky")))] == 1
+    assert (
+        got[("mongosched_jobs", (("queue", "default"), ("status", "pending"), ("task", "flaky")))]
+        == 1
+    )
     server = metrics.serve(app, 0, host="127.0.0.1")
     try:
         port = server.server_address[1]

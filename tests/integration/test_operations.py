@@ -62,7 +62,6 @@ def test_retry_jobs_by_filter_in_batches(make_app: Callable[..., App], clock: Fa
         app.retry_jobs(status="broken")
 
 
-
 def test_retry_jobs_runs_expired_jobs_again_as_retry_job_does(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
@@ -78,6 +77,7 @@ def test_retry_jobs_runs_expired_jobs_again_as_retry_job_does(
     assert all(job.refresh().status is JobStatus.PENDING for job in late)
     drain(app)
     assert sorted(ran) == [0, 1, 2]
+
 
 def test_retry_jobs_by_time_range(make_app: Callable[..., App], clock: FakeClock) -> None:
     app = failing_app(make_app, clock)
@@ -193,6 +193,30 @@ def test_pause_a_task_or_queue_and_resume(make_app: Callable[..., App]) -> None:
         app.pause(queue="x", task="y")
     with pytest.raises(ConfigurationError, match="exactly one"):
         app.resume()
+
+
+def test_pause_a_label_holds_its_jobs_alone(make_app: Callable[..., App]) -> None:
+    """A label (a Django task's path) is paused as a task is: its jobs wait, ``paused``,
+    while the task's other jobs run; one scheduled after the pause, claimed by a runner,
+    is held too, never run; resuming runs them."""
+    app = make_app()
+    ran: list[str] = []
+    run = app.task(name="run")(ran.append)
+    mail = run.configure(label="app.mail").schedule("mail")
+    other = run.configure(label="app.other").schedule("other")
+    plain = run.schedule("plain")
+    assert mail.label == "app.mail" and plain.label is None
+    assert app.count_jobs(label="app.mail") == 1
+    assert [j.id for j in app.get_jobs(label="app.other")] == [other.id]
+    app.pause(task="app.mail")
+    assert mail.refresh().status is JobStatus.PAUSED
+    late = run.configure(label="app.mail").schedule("late")
+    assert drain(app) == 2 and sorted(ran) == ["other", "plain"]
+    assert late.refresh().status is JobStatus.PAUSED and late.attempts == 0
+    app.resume(task="app.mail")
+    assert drain(app) == 2 and sorted(ran) == ["late", "mail", "other", "plain"]
+    with pytest.raises(ConfigurationError, match="task 'run': label must be"):
+        run.configure(label="").schedule("x")
 
 
 def test_a_running_runner_stops_claiming_within_a_poll_interval(

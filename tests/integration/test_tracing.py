@@ -111,7 +111,11 @@ def test_log_records_about_a_job_carry_its_fields(
             drain(app)
     finally:
         mine.removeHandler(keep)
-    about = [r for r in caplog.records if r.name.startswith("mongosched") and str(job.id) in r.getMessage()]
+    about = [
+        r
+        for r in caplog.records
+        if r.name.startswith("mongosched") and str(job.id) in r.getMessage()
+    ]
     assert len(about) >= 2  # the retry and the failure
     assert {(r.job_id, r.task) for r in about} == {(str(job.id), "boom")}  # type: ignore[attr-defined]
     assert sorted({r.attempt for r in about}) == [1, 2]  # type: ignore[attr-defined]

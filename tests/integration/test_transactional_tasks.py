@@ -256,7 +256,11 @@ def server_app(tx_database: Any) -> App:
             "errorLabels": ["UnknownTransactionCommitResult"],
         },
         {"failCommands": ["commitTransaction"], "errorCode": 2},
-        {"failCommands": ["insert"], "errorCode": 112, "errorLabels": ["TransientTransactionError"]},
+        {
+            "failCommands": ["insert"],
+            "errorCode": 112,
+            "errorLabels": ["TransientTransactionError"],
+        },
         {"failCommands": ["insert"], "closeConnection": True},
         {
             "failCommands": ["findAndModify"],

@@ -162,9 +162,7 @@ def test_an_outcome_write_retries_a_refusal_while_its_patience_lasts(
 
 
 @pytest.mark.parametrize("how", list(WRITES))
-def test_a_retried_outcome_write_never_lands_over_another_holder(
-    database: Any, how: str
-) -> None:
+def test_a_retried_outcome_write_never_lands_over_another_holder(database: Any, how: str) -> None:
     """While an outcome write retries (past the usual retries, as its patience
     allows), the lease expired and another holder took the job: the retry, fenced on
     the first holder's token, misses."""
@@ -238,7 +236,6 @@ def test_a_failover_during_a_backlog_costs_retries_never_a_second_run(
     assert recorder.counts() == {n: 1 for n in range(60)}
 
 
-
 STEP_DOWN = {"errorCode": 189, "errorLabels": ["RetryableWriteError"]}  # PrimarySteppedDown
 
 
@@ -272,7 +269,9 @@ def test_a_primary_stepping_down_once_costs_an_outcome_write_a_wait_not_the_outc
         configure_fail_point(client, {"times": 1}, {"failCommands": [command], **STEP_DOWN})
         with pytest.raises(StoreUnavailable):
             _write(store, how, given_up, None)
-        running = stored.count_documents({"_id": {"$in": [j.id for j in given_up]}, "status": "running"})
+        running = stored.count_documents(
+            {"_id": {"$in": [j.id for j in given_up]}, "status": "running"}
+        )
         assert running == 3  # given up: they would run again once their leases expire
         configure_fail_point(client, {"times": 1}, {"failCommands": [command], **STEP_DOWN})
         started = time.monotonic()
