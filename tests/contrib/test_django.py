@@ -436,6 +436,28 @@ def test_backend_priority_orders_runs(app: App) -> None:
     assert [type(to_mongosched_priority(p)) for p in (100, 25, 0, -20, -100)] == [int] * 5
 
 
+def test_backend_jobs_are_labelled_filtered_and_paused_by_the_django_task(app: App) -> None:
+    """Every Django task runs under RUN_TASK, but each job is labelled with its Django
+    task's path: found by it, and pausing that path holds that task's jobs alone."""
+    from tests.djangoproject.testapp.tasks import ORDER, multiply, record
+
+    path = record.module_path
+    assert path == "tests.djangoproject.testapp.tasks.record"
+    held = record.enqueue("held")
+    product = multiply.enqueue(2, 3)
+    job = app.get_job(held.id)
+    assert job is not None and job.task == RUN_TASK and job.label == path
+    assert [j.id for j in app.get_jobs(label=path)] == [job.id]
+    assert app.count_jobs(task=RUN_TASK) == 2
+    app.pause(task=path)
+    late = record.enqueue("late")
+    assert drain(app) == 1 and ORDER == []  # multiply ran; record's jobs wait
+    assert product.refresh() is None and product.return_value == 6
+    assert {app.get_job(r.id).status for r in (held, late)} == {JobStatus.PAUSED}  # type: ignore[union-attr]
+    app.resume(task=path)
+    assert drain(app) == 2 and sorted(ORDER) == ["held", "late"]
+
+
 def test_backend_run_after_defers(app: App) -> None:
     TaskResultStatus = tasks_framework.TaskResultStatus
 

@@ -26,6 +26,11 @@ in-process runner. ``django.tasks`` (Django 6) is used when present, else the
   cannot hold even so (a key with a NUL character, a lone surrogate; a return value of
   more than 1 MiB) raises :class:`~mongosched.errors.SerializationError` from
   ``enqueue()``, naming the task and the argument, or fails the task.
+* Each job is labelled with the Django task's path (:attr:`~mongosched.Job.label`):
+  the dashboard and ``mongosched jobs`` show it, ``get_jobs(label=...)`` and the
+  dashboard's task filter find its jobs, and ``app.pause(task=path)`` holds that
+  Django task's jobs alone (``resume`` releases them). ``errors`` holds one error per
+  failed attempt (the last ten).
 * ``task_enqueued`` is sent when the job is stored (in eager mode, before it runs);
   ``task_started`` and ``task_finished`` in the worker, around the function;
   ``task_finished`` reports the outcome that is stored.
@@ -116,6 +121,7 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
         options: dict[str, Any] = {
             "queue": task.queue_name,
             "priority": to_mongosched_priority(task.priority),
+            "label": task.module_path,  # shown, filtered and paused by (see the module doc)
         }
         run_after = task.run_after
         if run_after is not None:
@@ -173,9 +179,11 @@ class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framew
         """The job as a Django ``TaskResult``."""
         kw = job.kwargs
         status = STATUSES[job.status]
-        errors = []
-        if job.error is not None and job.status is not JobStatus.COMPLETED:
-            errors.append(_task_error(job.error))
+        errors = [_task_error(a.error) for a in job.errors]  # one per failed attempt
+        last = job.error
+        kept = bool(job.errors) and job.errors[-1].error == last
+        if last is not None and not kept and job.status is not JobStatus.COMPLETED:
+            errors.append(_task_error(last))
         if job.status is JobStatus.CANCELLED:
             errors.append(_cancelled(job.finished_at))
         worker = job.lease.owner if job.lease is not None else "mongosched"
