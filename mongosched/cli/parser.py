@@ -297,6 +297,9 @@ def build_parser(
     listing = verb(actions, "list", "list jobs, most recently updated first")
     status_option(listing, verbs.STATUSES, "only these statuses")
     listing.add_argument("--task", metavar="NAME", help="only jobs of this task")
+    listing.add_argument(
+        "--label", metavar="NAME", help="only jobs with this label (a Django task's path)"
+    )
     listing.add_argument("--queue", metavar="Q", help="only jobs in this queue")
     listing.add_argument(
         "--limit", type=_non_negative_int, default=50, metavar="N", help="(default 50; 0: all)"

@@ -123,7 +123,9 @@ def _require(app: App, job_id: str) -> Job:
 
 
 def jobs_list(app: App, args: argparse.Namespace) -> int:
-    jobs = app.get_jobs(task=args.task, status=args.status, queue=args.queue, limit=args.limit)
+    jobs = app.get_jobs(
+        task=args.task, label=args.label, status=args.status, queue=args.queue, limit=args.limit
+    )
     listing(
         jobs,
         as_json=args.json,
@@ -132,7 +134,7 @@ def jobs_list(app: App, args: argparse.Namespace) -> int:
         headers=["ID", "TASK", "STATUS", "QUEUE", "PRI", "TRIES", "RUN AT (UTC)", "UPDATED (UTC)"],
         row=lambda job: [
             job.id,
-            job.task,
+            job.label or job.task,  # a Django task's job: its path
             job.status,
             job.queue,
             job.priority,
@@ -154,6 +156,7 @@ def jobs_show(app: App, args: argparse.Namespace) -> int:
     fields: list[tuple[str, Any]] = [
         ("id", job.id),
         ("task", job.task),
+        ("label", job.label),
         ("status", f"{job.status}{' (cancel requested)' if job.cancel_requested else ''}"),
         ("queue", job.queue),
         ("priority", job.priority),
@@ -171,6 +174,7 @@ def jobs_show(app: App, args: argparse.Namespace) -> int:
         ("progress", progress and to_json(progress)),
         ("result", to_json(job.result) if completed else None),
         ("error", error and str(error)),
+        *((f"attempt {a.attempt}", f"{cell(a.at)}  {a.error}") for a in job.errors),
     ]
     width = max(len(name) for name, _ in fields) + 1
     for name, value in fields:

@@ -194,6 +194,22 @@ def test_jobs_list_filters_and_json(sched: App, cli: Callable[..., Run]) -> None
     assert cli("jobs", "list", "--status", "nonsense", app=sched).code == 2
 
 
+def test_jobs_list_shows_and_filters_labelled_jobs_by_their_label(
+    sched: App, cli: Callable[..., Run]
+) -> None:
+    """A labelled job (a Django task's) is listed under its label, found by it."""
+    mail = sched.get_task("cli.add").configure(label="app.tasks.mail").schedule(1, 2)
+    plain = sched.schedule("cli.add", 3, 4)
+    run = cli("jobs", "list", app=sched)
+    rows = {row.split()[0]: row.split()[1] for row in run.out.splitlines()[1:]}
+    assert rows == {str(mail.id): "app.tasks.mail", str(plain.id): "cli.add"}
+    assert ids(cli("jobs", "list", "--label", "app.tasks.mail", "--json", app=sched).json()) == {
+        str(mail.id)
+    }
+    shown = cli("jobs", "show", str(mail.id), app=sched).fields()
+    assert (shown["task"], shown["label"]) == ("cli.add", "app.tasks.mail")
+
+
 def test_jobs_list_says_when_there_is_nothing(sched: App, cli: Callable[..., Run]) -> None:
     run = cli("jobs", "list", app=sched)
     assert (run.code, run.out.strip()) == (0, "no jobs")
