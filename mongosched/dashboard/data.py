@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +58,9 @@ class Filters:
     queue: str | None = None
     statuses: tuple[str, ...] = ()
     error_type: str | None = None
+    label: str | None = None
+    """A job's label (a Django task's path): the task box names one too (see
+    :meth:`Operations.resolved`)."""
 
     @classmethod
     def read(cls, get: Callable[[str], str], get_all: Callable[[str], list[str]]) -> Filters:
@@ -70,11 +73,12 @@ class Filters:
             queue=get("queue") or None,
             statuses=statuses,
             error_type=get("error") or None,
+            label=get("label") or None,
         )
 
     def pairs(self) -> list[tuple[str, str]]:
         """As query parameters (also the hidden fields of a bulk form)."""
-        out = [("task", self.task or ""), ("queue", self.queue or "")]
+        out = [("task", self.task or ""), ("label", self.label or ""), ("queue", self.queue or "")]
         out += [("status", s) for s in self.statuses]
         out.append(("error", self.error_type or ""))
         return [(k, v) for k, v in out if v]
@@ -90,6 +94,8 @@ class Filters:
             out["task"] = self.task
         if self.queue:
             out["queue"] = self.queue
+        if self.label:
+            out["label"] = self.label
         if self.statuses:
             out["status"] = list(self.statuses)
         if self.error_type:
@@ -170,6 +176,21 @@ class Operations:
         except (InvalidJobId, JobNotFound):
             return None
 
+    def resolved(self, filters: Filters) -> Filters:
+        """``filters`` whose task names a label (a Django task's path, typed in the task
+        box or picked from its suggestions) rather than a task: a filter by that label.
+        Reads the stored names (from indexes) only when a task is given."""
+        name = filters.task
+        if name is None or filters.label is not None or name in self.app.tasks:
+            return filters
+        if name in self.app.store.task_names() or name not in self.labels():
+            return filters
+        return replace(filters, task=None, label=name)
+
+    def labels(self) -> list[str]:
+        """The labels of stored jobs (Django tasks' paths), from the store's index."""
+        return self.app.store.labels()
+
     # Overview ---------------------------------------------------------------------------
     def overview(self) -> Overview:
         """Counts per task (stats) and per queue (index-backed counts), and the due
@@ -196,8 +217,9 @@ class Operations:
         )
         due = [job for job in oldest if job.run_at <= now]
         for job in due:
+            name = job.label or job.task  # as stats() counts it
             for row in (
-                tasks.setdefault(job.task, Row(job.task)),
+                tasks.setdefault(name, Row(name)),
                 queues.setdefault(job.queue, Row(job.queue)),
             ):
                 row.due += 1

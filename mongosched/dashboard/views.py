@@ -270,6 +270,7 @@ def read_page(ctx: Context) -> int:
 def filter_form(ctx: Context, ops: Operations, filters: Filters, sort: tuple[str, int]) -> Markup:
     runners = ops.live_runners()  # read once for both suggestion lists
     tasks = join(fmt('<option value="{}">', name) for name in ops.task_names(runners=runners))
+    tasks += join(fmt('<option value="{}" label="label">', name) for name in ops.labels())
     queues = join(fmt('<option value="{}">', name) for name in ops.known_queues(runners=runners))
     statuses = join(
         fmt(
@@ -305,7 +306,7 @@ def filter_form(ctx: Context, ops: Operations, filters: Filters, sort: tuple[str
         '<div class="buttons"><button type="submit" class="button primary">Filter</button>'
         '<a class="button" href="{action}">Reset</a></div></form>',
         action=ctx.url("/jobs"),
-        task=filters.task or "",
+        task=filters.task or filters.label or "",
         queue=filters.queue or "",
         error=filters.error_type or "",
         tasks=tasks,
@@ -316,7 +317,7 @@ def filter_form(ctx: Context, ops: Operations, filters: Filters, sort: tuple[str
 
 
 def jobs_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
-    filters = Filters.read(ctx.request.arg, ctx.request.args)
+    filters = ops.resolved(Filters.read(ctx.request.arg, ctx.request.args))
     sort = read_sort(ctx)
     page = read_page(ctx)
     form = filter_form(ctx, ops, filters, sort)
@@ -372,7 +373,7 @@ def _job_row(ctx: Context, job: Job, now: Any) -> list[Any]:
             job.id,
             _short(job.id),
         ),
-        job.task,
+        _task_cell(ctx, job),
         job.queue,
         badge(job.status),
         _arguments(job),
@@ -388,6 +389,17 @@ def _job_row(ctx: Context, job: Job, now: Any) -> list[Any]:
         if error
         else "",
     ]
+
+
+def _task_cell(ctx: Context, job: Job) -> Any:
+    """A job's task, or its label (a Django task's path) over the task that runs it."""
+    if job.label is None:
+        return job.task
+    return fmt(
+        '{}<br><span class="muted small">{}</span>',
+        link(ctx, "/jobs", job.label, [("label", job.label)]),
+        job.task,
+    )
 
 
 ARGS_CHARS = 80
@@ -489,9 +501,18 @@ def job_actions(ctx: Context, ops: Operations, job: Job) -> Markup:
 def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
     now = ops.app.now()
     lease = job.lease
+    task = link(ctx, "/jobs", job.task, [("task", job.task)])
+    if job.label is not None:  # a Django task's path: its own filter and pause
+        paused = any(p.kind == "task" and p.name == job.label for p in ops.pauses())
+        task = fmt(
+            '{} <span class="muted small">runs as {}</span> {}',
+            link(ctx, "/jobs", job.label, [("label", job.label)]),
+            task,
+            pause_link(ctx, "task", job.label, paused=paused),
+        )
     facts: list[tuple[str, Any]] = [
         ("Id", fmt('<span class="mono">{}</span>', job.id)),
-        ("Task", link(ctx, "/jobs", job.task, [("task", job.task)])),
+        ("Task", task),
         ("Queue", link(ctx, "/jobs", job.queue, [("queue", job.queue)])),
         (
             "Status",
@@ -576,7 +597,7 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
         fmt('<div class="grid2 detail"><div>{}</div><div>{}</div></div>', join(left), join(right))
     ]
     sections.extend(_error_panels(job, now))
-    title = f"{job.task}"
+    title = job.label or job.task
     head = fmt(
         '<p class="crumbs">{} / <span class="mono">{}</span></p>',
         link(ctx, "/jobs", "Jobs"),

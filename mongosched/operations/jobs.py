@@ -282,9 +282,10 @@ class JobControl:
         )
 
     def stats(self, *, running: bool = True) -> dict[str, Any]:
-        """Counts by task and status, the oldest due pending job, the running leases,
-        due jobs whose task no runner of this app knows, and ``clock_offset``: seconds
-        the server's clock is ahead of this app's (None where the store has no clock).
+        """Counts by task (a labelled job under its label) and status, the oldest due
+        pending job, the running leases, due jobs whose task no runner of this app
+        knows, and ``clock_offset``: seconds the server's clock is ahead of this app's
+        (None where the store has no clock).
         ``running=False`` leaves the running leases out (an empty list): they are up to
         1,000 jobs read, which a page of counts does not need."""
         now = self.now()

@@ -168,7 +168,8 @@ class Store(Protocol):
     def count(self, query: JobQuery) -> int: ...
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
-        """How many jobs there are of each (task, status)."""
+        """How many jobs there are of each (task, status); a labelled job (a Django
+        task's) counts under its label."""
 
     def open_counts(self) -> dict[tuple[str, str, JobStatus], int]:
         """How many unfinished jobs there are of each (queue, task, status) (for queue

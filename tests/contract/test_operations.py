@@ -327,6 +327,13 @@ def test_open_counts_counts_unfinished_jobs_by_queue_task_and_status(store: Stor
     assert store.open_counts() == {("a", "t", PENDING): 2, ("b", "t", PENDING): 1}
 
 
+def test_counts_count_a_labelled_job_under_its_label(store: Store) -> None:
+    """The counts by task (stats, the dashboard's tasks table) name a labelled job (a
+    Django task's) by its label, as the dashboard and the CLI show it."""
+    add(store, job("run", label="app.mail"), job("run", label="app.mail"), job("run"))
+    assert store.counts() == {("app.mail", PENDING): 2, ("run", PENDING): 1}
+
+
 def test_a_jobs_trace_context_is_stored_as_given(store: Store) -> None:
     header = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     traced, plain = add(store, job(trace={"traceparent": header, "tracestate": "a=1"}), job())

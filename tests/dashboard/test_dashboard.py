@@ -545,6 +545,54 @@ def test_the_task_filter_offers_registered_and_stored_task_names(
     assert {"boom", "add", "later", "tick", html.escape(XSS)} <= offered
 
 
+def test_labelled_jobs_show_filter_and_pause_by_their_label(
+    sched: App, jobs: dict[str, Any], browser: Client
+) -> None:
+    """Jobs of one task labelled with another name (Django tasks-framework jobs, by
+    their Django task's path) are listed, offered, filtered and paused by the label."""
+    run = sched.task(name="run")(lambda text: text)
+    mail = run.configure(label="app.tasks.mail").schedule("m")
+    other = run.configure(label="app.tasks.other").schedule("o")
+
+    def ids(path: str) -> set[str]:
+        return set(re.findall(r'href="/jobs/([0-9a-f]{24})"', browser.get(path).body))
+
+    listing = browser.get("/jobs?task=run").body
+    row = next(r for r in re.findall(r"<tr><td>.*?</tr>", listing) if str(mail.id) in r)
+    assert '<a href="/jobs?label=app.tasks.mail">app.tasks.mail</a>' in row
+    assert '<span class="muted small">run</span>' in row
+    names = re.search(r'<datalist id="task-names">(.*?)</datalist>', listing)
+    assert names and {"app.tasks.mail", "run"} <= set(re.findall(r'value="([^"]*)"', names[1]))
+    # Typed in the task box, or followed from a link: the label's jobs alone.
+    assert ids("/jobs?task=app.tasks.mail") == ids("/jobs?label=app.tasks.mail") == {str(mail.id)}
+    assert (
+        'name="task" list="task-names" value="app.tasks.mail"'
+        in browser.get("/jobs?label=app.tasks.mail").body
+    )
+    assert ids("/jobs?task=run") == {str(mail.id), str(other.id)}
+    page = browser.get(f"/jobs/{mail.id}").body
+    assert '<dt>Task</dt><dd><a href="/jobs?label=app.tasks.mail">app.tasks.mail</a>' in page
+    assert 'runs as <a href="/jobs?task=run">run</a>' in page
+    pause = re.search(r'href="(/pause\?kind=task&amp;name=app.tasks.mail[^"]*)"', page)
+    assert pause is not None
+    form = browser.get(html.unescape(pause[1]))
+    reply = browser.post(
+        "/pause",
+        {"csrf_token": form.csrf(), "kind": "task", "name": "app.tasks.mail", "next": "/"},
+    )
+    assert reply.status == 303
+    assert mail.refresh().status is JobStatus.PAUSED
+    assert other.refresh().status is JobStatus.PENDING
+    assert "Resume" in browser.get(f"/jobs/{mail.id}").body
+    # The overview counts the label's jobs under it, paused, with its Resume button.
+    overview = browser.get("/").body
+    tasks = overview[overview.index("<h2>Tasks</h2>") :]
+    row = re.search(r'<tr><td><a href="/jobs\?task=app.tasks.other">.*?</tr>', tasks)
+    assert row and '<a href="/jobs?task=app.tasks.other&amp;status=pending">1</a>' in row[0]
+    paused = re.search(r'<tr><td><a href="/jobs\?task=app.tasks.mail">.*?</tr>', tasks)
+    assert paused and "s-paused" in paused[0] and "Resume" in paused[0]
+
+
 def test_jobs_filter_by_error_type_where_the_app_can(
     sched: App, jobs: dict[str, Any], browser: Client
 ) -> None:

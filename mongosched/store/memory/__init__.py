@@ -220,7 +220,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
         with self._lock:
-            return dict(Counter((j.task, j.status) for j in self._jobs.values()))
+            return dict(Counter((j.label or j.task, j.status) for j in self._jobs.values()))
 
     def oldest_due(self, now: datetime) -> JobRecord | None:
         now = ms(now)

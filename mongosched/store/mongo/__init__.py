@@ -259,7 +259,8 @@ class MongoStore(
         )
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
-        pipeline = [{"$group": {"_id": {"task": "$task", "status": "$status"}, "n": {"$sum": 1}}}]
+        name = {"$ifNull": ["$label", "$task"]}  # a labelled job counts under its label
+        pipeline = [{"$group": {"_id": {"task": name, "status": "$status"}, "n": {"$sum": 1}}}]
         rows = self._retrying("stats", lambda _: list(self.queries.aggregate(pipeline)))
         return {(r["_id"]["task"], JobStatus(r["_id"]["status"])): r["n"] for r in rows}
 
