@@ -4,7 +4,7 @@ external resource), stacked bars of completed and failed jobs per time bucket.""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timezone
+from datetime import timedelta, timezone
 
 from mongosched.dashboard.data import Bucket
 from mongosched.dashboard.render import Markup, fmt, join
@@ -38,6 +38,9 @@ def throughput_chart(buckets: Sequence[Bucket]) -> Markup:
     plot_w = WIDTH - LEFT - RIGHT
     plot_h = HEIGHT - TOP - BOTTOM
     slot = plot_w / len(buckets)
+    # Over a day or more, each time says its day too.
+    days = buckets[-1].start - buckets[0].start >= timedelta(hours=23)
+    axis_format = "%a %H:%M" if days else "%H:%M"
     bar = max(1.0, slot * 0.72)
     parts: list[Markup] = []
     for i in range(steps + 1):  # grid lines and their labels
@@ -60,8 +63,9 @@ def throughput_chart(buckets: Sequence[Bucket]) -> Markup:
         h_done = plot_h * b.completed / top
         h_fail = plot_h * b.failed / top
         base = TOP + plot_h
-        start = b.start.astimezone(timezone.utc).strftime("%H:%M")
-        label = f"{start} UTC: {b.completed} completed, {b.failed} failed"
+        at = b.start.astimezone(timezone.utc)
+        start = at.strftime(axis_format)
+        label = f"{at:%Y-%m-%d %H:%M} UTC: {b.completed} completed, {b.failed} failed"
         parts.append(
             fmt(
                 "<g><title>{}</title>"

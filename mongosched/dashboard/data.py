@@ -50,6 +50,10 @@ DUE_SCAN_LIMIT = 2000
 overview; beyond it, the counts of due jobs say "at least"."""
 
 
+LATER_THAN_NOW = timedelta(milliseconds=1)
+"""Stored times are whole milliseconds: a job due after ``now`` is due from this on."""
+
+
 @dataclass(frozen=True)
 class Filters:
     """The jobs page's filter, also the scope of a bulk action."""
@@ -143,6 +147,8 @@ class Overview:
     clock_offset: float | None
     pauses: list[Pause]
     due_capped: bool = False
+    due_later: int = 0
+    """Pending jobs not due yet (their due time after ``now``)."""
     unserved: dict[tuple[str, str], int] = field(default_factory=dict)
     """How many due jobs (of those read) no live runner serves, by ("queue", name)
     where no runner serves their queue, by ("task", name) where the runners of their
@@ -231,6 +237,8 @@ class Operations:
                 row.paused = (kind, row.name) in paused
                 row.due_capped = capped and row.due > 0
         unserved = _unserved(due, runners, paused)
+        # Counted on the due-time index (status, run_at): after now, to the millisecond.
+        later = self.app.count_jobs(status=JobStatus.PENDING, due_after=now + LATER_THAN_NOW)
         return Overview(
             now=now,
             totals=stats["totals"],
@@ -241,6 +249,7 @@ class Operations:
             clock_offset=stats.get("clock_offset"),
             pauses=pauses,
             due_capped=capped,
+            due_later=later,
             unserved=unserved,
         )
 
@@ -270,8 +279,10 @@ class Operations:
         return sorted(names)
 
     def throughput(self, now: datetime, span: timedelta, bucket: timedelta) -> list[Bucket]:
-        """Completed and failed jobs per ``bucket`` over the last ``span``."""
-        rows = self.app.throughput(since=now - span, bucket=bucket)
+        """Completed and failed jobs per ``bucket`` over the last ``span``, up to and
+        including ``now`` (the buckets start a millisecond after ``now - span``, so
+        that one finished at ``now`` falls in the last)."""
+        rows = self.app.throughput(since=now - span + LATER_THAN_NOW, bucket=bucket)
         return [Bucket(start, done, failed) for start, done, failed in rows]
 
     # Schedules, pauses, runners --------------------------------------------------------

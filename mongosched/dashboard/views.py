@@ -114,14 +114,49 @@ def _number(n: int) -> str:
 
 
 # Overview ---------------------------------------------------------------------------------
+WINDOWS = {
+    "1h": ("1 h", timedelta(hours=1), timedelta(minutes=2)),
+    "24h": ("24 h", timedelta(days=1), timedelta(hours=1)),
+    "7d": ("7 d", timedelta(days=7), timedelta(hours=6)),
+}
+"""The overview's time windows: what the cards and the chart count finished jobs over
+(``?window=``), each with its label and the chart's bucket."""
+DEFAULT_WINDOW = "24h"
+
+
+def window_picker(ctx: Context, chosen: str) -> Markup:
+    links = join(
+        fmt(
+            '<a href="{}"{}>{}</a>',
+            ctx.url("/", [("window", key)]),
+            Markup(' aria-current="page"') if key == chosen else Markup(""),
+            label,
+        )
+        for key, (label, _, _) in WINDOWS.items()
+    )
+    return fmt('<nav class="window" aria-label="Time window">{}</nav>', links)
+
+
 def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     view = ops.overview()
     now = view.now
     totals = view.totals
     late = None if view.oldest_due is None else view.oldest_due.get("late_seconds")
     due = sum(row.due for row in view.tasks)
+    chosen = ctx.request.arg("window", DEFAULT_WINDOW)
+    chosen = chosen if chosen in WINDOWS else DEFAULT_WINDOW
+    label, span, bucket = WINDOWS[chosen]
+    buckets = ops.throughput(now, span, bucket)  # the cards count what the chart draws
+    completed = sum(b.completed for b in buckets)
+    failed = sum(b.failed for b in buckets)
     cards = [
         ("Due", _number(due), "due" if due else "", ctx.url("/jobs", [("status", "pending")])),
+        (
+            "Due later",
+            _number(view.due_later),
+            "",
+            ctx.url("/jobs", [("status", "pending"), ("sort", "run_at")]),
+        ),
         (
             "Running",
             _number(totals.get("running", 0)),
@@ -129,16 +164,16 @@ def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
             ctx.url("/jobs", [("status", "running")]),
         ),
         (
-            "Failed",
-            _number(totals.get("failed", 0)),
-            "bad" if totals.get("failed") else "",
-            ctx.url("/jobs", [("status", "failed")]),
+            f"Failed, {label}",
+            _number(failed),
+            "bad" if failed else "",
+            ctx.url("/jobs", [("status", "failed"), ("sort", "-finished_at")]),
         ),
         (
-            "Completed",
-            _number(totals.get("completed", 0)),
+            f"Completed, {label}",
+            _number(completed),
             "",
-            ctx.url("/jobs", [("status", "completed")]),
+            ctx.url("/jobs", [("status", "completed"), ("sort", "-finished_at")]),
         ),
         ("Oldest due job late by", duration(late), "bad" if late and late > 60 else "", ""),
     ]
@@ -182,9 +217,9 @@ def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
                 " there" if kind == "queue" else "",
             )
         )
-    buckets = ops.throughput(now, timedelta(hours=1), timedelta(minutes=2))
     chart = fmt(
-        '<section class="panel"><h2>Throughput, last hour</h2>{}</section>',
+        '<section class="panel"><h2>Throughput, last {}</h2>{}</section>',
+        label,
         throughput_chart(buckets),
     )
     pauses = Markup("")
@@ -206,7 +241,8 @@ def overview_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
         _counts_table(ctx, view.tasks, now, "task"),
     )
     body = fmt(
-        '<div class="cards">{}</div>{}<div class="grid2">{}{}</div>{}{}',
+        '{}<div class="cards">{}</div>{}<div class="grid2">{}{}</div>{}{}',
+        window_picker(ctx, chosen),
         card_html,
         join(warnings),
         chart,

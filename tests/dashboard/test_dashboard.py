@@ -434,6 +434,56 @@ def test_overview_shows_how_late_the_oldest_due_job_is(make_app: Callable[..., A
     assert row and "7 min" in row[0] and ">1</a>" in row[0]
 
 
+def test_overview_cards_count_over_a_chosen_window_and_jobs_due_later(
+    make_app: Callable[..., App],
+) -> None:
+    """Completed and failed count the jobs finished in the window (1 h, 24 h, 7 d;
+    24 h unless chosen), as the chart beneath draws them; Due later counts the
+    pending jobs not yet due."""
+    from mongosched.testing import FakeClock
+
+    clock = FakeClock()
+    app = make_app(clock=clock)
+    app.task(name="ok")(lambda: None)
+
+    @app.task(name="bad", retry=0)
+    def bad() -> None:
+        raise ValueError("no")
+
+    bad.schedule()
+    app.schedule("ok")
+    drain(app)  # both finished 3 days ago
+    clock.advance(days=2)
+    app.schedule("ok")
+    drain(app)  # one finished 1 day ago
+    clock.advance(days=1)
+    app.schedule("ok")
+    drain(app)  # one finished now
+    app.schedule("ok")  # due now
+    for hours in (1, 30):
+        app.get_task("ok").configure(delay=hours * 3600).schedule()
+    client = Client(StandaloneDashboard(app, TOKEN), headers=bearer())
+
+    def cards(path: str) -> dict[str, str]:
+        body = client.get(path).body
+        found = re.findall(r'<span class="label">([^<]*)</span><span class="value">([^<]*)<', body)
+        return dict(found)
+
+    default = cards("/")
+    assert (default["Completed, 24 h"], default["Failed, 24 h"]) == ("1", "0")
+    assert (default["Due"], default["Due later"]) == ("1", "2")
+    assert cards("/?window=1h")["Completed, 1 h"] == "1"
+    week = cards("/?window=7d")
+    assert (week["Completed, 7 d"], week["Failed, 7 d"]) == ("3", "1")
+    assert cards("/?window=bogus") == default
+    body = client.get("/?window=7d").body
+    assert '<a href="/?window=7d" aria-current="page">7 d</a>' in body
+    assert "<h2>Throughput, last 7 d</h2>" in body
+    assert 'aria-label="Throughput: 3 completed, 1 failed"' in body
+    assert re.search(r'<text class="axis"[^>]*>(Mon|Tue|Wed|Thu|Fri|Sat|Sun) \d\d:\d\d<', body)
+    assert 'href="/jobs?status=pending&amp;sort=run_at"' in body  # Due later: soonest first
+
+
 def test_overview_warns_of_due_jobs_no_live_runner_serves(
     sched: App, jobs: dict[str, Any], browser: Client
 ) -> None:
