@@ -14,13 +14,15 @@ import re
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from mongosched import App, JobStatus
+from mongosched import App, JobStatus, RetryPolicy, current_job
 from mongosched.dashboard import StandaloneDashboard
 from mongosched.store.memory import MemoryStore
+from mongosched.testing import drain
 from tests.support.browser import launch, require_browser, serve
 from tests.support.dashboard import NEXT_TARGETS, TOKEN, XSS, hold, populate
 
@@ -120,7 +122,8 @@ def test_sign_in_and_load_every_page(page: Any, base: str, shared: App) -> None:
         assert reply.status == 200, path
         assert page.locator("h1").inner_text() == heading
     page.goto(base)
-    assert page.locator("figure.chart svg rect.done").count() in (30, 31)  # and the current one
+    # 24 h by the hour (and the current one, when the hour turned since the page's now)
+    assert page.locator("figure.chart svg rect.done").count() in (24, 25)
     assert "4 failed" in page.locator("figure.chart figcaption").inner_text()
     assert page.locator("text=tick").count() >= 1
     # The page's own stylesheet applied (assets come from the package, nothing else).
@@ -213,6 +216,77 @@ def test_job_text_is_shown_as_text(signed_in: Any, base: str, shared: App) -> No
     assert XSS in page.locator("pre.code").first.inner_text()
     assert page.locator("script:not([src])").count() == 0
     # (the page fixture fails the test if any dialog opened)
+
+
+def test_the_overview_counts_over_the_window_picked(signed_in: Any, base: str, shared: App) -> None:
+    page = signed_in
+    page.goto(base)
+    labels = page.locator(".cards .label").all_text_contents()
+    assert "Due later" in labels and "Failed, 24 h" in labels
+    page.click("nav.window >> text=1 h")
+    page.wait_for_url(base + "?window=1h")
+    assert page.locator("nav.window a[aria-current=page]").inner_text() == "1 h"
+    failed = page.locator(".card", has_text="Failed, 1 h").locator(".value").inner_text()
+    since = shared.now() - timedelta(hours=1)
+    assert failed == str(shared.count_jobs(status="failed", finished_after=since))
+    assert page.locator("figure.chart svg rect.done").count() in (30, 31)  # 2 min each
+    assert page.locator("h2", has_text="Throughput, last 1 h").count() == 1
+
+
+def test_a_jobs_page_lists_the_error_of_each_attempt(
+    signed_in: Any, base: str, shared: App
+) -> None:
+    @shared.task(name="flaky", retry=RetryPolicy(retries=2, delay=0))
+    def flaky() -> None:
+        raise ValueError(f"attempt {current_job().attempt}")  # type: ignore[union-attr]
+
+    job = flaky.schedule()
+    drain(shared)
+    page = signed_in
+    page.goto(f"{base}jobs/{job.id}")
+    items = page.locator("ol.attempts > li")
+    assert items.count() == 3
+    assert [items.nth(i).locator("p").inner_text().split(" · ")[0] for i in range(3)] == [
+        "Attempt 1",
+        "Attempt 2",
+        "Attempt 3",
+    ]
+    assert "ValueError: attempt 2" in items.nth(1).inner_text()
+    # Only the last traceback is open; a click opens another.
+    assert items.nth(2).locator("pre.traceback").is_visible()
+    assert not items.nth(0).locator("pre.traceback").is_visible()
+    items.nth(0).locator("summary").click()
+    assert "attempt 1" in items.nth(0).locator("pre.traceback").inner_text()
+
+
+def test_labelled_jobs_are_shown_filtered_and_paused_by_label(
+    signed_in: Any, base: str, shared: App
+) -> None:
+    run = shared.task(name="django-like")(lambda text: text)
+    mail = run.configure(label="shop.tasks.mail").schedule("m")
+    run.configure(label="shop.tasks.invoice").schedule("i")
+    page = signed_in
+    page.goto(base + "jobs")
+    page.fill("input[name=task]", "shop.tasks.mail")
+    page.click("form.filters button[type=submit]")
+    rows = page.locator("table.jobs tbody tr")
+    assert rows.count() == 1
+    assert rows.first.locator("td").nth(1).inner_text().split("\n") == [
+        "shop.tasks.mail",
+        "django-like",
+    ]
+    rows.first.locator("a.mono").click()
+    assert page.locator("h1").inner_text() == "shop.tasks.mail"
+    page.locator("dl.facts").locator("text=Pause").click()
+    assert page.locator("h1").inner_text() == "Pause task"
+    page.click("form button.danger")
+    assert page.locator(".notice").inner_text() == "Paused."
+    assert mail.refresh().status is JobStatus.PAUSED
+    assert page.locator("dl.facts .badge").first.inner_text() == "paused"
+    page.locator("dl.facts").locator("text=Resume").click()
+    page.click("form button.primary")
+    assert mail.refresh().status is JobStatus.PENDING
+    assert [j.status for j in shared.get_jobs(label="shop.tasks.invoice")] == [JobStatus.PENDING]
 
 
 HOSTILE_NEXT = "login?next=/%09/other.host/x"  # a tab: a browser drops it, then "//"
