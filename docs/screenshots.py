@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mongosched import App, RetryPolicy, __version__  # noqa: E402
+from mongosched import App, RetryPolicy, __version__, current_job  # noqa: E402
 from mongosched._core.records import RunnerInfo  # noqa: E402
 from mongosched.dashboard import StandaloneDashboard  # noqa: E402
 from mongosched.testing import FakeClock, drain  # noqa: E402
@@ -72,6 +72,28 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
     @app.task(name="audit.flush", queue="audit")
     def flush(batch: int) -> None: ...
 
+    @app.task(name="webhooks.deliver", retry=RetryPolicy(retries=3, delay=20))
+    def deliver(url: str) -> None:
+        attempt = current_job().attempt  # type: ignore[union-attr]
+        raise ConnectionError(
+            ["502 Bad Gateway", "503 Service Unavailable", "read timed out after 10 s"][
+                attempt % 3
+            ]
+            + f" from {url}"
+        )
+
+    # What Django's tasks framework enqueues (mongosched.contrib.django): one task,
+    # each job labelled with the Django task's path.
+    @app.task(name="mongosched.contrib.django.run_task", retry=0)
+    def run_task(path: str, args: list[Any], kwargs: dict[str, Any], backend: str) -> None:
+        if path.endswith("sync_inventory") and rng.random() < 0.15:
+            raise ConnectionError("erp.example.net refused the connection")
+
+    def django(path: str, *args: Any) -> None:
+        run_task.configure(label=f"shop.tasks.{path}").schedule(
+            path=f"shop.tasks.{path}", args=list(args), kwargs={}, backend="default"
+        )
+
     app.ensure_schedules()
     for _ in range(60):  # an hour of work, a minute at a time
         for _ in range(rng.randint(6, 14)):
@@ -82,6 +104,11 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
             charge.schedule(f"acct_{rng.randint(100, 999)}", rng.choice([990, 1990, 4900]))
         for _ in range(rng.randint(2, 6)):
             resize.schedule(f"uploads/{rng.randint(1, 10**6)}.jpg", rng.choice([320, 640, 1280]))
+        for _ in range(rng.randint(1, 3)):
+            django("send_receipt", rng.randint(10000, 99999))
+        django("sync_inventory", rng.choice(["EU", "US"]))
+        if rng.random() < 0.05:
+            deliver.schedule(f"https://hooks.example.com/{rng.randint(100, 999)}")
         drain(app)
         clock.advance(minutes=1)
     # Work due now and later, and a few running jobs held by two workers.
@@ -93,6 +120,8 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
         export.schedule(f"acct_{900 + i}")
     for i in range(2):  # a task no runner registers: the overview warns of it
         flush.schedule(i)
+    for i in range(5):
+        django("send_receipt", 70000 + i)
     clock.advance(seconds=95)
     for owner, tasks in (
         ("web-1.prod:4121:runner", ["images.resize", "exports.build"]),
@@ -109,7 +138,15 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
     # The runners that hold them, as the live registry lists runners (and one that
     # stopped answering a while ago), a paused queue and a paused schedule.
     now = app.now()
-    everything = ["emails.send", "billing.charge", "images.resize", "exports.build"]
+    everything = [
+        "emails.send",
+        "billing.charge",
+        "images.resize",
+        "exports.build",
+        "cache.warm",
+        "webhooks.deliver",
+        "mongosched.contrib.django.run_task",
+    ]
     for i, (host, pid, queues, threads, busy, seen) in enumerate(
         [
             ("web-1.prod", 4121, ("media",), 4, 2, 2),
@@ -136,8 +173,13 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
         )
     app.pause(queue="media")
     app.pause(schedule="schedule:search.reindex")
-    failed = app.get_jobs(task="billing.charge", status="failed", limit=1)
-    return app, clock, {"failed": failed[0] if failed else None}
+    app.pause(task="shop.tasks.send_receipt")
+    failed = app.get_jobs(task="webhooks.deliver", status="failed", limit=1)
+    django_job = app.get_jobs(label="shop.tasks.sync_inventory", status="failed", limit=1)
+    return app, clock, {
+        "failed": failed[0] if failed else None,
+        "django": django_job[0] if django_job else None,
+    }
 
 
 def main() -> int:
@@ -159,9 +201,10 @@ def main() -> int:
         page.goto(base + "jobs")
         page.wait_for_url(base + "jobs")
         shots = [
-            ("overview", ""),
+            ("overview", "?window=1h"),
             ("jobs", "jobs?status=failed"),
             ("job", f"jobs/{found['failed'].id}" if found["failed"] else "jobs"),
+            ("job-django", f"jobs/{found['django'].id}" if found["django"] else "jobs"),
             ("schedules", "schedules"),
             ("workers", "runners"),
             ("schedule-edit", "schedules/edit?id=schedule:reports.daily"),
