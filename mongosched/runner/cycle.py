@@ -95,9 +95,8 @@ class RunnerSteps:
         claim for more workers to free, a finishing job for others running beside it to
         finish too, so one write records them all. Never when idle: a lone job is
         claimed and recorded at once."""
-        self.settler = Settler(self.store, gather=self.gather)
+        self.settler = Settler(self.store, gather=self.gather, patience=self._patience)
         """Writes outcomes: alone, or in one bulk write when several finish at once."""
-        self.settler.patience = self._patience
         self.gate = Gate(self.store, self.poll_interval)
         """Flow-control limits at claim time (rate limits, keyed concurrency)."""
         self.claimed = 0

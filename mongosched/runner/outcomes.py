@@ -121,20 +121,29 @@ _FLUSH = object()  # the writer when a flush took it
 class Settler:
     """Writes holders' outcomes (see the module)."""
 
-    def __init__(self, store: Store, gather: float = 0.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        gather: float = 0.0,
+        company: Callable[[], int] = _nobody,
+        claiming: Callable[[], bool] = _no_claim,
+        run_soon: Callable[[Callable[[], None]], None] = _at_once,
+        patience: Callable[[Sequence[Leased]], Patience | None] = _no_patience,
+    ) -> None:
         self.store = store
         self.gather = gather
         """Seconds a writer waits for the others' outcomes when other jobs are running."""
-        self.company: Callable[[], int] = _nobody
+        self.company = company
         """How many other jobs are running (that may finish in a moment)."""
-        self.claiming: Callable[[], bool] = _no_claim
+        self.claiming = claiming
         """Whether a batched claim will take the queued outcomes in a moment (a runner
         with a backlog says so)."""
-        self.run_soon: Callable[[Callable[[], None]], None] = _at_once
+        self.run_soon = run_soon
         """Runs the landings of outcomes handed off, once written (a runner has its
         workers run them, so that a claim's writer, the dispatcher, never runs
         listeners)."""
-        self.patience: Callable[[Sequence[Leased]], Patience | None] = _no_patience
+        self.patience = patience
         """How long a write of the given outcomes goes on retrying a transient database
         error (a runner says: until the last of their leases ends, or it stops; see
         :data:`~mongosched.store.Patience`). By default the store's usual few retries."""

@@ -90,6 +90,7 @@ from mongosched.runner import exiting
 from mongosched.runner.claim import Claim, Heartbeats
 from mongosched.runner.cycle import RunnerSteps
 from mongosched.runner.host import RunnerHost
+from mongosched.runner.outcomes import Settler
 from mongosched.runner.presence import Registration
 from mongosched.runner.wakeup import WakeWatcher, wake_mode
 from mongosched.task import SCRIPT_PREFIX, script_task_explanation
@@ -162,9 +163,16 @@ class Runner(RunnerSteps):
         self._last_poll: float | None = None
         self._last_error: str | None = None
         self._held = 0  # free workers' places the dispatcher holds
-        self.settler.company = self._in_flight_others
-        self.settler.claiming = self._claiming
-        self.settler.run_soon = self._run_soon
+        self.settler = Settler(
+            self.store,
+            gather=self.gather,
+            company=self._in_flight_others,
+            claiming=self._claiming,
+            run_soon=self._run_soon,
+            patience=self._patience,
+        )
+        """Writes outcomes: alone, together when several finish at once, or with the
+        next batched claim (the steps' settler, given this runner's threads)."""
         self._batching = False  # the last claims found a backlog: claim in batches
         self._full_rounds = 0  # claims in a row that found all they asked for
         self.finished = 0
