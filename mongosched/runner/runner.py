@@ -84,16 +84,16 @@ from typing import Any
 from mongosched._core import validate
 from mongosched._core.outcome import Decision
 from mongosched._core.records import JobRecord
-from mongosched.errors import ConfigurationError, MongoschedError, StoreError, WorkerShutdown
+from mongosched.errors import ConfigurationError, MongoschedError, WorkerShutdown
 from mongosched.observe import logs
 from mongosched.runner import exiting
 from mongosched.runner.claim import Claim, Heartbeats
 from mongosched.runner.cycle import RunnerSteps
+from mongosched.runner.dispatcher import Dispatcher
 from mongosched.runner.host import RunnerHost
 from mongosched.runner.outcomes import Settler
 from mongosched.runner.presence import Registration
 from mongosched.runner.wakeup import WakeWatcher, wake_mode
-from mongosched.task import SCRIPT_PREFIX, script_task_explanation
 
 __all__ = ["Runner", "RunnerHost"]
 
@@ -149,40 +149,36 @@ class Runner(RunnerSteps):
         self._watcher: WakeWatcher | None = None
         self._free = threading.Semaphore(self.workers)
         self._stopping = threading.Event()
-        self._wake = threading.Event()
         self._claims: dict[Any, Claim] = {}
         self._idle = threading.Condition()
         self._pool: ThreadPoolExecutor | None = None
         self._heartbeats: Heartbeats | None = None
-        self._dispatcher: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._next_due: datetime | None = None
-        self._last_reap = 0.0
-        self._last_unknown_check = 0.0
-        self._explained: set[str] = set()  # script tasks whose due jobs were explained
-        self._last_poll: float | None = None
-        self._last_error: str | None = None
-        self._held = 0  # free workers' places the dispatcher holds
+        self.finished = 0
+        self.registration = Registration(self.store, self)
+        """This runner's entry in the registry of live runners (:meth:`App.live_runners`)."""
+        self.dispatcher = Dispatcher(
+            self,
+            registration=self.registration,
+            free=self._free,
+            stopping=self._stopping,
+            submit=self._submit,
+        )
+        """The thread that claims jobs and hands them to workers."""
         self.settler = Settler(
             self.store,
             gather=self.gather,
             company=self._in_flight_others,
-            claiming=self._claiming,
+            claiming=self.dispatcher.claiming,
             run_soon=self._run_soon,
             patience=self._patience,
         )
         """Writes outcomes: alone, together when several finish at once, or with the
         next batched claim (the steps' settler, given this runner's threads)."""
-        self._batching = False  # the last claims found a backlog: claim in batches
-        self._full_rounds = 0  # claims in a row that found all they asked for
-        self.finished = 0
-        self.registration = Registration(self.store, self)
-        """This runner's entry in the registry of live runners (:meth:`App.live_runners`)."""
 
     # Lifecycle -------------------------------------------------------------------------------
     @property
     def is_running(self) -> bool:
-        return self._dispatcher is not None and self._dispatcher.is_alive()
+        return self.dispatcher.is_alive()
 
     @property
     def in_flight(self) -> int:
@@ -203,13 +199,9 @@ class Runner(RunnerSteps):
             raise ConfigurationError(f"runner {self.name} is already started")
         self._stopping.clear()
         self._stop_by = math.inf
-        self._ready.clear()
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mongosched-worker")
         self._heartbeats = Heartbeats(self.workers, self.heartbeat_interval, self.name)
         self._heartbeats.start()
-        self._dispatcher = threading.Thread(
-            target=self._dispatch, name="mongosched-dispatcher", daemon=True
-        )
         self.app.attach(self)
         exiting.at_exit.add(self)
         log.info(
@@ -220,7 +212,7 @@ class Runner(RunnerSteps):
             ",".join(sorted(self.app.tasks)) or "none",
             self.wake_mode,
         )
-        self._dispatcher.start()
+        self.dispatcher.start()
         if self.wake_mode != "poll":
             self._watcher = WakeWatcher(self, self.wake_mode)
             self._watcher.start()
@@ -230,27 +222,7 @@ class Runner(RunnerSteps):
     def wake(self, at: datetime | None = None) -> None:
         """Claim now instead of at the end of the idle wait; with ``at`` (a job's due
         time), also claim again at that time rather than up to a poll interval later."""
-        if at is not None:
-            with self._idle:
-                due = self._next_due
-                # A due time already past is one the claim this wake-up causes serves:
-                # keeping it would hide ``at`` (the idle wait drops a past time, then
-                # waits a whole poll interval).
-                if due is None or at < due or due <= self.app.now():
-                    self._next_due = at
-        self._wake.set()
-
-    def _idle_wait(self) -> float:
-        """How long an idle dispatcher waits: a poll interval, or less when a job this
-        process scheduled becomes due sooner."""
-        with self._idle:
-            due = self._next_due
-            if due is None:
-                return self.poll_interval
-            left = (due - self.app.now()).total_seconds()
-            if left <= 0:
-                self._next_due = None
-            return min(self.poll_interval, max(0.0, left))
+        self.dispatcher.wake(at)
 
     def stop(self, graceful: bool = True, timeout: float | None = 30.0) -> bool:
         """Stop claiming, then wait up to ``timeout`` seconds for the jobs in flight.
@@ -272,7 +244,7 @@ class Runner(RunnerSteps):
         if deadline is not None:
             self._stop_by = min(self._stop_by, deadline)
         self._stopping.set()
-        self._wake.set()
+        self.dispatcher.wake()
         watcher = self._watcher
         if watcher is not None:
             watcher.stop()
@@ -281,10 +253,8 @@ class Runner(RunnerSteps):
                 claims = list(self._claims.values())
             for claim in claims:
                 claim.abort("shutdown", WorkerShutdown)
-        dispatcher = self._dispatcher
-        if dispatcher is not None and dispatcher is not threading.current_thread():
-            # It may be waiting on an unreachable database: one deadline bounds it all.
-            dispatcher.join(_remaining(deadline))
+        # It may be waiting on an unreachable database: one deadline bounds it all.
+        self.dispatcher.join(_remaining(deadline))
         done = self._wait_idle(_remaining(deadline))
         if watcher is not None:  # its server cursor closes within a getMore's wait
             watcher.join(1.0 if deadline is None else min(1.0, deadline - time.monotonic()))
@@ -331,7 +301,7 @@ class Runner(RunnerSteps):
             signals += 1
             log.info("signal %s: %s", signum, "stopping" if signals == 1 else "stopping now")
             self._stopping.set()
-            self._wake.set()
+            self.dispatcher.wake()
             if signals > 1:
                 threading.Thread(target=self.stop, kwargs={"graceful": False, "timeout": 5}).start()
 
@@ -352,99 +322,11 @@ class Runner(RunnerSteps):
     @property
     def ready(self) -> bool:
         """Whether the runner has prepared its database and is claiming."""
-        return self._ready.is_set()
+        return self.dispatcher.ready
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until :attr:`ready` (or ``timeout`` seconds); returns :attr:`ready`."""
-        return self._ready.wait(timeout)
-
-    def _prepare_with_backoff(self) -> bool:
-        """Prepare, retrying while the database cannot be reached; False if stopped."""
-        backoff = 0.0
-        while not self._stopping.is_set():
-            try:
-                self.prepare()
-                self.check_clock()
-            except StoreError as exc:
-                self._last_error = f"database: {exc}"
-                backoff = min(max(backoff * 2, self.poll_interval), 30.0)
-                log.warning(
-                    "runner %s: waiting for the database (%s); retrying in %.1f s",
-                    self.name,
-                    exc,
-                    backoff,
-                )
-                self._back_off(backoff)
-                continue
-            self._last_error = None
-            self._ready.set()
-            return True
-        return False
-
-    def _back_off(self, backoff: float) -> None:
-        """Wait ``backoff`` seconds after a database error, or less when woken: a job
-        reported due (by the change stream, or scheduled in this process) means the
-        database answers again. Retries stay a poll interval (at most a second) apart
-        whatever wakes them, so wake-ups during an outage never make a busy loop; the
-        backoff itself keeps doubling while the database fails."""
-        spacing = min(backoff, self.poll_interval, 1.0)
-        if self._stopping.wait(spacing):
-            return
-        self._wake.wait(backoff - spacing)  # a stop sets it too
-        self._wake.clear()
-
-    def _dispatch(self) -> None:
-        try:
-            if self._prepare_with_backoff():
-                self._dispatch_loop()
-        except BaseException as exc:  # never expected: say so where operators look
-            self._last_error = f"dispatcher died: {type(exc).__name__}: {exc}"
-            log.critical("runner %s: %s; this runner claims nothing more", self.name, exc)
-            raise
-        finally:  # the worker entry is the dispatcher's: it refreshes it, and removes it
-            self.registration.remove()
-
-    def _dispatch_loop(self) -> None:
-        try:
-            self._dispatch_until_stopped()
-        finally:  # (however it ends) the outcomes handed off are written now
-            self._stop_batching()
-
-    def _dispatch_until_stopped(self) -> None:
-        backoff = 0.0
-        while not self._stopping.is_set():
-            if not self._free.acquire(timeout=self.poll_interval):
-                self._maintain_safely()
-                continue
-            self._held = 1
-            try:
-                self._maintain()
-                claimed = self._claim_and_submit()
-            except StoreError as exc:
-                self._release_held()
-                self._stop_batching()
-                self._last_error = f"database: {exc}"
-                backoff = min(max(backoff * 2, self.poll_interval), 30.0)
-                log.warning(
-                    "runner %s: database error (%s); retrying in %.1f s", self.name, exc, backoff
-                )
-                self._back_off(backoff)
-                continue
-            except Exception as exc:
-                self._release_held()
-                self._stop_batching()
-                self._last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("runner %s: unexpected error in the dispatcher", self.name)
-                self._stopping.wait(self.poll_interval)
-                continue
-            self._last_poll = time.monotonic()
-            if backoff:
-                log.info("runner %s: database reachable again", self.name)
-                backoff = 0.0
-                self._last_error = None
-            if not claimed:
-                self._wake.wait(self._idle_wait())
-                self._wake.clear()
+        return self.dispatcher.wait_ready(timeout)
 
     def health(self) -> dict[str, Any]:
         """How this runner is doing, for health checks and probes: ``healthy`` is False
@@ -452,9 +334,10 @@ class Runner(RunnerSteps):
         stopped, or when it has not polled for ten poll intervals (plus a minute, for
         database backoff)."""
         now = time.monotonic()
-        started = self._dispatcher is not None and not self._stopping.is_set()
+        dispatcher = self.dispatcher
+        started = dispatcher.started and not self._stopping.is_set()
         alive = self.is_running
-        since = None if self._last_poll is None else now - self._last_poll
+        since = None if dispatcher.last_poll is None else now - dispatcher.last_poll
         stale = since is not None and since > 10 * self.poll_interval + 60
         return {
             "name": self.name,
@@ -466,61 +349,12 @@ class Runner(RunnerSteps):
             "finished": self.finished,
             "seconds_since_poll": since,
             "wake": "poll" if self._watcher is None else self._watcher.state,
-            "last_error": self._last_error,
+            "last_error": dispatcher.last_error,
         }
-
-    def _claim_and_submit(self) -> bool:
-        """Claim jobs for the free workers and hand them over; on entry the dispatcher
-        holds one free worker's place (``_held``). True if a job was claimed (even one
-        given back), so the dispatcher re-polls at once.
-
-        One free worker claims one job (the least latency). When the last claim found as
-        many jobs as it asked for (a backlog), the dispatcher takes every free worker's
-        place, waiting up to :attr:`gather` seconds for the others to free, and one
-        batched claim takes a job for each in a few round trips: with a backlog, jobs
-        wait anyway, and a batch costs far less per job than claims one by one."""
-        if self._stopping.is_set():
-            self._release_held()
-            return False
-        if self._batching:
-            deadline = time.monotonic() + self.gather
-            while self._held < self.workers:
-                if not self._free.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                    break
-                self._held += 1
-        asked = self._held
-        claims: list[Claim] = []
-        try:
-            claimed = self._take_batch(asked, claims)
-            # A backlog: two claims in a row found all they asked for (one alone does
-            # not say so: a lone job is claimed alone, and so is the next one).
-            full = claimed >= asked
-            if full and (asked > 1 or self._full_rounds > 0):
-                self._batching = True
-                self._full_rounds += 1
-            else:
-                self._stop_batching()
-                self._full_rounds = 1 if full else 0
-        finally:  # every claim taken runs, whatever failed after it was taken
-            self._held -= len(claims)  # each claim's worker releases its place
-            self._release_held()
-            for claim in claims:
-                self._submit(claim)
-        return claimed > 0
 
     def _in_flight_others(self) -> int:
         with self._idle:
             return len(self._claims) - 1
-
-    def _claiming(self) -> bool:
-        """Whether a batched claim comes in a moment (the settler hands outcomes to it)."""
-        return self._batching and not self._stopping.is_set()
-
-    def _stop_batching(self) -> None:
-        """Claim one job at a time again: no claim is coming, so the outcomes handed
-        off are written now."""
-        self._batching, self._full_rounds = False, 0
-        self.settler.flush()
 
     def _hand_off(self, claim: Claim, decision: Decision, seconds: float) -> bool:
         """With a backlog, ``claim``'s outcome waits for the next batched claim, and
@@ -559,12 +393,6 @@ class Runner(RunnerSteps):
         except RuntimeError:  # the pool is shut: the interpreter is exiting
             pass
         work()
-
-    def _release_held(self) -> None:
-        """Give back the free workers' places the dispatcher holds."""
-        held, self._held = self._held, 0
-        if held:
-            self._free.release(held)
 
     def _submit(self, claim: Claim) -> None:
         """Hand a claim (holding one free worker's place) to a worker."""
@@ -629,43 +457,11 @@ class Runner(RunnerSteps):
                 self.finished += 1
             self._idle.notify_all()
 
-    def _maintain_safely(self) -> None:
-        try:
-            self._maintain()
-        except StoreError as exc:
-            log.warning("runner %s: maintenance failed: %s", self.name, exc)
-        except Exception:
-            log.exception("runner %s: maintenance failed", self.name)
-
-    def _maintain(self) -> None:
-        """Periodic work: refresh this runner's worker entry (every few seconds), reap
-        expired leases, report due jobs of unknown tasks."""
-        self.registration.refresh()
-        clock = time.monotonic()
-        if clock - self._last_reap >= self.reap_interval:
-            self._last_reap = clock
-            self.reap()
-            self.sweep()
-        if clock - self._last_unknown_check >= 60.0:
-            self._last_unknown_check = clock
-            self.store.quarantine(self.app.now())
-            self.report_unknown_tasks()
-
     def report_unknown_tasks(self) -> dict[str, int]:
         """Log the due jobs of tasks this runner does not know (left pending), and
         returns how many of each; a task named after a script run as ``__main__`` is
         explained once (maintenance calls this every minute)."""
-        unknown = self.store.unknown_due_tasks(self.app.tasks, self.app.now())
-        if unknown:
-            log.warning(
-                "due jobs of tasks this runner does not know (left pending): %s",
-                ", ".join(f"{task} ({n})" for task, n in unknown.items()),
-            )
-        for task in unknown:
-            if task.startswith(SCRIPT_PREFIX) and task not in self._explained:
-                self._explained.add(task)
-                log.warning("%s", script_task_explanation(task, self.app.tasks))
-        return unknown
+        return self.dispatcher.report_unknown_tasks()
 
     def __repr__(self) -> str:
         return f"<Runner {self.name} workers={self.workers} running={self.is_running}>"

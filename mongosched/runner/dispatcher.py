@@ -1,0 +1,312 @@
+"""The dispatcher: the runner's thread that claims jobs and hands them to workers.
+
+It prepares the database (retrying with backoff while it cannot be reached), then
+loops: it takes a free worker's place, claims (one job, or with a backlog a batch for
+every free worker), admits and submits each claim, re-polls at once after a claim and
+waits when there was nothing to do, until a poll interval passes, a job it knows of
+becomes due, or it is woken. Between claims it does the runner's maintenance: its
+entry in the registry of live runners, the reaper and the sweep, the report of due
+jobs of unknown tasks. See :mod:`mongosched.runner.runner` for what each thread owns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from mongosched.errors import StoreError
+from mongosched.runner.claim import Claim
+from mongosched.runner.cycle import RunnerSteps
+from mongosched.runner.presence import Registration
+from mongosched.task import SCRIPT_PREFIX, script_task_explanation
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger("mongosched.runner")
+
+
+class Dispatcher:
+    """The claiming loop of one runner (see the module).
+
+    :param steps: the runner's synchronous steps (prepare, claim and admit, reap).
+    :param registration: the runner's entry among the live runners, which the
+        dispatcher refreshes and, when it ends, removes.
+    :param free: one place per worker thread that is free; the dispatcher takes one
+        before it claims, and the worker that runs the claim gives it back.
+    :param stopping: set when the runner stops.
+    :param submit: hands a claim (holding a free worker's place) to a worker.
+    """
+
+    def __init__(
+        self,
+        steps: RunnerSteps,
+        *,
+        registration: Registration,
+        free: threading.Semaphore,
+        stopping: threading.Event,
+        submit: Callable[[Claim], None],
+    ) -> None:
+        self.steps = steps
+        self.registration = registration
+        self._free = free
+        self._stopping = stopping
+        self._submit = submit
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._ready = threading.Event()
+        self._due_lock = threading.Lock()
+        self._next_due: datetime | None = None  # guarded by _due_lock
+        self._held = 0  # free workers' places the dispatcher holds
+        self._batching = False  # the last claims found a backlog: claim in batches
+        self._full_rounds = 0  # claims in a row that found all they asked for
+        self._last_reap = 0.0
+        self._last_unknown_check = 0.0
+        self._explained: set[str] = set()  # script tasks whose due jobs were explained
+        self.last_poll: float | None = None
+        """When it last claimed without an error (a :func:`time.monotonic` time)."""
+        self.last_error: str | None = None
+        """The last error it met, until a claim succeeds again."""
+
+    # Its thread -------------------------------------------------------------------------------
+    @property
+    def started(self) -> bool:
+        """Whether its thread was ever started."""
+        return self._thread is not None
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        self._ready.clear()
+        self._thread = threading.Thread(target=self._run, name="mongosched-dispatcher", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float | None) -> None:
+        """Wait for its thread to end (not from its own thread)."""
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    @property
+    def ready(self) -> bool:
+        """Whether it has prepared the database and is claiming."""
+        return self._ready.is_set()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout)
+
+    def claiming(self) -> bool:
+        """Whether a batched claim comes in a moment (the settler hands outcomes to it)."""
+        return self._batching and not self._stopping.is_set()
+
+    # Waking -----------------------------------------------------------------------------------
+    def wake(self, at: datetime | None = None) -> None:
+        """Claim now instead of at the end of the idle wait; with ``at`` (a job's due
+        time), also claim again at that time rather than up to a poll interval later."""
+        if at is not None:
+            with self._due_lock:
+                due = self._next_due
+                # A due time already past is one the claim this wake-up causes serves:
+                # keeping it would hide ``at`` (the idle wait drops a past time, then
+                # waits a whole poll interval).
+                if due is None or at < due or due <= self.steps.app.now():
+                    self._next_due = at
+        self._wake.set()
+
+    def _idle_wait(self) -> float:
+        """How long an idle dispatcher waits: a poll interval, or less when a job this
+        process scheduled becomes due sooner."""
+        poll_interval = self.steps.poll_interval
+        with self._due_lock:
+            due = self._next_due
+            if due is None:
+                return poll_interval
+            left = (due - self.steps.app.now()).total_seconds()
+            if left <= 0:
+                self._next_due = None
+            return min(poll_interval, max(0.0, left))
+
+    def _back_off(self, backoff: float) -> None:
+        """Wait ``backoff`` seconds after a database error, or less when woken: a job
+        reported due (by the change stream, or scheduled in this process) means the
+        database answers again. Retries stay a poll interval (at most a second) apart
+        whatever wakes them, so wake-ups during an outage never make a busy loop; the
+        backoff itself keeps doubling while the database fails."""
+        spacing = min(backoff, self.steps.poll_interval, 1.0)
+        if self._stopping.wait(spacing):
+            return
+        self._wake.wait(backoff - spacing)  # a stop sets it too
+        self._wake.clear()
+
+    # The loop ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            if self._prepare_with_backoff():
+                self._loop()
+        except BaseException as exc:  # never expected: say so where operators look
+            self.last_error = f"dispatcher died: {type(exc).__name__}: {exc}"
+            log.critical("runner %s: %s; this runner claims nothing more", self.steps.name, exc)
+            raise
+        finally:  # the runner's entry is the dispatcher's: it refreshes it, and removes it
+            self.registration.remove()
+
+    def _prepare_with_backoff(self) -> bool:
+        """Prepare, retrying while the database cannot be reached; False if stopped."""
+        steps, backoff = self.steps, 0.0
+        while not self._stopping.is_set():
+            try:
+                steps.prepare()
+                steps.check_clock()
+            except StoreError as exc:
+                self.last_error = f"database: {exc}"
+                backoff = min(max(backoff * 2, steps.poll_interval), 30.0)
+                log.warning(
+                    "runner %s: waiting for the database (%s); retrying in %.1f s",
+                    steps.name,
+                    exc,
+                    backoff,
+                )
+                self._back_off(backoff)
+                continue
+            self.last_error = None
+            self._ready.set()
+            return True
+        return False
+
+    def _loop(self) -> None:
+        try:
+            self._until_stopped()
+        finally:  # (however it ends) the outcomes handed off are written now
+            self._stop_batching()
+
+    def _until_stopped(self) -> None:
+        steps, backoff = self.steps, 0.0
+        while not self._stopping.is_set():
+            if not self._free.acquire(timeout=steps.poll_interval):
+                self._maintain_safely()
+                continue
+            self._held = 1
+            try:
+                self._maintain()
+                claimed = self._claim_and_submit()
+            except StoreError as exc:
+                self._release_held()
+                self._stop_batching()
+                self.last_error = f"database: {exc}"
+                backoff = min(max(backoff * 2, steps.poll_interval), 30.0)
+                log.warning(
+                    "runner %s: database error (%s); retrying in %.1f s", steps.name, exc, backoff
+                )
+                self._back_off(backoff)
+                continue
+            except Exception as exc:
+                self._release_held()
+                self._stop_batching()
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("runner %s: unexpected error in the dispatcher", steps.name)
+                self._stopping.wait(steps.poll_interval)
+                continue
+            self.last_poll = time.monotonic()
+            if backoff:
+                log.info("runner %s: database reachable again", steps.name)
+                backoff = 0.0
+                self.last_error = None
+            if not claimed:
+                self._wake.wait(self._idle_wait())
+                self._wake.clear()
+
+    def _claim_and_submit(self) -> bool:
+        """Claim jobs for the free workers and hand them over; on entry the dispatcher
+        holds one free worker's place (``_held``). True if a job was claimed (even one
+        given back), so the dispatcher re-polls at once.
+
+        One free worker claims one job (the least latency). When the last claim found as
+        many jobs as it asked for (a backlog), the dispatcher takes every free worker's
+        place, waiting up to the runner's ``gather`` seconds for the others to free, and
+        one batched claim takes a job for each in a few round trips: with a backlog,
+        jobs wait anyway, and a batch costs far less per job than claims one by one."""
+        if self._stopping.is_set():
+            self._release_held()
+            return False
+        workers = self.steps.workers
+        if self._batching:
+            deadline = time.monotonic() + self.steps.gather
+            while self._held < workers:
+                if not self._free.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                    break
+                self._held += 1
+        asked = self._held
+        claims: list[Claim] = []
+        try:
+            claimed = self.steps._take_batch(asked, claims)
+            # A backlog: two claims in a row found all they asked for (one alone does
+            # not say so: a lone job is claimed alone, and so is the next one).
+            full = claimed >= asked
+            if full and (asked > 1 or self._full_rounds > 0):
+                self._batching = True
+                self._full_rounds += 1
+            else:
+                self._stop_batching()
+                self._full_rounds = 1 if full else 0
+        finally:  # every claim taken runs, whatever failed after it was taken
+            self._held -= len(claims)  # each claim's worker releases its place
+            self._release_held()
+            for claim in claims:
+                self._submit(claim)
+        return claimed > 0
+
+    def _stop_batching(self) -> None:
+        """Claim one job at a time again: no claim is coming, so the outcomes handed
+        off are written now."""
+        self._batching, self._full_rounds = False, 0
+        self.steps.settler.flush()
+
+    def _release_held(self) -> None:
+        """Give back the free workers' places the dispatcher holds."""
+        held, self._held = self._held, 0
+        if held:
+            self._free.release(held)
+
+    # Maintenance ------------------------------------------------------------------------------
+    def _maintain_safely(self) -> None:
+        try:
+            self._maintain()
+        except StoreError as exc:
+            log.warning("runner %s: maintenance failed: %s", self.steps.name, exc)
+        except Exception:
+            log.exception("runner %s: maintenance failed", self.steps.name)
+
+    def _maintain(self) -> None:
+        """Periodic work: refresh the runner's entry (every few seconds), reap expired
+        leases, report due jobs of unknown tasks."""
+        steps = self.steps
+        self.registration.refresh()
+        clock = time.monotonic()
+        if clock - self._last_reap >= steps.reap_interval:
+            self._last_reap = clock
+            steps.reap()
+            steps.sweep()
+        if clock - self._last_unknown_check >= 60.0:
+            self._last_unknown_check = clock
+            steps.store.quarantine(steps.app.now())
+            self.report_unknown_tasks()
+
+    def report_unknown_tasks(self) -> dict[str, int]:
+        """Log the due jobs of tasks the runner does not know (left pending), and
+        returns how many of each; a task named after a script run as ``__main__`` is
+        explained once."""
+        tasks = self.steps.app.tasks
+        unknown = self.steps.store.unknown_due_tasks(tasks, self.steps.app.now())
+        if unknown:
+            log.warning(
+                "due jobs of tasks this runner does not know (left pending): %s",
+                ", ".join(f"{task} ({n})" for task, n in unknown.items()),
+            )
+        for task in unknown:
+            if task.startswith(SCRIPT_PREFIX) and task not in self._explained:
+                self._explained.add(task)
+                log.warning("%s", script_task_explanation(task, tasks))
+        return unknown
