@@ -82,7 +82,7 @@ class Retention:
 
 @dataclass(frozen=True)
 class Decision:
-    """What to write (``settlement``) and which event to send once it landed."""
+    """What to write (``settlement``) and which event to send once it is written."""
 
     event: str
     settlement: Settlement
@@ -95,13 +95,13 @@ class Decision:
     def status(self) -> JobStatus:
         return self.settlement.status
 
-    def as_landed(self, status: JobStatus) -> Decision:
+    def as_written(self, status: JobStatus) -> Decision:
         """The decision that took effect, given the status the store wrote: a cancel
         requested meanwhile made it write ``settlement.on_cancel`` instead."""
         if status is not JobStatus.CANCELLED or self.status is JobStatus.CANCELLED:
             return self
-        landed = self.settlement.on_cancel or self.settlement
-        return replace(self, event="job:cancel", settlement=landed)
+        written = self.settlement.on_cancel or self.settlement
+        return replace(self, event="job:cancel", settlement=written)
 
 
 MAX_MESSAGE = 4 * 1024

@@ -101,9 +101,9 @@ class Claim:
         self.paused = False
         """Whether the heartbeat leaves the job's document alone: a transaction of a
         transactional task is to write it (:meth:`hold`)."""
-        self.handed_off = False
-        """Whether its outcome was handed to the next batched claim's write (its
-        worker's place freed at once; it lands later: see
+        self.deferred = False
+        """Whether its outcome was deferred to the next batched claim's write (its
+        worker's place freed at once; announced after that write: see
         :class:`~mongosched.runner.outcomes.Settler`)."""
         self._lock = threading.Lock()
         self._finished = False

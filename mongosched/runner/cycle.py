@@ -181,8 +181,8 @@ class RunnerSteps:
         """Run a claimed job in this thread and record its outcome; returns the
         decision, or None when it did not run to a recorded outcome (its repeating
         slot moved on, or its lease was lost). In a runner's worker with a backlog, the
-        outcome may be handed to the next batched claim's write: the decision as made,
-        which lands later. Without a heartbeat (as in :meth:`run_until_idle`) a task's
+        outcome may be deferred to the next batched claim's write: the decision as made,
+        announced after that write. Without a heartbeat (as in :meth:`run_until_idle`) a task's
         timeout is not enforced."""
         try:
             if claim.task.transactional:
@@ -214,9 +214,9 @@ class RunnerSteps:
             for (n, decision), stored in zip(todo, results, strict=True):
                 claim, seconds = claims[n], ran[n][2]  # type: ignore[index]
                 if isinstance(stored, SerializationError):  # its result cannot be stored
-                    decision = self._decide(claim, Ending.ERROR, None, stored, NEVER_RETRY)
+                    decision = self._decide_safely(claim, Ending.ERROR, None, stored, NEVER_RETRY)
                     stored = self.settler.settle(claim.record, decision.settlement, claim.until)
-                decisions[n] = self._landed(claim, decision, stored, seconds)
+                decisions[n] = self._announce(claim, decision, stored, seconds)
             return decisions
         finally:
             for claim in claims:
@@ -288,7 +288,7 @@ class RunnerSteps:
                     decision.settlement.error,
                     extra=logs.fields(record),
                 )
-                event = decision.as_landed(stored.status).event
+                event = decision.as_written(stored.status).event
                 self._emit(event, stored)
                 self._release_dependents(stored)
         return reaped
@@ -316,9 +316,10 @@ class RunnerSteps:
         if self.app.listening(event):
             self.app.emit(event, job=self._job(record), error=error, runner=self)
 
-    def _hand_off(self, claim: Claim, decision: Decision, seconds: float) -> bool:
+    def _defer(self, claim: Claim, decision: Decision, seconds: float) -> bool:
         """Leave ``claim``'s outcome to the next batched claim's write, if one is
-        coming: True when it was (it lands later: see :class:`~mongosched.runner.outcomes.Settler`).
+        coming: True when it was (announced after that write: see
+        :class:`~mongosched.runner.outcomes.Settler`).
         Only a runner's workers do; here, never."""
         return False
 
@@ -531,7 +532,7 @@ class RunnerSteps:
         record = claim.record
         stored = self._settle_held(claim, decision.settlement)
         if stored is not None:
-            decision = decision.as_landed(stored.status)
+            decision = decision.as_written(stored.status)
             log.info("job %s (%s): %s", record.id, record.task, decision.error)
             self._emit(decision.event, stored)
             self._release_dependents(stored)
@@ -591,19 +592,19 @@ class RunnerSteps:
     def _conclude(
         self, claim: Claim, result: Any, error: BaseException | None, seconds: float
     ) -> Decision | None:
-        """Record how one attempt ended, fenced on the lease token: now, or handed off
-        to the next batched claim's write (:meth:`_hand_off`), which lands it later."""
+        """Record how one attempt ended, fenced on the lease token: now, or deferred
+        to the next batched claim's write (:meth:`_defer`), and announce it after."""
         decision = self._decision(claim, result, error)
-        if decision is None or self._hand_off(claim, decision, seconds):
+        if decision is None or self._defer(claim, decision, seconds):
             return decision
         try:
             settled = self.settler.settle(claim.record, decision.settlement, claim.until)
             stored, failure = settled, None
         except SerializationError as exc:
             stored, failure = None, exc
-        return self._land(claim, decision, seconds, stored, failure)
+        return self._after_write(claim, decision, seconds, stored, failure)
 
-    def _land(
+    def _after_write(
         self,
         claim: Claim,
         decision: Decision,
@@ -612,13 +613,13 @@ class RunnerSteps:
         failure: BaseException | None,
     ) -> Decision | None:
         """After the outcome write found ``stored`` (or raised ``failure``): a result
-        that cannot be stored fails the job instead; otherwise as :meth:`_landed`."""
+        that cannot be stored fails the job instead; otherwise as :meth:`_announce`."""
         if isinstance(failure, SerializationError):
-            decision = self._decide(claim, Ending.ERROR, None, failure, NEVER_RETRY)
+            decision = self._decide_safely(claim, Ending.ERROR, None, failure, NEVER_RETRY)
             stored = self.settler.settle(claim.record, decision.settlement, claim.until)
         elif failure is not None:
             raise failure
-        return self._landed(claim, decision, stored, seconds)
+        return self._announce(claim, decision, stored, seconds)
 
     def _decision(self, claim: Claim, result: Any, error: BaseException | None) -> Decision | None:
         """What follows an attempt's end; None when its lease was lost meanwhile."""
@@ -632,9 +633,11 @@ class RunnerSteps:
                 extra=logs.fields(claim.record),
             )
             return None
-        return self._decide(claim, self._ending(claim, error), result, error, claim.task.retry)
+        return self._decide_safely(
+            claim, self._ending(claim, error), result, error, claim.task.retry
+        )
 
-    def _landed(
+    def _announce(
         self, claim: Claim, decision: Decision, stored: JobRecord | None, seconds: float
     ) -> Decision | None:
         """After the outcome write: the decision that took effect, logged and sent
@@ -648,13 +651,13 @@ class RunnerSteps:
                 extra=logs.fields(claim.record),
             )
             return None
-        decision = decision.as_landed(stored.status)
+        decision = decision.as_written(stored.status)
         logs.log_decision(claim, decision, seconds)
         self._emit(decision.event, stored, decision.error)
         self._release_dependents(stored)
         return decision
 
-    def _decide(
+    def _decide_safely(
         self,
         claim: Claim,
         ending: Ending,
@@ -662,6 +665,8 @@ class RunnerSteps:
         error: BaseException | None,
         retry: RetryPolicy,
     ) -> Decision:
+        """:func:`outcome.decide <mongosched._core.outcome.decide>` for ``claim``, or,
+        when its rule no longer computes, the job failed as malformed."""
         now, retention = self.app.now(), self.app.retention
         try:
             return outcome.decide(

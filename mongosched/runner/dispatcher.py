@@ -99,7 +99,7 @@ class Dispatcher:
         return self._ready.wait(timeout)
 
     def claiming(self) -> bool:
-        """Whether a batched claim comes in a moment (the settler hands outcomes to it)."""
+        """Whether a batched claim comes in a moment (the settler defers outcomes to it)."""
         return self._batching and not self._stopping.is_set()
 
     # Waking -----------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ class Dispatcher:
     def _loop(self) -> None:
         try:
             self._until_stopped()
-        finally:  # (however it ends) the outcomes handed off are written now
+        finally:  # (however it ends) the deferred outcomes are written now
             self._stop_batching()
 
     def _until_stopped(self) -> None:
@@ -259,8 +259,8 @@ class Dispatcher:
         return claimed > 0
 
     def _stop_batching(self) -> None:
-        """Claim one job at a time again: no claim is coming, so the outcomes handed
-        off are written now."""
+        """Claim one job at a time again: no claim is coming, so the deferred
+        outcomes are written now."""
         self._batching, self._full_rounds = False, 0
         self.steps.settler.flush()
 

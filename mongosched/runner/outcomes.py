@@ -12,13 +12,14 @@ for more than the write on its way and its own.
 
 With a backlog, a runner claims in batches as soon as its workers free, and a batch's
 write can carry the outcomes too (:meth:`Store.settle_and_claim
-<mongosched.store.Store.settle_and_claim>`). Then an outcome is *handed off*
-(:meth:`Settler.hand_off`): it waits in the queue with its *landing* (what follows the
-write: the job's event, its dependents), its worker goes on to its next job at once, and
-the dispatcher's next claim takes every queued outcome, writes them with its claims and
-has the landings run (:meth:`Settler.write_with`, :attr:`Settler.run_soon`). Nobody
-waits on a handed-off outcome, so the write that carries it must come: the next claim;
-else the writer on its way, which writes what was handed off meanwhile once it is done;
+<mongosched.store.Store.settle_and_claim>`). Then an outcome is *deferred*
+(:meth:`Settler.defer`): it waits in the queue with what follows its write (an
+:data:`AfterWrite`: the outcome announced, its dependents released), its worker goes on
+to its next job at once, and the dispatcher's next claim takes every queued outcome,
+writes them with its claims and has what follows each run (:meth:`Settler.write_with`,
+:attr:`Settler.run_soon`). Nobody waits on a deferred outcome, so the write that carries
+it must come: the next claim;
+else the writer on its way, which writes what was deferred meanwhile once it is done;
 else :meth:`Settler.flush`, when no claim is coming (the backlog ended, a claim failed,
 the runner stops).
 """
@@ -36,7 +37,7 @@ from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import SerializationError
 from mongosched.store import Patience, Store
 
-__all__ = ["Landing", "Leased", "Settler"]
+__all__ = ["AfterWrite", "Leased", "Settler"]
 
 log = logging.getLogger("mongosched")
 
@@ -45,8 +46,8 @@ Item = tuple[JobRecord, Settlement]
 Result = JobRecord | SerializationError | None
 """What writing one outcome found (see :meth:`Store.settle_many
 <mongosched.store.Store.settle_many>`)."""
-Landing = Callable[[JobRecord | None, BaseException | None], None]
-"""What follows a handed-off outcome's write, called with the job as stored (None: its
+AfterWrite = Callable[[JobRecord | None, BaseException | None], None]
+"""What follows a deferred outcome's write, called with the job as stored (None: its
 lease no longer held it) or the error the write raised."""
 
 MAX_BATCH = 100
@@ -80,17 +81,21 @@ def _no_patience(held: Sequence[Leased]) -> Patience | None:
 class _Outcome:
     """One queued outcome, and what its write found."""
 
-    __slots__ = ("job", "settlement", "until", "signal", "done", "stored", "error", "landing")
+    __slots__ = ("job", "settlement", "until", "signal", "done", "stored", "error", "after_write")
 
     def __init__(
-        self, job: JobRecord, settlement: Settlement, until: datetime, landing: Landing | None
+        self,
+        job: JobRecord,
+        settlement: Settlement,
+        until: datetime,
+        after_write: AfterWrite | None,
     ) -> None:
         self.job = job
         self.settlement = settlement
         self.until = until
         """When its lease ends (nothing renews it any more)."""
-        self.landing = landing
-        """Handed off: called once it is written (nobody waits on it)."""
+        self.after_write = after_write
+        """Deferred: called once it is written (nobody waits on it)."""
         self.signal = threading.Lock()
         self.signal.acquire()  # released when written, or when it is this one's turn
         self.done = False
@@ -103,15 +108,15 @@ class _Outcome:
         return self.stored
 
 
-def _land(landed: list[_Outcome]) -> None:
-    """Call the landings of handed-off outcomes written: each one alone (a landing
-    contains its own errors; one that does not cannot keep the others from theirs)."""
-    for outcome in landed:
-        assert outcome.landing is not None
+def _call_after_writes(written: list[_Outcome]) -> None:
+    """Call what follows each deferred outcome written: each one alone (each contains
+    its own errors; one that does not cannot keep the others from theirs)."""
+    for outcome in written:
+        assert outcome.after_write is not None
         try:
-            outcome.landing(outcome.stored, outcome.error)
+            outcome.after_write(outcome.stored, outcome.error)
         except Exception:
-            log.exception("landing of job %s raised", outcome.job.id)
+            log.exception("what follows the outcome of job %s raised", outcome.job.id)
 
 
 _CLAIM = object()  # the writer when a claim took the queue
@@ -140,7 +145,7 @@ class Settler:
         """Whether a batched claim will take the queued outcomes in a moment (a runner
         with a backlog says so)."""
         self.run_soon = run_soon
-        """Runs the landings of outcomes handed off, once written (a runner has its
+        """Runs what follows deferred outcomes once they are written (a runner has its
         workers run them, so that a claim's writer, the dispatcher, never runs
         listeners)."""
         self.patience = patience
@@ -187,17 +192,17 @@ class Settler:
         self._write_all(batch, mine)
         return mine.result()
 
-    def hand_off(
-        self, job: JobRecord, settlement: Settlement, until: datetime, landing: Landing
+    def defer(
+        self, job: JobRecord, settlement: Settlement, until: datetime, after_write: AfterWrite
     ) -> bool:
         """Leave the outcome to the next batched claim's write when one is coming
-        (:attr:`claiming`), and return True: ``landing`` is called once it is written
+        (:attr:`claiming`), and return True: ``after_write`` is called once it is written
         (see the module), and nobody waits for it. False: no claim is coming (write it
         with :meth:`settle`). ``until``: when the job's lease ends."""
         with self._lock:
             if not self.claiming():
                 return False
-            self._queue.append(_Outcome(job, settlement, until, landing))
+            self._queue.append(_Outcome(job, settlement, until, after_write))
             if self._expect and len(self._queue) >= self._expect:
                 self._full.notify()
         return True
@@ -205,7 +210,7 @@ class Settler:
     def write_with(self, claim: Callable[[list[Item], Patience | None], Sequence[Result]]) -> None:
         """Run ``claim`` (a batched claim about to write), giving it every queued
         outcome to write with its own updates, and the :attr:`patience` of their write.
-        It returns the outcomes' results, in order: each worker or landing learns its
+        It returns the outcomes' results, in order: each worker or after-write learns its
         own (what it claims, it keeps itself).
         When a write is already on its way, the claim gets none (that writer takes
         them). When the claim fails, its outcomes go back to the queue, at its head, and
@@ -235,7 +240,7 @@ class Settler:
 
     def flush(self) -> None:
         """No claim is coming (the backlog is gone, a claim failed, the runner stops):
-        write the outcomes handed off, in this thread, unless a write is on its way
+        write the deferred outcomes, in this thread, unless a write is on its way
         (that writer writes them once done)."""
         with self._lock:
             if self._writer is not None or not self._queue:
@@ -245,16 +250,16 @@ class Settler:
         self._write_all(batch, None)
 
     def _write_all(self, batch: list[_Outcome], mine: _Outcome | None) -> None:
-        """Write ``batch``, then the outcomes handed off meanwhile, until the queue
+        """Write ``batch``, then the outcomes deferred meanwhile, until the queue
         holds none that nobody else will write."""
         while batch:
             self._write(batch)  # (records errors: never raises)
             batch, mine = self._written(batch, mine, drain=True), None
 
     def _written(self, batch: list[_Outcome], mine: _Outcome | None, drain: bool) -> list[_Outcome]:
-        """A write is done: release each of its outcomes' workers, have the landings
-        of those handed off run, and pass the turn to the first queued outcome whose
-        worker waits. With none, and ``drain``: take the queued outcomes handed off
+        """A write is done: release each of its outcomes' workers, have what follows
+        the deferred ones run, and pass the turn to the first queued outcome whose
+        worker waits. With none, and ``drain``: take the queued outcomes deferred
         meanwhile and return them, for this writer to write (a claim does not drain:
         its next claim takes them, or a flush)."""
         with self._lock:
@@ -264,23 +269,23 @@ class Settler:
                 more, self._queue = self._queue, []  # this writer goes on
             else:
                 self._writer = following
-        landed = []
+        deferred = []
         for other in batch:
-            if other.landing is not None:
-                landed.append(other)
+            if other.after_write is not None:
+                deferred.append(other)
             elif other is not mine:
                 other.done = True
                 other.signal.release()
         if following is not None:
             following.signal.release()
-        if landed:
-            self.run_soon(partial(_land, landed))
+        if deferred:
+            self.run_soon(partial(_call_after_writes, deferred))
         return more
 
     def _first_waiting(self) -> _Outcome | None:
         """The first queued outcome whose worker waits (holding the lock): the next
-        writer. Outcomes handed off wait for a claim, or a writer that drains."""
-        return next((o for o in self._queue if o.landing is None), None)
+        writer. Deferred outcomes wait for a claim, or a writer that drains."""
+        return next((o for o in self._queue if o.after_write is None), None)
 
     def _write(self, batch: list[_Outcome]) -> None:
         """Write the batch's outcomes, recording each one's stored job or error."""

@@ -33,7 +33,7 @@ dispatcher        ``_held``, ``_batching``,        ``_idle`` (adds a    claims (
                                                                         (reaped, expired
                                                                         unrun)
 worker (pool)     the claim it runs (its           ``_idle`` (a claim   the job's own;
-                  ``handed_off``, permit and       done: forgotten and  its outcome write
+                  ``deferred``, permit and       done: forgotten and  its outcome write
                   limit flags, once finished)      counted in           (alone, or for those
                                                    ``finished``); the   queued meanwhile: a
                                                    settler's; the       group commit), or
@@ -235,7 +235,7 @@ class Runner(RunnerSteps):
 
         ``timeout`` is one deadline for everything the stop waits for: the dispatcher
         (and its last write of the outcomes handed off to it), the jobs, their outcome
-        writes and landings. A database that cannot be reached never holds it longer:
+        writes and what follows them. A database that cannot be reached never holds it longer:
         outcome writes stop retrying at the deadline, and what is not written by then
         is left to the leases' expiry (a warning says how many); this thread itself
         does no I/O.
@@ -356,35 +356,39 @@ class Runner(RunnerSteps):
         with self._idle:
             return len(self._claims) - 1
 
-    def _hand_off(self, claim: Claim, decision: Decision, seconds: float) -> bool:
+    def _defer(self, claim: Claim, decision: Decision, seconds: float) -> bool:
         """With a backlog, ``claim``'s outcome waits for the next batched claim, and
         its worker's place is freed at once, so that the claim can be made (and carry
-        the outcome); the outcome lands later, in a worker (:meth:`_land_later`)."""
+        the outcome); what follows the write runs later, in a worker
+        (:meth:`_after_deferred_write`)."""
         if claim.task.writes_own_outcome:
             return False
-        landing = partial(self._land_later, claim, partial(self._land, claim, decision, seconds))
-        if not self.settler.hand_off(claim.record, decision.settlement, claim.until, landing):
+        after_write = partial(self._after_deferred_write, claim, decision, seconds)
+        if not self.settler.defer(claim.record, decision.settlement, claim.until, after_write):
             return False
-        claim.handed_off = True
+        claim.deferred = True
         self._free.release()
         return True
 
-    def _land_later(
+    def _after_deferred_write(
         self,
         claim: Claim,
-        land: Callable[[JobRecord | None, BaseException | None], Any],
+        decision: Decision,
+        seconds: float,
         stored: JobRecord | None,
         failure: BaseException | None,
     ) -> None:
-        """A handed-off outcome was written (found ``stored``, or raised ``failure``):
-        ``land`` it (:meth:`_land`, bound to its decision), and it is done."""
+        """A deferred outcome was written (found ``stored``, or raised ``failure``):
+        finish it as a worker finishes its own (:meth:`_after_write`), and it is done."""
         try:
-            self._reported(claim, land, stored, failure)
+            self._logging_errors(
+                claim, self._after_write, claim, decision, seconds, stored, failure
+            )
         finally:
             self._done(claim)
 
     def _run_soon(self, work: Callable[[], None]) -> None:
-        """Have a worker run ``work`` (the landings of outcomes a claim wrote)."""
+        """Have a worker run ``work`` (what follows the outcomes a claim wrote)."""
         pool = self._pool
         try:
             if pool is not None:
@@ -414,13 +418,13 @@ class Runner(RunnerSteps):
 
     def _work(self, claim: Claim) -> None:
         try:
-            self._reported(claim, self.run_claim, claim)
+            self._logging_errors(claim, self.run_claim, claim)
         finally:
-            if not claim.handed_off:  # (else when it lands)
+            if not claim.deferred:  # (else after its write)
                 self._done(claim)
 
-    def _reported(self, claim: Claim, step: Callable[..., Any], *args: Any) -> None:
-        """Run ``step(*args)``, a step of running or landing ``claim``, logging what
+    def _logging_errors(self, claim: Claim, step: Callable[..., Any], *args: Any) -> None:
+        """Run ``step(*args)``, a step of running or finishing ``claim``, logging what
         escapes it (a job's own errors never do: they are its outcome)."""
         try:
             step(*args)
@@ -446,7 +450,7 @@ class Runner(RunnerSteps):
         if self._heartbeats is not None:
             self._heartbeats.forget(claim)
         self._forget(claim, finished=True)
-        if not claim.handed_off:  # (else its place was freed at the hand-off)
+        if not claim.deferred:  # (else its place was freed when it was deferred)
             self._free.release()
 
     def _forget(self, claim: Claim, finished: bool = False) -> None:

@@ -22,7 +22,7 @@ One attempt, in the worker's thread:
    were discarded; its effects elsewhere were not (they happen twice).
 5. Anything else (an exception, a timeout, a cancel, a shutdown) aborts the
    transaction, and the outcome (a retry, a failure...) is written outside it, fenced
-   as every outcome is, by the worker (never handed to a batched claim:
+   as every outcome is, by the worker (never deferred to a batched claim:
    :attr:`Task.writes_own_outcome <mongosched.task.Task.writes_own_outcome>`).
 
 A commit whose result stays unknown (the store commits again as long as its connect
@@ -63,7 +63,7 @@ class TransactionalRun:
     def __init__(self, steps: RunnerSteps, claim: Claim) -> None:
         self.steps = steps
         self.claim = claim
-        self.landed: tuple[Decision, JobRecord | None] | None = None
+        self.written: tuple[Decision, JobRecord | None] | None = None
         """The decision committed with the run, and the job as it left it (None: its
         fenced write found the lease lost, and nothing was committed)."""
         self.runs = 0
@@ -76,9 +76,9 @@ class TransactionalRun:
         if ran is None:
             return None
         result, error, seconds = ran
-        if self.landed is not None:
+        if self.written is not None:
             claim.finish()
-            return steps._landed(claim, *self.landed, seconds)
+            return steps._announce(claim, *self.written, seconds)
         return steps._conclude(claim, result, error, seconds)  # outside the transaction
 
     def _call(self) -> tuple[Any, BaseException | None]:
@@ -120,10 +120,10 @@ class TransactionalRun:
 
     def _commit(self, tx: Transaction, result: Any) -> BaseException | None:
         """Write the success in ``tx``, fenced, and commit. None when that is done
-        (:attr:`landed` says how), or when it is to be written outside instead (a
+        (:attr:`written` says how), or when it is to be written outside instead (a
         result that cannot be stored: that write fails the job); else the error."""
         steps, claim = self.steps, self.claim
-        decision = steps._decide(claim, Ending.SUCCESS, result, None, claim.task.retry)
+        decision = steps._decide_safely(claim, Ending.SUCCESS, result, None, claim.task.retry)
         try:
             stored = steps.store.within(tx.handle).settle(claim.record, decision.settlement)
         except SerializationError:
@@ -132,13 +132,13 @@ class TransactionalRun:
             return exc
         if stored is None:  # fenced off: another holder has the job
             claim.lose("its transaction's outcome write was fenced off")
-            self.landed = (decision, None)
+            self.written = (decision, None)
             return None
         try:
             tx.commit()
         except Exception as exc:
             return exc
-        self.landed = (decision, stored)
+        self.written = (decision, stored)
         return None
 
     def _again(self, deadline: float, error: BaseException) -> bool:

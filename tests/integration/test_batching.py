@@ -306,8 +306,8 @@ def test_run_claims_reports_a_lost_lease_alone_and_sends_each_job_as_stored(
     assert app.get_job(lost.job_id).status is JobStatus.RUNNING  # the other runner's
 
 
-def _handing_off(count: int, *, running: int | None = None) -> tuple[App, Any, list[Any], Any]:
-    """An app with ``2 * count`` jobs due, a runner whose settler hands outcomes to the
+def _deferring(count: int, *, running: int | None = None) -> tuple[App, Any, list[Any], Any]:
+    """An app with ``2 * count`` jobs due, a runner whose settler defers outcomes to the
     next batched claim, and ``running`` (default ``count``) of ``count`` jobs claimed
     and run, each in a thread of its own: (app, runner, the claims, the events sent)."""
     app = App("memory://")
@@ -330,56 +330,56 @@ def _handing_off(count: int, *, running: int | None = None) -> tuple[App, Any, l
     ]
     for thread in threads:
         thread.start()
-    for thread in threads:  # a worker does not wait for an outcome it handed off
+    for thread in threads:  # a worker does not wait for an outcome it deferred
         thread.join(10)
         assert not thread.is_alive()
     return app, runner, claims, events
 
 
-def _landed(app: App, claims: list[Any]) -> None:
+def _assert_completed(app: App, claims: list[Any]) -> None:
     for claim in claims:
         job = app.get_job(claim.job_id)
         assert job is not None and job.status is JobStatus.COMPLETED
         assert job.result == job.args[0] * 10
 
 
-def test_outcomes_handed_off_ride_in_the_next_batched_claims_write() -> None:
+def test_deferred_outcomes_ride_in_the_next_batched_claims_write() -> None:
     """With a backlog, a finished job's outcome waits for the dispatcher's next claim,
-    which writes it with the jobs it claims and has it land (its event sent, in a
+    which writes it with the jobs it claims and has it announced (its event sent, in a
     worker); its worker goes on at once."""
-    app, runner, claims, events = _handing_off(3)
-    assert runner.settler.queued == 3 and all(c.handed_off for c in claims)
+    app, runner, claims, events = _deferring(3)
+    assert runner.settler.queued == 3 and all(c.deferred for c in claims)
     assert all(app.get_job(c.job_id).status is JobStatus.RUNNING for c in claims)
-    assert events == [] and runner.finished == 0  # not landed yet
+    assert events == [] and runner.finished == 0  # not announced yet
     spy = ClaimSpy(app)
-    landings: list[Any] = []
-    runner.settler.run_soon = landings.append  # a runner's workers run them
+    after_writes: list[Any] = []
+    runner.settler.run_soon = after_writes.append  # a runner's workers run them
     more = runner.claim_batch(3)
     assert spy.outcomes == [3] and [c.record.args for c in more] == [(3,), (4,), (5,)]
-    _landed(app, claims)
-    assert events == [] and len(landings) == 1  # one work item lands the three
-    landings[0]()
+    _assert_completed(app, claims)
+    assert events == [] and len(after_writes) == 1  # one work item announces the three
+    after_writes[0]()
     assert sorted(job.id for _, job, _ in events) == sorted(c.job_id for c in claims)
     assert all(name == "job:success" and job.result == job.args[0] * 10 for name, job, _ in events)
     assert runner.finished == 3 and runner.settler.queued == 0
 
 
-def test_handed_off_outcomes_no_claim_takes_are_flushed() -> None:
+def test_deferred_outcomes_no_claim_takes_are_flushed() -> None:
     """The backlog ended, a claim failed or the runner stops: a flush writes the
-    outcomes handed off (nothing waits on them), and they land."""
-    app, runner, claims, events = _handing_off(2)
+    outcomes deferred (nothing waits on them), and they are announced."""
+    app, runner, claims, events = _deferring(2)
     assert runner.settler.queued == 2 and events == []
     runner.settler.flush()
     assert runner.settler.queued == 0
-    _landed(app, claims)
+    _assert_completed(app, claims)
     assert sorted(job.id for _, job, _ in events) == sorted(c.job_id for c in claims)
     assert runner.finished == 2
 
 
-def test_the_writer_on_its_way_writes_what_was_handed_off_meanwhile() -> None:
-    """A worker was writing its own outcome when others were handed off: the claim
+def test_the_writer_on_its_way_writes_what_was_deferred_meanwhile() -> None:
+    """A worker was writing its own outcome when others were deferred: the claim
     that came meanwhile could not take them; that writer writes them once done."""
-    app, runner, claims, events = _handing_off(3, running=0)
+    app, runner, claims, events = _deferring(3, running=0)
     store = app.store
     writing, gate = threading.Event(), threading.Event()
     settle = store.settle
@@ -396,21 +396,21 @@ def test_the_writer_on_its_way_writes_what_was_handed_off_meanwhile() -> None:
     assert writing.wait(10)
     runner.settler.claiming = lambda: True
     for claim in claims[1:]:
-        runner.run_claim(claim)  # handed off at once
+        runner.run_claim(claim)  # deferred at once
     assert runner.settler.queued == 2
     spy = ClaimSpy(app)
     assert len(runner.claim_batch(2)) == 2 and spy.outcomes == [0]  # the writer takes them
     gate.set()
     first.join(10)
     assert runner.settler.queued == 0
-    _landed(app, claims)
+    _assert_completed(app, claims)
     assert runner.finished == 2 and len(events) == 3  # (run_claim alone counts none)
 
 
 def test_a_failed_claim_gives_its_outcomes_back_and_a_flush_writes_them() -> None:
     """The claim that carried the outcomes failed: they go back to the queue, and the
     flush the dispatcher makes when it stops batching writes them (nothing is lost)."""
-    app, runner, claims, events = _handing_off(2)
+    app, runner, claims, events = _deferring(2)
 
     def down(items: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable("settle_and_claim: connection refused")
@@ -422,13 +422,13 @@ def test_a_failed_claim_gives_its_outcomes_back_and_a_flush_writes_them() -> Non
     assert runner.settler.queued == 2 and events == []
     app.store.settle_and_claim = settle_and_claim  # type: ignore[method-assign]
     runner.settler.flush()
-    _landed(app, claims)
+    _assert_completed(app, claims)
     assert runner.finished == 2 and len(events) == 2
 
 
-def test_a_handed_off_result_that_cannot_be_stored_fails_the_job_when_it_lands() -> None:
-    """The claim's write refuses a result BSON cannot hold: the landing fails the job
-    instead (written then, by the worker that lands it), as a worker writing its own
+def test_a_deferred_result_that_cannot_be_stored_fails_the_job_after_the_write() -> None:
+    """The claim's write refuses a result BSON cannot hold: what follows the write fails the job
+    instead (written then, by the worker that announces it), as a worker writing its own
     outcome would."""
     app = App("memory://")
     app.task(name="odd")(lambda: object())
@@ -442,7 +442,7 @@ def test_a_handed_off_result_that_cannot_be_stored_fails_the_job_when_it_lands()
     claims = runner.claim_batch(1)
     assert [c.job_id for c in claims] == [odd.id]
     runner.run_claim(claims[0])
-    assert claims[0].handed_off and runner.settler.queued == 1
+    assert claims[0].deferred and runner.settler.queued == 1
     assert len(runner.claim_batch(2)) == 2 and runner.finished == 1
     job = app.get_job(odd.id)
     assert job is not None and job.status is JobStatus.FAILED
@@ -453,7 +453,7 @@ def test_a_handed_off_result_that_cannot_be_stored_fails_the_job_when_it_lands()
 def test_a_result_whose_encoding_raises_anything_fails_its_job_alone_in_a_batch() -> None:
     """Encoding a result may raise anything (here the KeyError of a mapping whose
     values cannot be read): in a batched claim's write, that is its own job's
-    SerializationError. It fails once, without retrying; the others' outcomes land."""
+    SerializationError. It fails once, without retrying; the others' outcomes are written."""
     app = App("memory://")
     app.task(name="work", retry=3)(lambda n: Unreadable() if n == 1 else n * 10)
     app.schedule_bulk(app.tasks["work"].job(n) for n in range(6))
@@ -461,10 +461,10 @@ def test_a_result_whose_encoding_raises_anything_fails_its_job_alone_in_a_batch(
     runner.settler.claiming = lambda: True
     claims = runner.claim_batch(3)
     for claim in claims:
-        runner.run_claim(claim)  # handed off
+        runner.run_claim(claim)  # deferred
     assert runner.settler.queued == 3
     assert len(runner.claim_batch(3)) == 3 and runner.finished == 3
-    _landed(app, [claims[0], claims[2]])
+    _assert_completed(app, [claims[0], claims[2]])
     bad = app.get_job(claims[1].job_id)
     assert bad is not None and bad.status is JobStatus.FAILED and bad.attempts == 1
     assert bad.error is not None and bad.error.type == "SerializationError"
@@ -492,10 +492,10 @@ def test_a_result_that_cannot_be_encoded_costs_no_other_job_a_run(
     assert failed.error is not None and failed.error.type == "SerializationError"
 
 
-def test_a_handed_off_outcome_whose_lease_was_lost_lands_as_lost() -> None:
-    """Written with a claim, an outcome fenced off (its lease lost meanwhile) lands as
+def test_a_deferred_outcome_whose_lease_was_lost_is_announced_as_lost() -> None:
+    """Written with a claim, an outcome fenced off (its lease lost meanwhile) is announced as
     a lost lease: the job is left to whoever holds it now."""
-    app, runner, claims, events = _handing_off(2)
+    app, runner, claims, events = _deferring(2)
     lost = claims[0]
     app.store.reap(
         lost.record, lost.until + timedelta(seconds=1), given_back(lost.record, app.now())
@@ -503,16 +503,16 @@ def test_a_handed_off_outcome_whose_lease_was_lost_lands_as_lost() -> None:
     assert app.runner(workers=1, name="other").claim_next(job_id=lost.job_id) is not None
     runner.claim_batch(2)
     assert lost.lost and app.get_job(lost.job_id).status is JobStatus.RUNNING  # the other's
-    _landed(app, claims[1:])
-    landed = sorted((name, job.id) for name, job, _ in events)
-    assert landed == sorted([("job:lease_lost", lost.job_id), ("job:success", claims[1].job_id)])
+    _assert_completed(app, claims[1:])
+    announced = sorted((name, job.id) for name, job, _ in events)
+    assert announced == sorted([("job:lease_lost", lost.job_id), ("job:success", claims[1].job_id)])
     assert runner.finished == 2
 
 
-def test_with_a_backlog_outcomes_land_in_workers_and_all_before_stop_returns(
+def test_with_a_backlog_outcomes_are_announced_in_workers_and_all_before_stop_returns(
     make_app: Callable[..., App],
 ) -> None:
-    """A started runner with a backlog: outcomes handed off land in worker threads
+    """A started runner with a backlog: deferred outcomes are announced in worker threads
     (never the dispatcher, which must not run listeners), and a graceful stop waits
     until every one is written."""
     app = make_app()

@@ -34,7 +34,7 @@ def test_a_success_completes_or_if_cancelled_meanwhile_ends_cancelled_with_its_r
         delete_at=NOW + timedelta(days=1),
         on_cancel=on_cancel,
     )
-    landed = decision.as_landed(JobStatus.CANCELLED)
+    landed = decision.as_written(JobStatus.CANCELLED)
     assert landed.event == "job:cancel" and landed.settlement == on_cancel
 
 
