@@ -47,6 +47,7 @@ __all__ = [
     "malformed",
     "shorten",
     "plan_run",
+    "uncomputable",
 ]
 
 
@@ -187,6 +188,15 @@ def malformed(job: JobRecord, why: str, now: datetime, retention: Retention) -> 
     error = MalformedJob(f"job {job.id} ({job.task}): {why}")
     info = error_info(error, with_traceback=False)
     return Decision("job:fail", finished(JobStatus.FAILED, now, retention, error=info), error)
+
+
+def uncomputable(
+    job: JobRecord, exc: BaseException, now: datetime, retention: Retention
+) -> Decision:
+    """A job whose outcome raised ``exc`` while it was computed: it fails alone, as
+    :func:`malformed` says."""
+    why = f"its outcome cannot be computed ({type(exc).__name__}: {exc})"
+    return malformed(job, why, now, retention)
 
 
 def given_back(job: JobRecord, now: datetime) -> Settlement:

@@ -31,8 +31,9 @@ from mongosched.runner import dependencies
 from mongosched.runner.claim import Claim
 from mongosched.runner.host import RunnerHost
 from mongosched.runner.limiter import Gate
-from mongosched.runner.outcomes import Leased, Settler
+from mongosched.runner.outcomes import Leased, LeaseEnd, Settler
 from mongosched.runner.pauses import PauseSet
+from mongosched.runner.reaper import Reaper
 from mongosched.runner.transactional import TransactionalRun
 from mongosched.store import Patience
 
@@ -100,13 +101,18 @@ class RunnerSteps:
         self.gate = Gate(self.store, self.poll_interval)
         """Flow-control limits at claim time (rate limits, keyed concurrency)."""
         self.claimed = 0
-        self._stop_by = math.inf
+        self.stop_by = math.inf
         """When a stop's deadline falls (a :func:`time.monotonic` time): no holder's
         write retries past it (see :meth:`_patience`)."""
         self.pause_set = PauseSet(self.store, self.poll_interval)
         """What is paused, as this runner last read it (once per poll interval)."""
-        self._walk = dependencies.Walk()
-        """Where the sweep's walk of waiting jobs goes on (a page per pass)."""
+        self.reaper = Reaper(
+            app,
+            lease_duration=self.lease_duration,
+            emit=self._emit,
+            release_dependents=self._release_dependents,
+        )
+        """Reaps expired leases and sweeps (:meth:`reap`, :meth:`sweep`)."""
 
     # What a claim needs (LeaseKeeper) ---------------------------------------------------------
     def now(self) -> datetime:
@@ -264,51 +270,15 @@ class RunnerSteps:
         return ran
 
     def reap(self) -> int:
-        """Give back jobs whose lease expired (their worker stopped heartbeating): to
-        pending while attempts remain, else failed (repeating jobs: the next slot).
-        Returns how many were reaped. A job that cannot be processed is reported and
-        skipped; it never stops the others."""
-        now = self.app.now()
-        reaped = 0
-        retention = self.app.retention
-        for record in self.store.leases_expired(now):
-            try:
-                decision = outcome.decide(
-                    record, Ending.LEASE_EXPIRED, now=now, retention=retention
-                )
-            except Exception as exc:  # its rule no longer computes: it fails alone
-                decision = outcome.malformed(record, _why(exc), now, retention)
-            stored = self.store.reap(record, now, decision.settlement)
-            if stored is not None:
-                reaped += 1
-                log.warning(
-                    "job %s (%s): %s",
-                    record.id,
-                    record.task,
-                    decision.settlement.error,
-                    extra=logs.fields(record),
-                )
-                event = decision.as_written(stored.status).event
-                self._emit(event, stored)
-                self._release_dependents(stored)
-        return reaped
+        """Give back jobs whose lease expired (see :meth:`Reaper.reap
+        <mongosched.runner.reaper.Reaper.reap>`); returns how many were reaped."""
+        return self.reaper.reap()
 
     def sweep(self) -> int:
-        """Flow control's share of the reaper: end pending and waiting jobs past their
-        expiry, finish releases of dependents that a crash interrupted, and release
-        jobs waiting for a job that no longer exists (a page of them a pass). Returns
-        how many jobs it moved."""
-        now, retention = self.app.now(), self.app.retention
-        moved = dependencies.expire_due(self.store, now=now, retention=retention, emit=self._emit)
-        grace = now - timedelta(seconds=self.lease_duration)
-        return moved + dependencies.repair(
-            self.store,
-            now=now,
-            finished_before=grace,
-            retention=retention,
-            emit=self._emit,
-            walk=self._walk,
-        )
+        """End jobs past their expiry and repair dependents' releases (see
+        :meth:`Reaper.sweep <mongosched.runner.reaper.Reaper.sweep>`); returns how
+        many jobs it moved."""
+        return self.reaper.sweep()
 
     def _emit(self, event: str, record: JobRecord, error: BaseException | None = None) -> None:
         """Send ``event`` about the job ``record`` is (made a :class:`Job` only for
@@ -511,7 +481,7 @@ class RunnerSteps:
         (nothing renews them during the write; until then no other holder can have the
         job, and the write stays fenced on its token anyway), or the runner's stop
         deadline (what is not written by then is left to the leases' expiry)."""
-        return _LeaseEnd(self, held)
+        return LeaseEnd(self, held)
 
     def _give_back_or_leave(self, claim: Claim) -> None:
         """Give back a claim that will not run, after something else failed; if that
@@ -554,7 +524,7 @@ class RunnerSteps:
             plan = outcome.plan_run(claim.record, now)
         except Exception as exc:  # its rule no longer computes: it fails alone
             claim.finish()
-            failed = outcome.malformed(claim.record, _why(exc), now, self.app.retention)
+            failed = outcome.uncomputable(claim.record, exc, now, self.app.retention)
             self._settle_held(claim, failed.settlement)
             log.error("job %s (%s): %s", claim.job_id, claim.task.name, failed.error)
             return False
@@ -681,32 +651,7 @@ class RunnerSteps:
                 timeout=claim.timeout,
             )
         except Exception as exc:  # its rule no longer computes: it fails alone
-            return outcome.malformed(claim.record, _why(exc), now, retention)
-
-
-class _LeaseEnd:
-    """A :data:`~mongosched.store.Patience`: the end of the last of some leases, as a
-    :func:`time.monotonic` time, worked out the first time it is asked (only a write
-    that met a transient error asks), or the runner's stop deadline if that comes
-    first (asked each time: a stop may come meanwhile)."""
-
-    __slots__ = ("steps", "held", "end")
-
-    def __init__(self, steps: RunnerSteps, held: Sequence[Leased]) -> None:
-        self.steps = steps
-        self.held = held
-        self.end: float | None = None
-
-    def __call__(self) -> float:
-        if self.end is None:
-            now = self.steps.app.now()
-            until = max((h.until for h in self.held), default=now)
-            self.end = time.monotonic() + (until - now).total_seconds()
-        return min(self.end, self.steps._stop_by)
-
-
-def _why(exc: BaseException) -> str:
-    return f"its outcome cannot be computed ({type(exc).__name__}: {exc})"
+            return outcome.uncomputable(claim.record, exc, now, retention)
 
 
 def _duration(value: float | None, default: float, name: str) -> float:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from functools import partial
@@ -37,7 +38,7 @@ from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import SerializationError
 from mongosched.store import Patience, Store
 
-__all__ = ["AfterWrite", "Leased", "Settler"]
+__all__ = ["AfterWrite", "LeaseEnd", "Leased", "Settler"]
 
 log = logging.getLogger("mongosched")
 
@@ -60,6 +61,37 @@ class Leased(Protocol):
     @property
     def until(self) -> datetime:
         """When its lease ends."""
+
+
+class Holder(Protocol):
+    """Who holds leases and writes for them (a runner's steps)."""
+
+    @property
+    def stop_by(self) -> float:
+        """When its stop's deadline falls, as a :func:`time.monotonic` time."""
+
+    def now(self) -> datetime: ...
+
+
+class LeaseEnd:
+    """A :data:`~mongosched.store.Patience`: the end of the last of some leases, as a
+    :func:`time.monotonic` time, worked out the first time it is asked (only a write
+    that met a transient error asks), or the holder's stop deadline if that comes
+    first (asked each time: a stop may come meanwhile)."""
+
+    __slots__ = ("holder", "held", "end")
+
+    def __init__(self, holder: Holder, held: Sequence[Leased]) -> None:
+        self.holder = holder
+        self.held = held
+        self.end: float | None = None
+
+    def __call__(self) -> float:
+        if self.end is None:
+            now = self.holder.now()
+            until = max((h.until for h in self.held), default=now)
+            self.end = time.monotonic() + (until - now).total_seconds()
+        return min(self.end, self.holder.stop_by)
 
 
 def _nobody() -> int:

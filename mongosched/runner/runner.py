@@ -52,7 +52,7 @@ watcher           its watch and ``state``          ``_idle``            reads th
                                                    ``_next_due``)       claims nor writes
 caller of stop    ``_pool``, ``_heartbeats``,      ``_idle`` (reads     none: sets flags,
                   ``_watcher``, ``_dispatcher``,   the claims, waits    interrupts jobs (not
-                  ``_stop_by`` (start and stop)    for them); a         graceful), joins and
+                  ``stop_by`` (start and stop)     for them); a         graceful), joins and
                                                    claim's (abort)      waits within one
                                                                         deadline. Never
                                                                         waits past it
@@ -198,7 +198,7 @@ class Runner(RunnerSteps):
         if self.is_running:
             raise ConfigurationError(f"runner {self.name} is already started")
         self._stopping.clear()
-        self._stop_by = math.inf
+        self.stop_by = math.inf
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mongosched-worker")
         self._heartbeats = Heartbeats(self.workers, self.heartbeat_interval, self.name)
         self._heartbeats.start()
@@ -242,7 +242,7 @@ class Runner(RunnerSteps):
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         if deadline is not None:
-            self._stop_by = min(self._stop_by, deadline)
+            self.stop_by = min(self.stop_by, deadline)
         self._stopping.set()
         self.dispatcher.wake()
         watcher = self._watcher

@@ -1,0 +1,101 @@
+"""The reaper: jobs whose holder stopped renewing their lease go back to ``pending``
+(or end, when their attempts are spent), and its sweep: unstarted jobs past their
+expiry end, and dependents left waiting by a crash or a deleted job are released.
+
+A runner's dispatcher runs it between claims, every ``reap_interval``; it runs in the
+caller's thread otherwise (:meth:`Runner.reap <mongosched.runner.runner.Runner.reap>`,
+:meth:`~mongosched.runner.runner.Runner.sweep`). What follows for each job is decided
+by :mod:`mongosched._core.outcome`; the store re-checks the expiry in the same write,
+so a heartbeat that lands first wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from mongosched._core import outcome
+from mongosched._core.outcome import Ending
+from mongosched._core.records import JobRecord
+from mongosched.observe import logs
+from mongosched.runner import dependencies
+from mongosched.runner.host import RunnerHost
+
+__all__ = ["Reaper"]
+
+log = logging.getLogger("mongosched.runner")
+
+class Reaper:
+    """Reaps expired leases and sweeps (see the module).
+
+    :param app: the runner's app: its clock and retention.
+    :param lease_duration: the runner's; the sweep leaves a job finished less than
+        a lease ago to the worker that may still be releasing its dependents.
+    :param emit: sends each job's event.
+    :param release_dependents: releases the jobs waiting for a job reaped to a final
+        status.
+    """
+
+    def __init__(
+        self,
+        app: RunnerHost,
+        *,
+        lease_duration: float,
+        emit: dependencies.Emit,
+        release_dependents: Callable[[JobRecord], None],
+    ) -> None:
+        self.app = app
+        self.store = app.store
+        self.lease_duration = lease_duration
+        self.emit = emit
+        self.release_dependents = release_dependents
+        self.walk = dependencies.Walk()
+        """Where the sweep's walk of waiting jobs goes on (a page per pass)."""
+
+    def reap(self) -> int:
+        """Give back jobs whose lease expired (their worker stopped heartbeating): to
+        pending while attempts remain, else failed (repeating jobs: the next slot).
+        Returns how many were reaped. A job that cannot be processed is reported and
+        skipped; it never stops the others."""
+        now = self.app.now()
+        reaped = 0
+        retention = self.app.retention
+        for record in self.store.leases_expired(now):
+            try:
+                decision = outcome.decide(
+                    record, Ending.LEASE_EXPIRED, now=now, retention=retention
+                )
+            except Exception as exc:  # its rule no longer computes: it fails alone
+                decision = outcome.uncomputable(record, exc, now, retention)
+            stored = self.store.reap(record, now, decision.settlement)
+            if stored is not None:
+                reaped += 1
+                log.warning(
+                    "job %s (%s): %s",
+                    record.id,
+                    record.task,
+                    decision.settlement.error,
+                    extra=logs.fields(record),
+                )
+                event = decision.as_written(stored.status).event
+                self.emit(event, stored)
+                self.release_dependents(stored)
+        return reaped
+
+    def sweep(self) -> int:
+        """Flow control's share of the reaper: end pending and waiting jobs past their
+        expiry, finish releases of dependents that a crash interrupted, and release
+        jobs waiting for a job that no longer exists (a page of them a pass). Returns
+        how many jobs it moved."""
+        now, retention = self.app.now(), self.app.retention
+        moved = dependencies.expire_due(self.store, now=now, retention=retention, emit=self.emit)
+        grace = now - timedelta(seconds=self.lease_duration)
+        return moved + dependencies.repair(
+            self.store,
+            now=now,
+            finished_before=grace,
+            retention=retention,
+            emit=self.emit,
+            walk=self.walk,
+        )
