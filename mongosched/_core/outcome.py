@@ -26,7 +26,14 @@ from mongosched._core.records import (
     assembled,
     evolved,
 )
-from mongosched.errors import DependencyFailed, JobExpired, JobTimeout, LeaseLost, MalformedJob
+from mongosched.errors import (
+    DependencyFailed,
+    JobExpired,
+    JobTimeout,
+    LeaseLost,
+    MalformedJob,
+    WorkerShutdown,
+)
 from mongosched.retry import RetryPolicy
 from mongosched.schedule import Misfire, plan_misfire, rule_from_document
 
@@ -38,6 +45,7 @@ __all__ = [
     "after_dependency",
     "cancelled",
     "decide",
+    "ending",
     "expired",
     "error_info",
     "finished",
@@ -66,6 +74,18 @@ class Ending(enum.Enum):
     """Its runner stopped before it finished: it runs again, uncounted."""
     LEASE_EXPIRED = "lease_expired"
     """Its holder stopped renewing the lease (a crash, a lost network): the reaper's."""
+
+
+def ending(cancel_reason: str | None, error: BaseException | None) -> Ending:
+    """How an attempt ended, from why its context was cancelled (None: it was not)
+    and what its function raised (None: it returned)."""
+    if cancel_reason == "cancelled":
+        return Ending.CANCELLED
+    if cancel_reason == "shutdown" or isinstance(error, WorkerShutdown):
+        return Ending.SHUTDOWN
+    if cancel_reason == "timeout" or isinstance(error, JobTimeout):
+        return Ending.TIMEOUT
+    return Ending.SUCCESS if error is None else Ending.ERROR
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,8 @@ from mongosched._core.outcome import Decision, Ending
 from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import (
     ConfigurationError,
-    JobTimeout,
     SerializationError,
     StoreError,
-    WorkerShutdown,
 )
 from mongosched.job import Job
 from mongosched.observe import logs, tracing
@@ -47,17 +45,8 @@ GATHER = 0.002
 
 
 class RunnerSteps:
-    """A runner's configuration and its synchronous steps (see the module).
-
-    :param workers: worker threads (jobs run at once by this runner).
-    :param queues: queues to serve (None: every queue).
-    :param name: owner name recorded in leases (default ``host:pid:id``).
-    :param lease_duration: override the app's.
-    :param poll_interval: override the app's.
-    :param heartbeat_interval: seconds between lease renewals (at most a third of the
-        lease; default exactly that).
-    :param reap_interval: seconds between reaper passes (``lease_duration / 3``).
-    """
+    """A runner's configuration and its synchronous steps (see the module; the
+    parameters are :class:`~mongosched.runner.runner.Runner`'s)."""
 
     def __init__(
         self,
@@ -140,27 +129,6 @@ class RunnerSteps:
             if task.concurrency is not None and task.concurrency_key is None:
                 self.store.ensure_permits(task.name, task.concurrency)
 
-    def check_clock(self) -> float | None:
-        """Compare this host's clock with the database server's (where the server reports
-        it) and warn when they differ by more than a tenth of the lease (at least 1 s):
-        leases compare times written by many hosts. Returns the offset in seconds
-        (server ahead: positive), or None. Runners do this when they start."""
-        offset = self.store.clock_offset(self.app.now)
-        if offset is None:
-            return None
-        seconds = offset.total_seconds()
-        if abs(seconds) > max(1.0, self.lease_duration / 10):
-            log.warning(
-                "runner %s: this host's clock is %.1f s %s the MongoDB server's; leases "
-                "compare times written by many hosts, so keep clocks in sync (NTP): the "
-                "difference must stay well below the lease duration (%g s)",
-                self.name,
-                abs(seconds),
-                "behind" if seconds > 0 else "ahead of",
-                self.lease_duration,
-            )
-        return seconds
-
     # Public steps ----------------------------------------------------------------------------
     def claim_next(self, *, job_id: Any = None) -> Claim | None:
         """Claim the next due job of this runner's tasks and queues (or the pending job
@@ -188,8 +156,8 @@ class RunnerSteps:
         decision, or None when it did not run to a recorded outcome (its repeating
         slot moved on, or its lease was lost). In a runner's worker with a backlog, the
         outcome may be deferred to the next batched claim's write: the decision as made,
-        announced after that write. Without a heartbeat (as in :meth:`run_until_idle`) a task's
-        timeout is not enforced."""
+        announced after that write. Without a heartbeat (as in :meth:`run_until_idle`) a
+        task's timeout is not enforced."""
         try:
             if claim.task.transactional:
                 return TransactionalRun(self, claim).run()
@@ -220,9 +188,9 @@ class RunnerSteps:
             for (n, decision), stored in zip(todo, results, strict=True):
                 claim, seconds = claims[n], ran[n][2]  # type: ignore[index]
                 if isinstance(stored, SerializationError):  # its result cannot be stored
-                    decision = self._decide_safely(claim, Ending.ERROR, None, stored, NEVER_RETRY)
-                    stored = self.settler.settle(claim.record, decision.settlement, claim.until)
-                decisions[n] = self._announce(claim, decision, stored, seconds)
+                    decisions[n] = self._after_write(claim, decision, seconds, None, stored)
+                else:
+                    decisions[n] = self._announce(claim, decision, stored, seconds)
             return decisions
         finally:
             for claim in claims:
@@ -549,16 +517,6 @@ class RunnerSteps:
         claim.slot = claim.ctx.scheduled_for = plan.slot
         return True
 
-    def _ending(self, claim: Claim, error: BaseException | None) -> Ending:
-        reason = claim.ctx.cancel_reason
-        if reason == "cancelled":
-            return Ending.CANCELLED
-        if reason == "shutdown" or isinstance(error, WorkerShutdown):
-            return Ending.SHUTDOWN
-        if reason == "timeout" or isinstance(error, JobTimeout):
-            return Ending.TIMEOUT
-        return Ending.SUCCESS if error is None else Ending.ERROR
-
     def _conclude(
         self, claim: Claim, result: Any, error: BaseException | None, seconds: float
     ) -> Decision | None:
@@ -604,7 +562,7 @@ class RunnerSteps:
             )
             return None
         return self._decide_safely(
-            claim, self._ending(claim, error), result, error, claim.task.retry
+            claim, outcome.ending(claim.ctx.cancel_reason, error), result, error, claim.task.retry
         )
 
     def _announce(

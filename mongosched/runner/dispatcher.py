@@ -159,7 +159,7 @@ class Dispatcher:
         while not self._stopping.is_set():
             try:
                 steps.prepare()
-                steps.check_clock()
+                self.check_clock()
             except StoreError as exc:
                 self.last_error = f"database: {exc}"
                 backoff = min(max(backoff * 2, steps.poll_interval), 30.0)
@@ -175,6 +175,28 @@ class Dispatcher:
             self._ready.set()
             return True
         return False
+
+    def check_clock(self) -> float | None:
+        """Compare this host's clock with the database server's (where the server reports
+        it) and warn when they differ by more than a tenth of the lease (at least 1 s):
+        leases compare times written by many hosts. Returns the offset in seconds
+        (server ahead: positive), or None. It does this when it starts."""
+        offset = self.steps.store.clock_offset(self.steps.app.now)
+        if offset is None:
+            return None
+        seconds = offset.total_seconds()
+        lease = self.steps.lease_duration
+        if abs(seconds) > max(1.0, lease / 10):
+            log.warning(
+                "runner %s: this host's clock is %.1f s %s the MongoDB server's; leases "
+                "compare times written by many hosts, so keep clocks in sync (NTP): the "
+                "difference must stay well below the lease duration (%g s)",
+                self.steps.name,
+                abs(seconds),
+                "behind" if seconds > 0 else "ahead of",
+                lease,
+            )
+        return seconds
 
     def _loop(self) -> None:
         try:

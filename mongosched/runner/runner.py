@@ -461,6 +461,13 @@ class Runner(RunnerSteps):
                 self.finished += 1
             self._idle.notify_all()
 
+    def check_clock(self) -> float | None:
+        """Compare this host's clock with the database server's and warn when they
+        differ by more than a tenth of the lease (see :meth:`Dispatcher.check_clock
+        <mongosched.runner.dispatcher.Dispatcher.check_clock>`): the offset in seconds
+        (server ahead: positive), or None."""
+        return self.dispatcher.check_clock()
+
     def report_unknown_tasks(self) -> dict[str, int]:
         """Log the due jobs of tasks this runner does not know (left pending), and
         returns how many of each; a task named after a script run as ``__main__`` is
