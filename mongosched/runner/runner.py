@@ -1,12 +1,16 @@
 """The runner: claims due jobs, runs them on a thread pool, keeps their leases alive.
 
-One *dispatcher* thread claims a job only when a worker thread is free, submits it to
-a :class:`~concurrent.futures.ThreadPoolExecutor`, re-polls at once after a claim and
-waits ``poll_interval`` when there was nothing to do. A heartbeat thread keeps each
-claim's lease alive (:mod:`mongosched.runner.claim`). The dispatcher also reaps jobs whose
-lease ran out (their worker died). What it does with each job is the synchronous steps
-of :mod:`mongosched.runner.cycle`, public on the runner too. A watcher thread wakes the
-dispatcher when a job becomes due elsewhere (:mod:`mongosched.runner.wakeup`).
+A :class:`Runner` is made of objects, each given its collaborators when it is made:
+its :class:`~mongosched.runner.dispatcher.Dispatcher` (one thread that claims a job
+only when a worker thread is free, submits it to a
+:class:`~concurrent.futures.ThreadPoolExecutor`, re-polls at once after a claim and
+waits ``poll_interval`` when there was nothing to do, and between claims reaps and
+sweeps with the :class:`~mongosched.runner.reaper.Reaper`), the worker pool, the
+:class:`~mongosched.runner.claim.Heartbeats` that keep each claim's lease alive, the
+:class:`~mongosched.runner.outcomes.Settler` that writes outcomes, and a
+:class:`~mongosched.runner.wakeup.WakeWatcher` that wakes the dispatcher when a job
+becomes due elsewhere. What they do with each job is the synchronous steps of
+:mod:`mongosched.runner.cycle`, public on the runner too.
 
 Which thread owns what: each piece of a runner's state is either owned by one kind of
 thread (only it changes it; others may read a single value of it, a moment old, as
@@ -16,55 +20,60 @@ at once.
 ================  ===============================  ===================  ===================
 Thread            Owns                             Locks it takes       I/O (and never)
 ================  ===============================  ===================  ===================
-dispatcher        ``_held``, ``_batching``,        ``_idle`` (adds a    claims (batched,
-                  ``_full_rounds``, ``claimed``,   claim, reads         with the outcomes
-                  ``_last_*``, the gate's and      ``_next_due``); the  handed off to it),
-                  pause set's state,               settler's (writes    admissions (permits,
-                  ``_saturated``, the worker       what was handed      limits, give backs),
-                  entry (``registration``: it      off); the            reaps and sweeps, its
-                  refreshes and removes it)        heartbeats' (hands   worker entry, the
-                                                   them a claim); a     flush of outcomes
-                                                   claim's (give        handed off. Never
-                                                   backs)               runs a job's
-                                                                        function nor waits
+dispatcher        the dispatcher's state           its own (reads       claims (batched,
+                  (``_held``, ``_batching``,       ``_next_due``);      with the deferred
+                  ``_full_rounds``,                ``_idle`` (adds a    outcomes), admis-
+                  ``last_poll``, ``last_error``),  claim); the          sions (permits,
+                  the steps' ``claimed`` and       settler's (writes    limits, give backs),
+                  ``_saturated``, the gate's,      the deferred         reaps and sweeps,
+                  the pause set's and the          outcomes); the       the runner's entry,
+                  reaper's state, the runner's     heartbeats' (hands   the flush of
+                  entry (``registration``: it      them a claim); a     deferred outcomes.
+                  refreshes and removes it)        claim's (give        Never runs a job's
+                                                   backs)               function nor waits
                                                                         for one; runs
                                                                         listeners only for
                                                                         jobs it ends itself
                                                                         (reaped, expired
                                                                         unrun)
 worker (pool)     the claim it runs (its           ``_idle`` (a claim   the job's own;
-                  ``deferred``, permit and       done: forgotten and  its outcome write
+                  ``deferred``, permit and         done: forgotten and  its outcome write
                   limit flags, once finished)      counted in           (alone, or for those
                                                    ``finished``); the   queued meanwhile: a
                                                    settler's; the       group commit), or
-                                                   heartbeats' (forget  none (handed off);
-                                                   a claim done); the   landings (events,
-                                                   claim's              dependents), permit
-                                                                        and limit releases.
+                                                   heartbeats' (forget  none (deferred);
+                                                   a claim done); the   the announcement
+                                                   claim's              (events, dependents)
+                                                                        and permit and
+                                                                        limit releases.
                                                                         Never claims
 heartbeat         the claims it keeps alive, in    the heartbeats';     lease, permit and
                   ``Heartbeats``                   each claim's         slot renewals
                                                    (renewal, lost,      (fenced); a lost
                                                    abort)               lease's event. Never
                                                                         writes an outcome
-watcher           its watch and ``state``          ``_idle``            reads the store's
+watcher           its watch and ``state``          the dispatcher's     reads the store's
                                                    (``wake`` sets       change stream. Never
                                                    ``_next_due``)       claims nor writes
 caller of stop    ``_pool``, ``_heartbeats``,      ``_idle`` (reads     none: sets flags,
-                  ``_watcher``, ``_dispatcher``,   the claims, waits    interrupts jobs (not
-                  ``stop_by`` (start and stop)     for them); a         graceful), joins and
-                                                   claim's (abort)      waits within one
+                  ``_watcher``, ``stop_by``, the   the claims, waits    interrupts jobs (not
+                  dispatcher's thread (start,      for them); a         graceful), joins and
+                  join)                            claim's (abort)      waits within one
                                                                         deadline. Never
                                                                         waits past it
 ================  ===============================  ===================  ===================
 
-Guarded: ``_claims`` (the claims in flight), ``finished`` and ``_next_due`` by
-``_idle``, whose condition also tells a stop when a claim leaves; the settler's queue
-and writer by its own lock (:mod:`mongosched.runner.outcomes`; ``bulk_writes`` only changes in
-the writer, one at a time); each :class:`~mongosched.runner.claim.Claim`'s lease by its lock.
-Handed between threads: a claim's fields set at admission reach its worker through
-the pool's queue, and its outcome reaches a landing worker through the settler's lock.
-A runner that is not started has no threads: its public steps run in the caller's.
+Guarded: ``_claims`` (the claims in flight) and ``finished`` by ``_idle``, whose
+condition also tells a stop when a claim leaves; the dispatcher's ``_next_due`` by its
+own lock (a caller's :meth:`Runner.wake` takes it too); the settler's queue and writer
+by its own lock (:mod:`mongosched.runner.outcomes`; ``bulk_writes`` only changes in the
+writer, one at a time); each :class:`~mongosched.runner.claim.Claim`'s lease by its lock.
+Shared: ``_free`` counts the free workers' places; the dispatcher takes one before it
+claims, and a claim's worker gives it back when its outcome is written, or at once when
+the outcome is deferred. Handed between threads: a claim's fields set at admission
+reach its worker through the pool's queue, and a deferred outcome reaches the worker
+that announces it through the settler's lock. A runner that is not started has no
+threads: its public steps run in the caller's.
 """
 
 from __future__ import annotations
