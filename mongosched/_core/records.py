@@ -15,10 +15,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from mongosched._core import deprecation
 
 __all__ = [
+    "DEDUPE_SCOPE_STATUSES",
     "ERRORS_KEPT",
     "FINAL_STATUSES",
+    "IDLE_SCHEDULE_STATUSES",
+    "OPEN_STATUSES",
+    "RETRYABLE_STATUSES",
+    "SCHEDULE_ID_PREFIX",
     "AttemptError",
     "UNSTARTED_STATUSES",
+    "is_schedule_id",
+    "schedule_id",
     "ErrorInfo",
     "Admission",
     "JobQuery",
@@ -120,6 +127,33 @@ dashboard's and the CLI's retry): ended without completing."""
 UNSTARTED_STATUSES = (JobStatus.PENDING, JobStatus.WAITING)
 """Statuses of a job that has not started its current occurrence: a cancel or an
 expiry settles it without a run."""
+OPEN_STATUSES = (JobStatus.PENDING, JobStatus.WAITING, JobStatus.PAUSED)
+"""Statuses of a job neither running nor finished: a cancel by filter ends it at once
+(a running one is asked to stop)."""
+IDLE_SCHEDULE_STATUSES = (JobStatus.PENDING, JobStatus.PAUSED)
+"""Statuses of a repeating job waiting for its next slot: an edit of its schedule
+applies, and a new rule moves the slot."""
+DEDUPE_SCOPE_STATUSES = {
+    "active": (JobStatus.PENDING, JobStatus.RUNNING, JobStatus.PAUSED),
+    "pending": (JobStatus.PENDING, JobStatus.PAUSED),
+}
+"""While its job is in one of these statuses, a dedupe key is held in that scope (a
+paused schedule keeps its key)."""
+
+SCHEDULE_ID_PREFIX = "schedule:"
+
+
+def is_schedule_id(value: Any) -> bool:
+    """Whether ``value`` is the id of a declared schedule. Such a job is never deleted
+    by retention or purge: cancelled, it is the record that keeps the schedule off
+    (a tombstone) until it is resumed."""
+    return isinstance(value, str) and value.startswith(SCHEDULE_ID_PREFIX)
+
+
+def schedule_id(task: str) -> str:
+    """The stable id of a task's decorator-declared repeating schedule."""
+    return f"{SCHEDULE_ID_PREFIX}{task}"
+
 
 SORTABLE = ("updated_at", "created_at", "run_at", "finished_at", "priority")
 """Fields :meth:`App.get_jobs` can sort by."""

@@ -21,9 +21,9 @@ from typing import Any
 
 from mongosched._core import deprecation, validate
 from mongosched._core.records import (
+    IDLE_SCHEDULE_STATUSES,
     PAUSE_KINDS,
     JobRecord,
-    JobStatus,
     Pause,
     RunnerInfo,
     ScheduleChanges,
@@ -61,7 +61,7 @@ def schedule_row(record: JobRecord, paused: bool) -> dict[str, Any]:
     """A repeating job as :meth:`App.schedules` lists it."""
     repeat = record.repeat or {}
     last = record.last_run
-    waiting = record.status in (JobStatus.PENDING, JobStatus.PAUSED)
+    waiting = record.status in IDLE_SCHEDULE_STATUSES
     return {
         "id": record.id,
         "task": record.task,
@@ -201,7 +201,7 @@ class Admin:
             current = self.store.get(record.id)
             if current is None:
                 raise JobNotFound(f"schedule {record.id} ({record.task}) no longer exists")
-            if current.status not in (JobStatus.PENDING, JobStatus.PAUSED):
+            if current.status not in IDLE_SCHEDULE_STATUSES:
                 raise JobStateError(
                     f"schedule {record.id} ({record.task}) is {current.status}; it can be "
                     "edited while it waits (pending or paused), so try again when the run "

@@ -20,6 +20,7 @@ from bson.codec_options import CodecOptions, TypeCodec, TypeRegistry
 from bson.errors import InvalidId
 
 from mongosched._core import validate
+from mongosched._core.records import SCHEDULE_ID_PREFIX, is_schedule_id, schedule_id
 from mongosched.errors import ConfigurationError, InvalidJobId, ResultTooLarge, SerializationError
 
 __all__ = [
@@ -207,18 +208,3 @@ def parse_id(value: Any) -> Any:
             except ConfigurationError:
                 pass
     raise InvalidJobId(f"{value!r} is not a job id (an ObjectId or its 24-digit hex string)")
-
-
-SCHEDULE_ID_PREFIX = "schedule:"
-
-
-def is_schedule_id(value: Any) -> bool:
-    """Whether ``value`` is the id of a declared schedule. Such a job is never deleted
-    by retention or purge: cancelled, it is the record that keeps the schedule off
-    (a tombstone) until it is resumed."""
-    return isinstance(value, str) and value.startswith(SCHEDULE_ID_PREFIX)
-
-
-def schedule_id(task: str) -> str:
-    """The stable id of a task's decorator-declared repeating schedule."""
-    return f"{SCHEDULE_ID_PREFIX}{task}"
