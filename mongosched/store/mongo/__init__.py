@@ -32,6 +32,7 @@ from pymongo.errors import (
 )
 
 from mongosched._core.records import (
+    IDLE_SCHEDULE_STATUSES,
     JobQuery,
     JobRecord,
     JobStatus,
@@ -67,6 +68,7 @@ from mongosched.store.mongo.updates import (
     claim_update,
     dedupe_hold,
     edit_fields,
+    retry_update,
     revised,
     set_also,
     settle_update,
@@ -210,7 +212,7 @@ class MongoStore(
             lambda _: self.jobs.update_one(
                 {
                     "_id": doc["_id"],
-                    "status": {"$in": [PENDING, JobStatus.PAUSED.value]},
+                    "status": {"$in": [s.value for s in IDLE_SCHEDULE_STATUSES]},
                     "repeat": {"$ne": doc["repeat"]},
                 },
                 {"$set": revised({"run_at": doc["run_at"], "scheduled_for": doc["scheduled_for"]})},
@@ -532,23 +534,13 @@ class MongoStore(
         current = self._retrying("retry", lambda _: self.jobs.find_one({"_id": job_id}))
         if current is None or current["status"] != status.value:
             return None
-        fields: dict[str, Any] = {
-            "status": PENDING,
-            "attempts": 0,
-            "run_at": now,
-            "updated_at": now,
-            "result": None,
-            **dedupe_hold(to_record(current)),
-        }
-        if current.get("repeat"):
-            fields["scheduled_for"] = now
-        unset = {k: "" for k in ("finished_at", "expire_at", "cancel_requested", "expires_at")}
+        update = retry_update(now, bool(current.get("repeat")), dedupe_hold(to_record(current)))
         try:
             doc = self._retrying(
                 "retry",
                 lambda _: self.jobs.find_one_and_update(
                     {"_id": job_id, "status": status.value},
-                    {"$set": revised(fields), "$unset": unset},
+                    update,
                     return_document=ReturnDocument.AFTER,
                 ),
             )

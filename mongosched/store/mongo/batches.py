@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from mongosched._core import transitions
 from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import MalformedJob, SerializationError
 from mongosched.store import codec
@@ -61,7 +62,6 @@ from mongosched.store.mongo.updates import (
     malformed_update,
     set_also,
     settle_update,
-    settled_record,
     unchanged_since_claim,
 )
 from mongosched.store.patience import Patience
@@ -123,7 +123,9 @@ class _Settling:
             job, settlement = self.items[n]
             landed = read is None or (read.get(job.id) or {}).get("last_write") == write
             self.results[n] = (
-                settled_record(job, settlement, result) if landed else store.settle(job, settlement)
+                transitions.settled(job, settlement, result)
+                if landed
+                else store.settle(job, settlement)
             )
         for n, item in enumerate(self.items):
             if n not in self.writes and self.results[n] is None:
@@ -211,11 +213,12 @@ class MongoBatches(MongoPermits):
         self, items: Sequence[tuple[JobRecord, Settlement]], patience: Patience | None = None
     ) -> list[JobRecord | SerializationError | None]:
         """One unordered bulk write of every settlement (see :class:`_Settling`): the
-        records of those that landed are computed (:func:`settled_record`), not read
-        back. Jobs whose write did not land (a cancel requested, progress written, a
-        lease lost, a dedupe key taken meanwhile) are found by reading back the writes'
-        ids, and settled one by one as :meth:`settle` does, which says which of those
-        lost their lease. Repeating jobs are settled one by one too."""
+        records of those that landed are computed
+        (:func:`~mongosched._core.transitions.settled`), not read back. Jobs whose write
+        did not land (a cancel requested, progress written, a lease lost, a dedupe key
+        taken meanwhile) are found by reading back the writes' ids, and settled one by
+        one as :meth:`settle` does, which says which of those lost their lease.
+        Repeating jobs are settled one by one too."""
         return self._patiently(patience, self._write, _Settling(items), None)[0]
 
     def settle_and_claim(

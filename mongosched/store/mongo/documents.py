@@ -15,6 +15,8 @@ from typing import Any
 from pymongo import ASCENDING
 
 from mongosched._core.records import (
+    FINAL_STATUSES,
+    UNSTARTED_STATUSES,
     AttemptError,
     ErrorInfo,
     JobQuery,
@@ -26,6 +28,7 @@ from mongosched._core.records import (
     ScheduleEdit,
     assembled,
 )
+from mongosched._core.transitions import ms
 from mongosched.errors import MalformedJob
 
 __all__ = [
@@ -56,8 +59,8 @@ __all__ = [
 
 PENDING, RUNNING = JobStatus.PENDING.value, JobStatus.RUNNING.value
 WAITING = JobStatus.WAITING.value
-UNSTARTED = [PENDING, WAITING]
-FINAL = [s.value for s in JobStatus if s.is_final]
+UNSTARTED = [s.value for s in UNSTARTED_STATUSES]
+FINAL = [s.value for s in FINAL_STATUSES]
 KEEPS_DEPENDENTS = {"has_dependents": {"$ne": True}}
 """What a purge's delete filter adds: a job still marked as having dependents stays
 (the jobs waiting for it would wait forever); it is deleted once they are released."""
@@ -164,16 +167,6 @@ LIMIT_INDEXES: list[Index] = [
     # A limit document (a rate log, a key's holders) is deleted once idle.
     ([("expire_at", 1)], {"name": "idle", "expireAfterSeconds": 0}),
 ]
-
-
-def ms(value: datetime) -> datetime:
-    """BSON datetimes are UTC milliseconds: round here so what we compare (and return)
-    is what is stored."""
-    if value.tzinfo is timezone.utc and not value.microsecond % 1000:
-        return value  # already so (App.now's times are): a write makes several
-    if value.tzinfo is not None:
-        value = value.astimezone(timezone.utc)
-    return value.replace(microsecond=value.microsecond // 1000 * 1000)
 
 
 def aware(value: Any) -> Any:

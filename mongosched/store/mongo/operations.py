@@ -19,6 +19,8 @@ from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from mongosched._core.records import (
+    IDLE_SCHEDULE_STATUSES,
+    OPEN_STATUSES,
     JobQuery,
     JobRecord,
     JobStatus,
@@ -40,15 +42,14 @@ from mongosched.store.mongo.documents import (
     to_record,
 )
 from mongosched.store.mongo.permits import MongoPermits
-from mongosched.store.mongo.updates import edit_fields, revised, settle_update
+from mongosched.store.mongo.updates import edit_fields, retry_update, revised, settle_update
 
 __all__ = ["MongoOperations"]
 
 log = logging.getLogger("mongosched.store")
 
 PAUSED = JobStatus.PAUSED.value
-OPEN = [s.value for s in JobStatus if not s.is_final and s is not JobStatus.RUNNING]
-"""Statuses a cancel ends at once: every one but running and the final ones."""
+OPEN = [s.value for s in OPEN_STATUSES]
 ID_TYPES = ("string", "objectId")
 """The types of job ids, in MongoDB's sort order: declared schedules' strings, then
 ObjectIds. A range on ``_id`` matches one type only, so a walk takes them in turn."""
@@ -88,20 +89,7 @@ class MongoOperations(MongoPermits):
         fence = {"_id": {"$in": list(ids)}, "status": {"$in": [s.value for s in statuses]}}
         # Most jobs have no dedupe key to hold again and no slot to restart: one write.
         plain = {**fence, "dedupe_key": {"$exists": False}, "repeat": {"$exists": False}}
-        update = {
-            "$set": revised(
-                {
-                    "status": PENDING,
-                    "attempts": 0,
-                    "run_at": ms(now),
-                    "updated_at": ms(now),
-                    "result": None,
-                }
-            ),
-            "$unset": dict.fromkeys(
-                ("finished_at", "expire_at", "cancel_requested", "expires_at"), ""
-            ),
-        }
+        update = retry_update(now, False, {})
         result = self._retrying("retry", lambda _: self.jobs.update_many(plain, update))
         retried = int(result.modified_count)
         others = [{"dedupe_key": {"$exists": True}}, {"repeat": {"$exists": True}}]
@@ -272,7 +260,7 @@ class MongoOperations(MongoPermits):
             fields["edit"] = edit_document(changes.edit)
         fence = {
             "_id": job.id,
-            "status": {"$in": [PENDING, PAUSED]},
+            "status": {"$in": [s.value for s in IDLE_SCHEDULE_STATUSES]},
             "updated_at": ms(job.updated_at),
         }
         doc = self._retrying(

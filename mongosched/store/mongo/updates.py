@@ -20,22 +20,18 @@ from mongosched._core.records import (
     ErrorInfo,
     JobRecord,
     JobStatus,
-    LastRun,
     PendingChanges,
     ScheduleChanges,
     Settlement,
-    evolved,
-    kept_errors,
 )
-from mongosched.store.codec import CODEC_OPTIONS, is_schedule_id, new_token
+from mongosched._core.transitions import may_expire
+from mongosched.store.codec import CODEC_OPTIONS, new_token
 from mongosched.store.mongo.documents import (
     DEDUPE_FIELDS,
     PENDING,
     RUNNING,
     attempt_error_document,
-    attempt_errors,
     error_document,
-    error_record,
     last_run_document,
     ms,
 )
@@ -49,10 +45,10 @@ __all__ = [
     "edit_fields",
     "malformed_update",
     "RAW_OPTIONS",
+    "retry_update",
     "revised",
     "set_also",
     "settle_update",
-    "settled_record",
     "unchanged_since_claim",
     "with_encoded",
 ]
@@ -134,6 +130,25 @@ def claimed_document(doc: Mapping[str, Any], update: Mapping[str, Any]) -> dict[
     return claimed
 
 
+def retry_update(now: datetime, repeating: bool, hold: Mapping[str, Any]) -> dict[str, Any]:
+    """The update that runs a finished job again, as
+    :func:`~mongosched._core.transitions.retried` says (``repeating``: the job has a
+    repeat rule; ``hold``: its dedupe field, :func:`dedupe_hold`)."""
+    now = ms(now)
+    fields: dict[str, Any] = {
+        "status": PENDING,
+        "attempts": 0,
+        "run_at": now,
+        "updated_at": now,
+        "result": None,
+        **hold,
+    }
+    if repeating:
+        fields["scheduled_for"] = now
+    unset = dict.fromkeys(("finished_at", "expire_at", "cancel_requested", "expires_at"), "")
+    return {"$set": revised(fields), "$unset": unset}
+
+
 def dedupe_hold(job: JobRecord) -> dict[str, Any]:
     """The dedupe field a pending job holds, as ``$set`` fields."""
     if job.dedupe_key is None:
@@ -162,9 +177,9 @@ def settle_update(
     restore: Mapping[str, Any],
     result: bytes | None = None,
 ) -> dict[str, Any]:
-    """The update that applies ``settlement`` to job ``job_id`` (``restore``: dedupe
-    fields to hold again when the job goes back to pending). A declared schedule gets
-    no ``expire_at`` (no ``delete_at``): it stays, cancelled, as the tombstone that keeps it off.
+    """The update that applies ``settlement`` to job ``job_id``, as
+    :func:`~mongosched._core.transitions.settled` says (``restore``: dedupe fields to
+    hold again when the job goes back to pending).
     ``result``: the settlement's result as :func:`codec.encode_value` encoded it (for
     the size check), written as it is, not encoded again."""
     s = settlement
@@ -189,7 +204,7 @@ def settle_update(
         revised(fields)
     if s.status.is_final:
         fields["finished_at"] = s.now
-        if s.delete_at is not None and not is_schedule_id(job_id):
+        if s.delete_at is not None and may_expire(job_id):
             fields["expire_at"] = ms(s.delete_at)
         update["$unset"] = {name: "" for name in DEDUPE_FIELDS.values()}
     else:
@@ -237,7 +252,8 @@ def unchanged_since_claim(job: JobRecord) -> dict[str, Any]:
     but for progress, checked whole on its own). ``updated_at`` is in milliseconds: a
     write within the millisecond of the claim leaves it as claimed, so the fields such
     writes set are checked too (a cancel requested, dependents linked). A settlement
-    landing under them leaves exactly :func:`settled_record`."""
+    landing under them leaves exactly
+    :func:`~mongosched._core.transitions.settled` of ``job``."""
     fence: dict[str, Any] = {"updated_at": job.updated_at, "cancel_requested": {"$ne": True}}
     p = job.progress  # maybe a previous attempt's, of this one's millisecond: whole
     if p is None:
@@ -248,40 +264,3 @@ def unchanged_since_claim(job: JobRecord) -> dict[str, Any]:
     if not job.has_dependents:
         fence["has_dependents"] = {"$ne": True}
     return fence
-
-
-def settled_record(job: JobRecord, settlement: Settlement, result: Any) -> JobRecord:
-    """The job as stored after :func:`settle_update` landed under
-    :func:`unchanged_since_claim` (``result``: the settlement's result as BSON gives it
-    back), computed instead of read back: what :func:`to_record` would make of it."""
-    s = settlement
-    now = ms(s.now)
-    final = s.status.is_final
-    last = s.last_run
-    keep = final and s.delete_at is not None and not is_schedule_id(job.id)
-    return evolved(
-        job,
-        status=s.status,
-        lease=None,
-        updated_at=now,
-        result=result,
-        error=error_record(error_document(s.error)),
-        cancel_requested=False,
-        waiting_for=(),
-        attempts=job.attempts if s.attempts is None else s.attempts,
-        run_at=job.run_at if s.run_at is None else ms(s.run_at),
-        scheduled_for=job.scheduled_for if s.scheduled_for is None else ms(s.scheduled_for),
-        last_run=job.last_run
-        if last is None
-        else LastRun(
-            slot=ms(last.slot),
-            status=last.status,
-            finished_at=ms(last.finished_at),
-            error=error_record(error_document(last.error)),
-        ),
-        finished_at=now if final else job.finished_at,
-        delete_at=ms(s.delete_at) if keep and s.delete_at is not None else job.delete_at,
-        errors=job.errors
-        if s.attempt_error is None
-        else kept_errors(job.errors, *attempt_errors([attempt_error_document(s.attempt_error)])),
-    )

@@ -1,0 +1,270 @@
+"""What each kind of write does to a stored job, written once: pure functions from a
+:class:`~mongosched._core.records.JobRecord` as stored to the record as the write
+leaves it.
+
+The memory store applies them to the records it holds. The MongoDB store keeps its
+writes as update documents (:mod:`mongosched.store.mongo.updates`: each must stay one
+atomic, fenced update on the server), and uses :func:`settled` where it computes a
+settled job instead of reading it back; ``tests/contract/test_transitions.py`` checks,
+for every transition, that the job as each store holds it after the write is the
+transition of the job before it, so the update documents and these functions cannot
+drift apart.
+
+Who may write (a lease's holder, a job in some status) is the store's fence, not a
+transition's: each function assumes its write lands. Times in a stored job are whole
+UTC milliseconds, as BSON keeps them: every transition rounds the times it writes
+(:func:`ms`). What is not a field of a record stays the store's own: the dedupe keys
+held, index entries, and the MongoDB fields ``rev``, ``last_write`` and ``unlinked``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from mongosched._core.records import (
+    IDLE_SCHEDULE_STATUSES,
+    AttemptError,
+    JobRecord,
+    JobStatus,
+    LastRun,
+    LeaseInfo,
+    PendingChanges,
+    Progress,
+    ScheduleChanges,
+    ScheduleEdit,
+    Settlement,
+    evolved,
+    is_schedule_id,
+    kept_errors,
+)
+
+__all__ = [
+    "cancel_requested",
+    "claimed",
+    "crossed_off",
+    "dependents_released",
+    "edited",
+    "linked",
+    "may_expire",
+    "ms",
+    "opt_ms",
+    "paused",
+    "progressed",
+    "redeclared",
+    "renewed",
+    "resumed",
+    "retried",
+    "schedule_edited",
+    "settled",
+    "slot_recorded",
+]
+
+
+def ms(value: datetime) -> datetime:
+    """``value`` as a stored job keeps it: UTC (a naive one taken as UTC), in whole
+    milliseconds, as BSON datetimes are."""
+    if value.tzinfo is timezone.utc and not value.microsecond % 1000:
+        return value  # already so (App.now's times are): a write makes several
+    value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+    if value.tzinfo is not timezone.utc:
+        value = value.astimezone(timezone.utc)
+    return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+def opt_ms(value: datetime | None) -> datetime | None:
+    return None if value is None else ms(value)
+
+
+def may_expire(job_id: Any) -> bool:
+    """Whether a finished job may be deleted (by its retention, ``delete_at``, or a
+    purge): every job but a declared schedule, which, cancelled, is the tombstone that
+    keeps the schedule off until it is resumed."""
+    return not is_schedule_id(job_id)
+
+
+def claimed(
+    job: JobRecord, owner: str, token: str, now: datetime, lease_duration: float
+) -> JobRecord:
+    """A pending job claimed: running under ``token``'s lease until ``now +
+    lease_duration``, its attempt counted (a pending-scope dedupe key is let go)."""
+    now = ms(now)
+    until = ms(now + timedelta(seconds=lease_duration))
+    return evolved(
+        job,
+        status=JobStatus.RUNNING,
+        lease=LeaseInfo(owner=owner, token=token, until=until, heartbeat_at=now),
+        started_at=now,
+        updated_at=now,
+        attempts=job.attempts + 1,
+    )
+
+
+def renewed(job: JobRecord, now: datetime, until: datetime) -> JobRecord:
+    """A running job's lease renewed by its holder (``updated_at`` unchanged)."""
+    assert job.lease is not None, "only a held lease is renewed"
+    return evolved(job, lease=evolved(job.lease, until=ms(until), heartbeat_at=ms(now)))
+
+
+def slot_recorded(job: JobRecord, slot: datetime, now: datetime) -> JobRecord:
+    """A repeating job's holder recorded the slot it runs for."""
+    return evolved(job, scheduled_for=ms(slot), updated_at=ms(now))
+
+
+def progressed(
+    job: JobRecord, value: float | None, message: str | None, now: datetime
+) -> JobRecord:
+    """A running job's holder reported progress (``updated_at`` unchanged)."""
+    return evolved(job, progress=Progress(value=value, message=message, at=ms(now)))
+
+
+def settled(job: JobRecord, settlement: Settlement, result: Any = None) -> JobRecord:
+    """The job as ``settlement`` leaves it (see :class:`Settlement`; ``result``: its
+    result as the store gives it back). The lease goes; no dependency is waited for
+    any more; a final status records ``finished_at`` and, but for a declared schedule
+    (:func:`may_expire`), ``delete_at``; a failed attempt's error joins ``errors``
+    (the last :data:`ERRORS_KEPT`). What is not given stays as it was."""
+    s = settlement
+    now = ms(s.now)
+    final = s.status.is_final
+    last = s.last_run
+    error = s.attempt_error
+    if error is not None:
+        error = AttemptError(attempt=error.attempt, at=ms(error.at), error=error.error)
+    expires = final and s.delete_at is not None and may_expire(job.id)
+    return evolved(
+        job,
+        status=s.status,
+        lease=None,
+        updated_at=now,
+        result=result,
+        error=s.error,
+        waiting_for=(),
+        attempts=job.attempts if s.attempts is None else s.attempts,
+        run_at=job.run_at if s.run_at is None else ms(s.run_at),
+        scheduled_for=job.scheduled_for if s.scheduled_for is None else ms(s.scheduled_for),
+        last_run=job.last_run
+        if last is None
+        else LastRun(
+            slot=ms(last.slot),
+            status=last.status,
+            finished_at=ms(last.finished_at),
+            error=last.error,
+        ),
+        finished_at=now if final else job.finished_at,
+        delete_at=ms(s.delete_at) if expires and s.delete_at is not None else job.delete_at,
+        errors=job.errors if error is None else kept_errors(job.errors, error),
+    )
+
+
+def cancel_requested(job: JobRecord, now: datetime) -> JobRecord:
+    """A user asked a running job to stop: its holder sees it at its next heartbeat,
+    and its settlement ends it cancelled (``Settlement.on_cancel``)."""
+    return evolved(job, cancel_requested=True, updated_at=ms(now))
+
+
+def edited(job: JobRecord, changes: PendingChanges, now: datetime) -> JobRecord:
+    """A pending job edited (``None``: unchanged)."""
+    c = changes
+    return evolved(
+        job,
+        priority=job.priority if c.priority is None else c.priority,
+        queue=job.queue if c.queue is None else c.queue,
+        run_at=job.run_at if c.run_at is None else ms(c.run_at),
+        args=job.args if c.args is None else tuple(c.args),
+        kwargs=job.kwargs if c.kwargs is None else dict(c.kwargs),
+        updated_at=ms(now),
+    )
+
+
+def schedule_edited(job: JobRecord, changes: ScheduleChanges, now: datetime) -> JobRecord:
+    """A repeating job (pending or paused) edited by an operator: a new due time is
+    also its next slot."""
+    c = changes
+    run_at = None if c.run_at is None else ms(c.run_at)
+    return evolved(
+        job,
+        repeat=job.repeat if c.repeat is None else dict(c.repeat),
+        run_at=job.run_at if run_at is None else run_at,
+        scheduled_for=job.scheduled_for if run_at is None else run_at,
+        priority=job.priority if c.priority is None else c.priority,
+        queue=job.queue if c.queue is None else c.queue,
+        edit=job.edit if c.edit is None else ScheduleEdit(ms(c.edit.at), c.edit.declared),
+        updated_at=ms(now),
+    )
+
+
+def redeclared(job: JobRecord, declared: JobRecord, now: datetime) -> JobRecord:
+    """A declared schedule as its declaration in code (``declared``) leaves it: the
+    same job when the rule, queue, priority and attempts declared are those stored;
+    else those, an operator's edit dropped, and, for a new rule while it waits for its
+    next slot (pending or paused), that slot as declared."""
+    d = declared
+    if (job.repeat, job.queue, job.priority, job.max_attempts) == (
+        d.repeat,
+        d.queue,
+        d.priority,
+        d.max_attempts,
+    ):
+        return job
+    slot = job.status in IDLE_SCHEDULE_STATUSES and job.repeat != d.repeat
+    return evolved(
+        job,
+        repeat=None if d.repeat is None else dict(d.repeat),
+        queue=d.queue,
+        priority=d.priority,
+        max_attempts=d.max_attempts,
+        run_at=ms(d.run_at) if slot else job.run_at,
+        scheduled_for=opt_ms(d.scheduled_for) if slot else job.scheduled_for,
+        edit=None,
+        updated_at=ms(now),
+    )
+
+
+def retried(job: JobRecord, now: datetime) -> JobRecord:
+    """A finished job run again: pending now, its attempts from zero, its end (time,
+    result, retention, expiry, a cancel asked) forgotten; its last error kept. A
+    repeating job's next slot is now."""
+    now = ms(now)
+    return evolved(
+        job,
+        status=JobStatus.PENDING,
+        attempts=0,
+        run_at=now,
+        updated_at=now,
+        scheduled_for=now if job.repeat is not None else job.scheduled_for,
+        result=None,
+        finished_at=None,
+        delete_at=None,
+        expires_at=None,
+        cancel_requested=False,
+    )
+
+
+def paused(job: JobRecord, now: datetime) -> JobRecord:
+    """A pending repeating job held by an operator's pause of its schedule."""
+    return evolved(job, status=JobStatus.PAUSED, updated_at=ms(now))
+
+
+def resumed(job: JobRecord, now: datetime) -> JobRecord:
+    """A paused repeating job pending again."""
+    return evolved(job, status=JobStatus.PENDING, updated_at=ms(now))
+
+
+def linked(job: JobRecord, now: datetime) -> JobRecord:
+    """A job others now depend on: marked so until they are released (``updated_at``
+    too, so that its holder's computed settlement sees the change); already marked,
+    unchanged."""
+    if job.has_dependents:
+        return job
+    return evolved(job, has_dependents=True, updated_at=ms(now))
+
+
+def dependents_released(job: JobRecord) -> JobRecord:
+    """A finished job whose dependents were all released: no longer marked."""
+    return evolved(job, has_dependents=False)
+
+
+def crossed_off(job: JobRecord, dependency: Any) -> JobRecord:
+    """A waiting job no longer waiting for ``dependency`` (which ended)."""
+    return evolved(job, waiting_for=tuple(d for d in job.waiting_for if d != dependency))
