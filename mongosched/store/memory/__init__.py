@@ -19,22 +19,21 @@ import threading
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from mongosched._core import transitions
+from mongosched._core.records import DEDUPE_SCOPE_STATUSES as SCOPE_STATUSES
 from mongosched._core.records import (
-    FINAL_STATUSES,
     SORTABLE,
+    UNSTARTED_STATUSES,
     JobQuery,
     JobRecord,
     JobStatus,
-    LeaseInfo,
     PendingChanges,
-    Progress,
     Renewal,
     Settlement,
-    kept_errors,
+    evolved,
 )
 from mongosched.errors import ConfigurationError, JobStateError
 from mongosched.store import codec
@@ -42,10 +41,8 @@ from mongosched.store.memory.batches import MemoryBatches
 from mongosched.store.memory.flow import FlowIndex, MemoryFlow
 from mongosched.store.memory.index import JobIndexes
 from mongosched.store.memory.jobs import (
-    PAUSED,
     PENDING,
     RUNNING,
-    SCOPE_STATUSES,
     WAITING,
     MemoryPermits,
     Permits,
@@ -164,7 +161,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         encoded = [self._encode(job) for job in jobs]
         with self._lock:
             added = [self._add(job, data) for job, data in zip(jobs, encoded, strict=True)]
-            return [(job.record(), created) for job, created in added]
+            return [(job.snapshot(), created) for job, created in added]
 
     def upsert_schedule(self, job: JobRecord, now: datetime) -> bool:
         encoded = self._encode(job)
@@ -173,27 +170,18 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
             current = self._find(job.id)
             if current is None:
                 return self._add(job, encoded)[1]
-            old = (
-                decode_value(current.repeat),
-                current.queue,
-                current.priority,
-                current.max_attempts,
-            )
-            if old == (rule, job.queue, job.priority, job.max_attempts):
-                return False
-            if current.status in (PENDING, PAUSED) and old[0] != rule:
-                current.run_at, current.scheduled_for = ms(job.run_at), opt_ms(job.scheduled_for)
-            current.repeat, current.queue = encoded[1], job.queue
-            current.priority, current.max_attempts = job.priority, job.max_attempts
-            current.updated_at, current.edit = ms(now), None
-            self._refresh(current)
+            before = current.snapshot()
+            after = transitions.redeclared(before, evolved(job, repeat=rule), now)
+            if after is not before:
+                current.repeat = encoded[1]
+                self._write(current, evolved(after, result=current.record.result))
             return False
 
     # Reads -----------------------------------------------------------------------------------
     def get(self, job_id: Any) -> JobRecord | None:
         with self._lock:
             job = self._find(job_id)
-            return None if job is None else job.record()
+            return None if job is None else job.snapshot()
 
     def find(
         self,
@@ -209,10 +197,10 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         with self._lock:
             jobs = sorted(
                 self._select(query),
-                key=lambda j: (sort_key(getattr(j, sort)), sort_key(j.id)),
+                key=lambda j: (sort_key(getattr(j.record, sort)), sort_key(j.id)),
                 reverse=descending,
             )
-            return [j.record() for j in jobs[skip : skip + limit if limit else None]]
+            return [j.snapshot() for j in jobs[skip : skip + limit if limit else None]]
 
     def count(self, query: JobQuery) -> int:
         with self._lock:
@@ -220,36 +208,38 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
 
     def counts(self) -> dict[tuple[str, JobStatus], int]:
         with self._lock:
-            return dict(Counter((j.label or j.task, j.status) for j in self._jobs.values()))
+            records = [j.record for j in self._jobs.values()]
+            return dict(Counter((r.label or r.task, r.status) for r in records))
 
     def oldest_due(self, now: datetime) -> JobRecord | None:
         now = ms(now)
         with self._lock:
             job = self._indexes.oldest_due(now)
-            return None if job is None else job.record()
+            return None if job is None else job.snapshot()
 
     def running(self, limit: int = 1000) -> list[JobRecord]:
         with self._lock:
             jobs = sorted(
                 self._by_status[RUNNING].values(),
-                key=lambda j: (sort_key(j.lease and j.lease.until), j.seq),
+                key=lambda j: (sort_key(j.record.lease and j.record.lease.until), j.seq),
             )
-            return [j.record() for j in jobs[: limit or None]]
+            return [j.snapshot() for j in jobs[: limit or None]]
 
     def unknown_due_tasks(self, known: Iterable[str], now: datetime) -> dict[str, int]:
         known, now = set(known), ms(now)
         with self._lock:
             due = Counter(
-                j.task
+                j.record.task
                 for j in self._by_status[PENDING].values()
-                if j.run_at <= now and j.task not in known
+                if j.record.run_at <= now and j.record.task not in known
             )
         return dict(sorted(due.items(), key=lambda item: (-item[1], item[0]))[:20])
 
     def schedules(self) -> list[JobRecord]:
         with self._lock:
             jobs = [j for j in self._jobs.values() if j.repeat is not None]
-            return [j.record() for j in sorted(jobs, key=lambda j: (j.task, sort_key(j.id)))]
+            jobs.sort(key=lambda j: (j.record.task, sort_key(j.id)))
+            return [j.snapshot() for j in jobs]
 
     # Claim, heartbeat, fenced writes -------------------------------------------------------
     def claim(
@@ -265,17 +255,16 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         if not tasks:
             return None
         now = ms(now)
-        until = ms(now + timedelta(seconds=lease_duration))
         with self._lock:
             if job_id is not None:
                 job = self._find(job_id, PENDING)
-                if job is None or job.task not in tasks:
+                if job is None or job.record.task not in tasks:
                     return None
             else:
                 job = self._indexes.take_first_due(tasks, queues, now)
                 if job is None:
                     return None
-            return self._start(job, owner, now, until)
+            return self._start(job, owner, now, lease_duration)
 
     def renew(
         self,
@@ -287,17 +276,16 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
     ) -> Renewal:
         with self._lock:
             job = self._holding(job_id, token)
-            if job is None or job.lease is None:
+            if job is None:
                 return Renewal(held=False)
-            job.lease = replace(job.lease, until=ms(until), heartbeat_at=ms(now))
-            self._refresh(job)
-            return Renewal(held=True, cancel_requested=job.cancel_requested)
+            self._write(job, transitions.renewed(job.record, now, until))
+            return Renewal(held=True, cancel_requested=job.record.cancel_requested)
 
     def record_slot(self, job_id: Any, token: str, slot: datetime, now: datetime) -> bool:
         with self._lock:
             job = self._holding(job_id, token)
             if job is not None:
-                job.scheduled_for, job.updated_at = ms(slot), ms(now)
+                job.record = transitions.slot_recorded(job.record, slot, now)
             return job is not None
 
     def write_progress(
@@ -306,7 +294,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         with self._lock:
             job = self._holding(job_id, token)
             if job is not None:
-                job.progress = Progress(value=value, message=message, at=ms(now))
+                job.record = transitions.progressed(job.record, value, message, now)
             return job is not None
 
     def settle(
@@ -317,7 +305,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
     def leases_expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         now = ms(now)
         with self._lock:
-            return [job.record() for job in self._indexes.leases_expired(now, limit)]
+            return [job.snapshot() for job in self._indexes.leases_expired(now, limit)]
 
     def reap(self, job: JobRecord, now: datetime, settlement: Settlement) -> JobRecord | None:
         return self._settle_if(job, settlement, expired_before=ms(now))
@@ -330,18 +318,18 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
     def cancel_pending(self, job_id: Any, settlement: Settlement) -> JobRecord | None:
         with self._lock:
             job = self._find(job_id)
-            if job is None or job.status not in (PENDING, WAITING):
+            if job is None or job.record.status not in UNSTARTED_STATUSES:
                 return None
-            self._apply(job, settlement, encode_result(job.task, settlement))
-            return job.record()
+            self._settle(job, settlement, encode_result(job.record.task, settlement))
+            return job.snapshot()
 
     def request_cancel(self, job_id: Any, now: datetime) -> JobRecord | None:
         with self._lock:
             job = self._find(job_id, RUNNING)
             if job is None:
                 return None
-            job.cancel_requested, job.updated_at = True, ms(now)
-            return job.record()
+            job.record = transitions.cancel_requested(job.record, now)
+            return job.snapshot()
 
     def update_pending(
         self, job: JobRecord, changes: PendingChanges, now: datetime
@@ -357,37 +345,26 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
                 args = current["args"] if changes.args is None else changes.args
                 kwargs = current["kwargs"] if changes.kwargs is None else changes.kwargs
                 stored.payload = codec.encode_payload(job.task, args, kwargs)  # raises first
-            if changes.priority is not None:
-                stored.priority = changes.priority
-            if changes.queue is not None:
-                stored.queue = changes.queue
-            if changes.run_at is not None:
-                stored.run_at = ms(changes.run_at)
-            stored.updated_at = ms(now)
-            self._refresh(stored)
-            return stored.record()
+            self._write(stored, transitions.edited(stored.record, changes, now))
+            return stored.snapshot()
 
     def retry_finished(self, job_id: Any, status: JobStatus, now: datetime) -> JobRecord | None:
         with self._lock:
             job = self._find(job_id, JobStatus(status))
             if job is None:
                 return None
-            self._retry(job, ms(now))
-            return job.record()
+            self._retry(job, now)
+            return job.snapshot()
 
     def _retry(self, job: StoredJob, now: datetime) -> None:
         """A finished job back to pending (see :meth:`retry_finished`)."""
         if self._holder(job) is not None:
+            r = job.record
             raise JobStateError(
-                f"job {job.id} ({job.task}): dedupe key {job.dedupe_key!r} is held by "
-                "another job now"
+                f"job {job.id} ({r.task}): dedupe key {r.dedupe_key!r} is held by another "
+                "job now"
             )
-        job.status, job.attempts, job.run_at, job.updated_at = PENDING, 0, now, now
-        if job.repeat is not None:
-            job.scheduled_for = now
-        job.finished_at = job.delete_at = job.result = job.expires_at = None
-        job.cancel_requested = False
-        self._refresh(job, hold=True)
+        self._write(job, transitions.retried(job.record, now), hold=True)
 
     def purge(
         self, statuses: Sequence[JobStatus], finished_before: datetime, task: str | None
@@ -398,9 +375,9 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
                 job
                 for status in {JobStatus(s) for s in statuses}
                 for job in self._by_status[status].values()
-                if job.finished_at is not None
-                and job.finished_at <= cutoff
-                and (task is None or job.task == task)
+                if job.record.finished_at is not None
+                and job.record.finished_at <= cutoff
+                and (task is None or job.record.task == task)
                 and purgeable(job)
             ]
             for job in doomed:
@@ -409,7 +386,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
 
     def _delete(self, job: StoredJob) -> None:
         """Delete ``job`` (a purge's): index entries of its, if any, no longer count."""
-        del self._jobs[job.id], self._by_status[job.status][job.id]
+        del self._jobs[job.id], self._by_status[job.record.status][job.id]
         self._release_key(job)
         self._flow.forget(job)
 
@@ -440,51 +417,41 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
     ) -> StoredJob:
         """A new job as this store holds it (not added yet)."""
         r, scope = record, None if record.dedupe_key is None else (record.dedupe_scope or "active")
-        return StoredJob(
+        waiting = r.status is WAITING
+        held = evolved(
+            r,
             id=job_id,
-            task=r.task,
             run_at=ms(r.run_at),
             created_at=ms(r.created_at),
             updated_at=ms(r.updated_at),
-            queue=r.queue,
-            priority=r.priority,
             status=JobStatus(r.status),
-            attempts=r.attempts,
-            max_attempts=r.max_attempts,
             lease=ms_in(r.lease),
             scheduled_for=opt_ms(r.scheduled_for),
-            dedupe_key=r.dedupe_key,
             dedupe_scope=scope,
-            error=r.error,
             progress=ms_in(r.progress),
-            cancel_requested=r.cancel_requested,
             started_at=opt_ms(r.started_at),
             finished_at=opt_ms(r.finished_at),
             delete_at=opt_ms(r.delete_at),
             last_run=ms_in(r.last_run),
-            edit=r.edit,
-            trace=tuple((str(k), str(v)) for k, v in r.trace.items()) if r.trace else None,
+            trace={str(k): str(v) for k, v in r.trace.items()} if r.trace else None,
+            result=encoded[2],
+            expires_at=opt_ms(r.expires_at),
+            depends_on=tuple(r.depends_on),
+            waiting_for=tuple(r.waiting_for) if waiting else (),
+        )
+        return StoredJob(
+            record=held,
             payload=encoded[0],
             repeat=encoded[1],
-            result=encoded[2],
             seq=next(self._counter),
-            expires_at=opt_ms(r.expires_at),
-            timeout=r.timeout,
-            depends_on=tuple(r.depends_on),
-            waiting_for=tuple(r.waiting_for) if r.status is WAITING else (),
-            unlinked=r.status is WAITING and bool(r.waiting_for),
-            on_dependency_failure=r.on_dependency_failure,
-            has_dependents=r.has_dependents,
-            rate_key=r.rate_key,
-            concurrency_key=r.concurrency_key,
-            label=r.label,
+            unlinked=waiting and bool(r.waiting_for),
         )
 
     def _put(self, job: StoredJob) -> tuple[StoredJob, bool]:
         """Add a new job: ``(it, True)``, or ``(the holder, False)`` if another job
         holds its dedupe key."""
         holder = self._holder(job)
-        if holder is not None and job.key and job.status in SCOPE_STATUSES[job.key[0]]:
+        if holder is not None and job.key and job.record.status in SCOPE_STATUSES[job.key[0]]:
             return holder, False
         self._jobs[job.id] = job
         self._refresh(job, hold=True)
@@ -496,7 +463,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
             job = self._jobs.get(job_id)
         except TypeError:  # unhashable: no job has such an id
             return None
-        return job if job is None or status is None or job.status is status else None
+        return job if job is None or status is None or job.record.status is status else None
 
     def _select(self, query: JobQuery) -> list[StoredJob]:
         if query.statuses is None:
@@ -506,18 +473,22 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
             jobs = itertools.chain.from_iterable(self._by_status[s].values() for s in statuses)
         return [j for j in jobs if matches(j, query)]
 
-    def _start(self, job: StoredJob, owner: str, now: datetime, until: datetime) -> JobRecord:
+    def _start(
+        self, job: StoredJob, owner: str, now: datetime, lease_duration: float
+    ) -> JobRecord:
         """Claim ``job``: running under a fresh lease, its attempt counted."""
-        job.lease = LeaseInfo(owner, token=codec.new_token(), until=until, heartbeat_at=now)
-        job.status, job.started_at, job.updated_at = RUNNING, now, now
-        job.attempts += 1
-        self._refresh(job)  # releases a pending-scope key, indexes the lease
-        return job.record()
+        token = codec.new_token()
+        # Releases a pending-scope key, indexes the lease.
+        self._write(job, transitions.claimed(job.record, owner, token, now, lease_duration))
+        return job.snapshot()
 
     def _holding(self, job_id: Any, token: str) -> StoredJob | None:
         """The job if ``token`` holds its lease (the fence), else None."""
         job = self._find(job_id, RUNNING)
-        return job if job is not None and job.lease and job.lease.token == token else None
+        if job is None:
+            return None
+        lease = job.record.lease
+        return job if lease is not None and lease.token == token else None
 
     def _settle_if(
         self, claimed: JobRecord, settlement: Settlement, expired_before: datetime | None
@@ -538,37 +509,27 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         """:meth:`_settle_if` under the lock, the result encoded."""
         lease = claimed.lease
         job = None if lease is None else self._holding(claimed.id, lease.token)
-        if job is None or job.lease is None:
+        if job is None:
             return None
-        if expired_before is not None and job.lease.until >= expired_before:
+        stored = job.record
+        if expired_before is not None and stored.lease and stored.lease.until >= expired_before:
             return None  # a renewal landed first
-        if job.cancel_requested and settlement.on_cancel is not None:
+        if stored.cancel_requested and settlement.on_cancel is not None:
             settlement = settlement.on_cancel  # a user asked meanwhile: it ends here
-        self._apply(job, settlement, result)
-        return job.record()
+        self._settle(job, settlement, result)
+        return job.snapshot()
 
-    def _apply(self, job: StoredJob, settlement: Settlement, result: bytes | None) -> None:
-        """Leave the job as ``settlement`` says (see :class:`Settlement`)."""
-        s, now = settlement, ms(settlement.now)
-        job.status, job.updated_at, job.lease = JobStatus(s.status), now, None
-        job.attempts = job.attempts if s.attempts is None else s.attempts
-        job.result, job.error = result, s.error
-        if s.attempt_error is not None:
-            attempt = replace(s.attempt_error, at=ms(s.attempt_error.at))
-            job.errors = kept_errors(job.errors, attempt)
-        if s.run_at is not None:
-            job.run_at = ms(s.run_at)
-        if s.scheduled_for is not None:
-            job.scheduled_for = ms(s.scheduled_for)
-        if s.last_run is not None:
-            job.last_run = ms_in(s.last_run)
-        if job.status is not WAITING:
-            job.waiting_for, job.unlinked = (), False
-        if job.status in FINAL_STATUSES:
-            # A declared schedule never expires: cancelled, it is its own tombstone.
-            keep = codec.is_schedule_id(job.id)
-            job.finished_at, job.delete_at = now, None if keep else opt_ms(s.delete_at)
-        self._refresh(job, hold=job.status is PENDING)
+    def _settle(self, job: StoredJob, settlement: Settlement, result: bytes | None) -> None:
+        """Leave the job as ``settlement`` says (``result``: its result's BSON)."""
+        job.unlinked = False  # not waiting any more
+        record = transitions.settled(job.record, settlement, result)
+        self._write(job, record, hold=record.status is PENDING)
+
+    def _write(self, job: StoredJob, record: JobRecord, hold: bool = False) -> None:
+        """Store ``record`` (a transition of the job's) as the job, and refresh the
+        store's maps and indexes (see :meth:`_refresh`)."""
+        job.record = record
+        self._refresh(job, hold)
 
     # Dedupe keys ------------------------------------------------------------------------------
     def _holder(self, job: StoredJob) -> StoredJob | None:
@@ -585,7 +546,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         if job.key is None:
             return
         scope, key = job.key
-        if job.status not in SCOPE_STATUSES[scope]:
+        if job.record.status not in SCOPE_STATUSES[scope]:
             self._release_key(job)
         elif hold:
             self._keys[scope].setdefault(key, job.id)
@@ -600,18 +561,19 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
     def _refresh(self, job: StoredJob, hold: bool = False) -> None:
         """After a change: file the job under its status, sync its dedupe key, and push
         a fresh index entry under a new version (older entries stop counting)."""
-        if job.listed is not job.status:
+        r = job.record
+        if job.listed is not r.status:
             if job.listed is not None:
-                del self._by_status[job.listed][job.id]
-            self._by_status[job.status][job.id] = job
-            job.listed = job.status
+                del self._by_status[job.listed][r.id]
+            self._by_status[r.status][r.id] = job
+            job.listed = r.status
         self._sync_key(job, hold)
         job.version = next(self._counter)
         self._flow.track(job)
-        if job.status is PENDING:
+        if r.status is PENDING:
             pending = self._by_status[PENDING]
             self._indexes.add_pending(job, pending.values(), len(pending))
-            self._watchers.notify(job.task, job.queue, job.run_at)
-        elif job.status is RUNNING and job.lease is not None:
+            self._watchers.notify(r.task, r.queue, r.run_at)
+        elif r.status is RUNNING and r.lease is not None:
             running = self._by_status[RUNNING]
             self._indexes.add_running(job, running.values(), len(running))

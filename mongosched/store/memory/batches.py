@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from mongosched._core.records import JobRecord, Settlement
@@ -25,7 +25,9 @@ class MemoryBatches:
     _indexes: JobIndexes
 
     # What MemoryStore defines (one job at a time, under the lock).
-    def _start(self, job: StoredJob, owner: str, now: datetime, until: datetime) -> JobRecord:
+    def _start(
+        self, job: StoredJob, owner: str, now: datetime, lease_duration: float
+    ) -> JobRecord:
         raise NotImplementedError
 
     def _settle_locked(
@@ -50,14 +52,13 @@ class MemoryBatches:
         if not tasks:
             return []
         now = ms(now)
-        until = ms(now + timedelta(seconds=lease_duration))
         claimed: list[JobRecord] = []
         with self._lock:
             while len(claimed) < limit:
                 job = self._indexes.take_first_due(tasks, queues, now)
                 if job is None:
                     break
-                claimed.append(self._start(job, owner, now, until))
+                claimed.append(self._start(job, owner, now, lease_duration))
         return claimed
 
     def settle_many(

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from mongosched._core import transitions
 from mongosched._core.records import UNSTARTED_STATUSES as UNSTARTED
-from mongosched._core.records import Admission, JobRecord, JobStatus, Settlement
+from mongosched._core.records import Admission, JobRecord, JobStatus, Settlement, evolved
 from mongosched.store.memory.jobs import Entry, StoredJob, ms, sort_key
 from mongosched.store.memory.limits import Limits
 from mongosched.store.patience import Patience
@@ -41,12 +42,13 @@ class FlowIndex:
 
     def track(self, job: StoredJob) -> None:
         """After a change of ``job`` (under a new version)."""
-        self._gone.discard(job.id)
-        if job.expires_at is not None and job.status in UNSTARTED:
-            heapq.heappush(self._expiring, (job.expires_at, job.seq, job.version, job.id))
+        r = job.record
+        self._gone.discard(r.id)
+        if r.expires_at is not None and r.status in UNSTARTED:
+            heapq.heappush(self._expiring, (r.expires_at, job.seq, job.version, r.id))
             if len(self._expiring) > self._expiring_cap:
                 self._rebuild_expiring()
-        waits = job.waiting_for if job.status is JobStatus.WAITING else ()
+        waits = r.waiting_for if r.status is JobStatus.WAITING else ()
         old = self._registered.get(job.id, ())
         if old != waits:
             for dep in set(old) - set(waits):
@@ -62,31 +64,32 @@ class FlowIndex:
                 self._registered[job.id] = tuple(waits)
             else:
                 self._registered.pop(job.id, None)
-        if job.status is JobStatus.WAITING and not job.waiting_for:
+        if r.status is JobStatus.WAITING and not r.waiting_for:
             self._stranded.add(job.id)
         else:
             self._stranded.discard(job.id)
-        if job.has_dependents:
+        if r.has_dependents:
             self._flagged.add(job.id)
         else:
             self._flagged.discard(job.id)
-        if job.unlinked and job.status is JobStatus.WAITING:
+        if job.unlinked and r.status is JobStatus.WAITING:
             self._unlinked.add(job.id)
         else:
             self._unlinked.discard(job.id)
 
     def forget(self, job: StoredJob) -> None:
         """``job`` was deleted."""
-        job.status, job.has_dependents, job.unlinked = JobStatus.CANCELLED, False, False
+        job.record = evolved(job.record, status=JobStatus.CANCELLED, has_dependents=False)
+        job.unlinked = False
         self.track(job)
         if job.id in self._waiting:  # jobs wait for it still
             self._gone.add(job.id)
 
     def _rebuild_expiring(self) -> None:
         self._expiring = sorted(
-            (j.expires_at, j.seq, j.version, j.id)
+            (j.record.expires_at, j.seq, j.version, j.id)
             for j in self._jobs.values()
-            if j.expires_at is not None and j.status in UNSTARTED
+            if j.record.expires_at is not None and j.record.status in UNSTARTED
         )
         self._expiring_cap = 2 * len(self._expiring) + SLACK
 
@@ -95,7 +98,7 @@ class FlowIndex:
         while heap and len(found) < limit and heap[0][0] <= now:
             entry = heapq.heappop(heap)
             job = self._jobs.get(entry[3])
-            if job is not None and job.version == entry[2] and job.status in UNSTARTED:
+            if job is not None and job.version == entry[2] and job.record.status in UNSTARTED:
                 found.append(entry)
         for entry in found:  # they stay until settled
             heapq.heappush(heap, entry)
@@ -117,13 +120,13 @@ class FlowIndex:
             if i in self._jobs and (start is None or sort_key(i) > start)
         }
         jobs = sorted(found, key=lambda j: sort_key(j.id))[:limit]
-        return [(j, tuple(d for d in j.waiting_for if d in self._gone)) for j in jobs]
+        return [(j, tuple(d for d in j.record.waiting_for if d in self._gone)) for j in jobs]
 
     def unlinked(self, before: datetime, limit: int) -> list[StoredJob]:
         jobs = [
             j
             for i in self._unlinked
-            if (j := self._jobs.get(i)) is not None and j.created_at < before
+            if (j := self._jobs.get(i)) is not None and j.record.created_at < before
         ]
         return sorted(jobs, key=lambda j: j.seq)[:limit]
 
@@ -132,11 +135,11 @@ class FlowIndex:
             j
             for i in self._flagged
             if (j := self._jobs.get(i)) is not None
-            and j.status.is_final
-            and j.finished_at is not None
-            and j.finished_at < before
+            and j.record.status.is_final
+            and j.record.finished_at is not None
+            and j.record.finished_at < before
         ]
-        return sorted(jobs, key=lambda j: (j.finished_at, j.seq))[:limit]
+        return sorted(jobs, key=lambda j: (j.record.finished_at, j.seq))[:limit]
 
 
 class MemoryFlow:
@@ -151,16 +154,16 @@ class MemoryFlow:
     def _find(self, job_id: Any, status: JobStatus | None = None) -> StoredJob | None:
         raise NotImplementedError
 
-    def _apply(self, job: StoredJob, settlement: Settlement, result: bytes | None) -> None:
+    def _settle(self, job: StoredJob, settlement: Settlement, result: bytes | None) -> None:
         raise NotImplementedError
 
-    def _refresh(self, job: StoredJob, hold: bool = False) -> None:
+    def _write(self, job: StoredJob, record: JobRecord, hold: bool = False) -> None:
         raise NotImplementedError
 
     # Expiry and dependencies -------------------------------------------------------------------
     def start_deadlines_due(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         with self._lock:
-            return [job.record() for job in self._flow.start_deadlines_due(ms(now), limit)]
+            return [job.snapshot() for job in self._flow.start_deadlines_due(ms(now), limit)]
 
     def link_dependencies(
         self, job_ids: Sequence[Any], now: datetime, dependent: Any = None
@@ -170,23 +173,23 @@ class MemoryFlow:
             for job_id in job_ids:
                 job = self._find(job_id)
                 if job is not None:
-                    if not job.has_dependents:
-                        job.has_dependents, job.updated_at = True, ms(now)
-                        self._refresh(job)
-                    found[job.id] = job.status
+                    record = transitions.linked(job.record, now)
+                    if record is not job.record:
+                        self._write(job, record)
+                    found[job.id] = record.status
             linked = None if dependent is None else self._find(dependent)
             if linked is not None and linked.unlinked:
                 linked.unlinked = False
-                self._refresh(linked)
+                self._write(linked, linked.record)
             return found
 
     def unlinked(self, created_before: datetime, limit: int = 100) -> list[JobRecord]:
         with self._lock:
-            return [job.record() for job in self._flow.unlinked(ms(created_before), limit)]
+            return [job.snapshot() for job in self._flow.unlinked(ms(created_before), limit)]
 
     def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
         with self._lock:
-            return [job.record() for job in self._flow.dependents(job_id, limit)]
+            return [job.snapshot() for job in self._flow.dependents(job_id, limit)]
 
     def release_dependent(
         self, job: JobRecord, dependency: Any, settlement: Settlement
@@ -195,39 +198,39 @@ class MemoryFlow:
             stored = self._find(job.id, JobStatus.WAITING)
             if stored is None:
                 return None
+            record = stored.record
             if dependency is not None:
-                if dependency not in stored.waiting_for:
+                if dependency not in record.waiting_for:
                     return None
-                stored.waiting_for = tuple(d for d in stored.waiting_for if d != dependency)
-            if settlement.status.is_final or not stored.waiting_for:
-                stored.waiting_for = ()
-                self._apply(stored, settlement, None)
+                record = transitions.crossed_off(record, dependency)
+            if settlement.status.is_final or not record.waiting_for:
+                stored.record = record
+                self._settle(stored, settlement, None)
             elif dependency is None:
                 return None
             else:
-                self._refresh(stored)
-            return stored.record()
+                self._write(stored, record)
+            return stored.snapshot()
 
     def stranded(self, limit: int = 100) -> list[JobRecord]:
         with self._lock:
-            return [job.record() for job in self._flow.stranded(limit)]
+            return [job.snapshot() for job in self._flow.stranded(limit)]
 
     def dependents_released(self, job_id: Any) -> None:
         with self._lock:
             job = self._find(job_id)
-            if job is not None and job.status.is_final and job.has_dependents:
-                job.has_dependents = False
-                self._refresh(job)
+            if job is not None and job.record.status.is_final and job.record.has_dependents:
+                self._write(job, transitions.dependents_released(job.record))
 
     def unreleased(self, finished_before: datetime, limit: int = 100) -> list[JobRecord]:
         with self._lock:
-            return [job.record() for job in self._flow.unreleased(ms(finished_before), limit)]
+            return [job.snapshot() for job in self._flow.unreleased(ms(finished_before), limit)]
 
     def orphaned(
         self, after: Any = None, limit: int = 100
     ) -> tuple[list[tuple[JobRecord, tuple[Any, ...]]], Any]:
         with self._lock:
-            page = [(job.record(), missing) for job, missing in self._flow.orphaned(after, limit)]
+            page = [(job.snapshot(), missing) for job, missing in self._flow.orphaned(after, limit)]
         return page, page[-1][0].id if len(page) == limit else None
 
     # Limits -----------------------------------------------------------------------------------

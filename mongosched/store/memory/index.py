@@ -53,24 +53,26 @@ class JobIndexes:
 
     def add_running(self, job: StoredJob, running: Iterable[StoredJob], live: int) -> None:
         """``job`` is running with a lease (new, or renewed under a new version)."""
-        assert job.lease is not None
-        heapq.heappush(self._leases, (job.lease.until, job.seq, job.version, job.id))
+        lease = job.record.lease
+        assert lease is not None
+        heapq.heappush(self._leases, (lease.until, job.seq, job.version, job.id))
         if len(self._leases) > 2 * live + SLACK:  # a sorted list is a heap
             self._leases = sorted(
-                (j.lease.until, j.seq, j.version, j.id) for j in running if j.lease
+                (j.record.lease.until, j.seq, j.version, j.id) for j in running if j.record.lease
             )
 
     def _push_claim(self, job: StoredJob) -> None:
-        by_priority = self._claims.setdefault(job.task, {}).setdefault(job.queue, {})
-        entry = (job.run_at, job.seq, job.version, job.id)
-        heapq.heappush(by_priority.setdefault(job.priority, []), entry)
+        r = job.record
+        by_priority = self._claims.setdefault(r.task, {}).setdefault(r.queue, {})
+        entry = (r.run_at, job.seq, job.version, r.id)
+        heapq.heappush(by_priority.setdefault(r.priority, []), entry)
         self._claim_entries += 1
 
     def _valid(self, entry: Entry, status: JobStatus) -> bool:
         """Whether an index entry still stands for its job (same version and status)."""
         self.examined += 1
         job = self._jobs.get(entry[3])
-        return job is not None and job.version == entry[2] and job.status is status
+        return job is not None and job.version == entry[2] and job.record.status is status
 
     # Reading them -------------------------------------------------------------------------------
     def take_first_due(

@@ -5,24 +5,22 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, fields, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, TypeVar
 
 from bson import ObjectId
 
 from mongosched._core.records import (
-    AttemptError,
-    ErrorInfo,
     JobQuery,
     JobRecord,
     JobStatus,
     LastRun,
     LeaseInfo,
     Progress,
-    ScheduleEdit,
     Settlement,
-    assembled,
+    evolved,
 )
+from mongosched._core.transitions import may_expire, ms, opt_ms
 from mongosched.store import codec
 from mongosched.store.patience import Patience
 
@@ -34,7 +32,6 @@ __all__ = [
     "Permit",
     "Permits",
     "RUNNING",
-    "SCOPE_STATUSES",
     "WAITING",
     "StoredJob",
     "decode_value",
@@ -49,33 +46,11 @@ __all__ = [
 
 PENDING, RUNNING, PAUSED = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.PAUSED
 WAITING = JobStatus.WAITING
-SCOPE_STATUSES = {"active": (PENDING, RUNNING, PAUSED), "pending": (PENDING, PAUSED)}
-"""While its job is in one of these statuses, a dedupe key is held in that scope (a
-paused schedule keeps its key, as the job document keeps its field in MongoDB)."""
 
 Entry = tuple[datetime, int, int, Any]
 """An index entry: (run_at or lease expiry, job seq, job version, job id)."""
 
-PLAIN_FIELDS = tuple(
-    f.name
-    for f in fields(JobRecord)
-    if f.name not in ("args", "kwargs", "repeat", "result", "trace")
-)
 Timed = TypeVar("Timed", LeaseInfo, Progress, LastRun)
-
-
-def ms(value: datetime) -> datetime:
-    """A datetime as BSON keeps it: UTC (a naive one taken as UTC), whole milliseconds."""
-    if value.tzinfo is timezone.utc and not value.microsecond % 1000:
-        return value  # already so (App.now's times are)
-    value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
-    if value.tzinfo is not timezone.utc:
-        value = value.astimezone(timezone.utc)
-    return value.replace(microsecond=value.microsecond // 1000 * 1000)
-
-
-def opt_ms(value: datetime | None) -> datetime | None:
-    return None if value is None else ms(value)
 
 
 def ms_in(value: Timed | None) -> Timed | None:
@@ -113,83 +88,63 @@ def sort_key(value: Any) -> tuple[Any, ...]:
 
 @dataclass(slots=True, eq=False)
 class StoredJob:
-    """One stored job, mutable and private to the store. The fields of a
-    :class:`JobRecord`, but for ``args``, ``kwargs``, ``repeat`` and ``result``, kept as
-    BSON; and where the job stands in the store's maps and indexes."""
+    """One stored job, private to the store: the job as a :class:`JobRecord`
+    (``record``, which every write replaces with what a transition of
+    :mod:`mongosched._core.transitions` makes of it), and where the job stands in the
+    store's maps and indexes.
 
-    id: Any
-    task: str
-    run_at: datetime
-    created_at: datetime
-    updated_at: datetime
-    queue: str
-    priority: float
-    status: JobStatus
-    attempts: int
-    max_attempts: int
-    lease: LeaseInfo | None
-    scheduled_for: datetime | None
-    dedupe_key: str | None
-    dedupe_scope: str | None
-    error: ErrorInfo | None
-    progress: Progress | None
-    cancel_requested: bool
-    started_at: datetime | None
-    finished_at: datetime | None
-    delete_at: datetime | None
-    last_run: LastRun | None
-    edit: ScheduleEdit | None
-    trace: tuple[tuple[str, str], ...] | None
+    What a caller could change through a value it was given is kept as BSON: the
+    record's ``result`` holds its result's BSON (or None), ``payload`` its args and
+    kwargs, ``repeat`` its repeat rule (the record's own ``args``, ``kwargs`` and
+    ``repeat`` are not read, but whether it repeats). :meth:`snapshot` decodes them
+    afresh for every record handed out."""
+
+    record: JobRecord
     payload: bytes  # {"args": [...], "kwargs": {...}}
     repeat: bytes | None  # {"v": rule}
-    result: bytes | None  # {"v": value}
     seq: int  # insertion order
     version: int = -1  # the index entries that count carry this
     listed: JobStatus | None = None  # the status map it is filed under
-    expires_at: datetime | None = None
-    timeout: float | None = None
-    depends_on: tuple[Any, ...] = ()
-    waiting_for: tuple[Any, ...] = ()
-    on_dependency_failure: str = "cancel"
-    has_dependents: bool = False
-    rate_key: str | None = None
-    concurrency_key: str | None = None
     unlinked: bool = False  # waiting, its dependencies not yet linked
-    label: str | None = None
-    errors: tuple[AttemptError, ...] = ()
+
+    @property
+    def id(self) -> Any:
+        return self.record.id
 
     @property
     def key(self) -> tuple[str, tuple[str, str]] | None:
         """``(scope, (task, dedupe key))`` if the job has a dedupe key."""
-        if self.dedupe_key is None:
+        r = self.record
+        if r.dedupe_key is None:
             return None
-        scope = "pending" if self.dedupe_scope == "pending" else "active"
-        return scope, (self.task, self.dedupe_key)
+        scope = "pending" if r.dedupe_scope == "pending" else "active"
+        return scope, (r.task, r.dedupe_key)
 
-    def record(self) -> JobRecord:
+    def snapshot(self) -> JobRecord:
+        """The job as a record of the caller's own."""
+        r = self.record
         payload = codec.decode(self.payload)
-        values = {name: getattr(self, name) for name in PLAIN_FIELDS}
-        values.update(
+        return evolved(
+            r,
             args=tuple(payload["args"]),
             kwargs=payload["kwargs"],
             repeat=decode_value(self.repeat),
-            result=decode_value(self.result),
-            trace=None if self.trace is None else dict(self.trace),
+            result=decode_value(r.result),
+            trace=None if r.trace is None else dict(r.trace),
         )
-        return assembled(JobRecord, values)  # every field named: no frozen __init__
 
 
 def purgeable(job: StoredJob) -> bool:
     """Whether a purge may delete ``job`` (one of the statuses it purges): not a
     declared schedule (a cancelled one is the tombstone that keeps it off), nor a job
     still marked as having dependents (they would wait for it forever)."""
-    return not codec.is_schedule_id(job.id) and not job.has_dependents
+    return may_expire(job.id) and not job.record.has_dependents
 
 
-def matches(job: StoredJob, query: JobQuery) -> bool:
+def matches(stored: StoredJob, query: JobQuery) -> bool:
     """Whether ``job`` matches every field of ``query`` (ranges: ``after`` inclusive,
     ``before`` exclusive; a job without the time matches no range on it)."""
-    q = query
+    q, job = query, stored.record
     if q.statuses is not None and job.status not in q.statuses:
         return False
     if q.task is not None and job.task != q.task:

@@ -13,8 +13,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from mongosched._core import transitions
 from mongosched._core.records import (
-    FINAL_STATUSES,
+    IDLE_SCHEDULE_STATUSES,
+    OPEN_STATUSES,
     JobQuery,
     JobRecord,
     JobStatus,
@@ -61,10 +63,10 @@ class MemoryOperations:
     def _retry(self, job: StoredJob, now: datetime) -> None:
         raise NotImplementedError
 
-    def _apply(self, job: StoredJob, settlement: Settlement, result: bytes | None) -> None:
+    def _settle(self, job: StoredJob, settlement: Settlement, result: bytes | None) -> None:
         raise NotImplementedError
 
-    def _refresh(self, job: StoredJob, hold: bool = False) -> None:
+    def _write(self, job: StoredJob, record: JobRecord, hold: bool = False) -> None:
         raise NotImplementedError
 
     def _delete(self, job: StoredJob) -> None:
@@ -91,7 +93,7 @@ class MemoryOperations:
         with self._lock:
             for job_id in ids:
                 job = self._find(job_id)
-                if job is None or job.status not in wanted or not job.status.is_final:
+                if job is None or job.record.status not in wanted or not job.record.status.is_final:
                     continue
                 try:
                     self._retry(job, now)
@@ -103,19 +105,17 @@ class MemoryOperations:
 
     def cancel_many(self, ids: Sequence[Any], settlement: Settlement) -> tuple[int, int]:
         cancelled = requested = 0
-        now = ms(settlement.now)
         with self._lock:
             for job_id in ids:
                 job = self._find(job_id)
-                if job is None or job.status in FINAL_STATUSES:
+                if job is None:
                     continue
-                if job.status is RUNNING:
-                    if not job.cancel_requested:
-                        job.cancel_requested, job.updated_at = True, now
-                        requested += 1
-                    continue
-                self._apply(job, settlement, None)
-                cancelled += 1
+                if job.record.status in OPEN_STATUSES:
+                    self._settle(job, settlement, None)
+                    cancelled += 1
+                elif job.record.status is RUNNING and not job.record.cancel_requested:
+                    job.record = transitions.cancel_requested(job.record, settlement.now)
+                    requested += 1
         return cancelled, requested
 
     def purge_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus]) -> int:
@@ -124,7 +124,7 @@ class MemoryOperations:
         with self._lock:
             for job_id in ids:
                 job = self._find(job_id)
-                if job is None or job.status not in final or not purgeable(job):
+                if job is None or job.record.status not in final or not purgeable(job):
                     continue
                 self._delete(job)
                 deleted += 1
@@ -136,8 +136,9 @@ class MemoryOperations:
         with self._lock:
             for status in (JobStatus.COMPLETED, JobStatus.FAILED):
                 for job in self._by_status[status].values():
-                    if job.finished_at is not None and job.finished_at >= since:
-                        key = (int((job.finished_at - since).total_seconds() // bucket), status)
+                    finished = job.record.finished_at
+                    if finished is not None and finished >= since:
+                        key = (int((finished - since).total_seconds() // bucket), status)
                         counts[key] = counts.get(key, 0) + 1
         return counts
 
@@ -148,7 +149,7 @@ class MemoryOperations:
                 if status.is_final:
                     continue
                 for job in jobs.values():
-                    key = (job.queue, job.task, status)
+                    key = (job.record.queue, job.record.task, status)
                     counts[key] = counts.get(key, 0) + 1
         return counts
 
@@ -177,32 +178,35 @@ class MemoryOperations:
         # No index by task here: the table is read (a memory:// store holds one
         # process's jobs, for demos and tests).
         with self._lock:
-            return sorted({job.task for job in self._jobs.values()})
+            return sorted({job.record.task for job in self._jobs.values()})
 
     def labels(self) -> list[str]:
         with self._lock:
-            return sorted({job.label for job in self._jobs.values() if job.label is not None})
+            labels = (job.record.label for job in self._jobs.values())
+            return sorted({label for label in labels if label is not None})
 
     def hold_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
         with self._lock:
             chosen = [
                 job
                 for job in self._jobs.values()
-                if job.label == label and job.status is PENDING and (ids is None or job.id in ids)
+                if job.record.label == label
+                and job.record.status is PENDING
+                and (ids is None or job.id in ids)
             ]
             for job in chosen:
-                job.status, job.updated_at = PAUSED, ms(now)
-                self._refresh(job)
+                self._write(job, transitions.paused(job.record, now))
             return len(chosen)
 
     def release_label(self, label: str, now: datetime) -> int:
         with self._lock:
             chosen = [
-                job for job in self._jobs.values() if job.label == label and job.status is PAUSED
+                job
+                for job in self._jobs.values()
+                if job.record.label == label and job.record.status is PAUSED
             ]
             for job in chosen:
-                job.status, job.updated_at = PENDING, ms(now)
-                self._refresh(job, hold=True)
+                self._write(job, transitions.resumed(job.record, now), hold=True)
             return len(chosen)
 
     def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
@@ -211,8 +215,7 @@ class MemoryOperations:
             for job_id in ids:
                 job = self._find(job_id, PENDING)
                 if job is not None and job.repeat is not None:
-                    job.status, job.updated_at = PAUSED, ms(now)
-                    self._refresh(job)
+                    self._write(job, transitions.paused(job.record, now))
                     held += 1
         return held
 
@@ -221,9 +224,8 @@ class MemoryOperations:
             job = self._find(job_id, PAUSED)
             if job is None:
                 return None
-            job.status, job.updated_at = PENDING, ms(now)
-            self._refresh(job, hold=True)
-            return job.record()
+            self._write(job, transitions.resumed(job.record, now), hold=True)
+            return job.snapshot()
 
     def update_schedule(
         self, job: JobRecord, changes: ScheduleChanges, now: datetime
@@ -235,23 +237,14 @@ class MemoryOperations:
             stored = self._find(job.id)
             if (
                 stored is None
-                or stored.status not in (PENDING, PAUSED)
-                or stored.updated_at != ms(job.updated_at)
+                or stored.record.status not in IDLE_SCHEDULE_STATUSES
+                or stored.record.updated_at != ms(job.updated_at)
             ):
                 return None
             if repeat is not None:
                 stored.repeat = repeat
-            if changes.run_at is not None:
-                stored.run_at = stored.scheduled_for = ms(changes.run_at)
-            if changes.priority is not None:
-                stored.priority = changes.priority
-            if changes.queue is not None:
-                stored.queue = changes.queue
-            if changes.edit is not None:
-                stored.edit = changes.edit
-            stored.updated_at = ms(now)
-            self._refresh(stored)
-            return stored.record()
+            self._write(stored, transitions.schedule_edited(stored.record, changes, now))
+            return stored.snapshot()
 
     # Live runners -------------------------------------------------------------------------------
     def save_runner(self, runner: RunnerInfo, expire_at: datetime) -> None:

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from mongosched._core.records import DEDUPE_SCOPE_STATUSES as SCOPE_STATUSES
 from mongosched._core.records import JobRecord, JobStatus, Settlement
 from mongosched.errors import StoreError, TransactionConflict, TransactionError
 from mongosched.store import codec
-from mongosched.store.memory.jobs import SCOPE_STATUSES, StoredJob, encode_result
+from mongosched.store.memory.jobs import StoredJob, encode_result
 
 if TYPE_CHECKING:
     from mongosched.store.memory import MemoryStore
@@ -90,9 +91,10 @@ class MemoryTransactions:
         with self._lock:
             for job in transaction.staged:
                 holder = store._holder(job)
-                if holder is not None and job.key and job.status in SCOPE_STATUSES[job.key[0]]:
+                r = job.record
+                if holder is not None and job.key and r.status in SCOPE_STATUSES[job.key[0]]:
                     raise TransactionConflict(
-                        f"job {job.id} ({job.task}): dedupe key {job.dedupe_key!r} was taken "
+                        f"job {job.id} ({r.task}): dedupe key {r.dedupe_key!r} was taken "
                         "since it was scheduled in the transaction; run it again"
                     )
             stored = None
@@ -123,7 +125,7 @@ class StagedStore:
 
     def get(self, job_id: Any) -> JobRecord | None:
         held = self._held(job_id)
-        return held.record() if held is not None else self.store.get(job_id)
+        return held.snapshot() if held is not None else self.store.get(job_id)
 
     def link_dependencies(
         self, job_ids: Sequence[Any], now: datetime, dependent: Any = None
@@ -150,19 +152,19 @@ class StagedStore:
                 results.append((holder, False))
                 continue
             self.transaction.staged.append(job)
-            results.append((job.record(), True))
+            results.append((job.snapshot(), True))
         return results
 
     def _holder(self, job: StoredJob) -> JobRecord | None:
         """The job, held or stored, that holds ``job``'s dedupe key."""
-        if job.key is None or job.status not in SCOPE_STATUSES[job.key[0]]:
+        if job.key is None or job.record.status not in SCOPE_STATUSES[job.key[0]]:
             return None
         for held in self.transaction.staged:
             if held.key == job.key:
-                return held.record()
+                return held.snapshot()
         with self.store._lock:
             holder = self.store._holder(job)
-            return None if holder is None else holder.record()
+            return None if holder is None else holder.snapshot()
 
     def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
         return self.store.commit_staged(self.transaction, (job, settlement))
