@@ -59,12 +59,13 @@ def evolved(record: _R, **changes: Any) -> _R:
     copying the attributes is all ``__init__`` would do. An unknown field is a
     TypeError, as with ``replace``."""
     state = record.__dict__
-    if not changes.keys() <= state.keys():
+    new = object.__new__(type(record))
+    values = new.__dict__
+    values.update(state)
+    values.update(changes)
+    if len(values) != len(state):  # a name that is not a field was added
         unknown = ", ".join(sorted(changes.keys() - state.keys()))
         raise TypeError(f"{type(record).__name__} has no field(s) {unknown}")
-    new = object.__new__(type(record))
-    new.__dict__.update(state)
-    new.__dict__.update(changes)
     return new
 
 
