@@ -375,3 +375,34 @@ def test_a_waiting_job_cancelled_by_its_dependency(store: Store) -> None:
         lambda: store.release_dependent(waiting, first.id, gone.settlement),
         lambda before: transitions.settled(before, gone.settlement),
     )
+
+
+def test_a_label_paused_and_resumed(store: Store) -> None:
+    stored = add(store, job(label="app.send"))[0]
+    lands_as(
+        store,
+        stored.id,
+        lambda: store.hold_label("app.send", NOW),
+        lambda before: transitions.paused(before, NOW),
+    )
+    lands_as(
+        store,
+        stored.id,
+        lambda: store.release_label("app.send", NOW + sec(1)),
+        lambda before: transitions.resumed(before, NOW + sec(1)),
+    )
+
+
+def test_failed_attempts_keep_their_errors(store: Store) -> None:
+    add(store, job(max_attempts=3))
+    for n in range(3):
+        running = claimed(store, now=NOW + sec(n))
+        settlement = raised(running, NOW + sec(n), ValueError(f"boom {n}"))
+        assert settlement.attempt_error is not None
+        after = lands_as(
+            store,
+            running.id,
+            lambda running=running, settlement=settlement: store.settle(running, settlement),
+            lambda before, settlement=settlement: transitions.settled(before, settlement),
+        )
+    assert [e.attempt for e in after.errors] == [1, 2, 3]
