@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from mongosched._core.records import JobRecord
 from mongosched.errors import JobTimeout, StoreError
 from mongosched.job import JobContext, as_current
-from mongosched.store import Patience, Store
+from mongosched.store import Store
 
 if TYPE_CHECKING:
     from mongosched.task import Task
@@ -69,14 +69,11 @@ def stop_margin(lease_duration: float) -> float:
     return min(lease_duration / 10, 1.0)
 
 
-def _until(end: datetime, now: datetime) -> Patience | None:
-    """The :data:`~mongosched.store.Patience` that ends at ``end`` (a time of the
-    runner's clock, now ``now``); None once ``end`` has passed."""
+def _monotonic(end: datetime, now: datetime) -> float | None:
+    """``end``, a time of the runner's clock (now ``now``), as a :func:`time.monotonic`
+    time; None once it has passed."""
     left = (end - now).total_seconds()
-    if left <= 0:
-        return None
-    deadline = time.monotonic() + left
-    return lambda: deadline
+    return time.monotonic() + left if left > 0 else None
 
 
 class Claim:
@@ -185,20 +182,20 @@ class Claim:
             now = keeper.now()
             until = now + timedelta(seconds=keeper.lease_duration)
             give_up = self.until - timedelta(seconds=stop_margin(keeper.lease_duration))
-            patience = _until(give_up, now)
+            deadline = _monotonic(give_up, now)
             try:
                 # The permit first, to the same instant: the job's lease never outlives
                 # its permit, so the concurrency limit holds even when a renewal fails.
                 if self.has_permit and not store.renew_permit(
-                    self.task.name, self.token, until, patience
+                    self.task.name, self.token, until, deadline
                 ):
                     held, cancel = False, False
                 elif self.slot_key is not None and not store.renew_slot(
-                    self.task.name, self.slot_key, self.token, until, patience
+                    self.task.name, self.slot_key, self.token, until, deadline
                 ):
                     held, cancel = False, False
                 else:
-                    renewal = store.renew(self.job_id, self.token, now, until, patience)
+                    renewal = store.renew(self.job_id, self.token, now, until, deadline)
                     held, cancel = renewal.held, renewal.cancel_requested
             except StoreError as exc:
                 if keeper.now() < give_up:

@@ -224,11 +224,12 @@ class Store(Protocol):
         token: str,
         now: datetime,
         until: datetime,
-        patience: Patience | None = None,
+        deadline: float | None = None,
     ) -> Renewal:
-        """Extend a held lease to ``until`` (fenced), retrying transient errors until
-        ``patience()`` and never waiting past it (the lease's end: a holder cut off
-        from the database learns in time that its lease is lost)."""
+        """Extend a held lease to ``until`` (fenced). With a ``deadline`` (a
+        :func:`time.monotonic` time: when the holder gives the lease up) the call
+        returns or raises by then, even when the server has gone silent, so a holder
+        cut off from the database learns in time that its lease is lost."""
 
     def record_slot(self, job_id: Any, token: str, slot: datetime, now: datetime) -> bool:
         """Record the slot a repeating job's run is for (fenced)."""
@@ -413,10 +414,10 @@ class Store(Protocol):
         """Take a free (or expired) permit of ``task`` for the lease ``token``."""
 
     def renew_permit(
-        self, task: str, token: str, until: datetime, patience: Patience | None = None
+        self, task: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool:
         """Extend the permit held by ``token``; False when it is no longer held
-        (``patience`` as for :meth:`renew`)."""
+        (``deadline`` as for :meth:`renew`)."""
 
     def release_permit(self, task: str, token: str) -> None: ...
 
@@ -503,10 +504,10 @@ class Store(Protocol):
         free). Taking again with the same token takes no second slot."""
 
     def renew_slot(
-        self, task: str, key: str, token: str, until: datetime, patience: Patience | None = None
+        self, task: str, key: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool:
         """Extend the slot ``token`` holds; False when it no longer holds one
-        (``patience`` as for :meth:`renew`)."""
+        (``deadline`` as for :meth:`renew`)."""
 
     def release_slot(self, task: str, key: str, token: str) -> None: ...
 

@@ -272,7 +272,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         token: str,
         now: datetime,
         until: datetime,
-        patience: Patience | None = None,
+        deadline: float | None = None,
     ) -> Renewal:
         with self._lock:
             job = self._holding(job_id, token)

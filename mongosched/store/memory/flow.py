@@ -19,7 +19,6 @@ from mongosched._core.records import UNSTARTED_STATUSES as UNSTARTED
 from mongosched._core.records import Admission, JobRecord, JobStatus, Settlement, evolved
 from mongosched.store.memory.jobs import Entry, StoredJob, ms, sort_key
 from mongosched.store.memory.limits import Limits
-from mongosched.store.patience import Patience
 
 __all__ = ["FlowIndex", "MemoryFlow"]
 
@@ -251,7 +250,7 @@ class MemoryFlow:
             return self._limits.take_slot(task, key, limit, token, ms(now), ms(until))
 
     def renew_slot(
-        self, task: str, key: str, token: str, until: datetime, patience: Patience | None = None
+        self, task: str, key: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool:
         with self._lock:
             return self._limits.renew_slot(task, key, token, ms(until))

@@ -22,7 +22,6 @@ from mongosched._core.records import (
 )
 from mongosched._core.transitions import may_expire, ms, opt_ms
 from mongosched.store import codec
-from mongosched.store.patience import Patience
 
 __all__ = [
     "Entry",
@@ -250,7 +249,7 @@ class MemoryPermits:
             return self._permits.take(task, limit, token, job_id, owner, ms(now), ms(until))
 
     def renew_permit(
-        self, task: str, token: str, until: datetime, patience: Patience | None = None
+        self, task: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool:
         with self._lock:
             return self._permits.renew(task, token, ms(until))

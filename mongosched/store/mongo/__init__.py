@@ -327,10 +327,10 @@ class MongoStore(
         token: str,
         now: datetime,
         until: datetime,
-        patience: Patience | None = None,
+        deadline: float | None = None,
     ) -> Renewal:
-        doc = self._patiently(
-            patience,
+        doc = self._by_deadline(
+            deadline,
             self._retrying,
             "heartbeat",
             lambda _: self.jobs.find_one_and_update(

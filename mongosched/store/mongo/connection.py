@@ -71,7 +71,11 @@ retryable writes of MongoDB's drivers retry."""
 MAX_PAUSE = 1.0
 """Seconds between retries at most."""
 
+MIN_TIMEOUT = 0.001
+"""The least time pymongo is given for an attempt (its zero means no limit)."""
+
 _patience: ContextVar[Patience | None] = ContextVar("mongosched_patience", default=None)
+_by: ContextVar[float | None] = ContextVar("mongosched_by", default=None)
 
 
 def transient(exc: PyMongoError) -> bool:
@@ -236,35 +240,32 @@ class MongoConnection:
         :class:`StoreError`."""
         attempt = 0
         deadline = time.monotonic() + self.connect_timeout
-        patience = _patience.get()
+        by = _by.get()
         while True:
             try:
-                if patience is None:
+                if by is None:
                     return op(attempt)
-                # A holder's write does not outlast its patience (its lease): on a server
-                # gone silent (a network partition drops packets, so nothing fails) the
-                # driver gives the attempt up when the lease ends. Past it, one attempt
-                # as long as any call's (the write is fenced: it lands only if the lease
-                # still holds).
-                left = patience() - time.monotonic()
-                with pymongo.timeout(left if left > 0 else self.connect_timeout):
+                # A call that must return by a deadline (a lease's renewal) gives its
+                # attempt up then, even on a server gone silent (a network partition
+                # drops packets, so nothing fails; pymongo has no socket timeout).
+                with pymongo.timeout(max(by - time.monotonic(), MIN_TIMEOUT)):
                     return op(attempt)
             except (DuplicateKeyError, BulkWriteError):
                 raise  # the callers resolve these
             except PyMongoError as exc:
                 refused = not transient(exc)
-                lasting = patience
+                patience = _patience.get()
                 if refused and not isinstance(exc, OperationFailure):
-                    lasting = None  # not the server's refusal: this side's mistake
+                    patience = None  # not the server's refusal: this side's mistake
                 pause = min(self.retry_pause * (attempt + 1), MAX_PAUSE)
                 until = time.monotonic() + pause
                 usual = not refused and attempt < self.retries and until < deadline
                 usual = usual and not isinstance(exc, ServerSelectionTimeoutError)
-                # With patience (a holder's write) the error is repeated until it ends,
-                # a refusal too (giving an outcome up runs a finished job again, and the
-                # write is fenced), and never past it (a renewal then is too late).
-                over = until >= lasting() if lasting is not None else not usual
-                if over:
+                # With patience (an outcome write) a refusal is repeated too: giving the
+                # write up runs a finished job again, and the write is fenced. Nothing
+                # is repeated past a deadline.
+                over = not usual and (patience is None or until >= patience())
+                if over or (by is not None and until >= by):
                     log.debug("%s: %s", what, exc)
                     if refused:
                         raise StoreError(
@@ -291,6 +292,20 @@ class MongoConnection:
             return call(*args)
         finally:
             _patience.reset(token)
+
+    @staticmethod
+    def _by_deadline(deadline: float | None, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)``, in which no attempt outlasts ``deadline`` (a
+        :func:`time.monotonic` time; None: no deadline) and none starts after it: the
+        driver gives an attempt up when it comes, and the error leaves as
+        :class:`StoreUnavailable`."""
+        if deadline is None:
+            return call(*args)
+        token = _by.set(deadline)
+        try:
+            return call(*args)
+        finally:
+            _by.reset(token)
 
     def unreachable(self, exc: BaseException) -> str:
         """Why a call could not reach the server: where it tried, for how long, what the

@@ -21,7 +21,6 @@ from mongosched._core.records import Admission
 from mongosched.limits import IDLE
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import aware, ms
-from mongosched.store.patience import Patience
 
 __all__ = ["MongoLimits", "limit_id"]
 
@@ -132,11 +131,11 @@ class MongoLimits(MongoConnection):
         return self._retrying("take slot", attempt)
 
     def renew_slot(
-        self, task: str, key: str, token: str, until: datetime, patience: Patience | None = None
+        self, task: str, key: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool:
         until = ms(until)
-        result = self._patiently(
-            patience,
+        result = self._by_deadline(
+            deadline,
             self._retrying,
             "renew slot",
             lambda _: self.limits.update_one(

@@ -12,7 +12,6 @@ from pymongo.errors import BulkWriteError
 from mongosched.errors import StoreError
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import ms
-from mongosched.store.patience import Patience
 
 __all__ = ["MongoPermits"]
 
@@ -65,10 +64,10 @@ class MongoPermits(MongoConnection):
         return self._retrying("take permit", attempt)
 
     def renew_permit(
-        self, task: str, token: str, until: datetime, patience: Patience | None = None
+        self, task: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool:
-        result = self._patiently(
-            patience,
+        result = self._by_deadline(
+            deadline,
             self._retrying,
             "renew permit",
             lambda _: self.permits.update_one(
