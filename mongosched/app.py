@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import threading
 import time
+import types
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from mongosched._core import validate
 from mongosched._core.outcome import Retention
@@ -20,19 +20,20 @@ from mongosched.errors import ConfigurationError, StoreError, TaskNotRegistered,
 from mongosched.events import Listener, Listeners
 from mongosched.job import Job
 from mongosched.limits import RateSpec
-from mongosched.operations.admin import Admin, declaration, schedule_row
-from mongosched.operations.bulk import BulkControl
-from mongosched.operations.jobs import Cancellation, JobControl
+from mongosched.operations.admin import AdminOperations
+from mongosched.operations.bulk import BulkOperations
+from mongosched.operations.jobs import Cancellation, JobOperations
 from mongosched.retry import RetryPolicy
 from mongosched.runner import dependencies
+from mongosched.runner.host import RunnerHost
 from mongosched.runner.runner import Runner
 from mongosched.runner.wakeup import wake_mode
 from mongosched.schedule import Rule
 from mongosched.store import Store, in_process, open_store
 from mongosched.task import SCRIPT_PREFIX, JobSpec, Task, script_task_warning, task_options
-from mongosched.transaction import Transaction, TransactionIntegration, current
+from mongosched.transaction import RETRY_TIME, Transaction, TransactionIntegration, Transactions
 
-__all__ = ["App", "Cancellation"]
+__all__ = ["App", "Cancellation", "reconfigure", "runner_host"]
 
 log = logging.getLogger("mongosched")
 
@@ -40,16 +41,39 @@ P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
-TRANSACTION_RETRY_TIME = 120.0
-"""Seconds :meth:`App.with_transaction` runs a transaction again after transient
-errors (pymongo's ``with_transaction`` allows as long)."""
-
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class App(JobControl, BulkControl, Admin):
+class _Delegated(Generic[P, R]):
+    """An :class:`App` method that is ``operation``, a method of the object the app
+    holds in its attribute ``holder``: the signature, defaults and docstring are the
+    operation's, written once. On the class it is the operation's function (what the
+    API reference documents); on an app, the operation bound to the app's object."""
+
+    def __init__(self, holder: str, operation: Callable[Concatenate[Any, P], R]) -> None:
+        self.holder = holder
+        self.operation = operation
+        self.__doc__ = operation.__doc__
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        if name != self.operation.__name__:
+            raise TypeError(f"App.{name} must be named as its operation")
+
+    @overload
+    def __get__(self, app: None, owner: type[Any]) -> Callable[Concatenate[Any, P], R]: ...
+
+    @overload
+    def __get__(self, app: App, owner: type[Any]) -> Callable[P, R]: ...
+
+    def __get__(self, app: App | None, owner: type[Any]) -> Callable[..., R]:
+        if app is None:
+            return self.operation
+        return types.MethodType(self.operation, getattr(app, self.holder))
+
+
+class App:
     """A mongosched application: where tasks are registered and jobs are stored.
 
     :param uri: where jobs are stored: a MongoDB URI naming the database
@@ -138,8 +162,48 @@ class App(JobControl, BulkControl, Admin):
         self._running_at_fork = False
         self._warned_fork = False
         self._eager_runner: Runner | None = None
-        self._integrations: list[TransactionIntegration] = []
+        self._compose([])
         _apps.add(self)
+
+    def _compose(self, integrations: list[TransactionIntegration]) -> None:
+        """Make the objects that act for this app, each given what it needs of the
+        store and options as they are now (at the start, and again when
+        :func:`reconfigure` changes them)."""
+        store, now, retention, events = self.store, self.now, self.retention, self._listeners
+        self._transactions = Transactions(store, self._writable, integrations)
+        self._jobs = JobOperations(
+            store,
+            now=now,
+            retention=retention,
+            tasks=self.tasks,
+            events=events,
+            created=self._created,
+        )
+        self._bulk = BulkOperations(
+            store,
+            writable=self._writable,
+            now=now,
+            retention=retention,
+            wake=self._wake,
+            release_finished=self._jobs.release_for_purge,
+        )
+        self._admin = AdminOperations(
+            store, writable=self._writable, now=now, events=events, tasks=self.tasks
+        )
+        self._host = RunnerHost(
+            store=store,
+            tasks=self.tasks,
+            lease_duration=self.lease_duration,
+            poll_interval=self.poll_interval,
+            retention=retention,
+            wake=self.wake,
+            events=events,
+            now=now,
+            ensure_schedules=self._admin.ensure_schedules,
+            attach=lambda runner: self.runners.add(runner),  # a fork replaces the set
+            detach=lambda runner: self.runners.discard(runner),
+            bind_transaction=self._transactions.bind,
+        )
 
     # Time and storage --------------------------------------------------------------------
     def now(self) -> datetime:
@@ -180,34 +244,6 @@ class App(JobControl, BulkControl, Admin):
                         self._prepare_error = exc
                         raise
         return self.store
-
-    def reconfigure(self, source: App) -> None:
-        """Take ``source``'s store and options (``uri``, ``lease_duration``,
-        ``poll_interval``, ``clock``, ``queues``, retention, ``eager``, ``wake``, its
-        transaction integrations) and keep this
-        app's tasks and listeners: for integrations whose settings change while tasks
-        registered at import stay bound to this app (Django's ``override_settings`` in
-        tests). The in-process runner, if running, stops and starts again on the new
-        store; other runners keep the store they started with. The previous store is
-        closed unless one of them uses it. ``source`` is not to be used afterwards."""
-        with self._lock:
-            restart = self.in_process_runner is not None
-        if restart:
-            self.stop_runner(graceful=False, timeout=5.0)
-        with self._lock:
-            previous = self.store
-            self.store, self.uri = source.store, source.uri
-            self.lease_duration, self.poll_interval = source.lease_duration, source.poll_interval
-            self._clock, self.queues = source._clock, source.queues
-            self.retention, self.eager = source.retention, source.eager
-            self.wake = source.wake
-            self._integrations = source._integrations
-            self._prepared, self._prepare_error = source._prepared, None
-            self._eager_runner = None
-        if previous is not self.store and all(r.store is not previous for r in self.runners):
-            previous.close()
-        if restart:
-            self.start_runner(**self._in_process_options)
 
     def close(self) -> None:
         """Stop this app's runners and close its connections."""
@@ -385,7 +421,9 @@ class App(JobControl, BulkControl, Admin):
                 raise ConfigurationError(
                     f"schedule_bulk takes task.job(...) specs, not {type(spec).__name__}"
                 )
-        tx = self._transaction_of(specs, session)
+        given = [s for s in (session, *(spec.options.session for spec in specs)) if s is not None]
+        what = f"task {specs[0].task.name!r}: session" if specs else "session"
+        tx = self._transactions.of(given, what)
         store = self._writable()
         if tx is not None:
             if self.eager and not tx.sees_commit:
@@ -418,36 +456,6 @@ class App(JobControl, BulkControl, Admin):
                 tx.on_commit(functools.partial(self._created, job))
         return jobs
 
-    def _transaction_of(self, specs: Sequence[JobSpec], session: Any) -> Transaction | None:
-        """The transaction jobs are scheduled in: ``session`` or the one their options
-        name (one for all), else the one this code runs in, if it is this app's."""
-        given = [s for s in (session, *(spec.options.session for spec in specs)) if s is not None]
-        ambient = current()
-        if ambient is not None and ambient.store is not self.store:
-            ambient = None
-        for integration in self._integrations if ambient is None else ():
-            ambient = integration.current()
-            if ambient is not None:
-                break
-        if not given:
-            return ambient
-        chosen = given[0]
-        what = f"task {specs[0].task.name!r}: session" if specs else "session"
-        if any(other is not chosen for other in given):
-            raise TransactionError(f"{what}: the jobs of one call must share one session")
-        if ambient is not None and chosen is ambient.session and chosen is not None:
-            chosen = ambient  # the session of the transaction this code runs in
-        if isinstance(chosen, Transaction):
-            if chosen.store is not self.store:
-                raise TransactionError(f"{what}: the transaction is another app's")
-            if not chosen.active:
-                raise TransactionError(f"{what}: the transaction has ended")
-            return chosen
-        try:
-            return self.joined(chosen)
-        except TransactionError as exc:
-            raise TransactionError(f"{what}: {exc}") from None
-
     def joined(
         self, session: Any, *, on_commit: Callable[[Callable[[], Any]], Any] | None = None
     ) -> Transaction:
@@ -457,23 +465,14 @@ class App(JobControl, BulkControl, Admin):
         that the events and wake-ups of the jobs follow it. Raises
         :class:`~mongosched.errors.TransactionError` (see :meth:`Store.join
         <mongosched.store.Store.join>`)."""
-        store = self._writable()
-        return Transaction(store, store.join(session), owned=False, on_commit=on_commit)
+        return self._transactions.join(session, on_commit=on_commit)
 
     def add_transaction_integration(self, integration: TransactionIntegration) -> None:
         """Let jobs scheduled without ``session=`` join a framework's own transaction
         (``integration.current()``), and make the framework's writes in a transactional
         task join the task's (``integration.bind``). The Django integration adds one
         for a project whose database is MongoDB."""
-        self._integrations.append(integration)
-
-    def bind_transaction(self, transaction: Transaction) -> contextlib.ExitStack:
-        """Within the block, the integrations' writes join ``transaction`` (the
-        runner does this around a transactional task's function)."""
-        stack = contextlib.ExitStack()
-        for integration in self._integrations:
-            stack.enter_context(integration.bind(transaction))
-        return stack
+        self._transactions.integrations.append(integration)
 
     # Transactions ---------------------------------------------------------------------------
     def transaction(self) -> Transaction:
@@ -490,27 +489,16 @@ class App(JobControl, BulkControl, Admin):
         are held until the commit and ``tx.session`` is None. A write conflict raises
         :class:`~mongosched.errors.TransactionConflict`; :meth:`with_transaction`
         runs the block again instead. See :doc:`/transactions`."""
-        store = self._writable()
-        return Transaction(store, store.begin(), owned=True)
+        return self._transactions.begin()
 
     def with_transaction(
-        self, callback: Callable[[Transaction], T], *, timeout: float = TRANSACTION_RETRY_TIME
+        self, callback: Callable[[Transaction], T], *, timeout: float = RETRY_TIME
     ) -> T:
         """Run ``callback(tx)`` in a new transaction (:meth:`transaction`) and commit;
         after a transient error (a write conflict, a lost connection, yours or
         mongosched's) run it all again, for up to ``timeout`` seconds, as pymongo's
         ``ClientSession.with_transaction`` does. Returns what ``callback`` returned."""
-        deadline = time.monotonic() + validate.seconds(timeout, what="with_transaction: timeout")
-        while True:
-            tx = self.transaction()
-            try:
-                with tx:
-                    result = callback(tx)
-                return result
-            except Exception as exc:
-                if not tx.handle.retryable(exc) or time.monotonic() >= deadline:
-                    raise
-                log.info("transaction aborted (%s); running it again", exc)
+        return self._transactions.run(callback, timeout)
 
     def _link(self, record: JobRecord, store: Store | None = None) -> JobRecord:
         """A job stored waiting: resolve the dependencies that ended already (read
@@ -524,19 +512,15 @@ class App(JobControl, BulkControl, Admin):
             statuses,
             now=self.now(),
             retention=self.retention,
-            emit=self.emit_record,
+            emit=self._jobs.announce,
         )
-
-    def emit_record(self, event: str, record: JobRecord) -> None:
-        """Send ``event`` about a stored job (the flow-control steps do)."""
-        self.emit(event, job=Job(record, self.store))
 
     def _run_eagerly(self, record: JobRecord) -> Job:
         """Run a just-stored job here until it finishes (retries without their delays).
         A repeating job runs once and stays pending for its next slot."""
         self.emit("job:created", job=Job(record, self.store))
         if self._eager_runner is None:
-            self._eager_runner = Runner(self, workers=1, name="eager")
+            self._eager_runner = Runner(self._host, workers=1, name="eager")
         runner = self._eager_runner
         while True:
             claim = runner.claim_next(job_id=record.id)
@@ -545,68 +529,40 @@ class App(JobControl, BulkControl, Admin):
             decision = runner.run_claim(claim)
             if decision is None or decision.event != "job:retry":
                 break
-        return self._require_job(record.id)
-
-    def ensure_schedules(self, *, queues: Sequence[str] | None = None) -> list[str]:
-        """Put the repeating schedules declared with ``@app.task(cron=...)`` or
-        ``every=...`` in place: each is one job, created once however many processes do
-        this at the same time, and updated (next slot recomputed) when its rule, queue,
-        priority or attempts changed in code.
-
-        Every runner does this when it starts, for the queues it serves (``queues``;
-        None: every queue). Call it from a deploy step to have the schedules before any
-        runner starts. Returns the names of the tasks whose schedule was created.
-
-        A schedule an operator edited (:meth:`update_schedule`) keeps the edit as long
-        as the code declares it as it did before the edit; once the declaration in code
-        changes, the code wins and the edit is dropped. Both cases are logged.
-        """
-        store = self._writable()
-        now = self.now()
-        created = []
-        for task in self.tasks.values():
-            if task.rule is None or (queues is not None and task.queue not in queues):
-                continue
-            record = task.schedule_record(now)
-            if not self._code_wins(record):
-                continue
-            if store.upsert_schedule(record, now):
-                log.info("schedule for %s created (%s)", task.name, task.rule)
-                created.append(task.name)
-        return created
-
-    def _code_wins(self, declared: JobRecord) -> bool:
-        """Whether a schedule's declaration in code is to be applied (see
-        :meth:`ensure_schedules`): not over an operator's edit made since the code last
-        changed it."""
-        current = self.store.get(declared.id)
-        if current is None or current.edit is None:
-            return True
-        code = declaration(
-            declared.repeat, declared.queue, declared.priority, declared.max_attempts
-        )
-        if code == current.edit.declared:
-            log.info(
-                "schedule %s keeps the operator's edit of %s (%s, queue %s, priority %s) "
-                "over its declaration in code, which has not changed since",
-                declared.task,
-                current.edit.at,
-                *_described(current),
-            )
-            return False
-        log.warning(
-            "schedule %s: its declaration in code changed since an operator edited it at %s; "
-            "the code's (%s, queue %s, priority %s) replaces the edit",
-            declared.task,
-            current.edit.at,
-            *_described(declared),
-        )
-        return True
+        return self._jobs.require(record.id)
 
     def _created(self, job: Job) -> None:
         self.emit("job:created", job=job)
+        self._wake(job.run_at)
+
+    def _wake(self, at: datetime | None = None) -> None:
+        """Wake this process's runners (see :meth:`Runner.wake`)."""
         for runner in list(self.runners):
-            runner.wake(job.run_at)
+            runner.wake(at)
+
+    # What users do with stored jobs, schedules and pauses: methods of the objects this
+    # app holds (mongosched/operations/), with their signatures and docstrings.
+    get_job = _Delegated("_jobs", JobOperations.get_job)
+    get_jobs = _Delegated("_jobs", JobOperations.get_jobs)
+    count_jobs = _Delegated("_jobs", JobOperations.count_jobs)
+    cancel = _Delegated("_jobs", JobOperations.cancel)
+    update_job = _Delegated("_jobs", JobOperations.update_job)
+    retry_job = _Delegated("_jobs", JobOperations.retry_job)
+    delete_job = _Delegated("_jobs", JobOperations.delete_job)
+    purge = _Delegated("_jobs", JobOperations.purge)
+    stats = _Delegated("_jobs", JobOperations.stats)
+    retry_jobs = _Delegated("_bulk", BulkOperations.retry_jobs)
+    cancel_jobs = _Delegated("_bulk", BulkOperations.cancel_jobs)
+    purge_jobs = _Delegated("_bulk", BulkOperations.purge_jobs)
+    throughput = _Delegated("_bulk", BulkOperations.throughput)
+    pause = _Delegated("_admin", AdminOperations.pause)
+    resume = _Delegated("_admin", AdminOperations.resume)
+    pauses = _Delegated("_admin", AdminOperations.pauses)
+    schedules = _Delegated("_admin", AdminOperations.schedules)
+    ensure_schedules = _Delegated("_admin", AdminOperations.ensure_schedules)
+    update_schedule = _Delegated("_admin", AdminOperations.update_schedule)
+    live_runners = _Delegated("_admin", AdminOperations.live_runners)
+    workers = _Delegated("_admin", AdminOperations.workers)
 
     # Events ---------------------------------------------------------------------------------------
     def on(self, event: str, listener: Listener | None = None) -> Any:
@@ -625,26 +581,17 @@ class App(JobControl, BulkControl, Admin):
         """Send an event to its listeners (the runner and the app do)."""
         self._listeners.emit(name, **fields)
 
-    def listening(self, name: str) -> bool:
-        """Whether event ``name`` has listeners (:meth:`on`)."""
-        return self._listeners.listening(name)
-
     # Runners --------------------------------------------------------------------------------------
     def runner(
         self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any
     ) -> Runner:
         """A :class:`~mongosched.runner.runner.Runner` for this app (not started)."""
         return Runner(
-            self, workers=workers, queues=queues if queues is not None else self.queues, **options
+            self._host,
+            workers=workers,
+            queues=queues if queues is not None else self.queues,
+            **options,
         )
-
-    def attach(self, runner: Runner) -> None:
-        """A runner of this app started (runners call this)."""
-        self.runners.add(runner)
-
-    def detach(self, runner: Runner) -> None:
-        """A runner of this app stopped (runners call this)."""
-        self.runners.discard(runner)
 
     def run_worker(
         self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any
@@ -691,9 +638,39 @@ class App(JobControl, BulkControl, Admin):
         return f"<App {self.store!r} tasks={len(self.tasks)}>"
 
 
-def _described(record: JobRecord) -> tuple[Any, str, float]:
-    """A schedule's rule, queue and priority, as the declaration log lines name them."""
-    return schedule_row(record, False)["rule"], record.queue, record.priority
+def runner_host(app: App) -> RunnerHost:
+    """``app`` as its runners see it (what :meth:`App.runner` gives the runners it
+    makes): for a runner made otherwise, as :func:`mongosched.testing.drain` makes one."""
+    return app._host
+
+
+def reconfigure(app: App, source: App) -> None:
+    """Give ``app`` the store and options of ``source`` (``uri``, ``lease_duration``,
+    ``poll_interval``, ``clock``, ``queues``, retention, ``eager``, ``wake``, its
+    transaction integrations), keeping ``app``'s tasks and listeners: for integrations
+    whose settings change while tasks registered at import stay bound to ``app``
+    (Django's ``override_settings`` in tests). The in-process runner, if running,
+    stops and starts again on the new store; other runners keep the store and options
+    they started with. The previous store is closed unless one of them uses it.
+    ``source`` is not to be used afterwards."""
+    with app._lock:
+        restart = app.in_process_runner is not None
+    if restart:
+        app.stop_runner(graceful=False, timeout=5.0)
+    with app._lock:
+        previous = app.store
+        app.store, app.uri = source.store, source.uri
+        app.lease_duration, app.poll_interval = source.lease_duration, source.poll_interval
+        app._clock, app.queues = source._clock, source.queues
+        app.retention, app.eager = source.retention, source.eager
+        app.wake = source.wake
+        app._prepared, app._prepare_error = source._prepared, None
+        app._eager_runner = None
+        app._compose(source._transactions.integrations)
+    if previous is not app.store and all(r.store is not previous for r in app.runners):
+        previous.close()
+    if restart:
+        app.start_runner(**app._in_process_options)
 
 
 def _keep(value: Any, name: str) -> timedelta | None:

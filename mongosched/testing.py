@@ -20,7 +20,7 @@ import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 
-from mongosched.app import App
+from mongosched.app import App, runner_host
 from mongosched.errors import ConfigurationError
 from mongosched.runner.runner import Runner
 
@@ -67,4 +67,5 @@ def drain(app: App, *, queues: Sequence[str] | None = None, limit: int = 10_000)
     """Run every due job (of tasks this app registered) in the calling thread until none
     is due; returns how many attempts ran. Jobs that become due meanwhile (a retry with
     no delay, a job scheduled by a job) run too; future ones wait for the clock."""
-    return Runner(app, workers=1, queues=queues, name="drain").run_until_idle(limit=limit)
+    runner = Runner(runner_host(app), workers=1, queues=queues, name="drain")
+    return runner.run_until_idle(limit=limit)

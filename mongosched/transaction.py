@@ -17,20 +17,36 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from mongosched._core import validate
 from mongosched.errors import TransactionError
 from mongosched.store import Store, StoreTransaction
 
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession
 
-__all__ = ["Transaction", "TransactionIntegration", "as_current", "current"]
+__all__ = [
+    "RETRY_TIME",
+    "Transaction",
+    "TransactionIntegration",
+    "Transactions",
+    "as_current",
+    "current",
+]
 
 log = logging.getLogger("mongosched")
+
+T = TypeVar("T")
+
+RETRY_TIME = 120.0
+"""Seconds :meth:`App.with_transaction <mongosched.App.with_transaction>` runs a
+transaction again after transient errors (pymongo's ``with_transaction`` allows as
+long)."""
 
 
 class Transaction:
@@ -146,6 +162,93 @@ class TransactionIntegration(Protocol):
     def bind(self, transaction: Transaction) -> AbstractContextManager[Any]:
         """Make the framework's own writes (its ORM's) join ``transaction`` for the
         block: a transactional task's run."""
+
+
+class Transactions:
+    """An app's transactions: those it begins, the callers' sessions it joins, the one
+    a scheduling call's jobs join, and the frameworks' integrations (see
+    :meth:`App.add_transaction_integration
+    <mongosched.App.add_transaction_integration>`).
+
+    :param store: the app's store (a transaction of another store is not joined).
+    :param writable: the store, prepared for writes.
+    :param integrations: the frameworks' integrations, in the order added.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        writable: Callable[[], Store],
+        integrations: list[TransactionIntegration] | None = None,
+    ) -> None:
+        self.store = store
+        self.writable = writable
+        self.integrations = [] if integrations is None else integrations
+
+    def begin(self) -> Transaction:
+        """A new transaction, which mongosched commits."""
+        store = self.writable()
+        return Transaction(store, store.begin(), owned=True)
+
+    def join(
+        self, session: Any, *, on_commit: Callable[[Callable[[], Any]], Any] | None = None
+    ) -> Transaction:
+        """The transaction a caller's ``session`` is in (its owner commits it)."""
+        store = self.writable()
+        return Transaction(store, store.join(session), owned=False, on_commit=on_commit)
+
+    def run(self, callback: Callable[[Transaction], T], timeout: float) -> T:
+        """``callback(tx)`` in a new transaction, committed; all again after a transient
+        error, for up to ``timeout`` seconds."""
+        deadline = time.monotonic() + validate.seconds(timeout, what="with_transaction: timeout")
+        while True:
+            tx = self.begin()
+            try:
+                with tx:
+                    result = callback(tx)
+                return result
+            except Exception as exc:
+                if not tx.handle.retryable(exc) or time.monotonic() >= deadline:
+                    raise
+                log.info("transaction aborted (%s); running it again", exc)
+
+    def of(self, given: Sequence[Any], what: str) -> Transaction | None:
+        """The transaction the jobs of one scheduling call join: the one the sessions
+        ``given`` name (one for all: a :class:`Transaction` or a pymongo session),
+        else the one this code runs in, if it is on this store. ``what`` names the
+        call in errors."""
+        ambient = current()
+        if ambient is not None and ambient.store is not self.store:
+            ambient = None
+        for integration in self.integrations if ambient is None else ():
+            ambient = integration.current()
+            if ambient is not None:
+                break
+        if not given:
+            return ambient
+        chosen = given[0]
+        if any(other is not chosen for other in given):
+            raise TransactionError(f"{what}: the jobs of one call must share one session")
+        if ambient is not None and chosen is ambient.session and chosen is not None:
+            chosen = ambient  # the session of the transaction this code runs in
+        if isinstance(chosen, Transaction):
+            if chosen.store is not self.store:
+                raise TransactionError(f"{what}: the transaction is another app's")
+            if not chosen.active:
+                raise TransactionError(f"{what}: the transaction has ended")
+            return chosen
+        try:
+            return self.join(chosen)
+        except TransactionError as exc:
+            raise TransactionError(f"{what}: {exc}") from None
+
+    def bind(self, transaction: Transaction) -> contextlib.ExitStack:
+        """Within the block, the integrations' writes join ``transaction`` (the runner
+        does this around a transactional task's function)."""
+        stack = contextlib.ExitStack()
+        for integration in self.integrations:
+            stack.enter_context(integration.bind(transaction))
+        return stack
 
 
 _current: contextvars.ContextVar[Transaction | None] = contextvars.ContextVar(

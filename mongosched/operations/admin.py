@@ -1,6 +1,7 @@
 """What operators do to the running system rather than to single jobs: pause and resume
-a queue, a task or a repeating schedule; edit a schedule at runtime; list schedules and
-live runners (part of :class:`~mongosched.App`).
+a queue, a task or a repeating schedule; put the schedules declared in code in place;
+edit a schedule at runtime; list schedules and live runners (:class:`AdminOperations`,
+which :class:`~mongosched.App` holds).
 
 Pauses are stored, so they hold cluster-wide: every runner reads the pause set once per
 poll interval (:mod:`mongosched.runner.pauses`) and leaves paused tasks and queues out of what
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,11 +31,12 @@ from mongosched._core.records import (
     ScheduleEdit,
 )
 from mongosched.errors import ConfigurationError, InvalidJobId, JobNotFound, JobStateError
+from mongosched.events import Listeners
 from mongosched.job import Job
 from mongosched.schedule import Cron, Every, rule_from_document
 from mongosched.store import Store, schedule_id
 
-__all__ = ["STALE_AFTER", "Admin", "declaration", "schedule_row"]
+__all__ = ["STALE_AFTER", "AdminOperations", "declaration", "schedule_row"]
 
 log = logging.getLogger("mongosched")
 
@@ -79,19 +81,32 @@ def schedule_row(record: JobRecord, paused: bool) -> dict[str, Any]:
     }
 
 
-class Admin:
-    """Pauses, schedule edits, schedules and workers (a part of :class:`~mongosched.App`)."""
+class AdminOperations:
+    """Pauses, schedules (declared, edited, listed) and live runners, for
+    :class:`~mongosched.App` (whose methods of the same names call these, with these
+    docstrings).
 
-    store: Store
+    :param store: where the jobs, pauses and runners' entries are.
+    :param writable: the store, prepared for writes.
+    :param now: the app's clock.
+    :param events: the app's listeners.
+    :param tasks: the app's registered tasks, by name (their declared schedules).
+    """
 
-    def now(self) -> datetime:
-        raise NotImplementedError
-
-    def emit(self, name: str, **fields: Any) -> None:
-        raise NotImplementedError
-
-    def _writable(self) -> Store:
-        raise NotImplementedError
+    def __init__(
+        self,
+        store: Store,
+        *,
+        writable: Callable[[], Store],
+        now: Callable[[], datetime],
+        events: Listeners,
+        tasks: Mapping[str, Any],
+    ) -> None:
+        self.store = store
+        self.writable = writable
+        self.now = now
+        self.events = events
+        self.tasks = tasks
 
     # Pause and resume --------------------------------------------------------------------------
     def pause(
@@ -106,14 +121,14 @@ class Admin:
         kind, name, record = self._pause_target("pause", queue, task, schedule)
         now = self.now()
         pause = Pause(kind, name, now)
-        added = self._writable().add_pause(pause)
+        added = self.writable().add_pause(pause)
         if record is not None:
             self.store.hold_schedules([record.id], now)
         if kind == "task":  # jobs labelled with the name (claimed by no task's name)
             self.store.hold_label(name, now)
         if added:
             log.info("%s %s paused", kind, name)
-            self.emit("control:pause", pause=pause)
+            self.events.emit("control:pause", pause=pause)
 
     def resume(
         self, *, queue: str | None = None, task: str | None = None, schedule: Any = None
@@ -123,14 +138,14 @@ class Admin:
         it was waiting for; its misfire policy decides what runs for slots missed while
         it was paused (``coalesce``: one run; ``skip``: none; ``all``: each)."""
         kind, name, record = self._pause_target("resume", queue, task, schedule)
-        removed = self._writable().remove_pause(kind, name)
+        removed = self.writable().remove_pause(kind, name)
         if record is not None:
             self.store.release_schedule(record.id, self.now())
         if kind == "task":
             self.store.release_label(name, self.now())
         if removed:
             log.info("%s %s resumed", kind, name)
-            self.emit("control:resume", pause=Pause(kind, name, self.now()))
+            self.events.emit("control:resume", pause=Pause(kind, name, self.now()))
 
     def pauses(self) -> list[Pause]:
         """What is paused, by kind (``queue``, ``task``, ``schedule``) and name."""
@@ -158,6 +173,62 @@ class Admin:
         an operator last edited it, if ever)."""
         paused = {p.name for p in self.store.pauses() if p.kind == "schedule"}
         return [schedule_row(r, str(r.id) in paused) for r in self.store.schedules()]
+
+    def ensure_schedules(self, *, queues: Sequence[str] | None = None) -> list[str]:
+        """Put the repeating schedules declared with ``@app.task(cron=...)`` or
+        ``every=...`` in place: each is one job, created once however many processes do
+        this at the same time, and updated (next slot recomputed) when its rule, queue,
+        priority or attempts changed in code.
+
+        Every runner does this when it starts, for the queues it serves (``queues``;
+        None: every queue). Call it from a deploy step to have the schedules before any
+        runner starts. Returns the names of the tasks whose schedule was created.
+
+        A schedule an operator edited (:meth:`update_schedule`) keeps the edit as long
+        as the code declares it as it did before the edit; once the declaration in code
+        changes, the code wins and the edit is dropped. Both cases are logged.
+        """
+        store = self.writable()
+        now = self.now()
+        created = []
+        for task in self.tasks.values():
+            if task.rule is None or (queues is not None and task.queue not in queues):
+                continue
+            record = task.schedule_record(now)
+            if not self._code_wins(record):
+                continue
+            if store.upsert_schedule(record, now):
+                log.info("schedule for %s created (%s)", task.name, task.rule)
+                created.append(task.name)
+        return created
+
+    def _code_wins(self, declared: JobRecord) -> bool:
+        """Whether a schedule's declaration in code is to be applied (see
+        :meth:`ensure_schedules`): not over an operator's edit made since the code last
+        changed it."""
+        current = self.store.get(declared.id)
+        if current is None or current.edit is None:
+            return True
+        code = declaration(
+            declared.repeat, declared.queue, declared.priority, declared.max_attempts
+        )
+        if code == current.edit.declared:
+            log.info(
+                "schedule %s keeps the operator's edit of %s (%s, queue %s, priority %s) "
+                "over its declaration in code, which has not changed since",
+                declared.task,
+                current.edit.at,
+                *_declared(current),
+            )
+            return False
+        log.warning(
+            "schedule %s: its declaration in code changed since an operator edited it at %s; "
+            "the code's (%s, queue %s, priority %s) replaces the edit",
+            declared.task,
+            current.edit.at,
+            *_declared(declared),
+        )
+        return True
 
     def update_schedule(
         self,
@@ -188,12 +259,12 @@ class Admin:
             )
         for _ in range(5):  # re-read and recompute if it changed between read and write
             changes = self._changes(record, cron, every, timezone, priority, queue)
-            updated = self._writable().update_schedule(record, changes, self.now())
+            updated = self.writable().update_schedule(record, changes, self.now())
             if updated is not None:
                 log.info(
                     "schedule %s (%s) edited: %s", updated.id, updated.task, _describe(changes)
                 )
-                self.emit("schedule:update", job=Job(updated, self.store))
+                self.events.emit("schedule:update", job=Job(updated, self.store))
                 paused = any(
                     p.kind == "schedule" and p.name == str(updated.id) for p in self.pauses()
                 )
@@ -308,6 +379,11 @@ class Admin:
         """Deprecated: the old name of :meth:`live_runners` (it warns)."""
         deprecation.warn("App.workers()", "App.live_runners()")
         return self.live_runners()
+
+
+def _declared(record: JobRecord) -> tuple[Any, str, float]:
+    """A schedule's rule, queue and priority, as the declaration log lines name them."""
+    return schedule_row(record, False)["rule"], record.queue, record.priority
 
 
 def _describe(changes: ScheduleChanges) -> str:

@@ -1,5 +1,6 @@
 """Bulk operations by filter: retry, cancel and purge every job that matches, and the
-throughput of finished jobs (part of :class:`~mongosched.App`).
+throughput of finished jobs (:class:`BulkOperations`, which :class:`~mongosched.App`
+holds).
 
 A bulk operation never holds one giant write: it walks the matches in id order, a batch
 of ids at a time (:meth:`Store.select_ids`, keyset pagination on an index), and writes
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
     from typing_extensions import Unpack
 
-__all__ = ["BATCH_SIZE", "BulkControl"]
+__all__ = ["BATCH_SIZE", "BulkOperations"]
 
 log = logging.getLogger("mongosched")
 
@@ -42,21 +43,35 @@ CANCELLABLE = tuple(s for s in JobStatus if not s.is_final)
 PURGEABLE = tuple(s for s in JobStatus if s.is_final)
 
 
-class BulkControl:
-    """Retry, cancel and purge by filter (a part of :class:`~mongosched.App`)."""
+class BulkOperations:
+    """Retry, cancel and purge by filter, for :class:`~mongosched.App` (whose methods
+    of the same names call these, with these docstrings).
 
-    store: Store
-    retention: Retention
-    runners: Any
+    :param store: where the jobs are.
+    :param writable: the store, prepared for writes.
+    :param now: the app's clock.
+    :param retention: how long finished jobs are kept.
+    :param wake: wakes this process's runners (jobs were made pending).
+    :param release_finished: releases the dependents of jobs that finished by a time
+        (a purge deletes them after).
+    """
 
-    def now(self) -> datetime:
-        raise NotImplementedError
-
-    def _writable(self) -> Store:
-        raise NotImplementedError
-
-    def _release_for_purge(self, through: datetime) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        store: Store,
+        *,
+        writable: Callable[[], Store],
+        now: Callable[[], datetime],
+        retention: Retention,
+        wake: Callable[[], None],
+        release_finished: Callable[[datetime], None],
+    ) -> None:
+        self.store = store
+        self.writable = writable
+        self.now = now
+        self.retention = retention
+        self.wake = wake
+        self.release_finished = release_finished
 
     def retry_jobs(
         self,
@@ -82,9 +97,8 @@ class BulkControl:
             return self.store.count(query)
 
         def retry(ids: Sequence[Any]) -> int:
-            done = self._writable().retry_many(ids, query.statuses or RETRYABLE, self.now())
-            for runner in list(self.runners):
-                runner.wake()
+            done = self.writable().retry_many(ids, query.statuses or RETRYABLE, self.now())
+            self.wake()
             return done
 
         return self._walk("retried", query, retry, batch_size)
@@ -114,7 +128,7 @@ class BulkControl:
 
         def cancel(ids: Sequence[Any]) -> int:
             settlement = outcome.cancelled(self.now(), self.retention)
-            ended, asked = self._writable().cancel_many(ids, settlement)
+            ended, asked = self.writable().cancel_many(ids, settlement)
             return ended + asked
 
         return self._walk("cancelled", query, cancel, batch_size)
@@ -141,10 +155,10 @@ class BulkControl:
         )
         if dry_run:
             return self.store.count(query)
-        self._release_for_purge(self.now())
+        self.release_finished(self.now())
         final = query.statuses or PURGEABLE
         return self._walk(
-            "purged", query, lambda ids: self._writable().purge_many(ids, final), batch_size
+            "purged", query, lambda ids: self.writable().purge_many(ids, final), batch_size
         )
 
     def throughput(

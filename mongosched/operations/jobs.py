@@ -1,13 +1,14 @@
 """What users do with jobs that exist: find them, count them, cancel, change, retry
-and purge them, and the counts of :meth:`stats`. :class:`~mongosched.App` offers these
-methods; they are here, apart from configuration and scheduling, because they are a
-thin layer over the store's queries and the outcome of a cancel."""
+and purge them, and the counts of :meth:`stats`. :class:`~mongosched.App` holds a
+:class:`JobOperations` and offers its methods; they are here, apart from configuration
+and scheduling, because they are a thin layer over the store's queries and the outcome
+of a cancel."""
 
 from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ from mongosched._core.records import (
     PendingChanges,
 )
 from mongosched.errors import ConfigurationError, JobNotFound, JobStateError
+from mongosched.events import Listeners
 from mongosched.job import Job
 from mongosched.runner import dependencies
 from mongosched.store import Store
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
     # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
     from typing_extensions import Unpack
 
-__all__ = ["Cancellation", "JobControl"]
+__all__ = ["Cancellation", "JobOperations"]
 
 log = logging.getLogger("mongosched")
 
@@ -50,24 +52,40 @@ class Cancellation(str, enum.Enum):
         return self.value
 
 
-class JobControl:
-    """Queries and control of stored jobs (a part of :class:`~mongosched.App`)."""
+class JobOperations:
+    """Queries and control of stored jobs, for :class:`~mongosched.App` (whose methods
+    of the same names call these, with these docstrings).
 
-    store: Store
-    retention: Retention
-    tasks: dict[str, Any]
+    :param store: where the jobs are.
+    :param now: the app's clock.
+    :param retention: how long finished jobs are kept.
+    :param tasks: the app's registered tasks, by name (to check new arguments, and to
+        name the due tasks no runner knows).
+    :param events: the app's listeners.
+    :param created: what follows a job made pending again (its event, the wake-up of
+        this process's runners).
+    """
 
-    def now(self) -> datetime:
-        raise NotImplementedError
+    def __init__(
+        self,
+        store: Store,
+        *,
+        now: Callable[[], datetime],
+        retention: Retention,
+        tasks: Mapping[str, Any],
+        events: Listeners,
+        created: Callable[[Job], None],
+    ) -> None:
+        self.store = store
+        self.now = now
+        self.retention = retention
+        self.tasks = tasks
+        self.events = events
+        self.created = created
 
-    def emit(self, name: str, **fields: Any) -> None:
-        raise NotImplementedError
-
-    def _created(self, job: Job) -> None:
-        raise NotImplementedError
-
-    def emit_record(self, event: str, record: JobRecord) -> None:
-        raise NotImplementedError
+    def announce(self, event: str, record: JobRecord) -> None:
+        """Send ``event`` about a stored job (what a dependents' release reports)."""
+        self.events.emit(event, job=Job(record, self.store))
 
     # Queries ------------------------------------------------------------------------------------
     def get_job(self, job_id: Any) -> Job | None:
@@ -79,7 +97,8 @@ class JobControl:
     def _parse_id(self, job_id: Any) -> Any:
         return job_id.id if isinstance(job_id, Job) else self.store.parse_id(job_id)
 
-    def _require_job(self, job_id: Any) -> Job:
+    def require(self, job_id: Any) -> Job:
+        """The job with that id; raises :class:`~mongosched.errors.JobNotFound`."""
         job = self.get_job(job_id)
         if job is None:
             raise JobNotFound(f"no job with id {job_id}")
@@ -133,27 +152,27 @@ class JobControl:
             record = self.store.cancel_pending(job_id, outcome.cancelled(now, self.retention))
             if record is not None:
                 log.info("job %s (%s) cancelled", record.id, record.task)
-                self.emit("job:cancel", job=Job(record, self.store))
+                self.announce("job:cancel", record)
                 if record.has_dependents:
                     dependencies.release(
                         self.store,
                         record,
                         now=now,
                         retention=self.retention,
-                        emit=lambda event, r: self.emit(event, job=Job(r, self.store)),
+                        emit=self.announce,
                     )
                 return Cancellation.CANCELLED
             record = self.store.request_cancel(job_id, now)
             if record is not None:
                 log.info("job %s (%s) is running: cancellation requested", record.id, record.task)
                 return Cancellation.REQUESTED
-            job = self._require_job(job_id)
+            job = self.require(job_id)
             if job.is_finished:
                 log.info("job %s (%s) already %s: nothing to cancel", job.id, job.task, job.status)
                 return Cancellation.ALREADY_FINISHED
         raise JobStateError(f"job {job_id} keeps changing status; not cancelled")
 
-    def update_job(self, job_id: Any, **changes: Any) -> Job:
+    def update_job(self, /, job_id: Any, **changes: Any) -> Job:
         """Change a pending job: ``priority``, ``run_at`` (or ``delay``), ``queue``,
         ``args``, ``kwargs``. Raises :class:`JobStateError` unless it is pending. New
         arguments are bound to the function's parameters when this process knows the
@@ -166,7 +185,7 @@ class JobControl:
                 f"update_job: cannot change {', '.join(sorted(unknown))} "
                 f"(only {', '.join(sorted(allowed))})"
             )
-        current = self._require_job(job_id)
+        current = self.require(job_id)
         name = current.task
         if "run_at" in changes and "delay" in changes:
             raise ConfigurationError(f"task {name!r}: give either delay or run_at, not both")
@@ -199,7 +218,7 @@ class JobControl:
         )
         record = self.store.update_pending(current.record, update, now)
         if record is None:
-            status = self._require_job(job_id).status
+            status = self.require(job_id).status
             raise JobStateError(
                 f"job {current.id} ({name}) is {status}; only pending jobs can change"
             )
@@ -209,7 +228,7 @@ class JobControl:
         """Run a failed, cancelled or expired job again: back to pending, due now, attempts reset.
         Raises :class:`JobStateError` for any other status, or when its dedupe key is now
         held by another job."""
-        job = self._require_job(job_id)
+        job = self.require(job_id)
         if job.status not in RETRYABLE_STATUSES:
             raise JobStateError(
                 f"job {job.id} ({job.task}) is {job.status}; only failed, cancelled or "
@@ -219,7 +238,7 @@ class JobControl:
         if record is None:
             raise JobStateError(f"job {job.id} ({job.task}) changed status; not retried")
         result = Job(record, self.store)
-        self._created(result)
+        self.created(result)
         return result
 
     def delete_job(self, job_id: Any) -> None:
@@ -229,7 +248,7 @@ class JobControl:
         (cancel the schedule instead). Jobs still waiting for it are released first,
         as its outcome says."""
         for _ in range(3):  # a job may depend on it between the release and the delete
-            job = self._require_job(job_id)
+            job = self.require(job_id)
             if not job.is_finished:
                 raise JobStateError(
                     f"job {job.id} ({job.task}) is {job.status}; only finished jobs can be deleted"
@@ -240,7 +259,7 @@ class JobControl:
                     job.record,
                     now=self.now(),
                     retention=self.retention,
-                    emit=self.emit_record,
+                    emit=self.announce,
                 )
             if self.store.purge_many([job.id], [job.status]):
                 log.info("job %s (%s) deleted", job.id, job.task)
@@ -263,12 +282,12 @@ class JobControl:
             raise ConfigurationError(f"purge: only final statuses can be purged, not {bad}")
         age = validate.seconds(older_than, what="purge: older_than")
         cutoff = self.now() - timedelta(seconds=age)
-        self._release_for_purge(cutoff)
+        self.release_for_purge(cutoff)
         deleted = self.store.purge(chosen, cutoff, task)
         log.info("purged %d %s job(s)", deleted, "/".join(s.value for s in chosen))
         return deleted
 
-    def _release_for_purge(self, through: datetime) -> None:
+    def release_for_purge(self, through: datetime) -> None:
         """Before a purge of jobs that finished by ``through``: release the dependents
         of those still marked as having some (a crash stopped their release), or the
         store's delete would leave them (a job marked again meanwhile stays until a
@@ -278,7 +297,7 @@ class JobControl:
             before=through + timedelta(milliseconds=1),  # stored times: whole milliseconds
             now=self.now(),
             retention=self.retention,
-            emit=self.emit_record,
+            emit=self.announce,
         )
 
     def stats(self, *, running: bool = True) -> dict[str, Any]:

@@ -1,49 +1,66 @@
 """What a runner needs from its app (:class:`RunnerHost`): the seam between
-:mod:`mongosched.app` and the runner's modules, which never import the app."""
+:mod:`mongosched.app` and the runner's modules, which never import the app.
+
+A runner is given this narrow view of its app, never the app itself: the app's
+configuration as the runner was made (store, tasks, lease, poll interval, retention,
+wake mode), its clock and its listeners, and the few things the app does for its
+runners (put the declared schedules in place, keep the list of this process's runners,
+bind the frameworks' writes to a transactional task's transaction). The app makes it
+(:meth:`App.runner <mongosched.App.runner>`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
 from mongosched._core.outcome import Retention
+from mongosched.events import Listeners
 from mongosched.store import Store
 from mongosched.task import Task
 from mongosched.transaction import Transaction
 
-__all__ = ["RunnerHost"]
+__all__ = ["EnsureSchedules", "RunnerHost"]
 
 
-class RunnerHost(Protocol):
+class EnsureSchedules(Protocol):
+    """Puts the schedules declared in code in place, for the queues given (None:
+    every queue); returns the names of the tasks whose schedule was created."""
+
+    def __call__(self, *, queues: Sequence[str] | None = None) -> list[str]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerHost:
     """What a runner needs from its app (an :class:`~mongosched.App`)."""
 
-    @property
-    def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
+    store: Store
+    """Where the runner claims (the app's store when the runner was made)."""
+    tasks: Mapping[str, Task[Any, Any]]
+    """The app's registered tasks, by name (tasks registered later included)."""
+    lease_duration: float
+    poll_interval: float
+    retention: Retention
+    wake: str
+    """The app's wake mode (see :mod:`mongosched.runner.wakeup`)."""
+    events: Listeners
+    now: Callable[[], datetime]
+    """The app's clock."""
+    ensure_schedules: EnsureSchedules
+    attach: Callable[[Any], None]
+    """Called with a runner that started."""
+    detach: Callable[[Any], None]
+    """Called with a runner that stopped."""
+    bind_transaction: Callable[[Transaction], AbstractContextManager[Any]]
+    """Makes the frameworks' writes join a transactional task's transaction."""
 
-    @property
-    def store(self) -> Store: ...
+    def emit(self, name: str, **fields: Any) -> None:
+        """Send an event to the app's listeners."""
+        self.events.emit(name, **fields)
 
-    @property
-    def lease_duration(self) -> float: ...
-
-    @property
-    def poll_interval(self) -> float: ...
-
-    @property
-    def retention(self) -> Retention: ...
-
-    def now(self) -> datetime: ...
-
-    def emit(self, name: str, **fields: Any) -> None: ...
-
-    def listening(self, name: str) -> bool: ...
-
-    def ensure_schedules(self, *, queues: Sequence[str] | None = None) -> list[str]: ...
-
-    def attach(self, runner: Any) -> None: ...
-
-    def detach(self, runner: Any) -> None: ...
-
-    def bind_transaction(self, transaction: Transaction) -> AbstractContextManager[Any]: ...
+    def listening(self, name: str) -> bool:
+        """Whether event ``name`` has listeners (else what it would carry need not be
+        made)."""
+        return self.events.listening(name)

@@ -128,7 +128,7 @@ def make_world(seed: int, database: Any, collection: str) -> World:
         keep_completed=None,
         keep_failed=None,
     )
-    runners = [Runner(app, workers=1, name=f"w{i}", poll_interval=0.001) for i in range(3)]
+    runners = [app.runner(workers=1, name=f"w{i}", poll_interval=0.001) for i in range(3)]
     world = World(app, clock, rng, runners)
 
     def body(n: Any = "tick") -> Any:

@@ -16,6 +16,7 @@ import pytest
 
 from mongosched import App, Event, Fail, JobStatus, RetryPolicy, current_job
 from mongosched._core import outcome
+from mongosched.app import reconfigure, runner_host
 from mongosched.errors import StoreUnavailable
 from mongosched.retry import DEFAULT_RETRY
 from mongosched.store.memory import MemoryStore
@@ -358,7 +359,7 @@ def test_unknown_task_jobs_are_left_pending_and_reported(
 
 
 def test_a_listener_added_or_removed_takes_effect_at_the_next_event(app: App) -> None:
-    """A runner makes an event's job view only for listeners (``App.listening``): one
+    """A runner makes an event's job view only for listeners (its host's ``listening``): one
     added between two jobs hears the second, one removed hears nothing more."""
     app.task(name="t")(lambda: 1)
     heard: list[Any] = []
@@ -366,15 +367,16 @@ def test_a_listener_added_or_removed_takes_effect_at_the_next_event(app: App) ->
     def listener(event: Event) -> None:
         heard.append((event.name, event.job.id if event.job else None))
 
-    assert not app.listening("job:success")
+    host = runner_host(app)
+    assert not host.listening("job:success")
     first = app.schedule("t")
     drain(app)
     app.on("job:success", listener)
-    assert app.listening("job:success") and not app.listening("job:start")
+    assert host.listening("job:success") and not host.listening("job:start")
     second = app.schedule("t")
     drain(app)
     app.off("job:success", listener)
-    assert not app.listening("job:success")
+    assert not host.listening("job:success")
     app.schedule("t")
     drain(app)
     assert first.refresh().status is JobStatus.COMPLETED
@@ -510,7 +512,7 @@ def test_reconfigure_moves_an_app_to_another_store_keeping_tasks_and_listeners()
 
     before = app.start_runner(workers=1)
     try:
-        app.reconfigure(App(f"memory://{names[1]}", poll_interval=0.02, lease_duration=3))
+        reconfigure(app, App(f"memory://{names[1]}", poll_interval=0.02, lease_duration=3))
         assert (app.uri, app.poll_interval, app.lease_duration) == (
             f"memory://{names[1]}",
             0.02,

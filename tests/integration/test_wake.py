@@ -29,6 +29,7 @@ import pytest
 
 from mongosched import App
 from mongosched._core.records import JobStatus
+from mongosched.app import reconfigure
 from mongosched.errors import ConfigurationError
 from mongosched.runner.runner import Runner
 from mongosched.store import DueHint, Store
@@ -312,7 +313,7 @@ def test_framework_settings_and_reconfigure_carry_the_mode() -> None:
     assert app.wake == "poll" and app.runner().wake_mode == "poll"
     with pytest.raises(ConfigurationError, match="MONGOSCHED: App: wake must be one of"):
         app_from_settings({"URI": "memory://", "WAKE": "always"}, where="MONGOSCHED")
-    app.reconfigure(App("memory://", wake="change_stream"))
+    reconfigure(app, App("memory://", wake="change_stream"))
     assert app.wake == "change_stream"
 
 

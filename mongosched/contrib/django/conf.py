@@ -1,7 +1,7 @@
 """The project's shared :class:`~mongosched.App`, made from ``settings.MONGOSCHED``.
 
 It follows the setting: when ``MONGOSCHED`` changes (``override_settings`` in tests),
-the same App takes the new store and options (:meth:`~mongosched.App.reconfigure`),
+the same App takes the new store and options (:func:`~mongosched.app.reconfigure`),
 so tasks registered on it at import follow, and tests never write into the database
 of the development settings.
 """
@@ -16,7 +16,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from mongosched.app import App
+from mongosched.app import App, reconfigure
 from mongosched.contrib import app_from_settings, positive_int
 from mongosched.contrib.django.taskrun import register
 from mongosched.errors import ConfigurationError
@@ -123,7 +123,7 @@ def follow_settings(*, setting: str, **kwargs: Any) -> None:
         wanted = _app_settings(merged)
         if wanted == _made_from:
             return  # WORKERS or RUN_IN_PROCESS changed: nothing the App holds
-        _app.reconfigure(_make(merged))
+        reconfigure(_app, _make(merged))
         _made_from = wanted
 
 
