@@ -1,19 +1,20 @@
-"""The :class:`App`: configuration, the task registry, the public API and events."""
+"""The :class:`App`: configuration, the task registry, scheduling and events. It holds
+the objects that act for it (its operations, transactions and in-process runner),
+offers their methods as its own, and gives each runner a :class:`RunnerHost`."""
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 import time
-import types
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
 from mongosched._core import validate
+from mongosched._core.delegation import Delegated
 from mongosched._core.outcome import Retention
 from mongosched._core.records import JobRecord, JobStatus
 from mongosched.errors import ConfigurationError, StoreError, TaskNotRegistered, TransactionError
@@ -26,6 +27,7 @@ from mongosched.operations.jobs import Cancellation, JobOperations
 from mongosched.retry import RetryPolicy
 from mongosched.runner import dependencies
 from mongosched.runner.host import RunnerHost
+from mongosched.runner.inprocess import InProcess
 from mongosched.runner.runner import Runner
 from mongosched.runner.wakeup import wake_mode
 from mongosched.schedule import Rule
@@ -44,33 +46,6 @@ T = TypeVar("T")
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-class _Delegated(Generic[P, R]):
-    """An :class:`App` method that is ``operation``, a method of the object the app
-    holds in its attribute ``holder``: the signature, defaults and docstring are the
-    operation's, written once. On the class it is the operation's function (what the
-    API reference documents); on an app, the operation bound to the app's object."""
-
-    def __init__(self, holder: str, operation: Callable[Concatenate[Any, P], R]) -> None:
-        self.holder = holder
-        self.operation = operation
-        self.__doc__ = operation.__doc__
-
-    def __set_name__(self, owner: type[Any], name: str) -> None:
-        if name != self.operation.__name__:
-            raise TypeError(f"App.{name} must be named as its operation")
-
-    @overload
-    def __get__(self, app: None, owner: type[Any]) -> Callable[Concatenate[Any, P], R]: ...
-
-    @overload
-    def __get__(self, app: App, owner: type[Any]) -> Callable[P, R]: ...
-
-    def __get__(self, app: App | None, owner: type[Any]) -> Callable[..., R]:
-        if app is None:
-            return self.operation
-        return types.MethodType(self.operation, getattr(app, self.holder))
 
 
 class App:
@@ -157,13 +132,9 @@ class App:
         self._prepare_failures = 0
         self._prepare_error: StoreError | None = None
         self._lock = threading.RLock()
-        self._in_process_runner: Runner | None = None
-        self._in_process_options: dict[str, Any] = {}
-        self._running_at_fork = False
-        self._warned_fork = False
         self._eager_runner: Runner | None = None
+        self._in_process = InProcess(self.runner, self._forked)
         self._compose([])
-        _apps.add(self)
 
     def _compose(self, integrations: list[TransactionIntegration]) -> None:
         """Make the objects that act for this app, each given what it needs of the
@@ -252,40 +223,12 @@ class App:
         self.store.close()
         self._prepared = False
 
-    def _before_fork(self) -> None:
-        self._running_at_fork = self.in_process_runner is not None
-
-    def _after_fork_in_parent(self) -> None:
-        """A process that forks while its in-process runner runs copies live threads
-        into the child (where they are dead) and goes on running jobs itself: right for
-        a web worker that forks now and then, wrong for a server's master. Say so, once."""
-        forked_running, self._running_at_fork = self._running_at_fork, False
-        if forked_running and not self._warned_fork:
-            self._warned_fork = True
-            log.warning(
-                "process %d forked while its in-process runner was running: the child "
-                "starts its own, and this one keeps its own. If this is a server's master "
-                "that forks its workers (gunicorn --preload, uWSGI without lazy-apps), start "
-                "the runner in the workers instead (gunicorn's post_worker_init; see the "
-                "deployment docs)",
-                os.getpid(),
-            )
-
-    def _after_fork(self) -> None:
+    def _forked(self) -> None:
         """In a forked child: the parent's runners do not survive a fork (their threads
-        are not copied). A child whose parent was running an in-process runner starts
-        its own, with the same options: a pre-forking server's workers each run one."""
-        restart = self._running_at_fork
-        self._running_at_fork = False
+        are not copied)."""
         self._lock = threading.RLock()
         self.runners = weakref.WeakSet()
-        self._in_process_runner = None
         self._eager_runner = None
-        if restart:
-            try:
-                self.start_runner(**self._in_process_options)
-            except Exception:  # a fork handler must not raise; say so where operators look
-                log.exception("could not start the in-process runner in child %d", os.getpid())
 
     # Registry -----------------------------------------------------------------------------
     @overload
@@ -456,50 +399,6 @@ class App:
                 tx.on_commit(functools.partial(self._created, job))
         return jobs
 
-    def joined(
-        self, session: Any, *, on_commit: Callable[[Callable[[], Any]], Any] | None = None
-    ) -> Transaction:
-        """The transaction a caller's pymongo ``session`` is in, for jobs to join
-        (what ``configure(session=...)`` does with it). ``on_commit``: how the session's
-        owner runs a callback after its commit (Django's ``connection.on_commit``), so
-        that the events and wake-ups of the jobs follow it. Raises
-        :class:`~mongosched.errors.TransactionError` (see :meth:`Store.join
-        <mongosched.store.Store.join>`)."""
-        return self._transactions.join(session, on_commit=on_commit)
-
-    def add_transaction_integration(self, integration: TransactionIntegration) -> None:
-        """Let jobs scheduled without ``session=`` join a framework's own transaction
-        (``integration.current()``), and make the framework's writes in a transactional
-        task join the task's (``integration.bind``). The Django integration adds one
-        for a project whose database is MongoDB."""
-        self._transactions.integrations.append(integration)
-
-    # Transactions ---------------------------------------------------------------------------
-    def transaction(self) -> Transaction:
-        """A new transaction, for jobs to exist only if your writes commit::
-
-            with app.transaction() as tx:
-                orders.insert_one(order, session=tx.session)
-                send_receipt.schedule(order["_id"])  # joins tx
-
-        The block commits when it ends, or aborts when it raises; jobs scheduled in it
-        (without ``session=``) join it. On MongoDB it runs in a session of the app's
-        client (``tx.session``; give the app your client's database with
-        ``App(database=...)`` so that your writes share it); on ``memory://`` the jobs
-        are held until the commit and ``tx.session`` is None. A write conflict raises
-        :class:`~mongosched.errors.TransactionConflict`; :meth:`with_transaction`
-        runs the block again instead. See :doc:`/transactions`."""
-        return self._transactions.begin()
-
-    def with_transaction(
-        self, callback: Callable[[Transaction], T], *, timeout: float = RETRY_TIME
-    ) -> T:
-        """Run ``callback(tx)`` in a new transaction (:meth:`transaction`) and commit;
-        after a transient error (a write conflict, a lost connection, yours or
-        mongosched's) run it all again, for up to ``timeout`` seconds, as pymongo's
-        ``ClientSession.with_transaction`` does. Returns what ``callback`` returned."""
-        return self._transactions.run(callback, timeout)
-
     def _link(self, record: JobRecord, store: Store | None = None) -> JobRecord:
         """A job stored waiting: resolve the dependencies that ended already (read
         after the insert, so none that ends meanwhile is missed). ``store``: the
@@ -540,29 +439,45 @@ class App:
         for runner in list(self.runners):
             runner.wake(at)
 
+    # Transactions ---------------------------------------------------------------------------
+    transaction = Delegated("_transactions", Transactions.transaction)
+    joined = Delegated("_transactions", Transactions.joined)
+    add_transaction_integration = Delegated(
+        "_transactions", Transactions.add_transaction_integration
+    )
+
+    def with_transaction(
+        self, callback: Callable[[Transaction], T], *, timeout: float = RETRY_TIME
+    ) -> T:
+        """Run ``callback(tx)`` in a new transaction (:meth:`transaction`) and commit;
+        after a transient error (a write conflict, a lost connection, yours or
+        mongosched's) run it all again, for up to ``timeout`` seconds, as pymongo's
+        ``ClientSession.with_transaction`` does. Returns what ``callback`` returned."""
+        return self._transactions.run(callback, timeout)
+
     # What users do with stored jobs, schedules and pauses: methods of the objects this
     # app holds (mongosched/operations/), with their signatures and docstrings.
-    get_job = _Delegated("_jobs", JobOperations.get_job)
-    get_jobs = _Delegated("_jobs", JobOperations.get_jobs)
-    count_jobs = _Delegated("_jobs", JobOperations.count_jobs)
-    cancel = _Delegated("_jobs", JobOperations.cancel)
-    update_job = _Delegated("_jobs", JobOperations.update_job)
-    retry_job = _Delegated("_jobs", JobOperations.retry_job)
-    delete_job = _Delegated("_jobs", JobOperations.delete_job)
-    purge = _Delegated("_jobs", JobOperations.purge)
-    stats = _Delegated("_jobs", JobOperations.stats)
-    retry_jobs = _Delegated("_bulk", BulkOperations.retry_jobs)
-    cancel_jobs = _Delegated("_bulk", BulkOperations.cancel_jobs)
-    purge_jobs = _Delegated("_bulk", BulkOperations.purge_jobs)
-    throughput = _Delegated("_bulk", BulkOperations.throughput)
-    pause = _Delegated("_admin", AdminOperations.pause)
-    resume = _Delegated("_admin", AdminOperations.resume)
-    pauses = _Delegated("_admin", AdminOperations.pauses)
-    schedules = _Delegated("_admin", AdminOperations.schedules)
-    ensure_schedules = _Delegated("_admin", AdminOperations.ensure_schedules)
-    update_schedule = _Delegated("_admin", AdminOperations.update_schedule)
-    live_runners = _Delegated("_admin", AdminOperations.live_runners)
-    workers = _Delegated("_admin", AdminOperations.workers)
+    get_job = Delegated("_jobs", JobOperations.get_job)
+    get_jobs = Delegated("_jobs", JobOperations.get_jobs)
+    count_jobs = Delegated("_jobs", JobOperations.count_jobs)
+    cancel = Delegated("_jobs", JobOperations.cancel)
+    update_job = Delegated("_jobs", JobOperations.update_job)
+    retry_job = Delegated("_jobs", JobOperations.retry_job)
+    delete_job = Delegated("_jobs", JobOperations.delete_job)
+    purge = Delegated("_jobs", JobOperations.purge)
+    stats = Delegated("_jobs", JobOperations.stats)
+    retry_jobs = Delegated("_bulk", BulkOperations.retry_jobs)
+    cancel_jobs = Delegated("_bulk", BulkOperations.cancel_jobs)
+    purge_jobs = Delegated("_bulk", BulkOperations.purge_jobs)
+    throughput = Delegated("_bulk", BulkOperations.throughput)
+    pause = Delegated("_admin", AdminOperations.pause)
+    resume = Delegated("_admin", AdminOperations.resume)
+    pauses = Delegated("_admin", AdminOperations.pauses)
+    schedules = Delegated("_admin", AdminOperations.schedules)
+    ensure_schedules = Delegated("_admin", AdminOperations.ensure_schedules)
+    update_schedule = Delegated("_admin", AdminOperations.update_schedule)
+    live_runners = Delegated("_admin", AdminOperations.live_runners)
+    workers = Delegated("_admin", AdminOperations.workers)
 
     # Events ---------------------------------------------------------------------------------------
     def on(self, event: str, listener: Listener | None = None) -> Any:
@@ -609,30 +524,17 @@ class App:
         worker) starts its own at the fork, with the same options; the parent keeps its
         own (so start it in the workers, not in a server's master: see
         :doc:`/deployment`)."""
-        running = self.in_process_runner
-        if running is not None:
-            return running
-        with self._lock:
-            runner = self._in_process_runner
-            if runner is None or not runner.is_running:
-                runner = self.runner(workers=workers, queues=queues, **options)
-                runner.start()
-                self._in_process_runner = runner
-                self._in_process_options = {"workers": workers, "queues": queues, **options}
-            return runner
+        return self._in_process.start(workers=workers, queues=queues, **options)
 
     @property
     def in_process_runner(self) -> Runner | None:
         """The runner :meth:`start_runner` started in this process, while it runs."""
-        runner = self._in_process_runner
-        return runner if runner is not None and runner.is_running else None
+        return self._in_process.runner
 
     def stop_runner(self, *, graceful: bool = True, timeout: float | None = 30.0) -> bool:
         """Stop the runner :meth:`start_runner` started (see :meth:`Runner.stop`); a
         later :meth:`start_runner` starts a new one. True when no job is left in flight."""
-        with self._lock:
-            runner, self._in_process_runner = self._in_process_runner, None
-        return True if runner is None else runner.stop(graceful=graceful, timeout=timeout)
+        return self._in_process.stop(graceful=graceful, timeout=timeout)
 
     def __repr__(self) -> str:
         return f"<App {self.store!r} tasks={len(self.tasks)}>"
@@ -653,8 +555,7 @@ def reconfigure(app: App, source: App) -> None:
     stops and starts again on the new store; other runners keep the store and options
     they started with. The previous store is closed unless one of them uses it.
     ``source`` is not to be used afterwards."""
-    with app._lock:
-        restart = app.in_process_runner is not None
+    restart = app.in_process_runner is not None
     if restart:
         app.stop_runner(graceful=False, timeout=5.0)
     with app._lock:
@@ -670,33 +571,9 @@ def reconfigure(app: App, source: App) -> None:
     if previous is not app.store and all(r.store is not previous for r in app.runners):
         previous.close()
     if restart:
-        app.start_runner(**app._in_process_options)
+        app.start_runner(**app._in_process.options)
 
 
 def _keep(value: Any, name: str) -> timedelta | None:
     seconds = validate.seconds(value, what=f"App: {name}", allow_none=True)
     return None if seconds is None else timedelta(seconds=seconds)
-
-
-_apps: weakref.WeakSet[App] = weakref.WeakSet()
-
-
-def _before_fork() -> None:
-    for app in list(_apps):
-        app._before_fork()
-
-
-def _reset_after_fork() -> None:
-    for app in list(_apps):
-        app._after_fork()
-
-
-def _after_fork_in_parent() -> None:
-    for app in list(_apps):
-        app._after_fork_in_parent()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(
-        before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_reset_after_fork
-    )

@@ -166,9 +166,9 @@ class TransactionIntegration(Protocol):
 
 class Transactions:
     """An app's transactions: those it begins, the callers' sessions it joins, the one
-    a scheduling call's jobs join, and the frameworks' integrations (see
-    :meth:`App.add_transaction_integration
-    <mongosched.App.add_transaction_integration>`).
+    a scheduling call's jobs join, and the frameworks' integrations.
+    :class:`~mongosched.App` holds one; its methods ``transaction``, ``joined`` and
+    ``add_transaction_integration`` are these, with these docstrings.
 
     :param store: the app's store (a transaction of another store is not joined).
     :param writable: the store, prepared for writes.
@@ -185,24 +185,48 @@ class Transactions:
         self.writable = writable
         self.integrations = [] if integrations is None else integrations
 
-    def begin(self) -> Transaction:
-        """A new transaction, which mongosched commits."""
+    def transaction(self) -> Transaction:
+        """A new transaction, for jobs to exist only if your writes commit::
+
+            with app.transaction() as tx:
+                orders.insert_one(order, session=tx.session)
+                send_receipt.schedule(order["_id"])  # joins tx
+
+        The block commits when it ends, or aborts when it raises; jobs scheduled in it
+        (without ``session=``) join it. On MongoDB it runs in a session of the app's
+        client (``tx.session``; give the app your client's database with
+        ``App(database=...)`` so that your writes share it); on ``memory://`` the jobs
+        are held until the commit and ``tx.session`` is None. A write conflict raises
+        :class:`~mongosched.errors.TransactionConflict`; :meth:`with_transaction`
+        runs the block again instead. See :doc:`/transactions`."""
         store = self.writable()
         return Transaction(store, store.begin(), owned=True)
 
-    def join(
+    def joined(
         self, session: Any, *, on_commit: Callable[[Callable[[], Any]], Any] | None = None
     ) -> Transaction:
-        """The transaction a caller's ``session`` is in (its owner commits it)."""
+        """The transaction a caller's pymongo ``session`` is in, for jobs to join
+        (what ``configure(session=...)`` does with it). ``on_commit``: how the session's
+        owner runs a callback after its commit (Django's ``connection.on_commit``), so
+        that the events and wake-ups of the jobs follow it. Raises
+        :class:`~mongosched.errors.TransactionError` (see :meth:`Store.join
+        <mongosched.store.Store.join>`)."""
         store = self.writable()
         return Transaction(store, store.join(session), owned=False, on_commit=on_commit)
+
+    def add_transaction_integration(self, integration: TransactionIntegration) -> None:
+        """Let jobs scheduled without ``session=`` join a framework's own transaction
+        (``integration.current()``), and make the framework's writes in a transactional
+        task join the task's (``integration.bind``). The Django integration adds one
+        for a project whose database is MongoDB."""
+        self.integrations.append(integration)
 
     def run(self, callback: Callable[[Transaction], T], timeout: float) -> T:
         """``callback(tx)`` in a new transaction, committed; all again after a transient
         error, for up to ``timeout`` seconds."""
         deadline = time.monotonic() + validate.seconds(timeout, what="with_transaction: timeout")
         while True:
-            tx = self.begin()
+            tx = self.transaction()
             try:
                 with tx:
                     result = callback(tx)
@@ -238,7 +262,7 @@ class Transactions:
                 raise TransactionError(f"{what}: the transaction has ended")
             return chosen
         try:
-            return self.join(chosen)
+            return self.joined(chosen)
         except TransactionError as exc:
             raise TransactionError(f"{what}: {exc}") from None
 
