@@ -102,7 +102,7 @@ def fill(app: App, n: int, stand_in: bool) -> None:
         doc.update(error={"type": kind, "message": "boom"}, finished_at=now)
         docs.append(doc)
     for start in range(0, n, 5000):
-        app.store.jobs.insert_many(docs[start : start + 5000])  # type: ignore[attr-defined]
+        app.store.connection.jobs.insert_many(docs[start : start + 5000])  # type: ignore[attr-defined]
 
 
 def measure(
@@ -196,7 +196,7 @@ def main() -> None:
         measure(where, app, wire, commands, not given)
     finally:
         if given:
-            app.store.database.client.drop_database(app.store.database.name)  # type: ignore[attr-defined]
+            app.store.connection.database.client.drop_database(app.store.connection.database.name)  # type: ignore[attr-defined]
         app.close()
         if process is not None:
             process.terminate()

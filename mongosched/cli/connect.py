@@ -164,7 +164,7 @@ def _probe(app: App, timeout: float) -> Store:
     ms = max(1, round(timeout * 1000))
     return MongoStore(
         uri=with_options(uri, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms),
-        collection=store.collection_name,
+        collection=store.connection.collection_name,
         write_concern=None,
         retries=0,
     )

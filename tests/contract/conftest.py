@@ -95,7 +95,7 @@ def _open(substrate: str, request: pytest.FixtureRequest, prepare: bool) -> Iter
         yield mongo
     finally:
         try:
-            mongo.database.client.drop_database(name)
+            mongo.connection.database.client.drop_database(name)
         finally:
             mongo.close()
 

@@ -59,13 +59,13 @@ class _Sending:
 def sending(
     store: MongoStore, hook: Callable[[dict[str, Any], Send], Any] | None = None
 ) -> Iterator[_Sending]:
-    original = store.jobs
+    original = store.connection.jobs
     wrapper = _Sending(original, hook or (lambda command, send: send(command)))
-    store.jobs = wrapper
+    store.connection.jobs = wrapper
     try:
         yield wrapper
     finally:
-        store.jobs = original
+        store.connection.jobs = original
 
 
 def names(wrapper: _Sending) -> list[str]:
@@ -81,7 +81,7 @@ def test_the_commands_carry_the_claim_and_the_write_concern(mongo_store: MongoSt
         got = batch(mongo_store, 4)
     find, update = sent.sent
     assert names(sent) == ["find", "update"]
-    assert find["find"] == update["update"] == mongo_store.jobs.name
+    assert find["find"] == update["update"] == mongo_store.connection.jobs.name
     assert find["limit"] == 4 and find["singleBatch"] is True and "readConcern" not in find
     assert list(find["sort"].items()) == list(CLAIM_SORT)
     assert find["filter"]["status"] == "pending"
@@ -94,7 +94,7 @@ def test_no_write_concern_is_sent_when_the_store_leaves_it_to_the_server(
 ) -> None:
     add(mongo_store, *[job(args=(n,)) for n in range(3)])
     store = MongoStore(
-        database=mongo_store.database, collection=mongo_store.collection_name, write_concern=None
+        database=mongo_store.connection.database, collection=mongo_store.connection.collection_name, write_concern=None
     )
     with sending(store) as sent:
         assert len(batch(store, 4)) == 3

@@ -49,7 +49,7 @@ def test_the_documented_query_filters_lead_an_index(mongo_store: MongoStore) -> 
     server, with the documented sort field right after it; claims and the reaper's
     queries lead theirs."""
     mongo_store.prepare()
-    info = mongo_store.jobs.index_information()
+    info = mongo_store.connection.jobs.index_information()
     fields = [[field for field, _ in keys(index)] for index in info.values()]
     for filters, sort in [
         (["task"], "updated_at"),
@@ -81,19 +81,19 @@ def test_reads_create_no_index(mongo_store: MongoStore) -> None:
     assert store.counts() == {} and store.schedules() == [] and store.running() == []
     assert store.oldest_due(now) is None and store.unknown_due_tasks([], now) == {}
     assert store.leases_expired(now) == [] and store.permit_holders("t", now) == 0
-    assert set(store.jobs.index_information()) <= {"_id_"}
-    assert set(store.permits.index_information()) <= {"_id_"}
-    assert store.database.list_collection_names() == []
+    assert set(store.connection.jobs.index_information()) <= {"_id_"}
+    assert set(store.connection.permits.index_information()) <= {"_id_"}
+    assert store.connection.database.list_collection_names() == []
     store.prepare()
-    assert "claim_by_task" in store.index_names()
+    assert "claim_by_task" in store.connection.index_names()
 
 
 def test_prepare_creates_every_index_with_its_options(mongo_store: MongoStore) -> None:
     mongo_store.prepare()
     mongo_store.prepare()  # idempotent
     for collection, expected in (
-        (mongo_store.jobs, INDEXES),
-        (mongo_store.permits, PERMIT_INDEXES),
+        (mongo_store.connection.jobs, INDEXES),
+        (mongo_store.connection.permits, PERMIT_INDEXES),
     ):
         info = collection.index_information()
         assert set(info) == {"_id_", *(options["name"] for _, options in expected)}
@@ -105,10 +105,10 @@ def test_prepare_creates_every_index_with_its_options(mongo_store: MongoStore) -
                 "partialFilterExpression"
             ), options["name"]
             assert index.get("expireAfterSeconds") == options.get("expireAfterSeconds")
-    info = mongo_store.jobs.index_information()
+    info = mongo_store.connection.jobs.index_information()
     assert info["dedupe_active"]["unique"] and info["dedupe_pending"]["unique"]
     assert info["expire_at"]["expireAfterSeconds"] == 0
-    assert set(mongo_store.index_names()) == set(info)
+    assert set(mongo_store.connection.index_names()) == set(info)
 
 
 def test_prepare_on_a_database_in_use(mongo_store: MongoStore) -> None:
@@ -157,12 +157,12 @@ def explain_claim(
 ) -> Mapping[str, Any]:
     """The server's plan for the claim ``store`` sends for task ``t`` (which claims a
     job): its ``findAndModify``, recorded, then explained."""
-    recording = Recording(store.jobs)
-    store.jobs = recording
+    recording = Recording(store.connection.jobs)
+    store.connection.jobs = recording
     try:
         got = store.claim(owner="me", tasks=("t",), queues=queues, now=LATER, lease_duration=30)
     finally:
-        store.jobs = recording.collection
+        store.connection.jobs = recording.collection
     assert got is not None
     [call] = recording.calls
     command = {
@@ -173,7 +173,7 @@ def explain_claim(
         "new": True,
         **({"hint": call["hint"]} if call.get("hint") is not None else {}),
     }
-    return dict(store.database.command("explain", command, verbosity=verbosity))
+    return dict(store.connection.database.command("explain", command, verbosity=verbosity))
 
 
 def stages(plan: Any) -> Iterator[Mapping[str, Any]]:
@@ -236,9 +236,9 @@ def test_the_uri_read_preference_applies_to_listings_only(shared_db: SharedDatab
 
     store = MongoStore(uri=shared_db.uri(readPreference="secondaryPreferred"))
     try:
-        assert store.jobs.read_preference == ReadPreference.PRIMARY
-        assert store.permits.read_preference == ReadPreference.PRIMARY
-        assert store.queries.read_preference == ReadPreference.SECONDARY_PREFERRED
+        assert store.connection.jobs.read_preference == ReadPreference.PRIMARY
+        assert store.connection.permits.read_preference == ReadPreference.PRIMARY
+        assert store.connection.queries.read_preference == ReadPreference.SECONDARY_PREFERRED
         store.prepare()
         (added,) = add(store, job())
         assert store.get(added.id) == added  # by id: the primary, read your write
@@ -334,8 +334,8 @@ class _Watched:
 def _watch(
     monkeypatch: pytest.MonkeyPatch, store: MongoStore, on_claim_read: Any = None
 ) -> _Watched:
-    watched = _Watched(store.jobs, on_claim_read)
-    monkeypatch.setattr(type(store), "jobs", property(lambda self: watched))
+    watched = _Watched(store.connection.jobs, on_claim_read)
+    monkeypatch.setattr(type(store.connection), "jobs", property(lambda self: watched))
     return watched
 
 

@@ -54,14 +54,14 @@ def pair(request: pytest.FixtureRequest) -> Iterator[tuple[Store, Store]]:
         assert TEST_URI
         uri = with_database(TEST_URI, name)
     watcher, writer = MongoStore(uri=uri), MongoStore(uri=uri)
-    hello = watcher.database.command("hello")
+    hello = watcher.connection.database.command("hello")
     if not hello.get("setName") and hello.get("msg") != "isdbgrid":
         pytest.skip("change streams need a replica set or a sharded cluster")
     writer.prepare()
     try:
         yield watcher, writer
     finally:
-        writer.database.client.drop_database(writer.database.name)
+        writer.connection.database.client.drop_database(writer.connection.database.name)
         watcher.close()
         writer.close()
 

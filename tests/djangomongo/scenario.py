@@ -33,7 +33,7 @@ def main() -> None:
     created: list[str] = []
     app.on("job:created", lambda event: created.append(event.job.args[0]))
     found: dict[str, object] = {
-        "same_client": app.store.database.client is connection.database.client,  # type: ignore[attr-defined]
+        "same_client": app.store.connection.database.client is connection.database.client,  # type: ignore[attr-defined]
     }
 
     # A rolled-back block: neither the order nor its job.

@@ -112,7 +112,7 @@ class World:
 
     def raw(self, job_id: Any) -> dict[str, Any]:
         """The job as stored (read past the fault injector); ``{}`` once deleted."""
-        doc = self.store.jobs._target.find_one({"_id": job_id})
+        doc = self.store.connection.jobs._target.find_one({"_id": job_id})
         assert doc is not None or job_id in self.deleted, f"job {job_id} vanished"
         return {} if doc is None else dict(doc)
 
@@ -198,7 +198,7 @@ def act_schedule(w: World) -> None:
         w.dependents.add(job.id)
     if "expires" in options:
         w.expiring.add(job.id)
-    stored = w.store.jobs._target.count_documents({"_id": job.id})
+    stored = w.store.connection.jobs._target.count_documents({"_id": job.id})
     assert stored == 1 or job.id in w.deleted, "schedule returned a job that is not stored"
 
 
@@ -209,7 +209,7 @@ def act_claim_round_failing(w: World, worker: int, batch: int) -> None:
     the round, so that everything the round claimed is known.)"""
     runner = w.runners[worker]
     store = runner.store
-    raw = store.jobs._target
+    raw = store.connection.jobs._target
     pending = {d["_id"]: d["attempts"] for d in raw.find({"status": "pending"})}
     claim, settle_and_claim = store.claim, store.settle_and_claim
     armed: list[bool] = []
@@ -225,7 +225,7 @@ def act_claim_round_failing(w: World, worker: int, batch: int) -> None:
         return got
 
     store.claim, store.settle_and_claim = failing_claim, arming
-    wrappers = (store.jobs, store.permits, store.limits)
+    wrappers = (store.connection.jobs, store.connection.permits, store.connection.limits)
     enabled = [wrapper.enabled for wrapper in wrappers]
     for wrapper in wrappers:
         wrapper.enabled = False
@@ -241,7 +241,7 @@ def act_claim_round_failing(w: World, worker: int, batch: int) -> None:
                 assert doc["attempts"] == attempts, f"job {job_id}: a give back counted"
         return
     finally:
-        del store.claim, store.settle_and_claim  # the store's own methods again
+        store.claim, store.settle_and_claim = claim, settle_and_claim  # its own again
         for wrapper, was in zip(wrappers, enabled, strict=True):
             wrapper.enabled = was
     holding(w, worker, claims, now, batch)
@@ -486,7 +486,7 @@ def act_poison(w: World) -> None:
         "created_at": now,
         "updated_at": now,
     }
-    w.store.jobs._target.insert_one(doc)
+    w.store.connection.jobs._target.insert_one(doc)
     w.poisons.append(doc["_id"])
 
 
@@ -508,7 +508,7 @@ def act_meanwhile(w: World) -> None:
 
 def unreleased(w: World) -> list[Any]:
     """The finished jobs (that a purge may delete) that jobs still wait for."""
-    raw = w.store.jobs._target
+    raw = w.store.connection.jobs._target
     marked = {"status": {"$in": FINAL}, "_id": {"$type": "objectId"}, "has_dependents": True}
     return [
         doc["_id"]
@@ -522,7 +522,7 @@ def act_purge(w: World) -> None:
     waiting for one of them are released first, whatever a crash or a fault left."""
     if w.purging:
         return
-    raw = w.store.jobs._target
+    raw = w.store.connection.jobs._target
     jobs = {"_id": {"$type": "objectId"}}
     before = {doc["_id"]: doc["status"] for doc in raw.find(jobs, {"status": 1})}
     ended = sorted((i for i, status in before.items() if status in FINAL), key=str)
@@ -555,7 +555,7 @@ def act_retention(w: World) -> None:
     """The server's TTL monitor deletes a finished job (a short retention), its
     dependents released or not (a crash may have stopped that): most often one that
     jobs still wait for, the case that matters."""
-    raw = w.store.jobs._target
+    raw = w.store.connection.jobs._target
     waited = unreleased(w)
     ended = {"status": {"$in": FINAL}, "_id": {"$type": "objectId"}}
     ids = waited or sorted((doc["_id"] for doc in raw.find(ended, {"_id": 1})), key=str)
@@ -608,7 +608,7 @@ def is_current(w: World, holder: Holder) -> bool:
 
 def check_limit(w: World) -> None:
     now = w.clock()
-    live = w.store.permits._target.count_documents(
+    live = w.store.connection.permits._target.count_documents(
         {"task": "limited", "token": {"$ne": None}, "until": {"$gte": now}}
     )
     assert live <= LIMIT, f"{live} live permits for a limit of {LIMIT}"
@@ -651,7 +651,7 @@ def check_flow(w: World, claim: Claim) -> None:
 
 def check_schedule(w: World) -> None:
     """One schedule document for "tick"; each of its slots concludes once, in order."""
-    docs = list(w.store.jobs._target.find({"task": "tick"}))
+    docs = list(w.store.connection.jobs._target.find({"task": "tick"}))
     assert len(docs) == 1, f"{len(docs)} schedule documents for one declared schedule"
     doc = docs[0]
     assert doc["_id"] == schedule_id("tick")
@@ -664,7 +664,7 @@ def check_schedule(w: World) -> None:
 
 
 def check_dedupe(w: World) -> None:
-    raw = w.store.jobs._target
+    raw = w.store.connection.jobs._target
     for field_ in ("dedupe_active", "dedupe_pending"):
         counts = Counter((d["task"], d[field_]) for d in raw.find({field_: {"$exists": True}}))
         assert all(n == 1 for n in counts.values()), f"{field_} held twice: {counts}"
@@ -672,7 +672,7 @@ def check_dedupe(w: World) -> None:
 
 def settle(w: World) -> None:
     """Faults off, crashed work reaped, everything left run to its end."""
-    for wrapper in (w.store.jobs, w.store.permits, w.store.limits):
+    for wrapper in (w.store.connection.jobs, w.store.connection.permits, w.store.connection.limits):
         wrapper.enabled = False
     for _ in range(50):
         for holders in w.active.values():
@@ -697,13 +697,13 @@ def settle(w: World) -> None:
             "repeat": {"$exists": False},
         }
         if not progressed and not any(w.active.values()):
-            if w.store.jobs._target.count_documents(unfinished) == 0:
+            if w.store.connection.jobs._target.count_documents(unfinished) == 0:
                 return
     raise AssertionError("jobs still unfinished after settling")
 
 
 def check_end(w: World) -> None:
-    raw = w.store.jobs._target
+    raw = w.store.connection.jobs._target
     for job_id in w.returned:
         doc = raw.find_one({"_id": job_id})
         if doc is None and job_id in w.deleted:  # finished, then purged
@@ -794,10 +794,10 @@ def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Coun
         check_schedule(w)
     settle(w)
     check_end(w)
-    for wrapper in (w.store.jobs, w.store.permits, w.store.limits):
+    for wrapper in (w.store.connection.jobs, w.store.connection.permits, w.store.connection.limits):
         w.stats.update(wrapper.injected)
     w.stats["slots concluded"] += len(w.concluded)
-    raw = w.store.jobs._target
+    raw = w.store.connection.jobs._target
     w.stats["dependents"] += len(w.dependents)
     w.stats["expired"] += raw.count_documents({"status": "expired"})
     w.stats["poison documents"] += len(w.poisons)
@@ -982,9 +982,9 @@ def test_a_retried_write_is_not_taken_for_an_earlier_write_of_the_same_holder(
         expired[0], outcome.Ending.LEASE_EXPIRED, now=clock(), retention=app.retention
     )
     assert store.reap(expired[0], clock(), reap.settlement) is not None
-    store.retry_pause = 0.0
-    store.jobs = _DropFirstWrite(store.jobs)
-    store.jobs.armed = True
+    store.connection.retry_pause = 0.0
+    store.connection.jobs = _DropFirstWrite(store.connection.jobs)
+    store.connection.jobs.armed = True
     done = outcome.decide(first, outcome.Ending.SUCCESS, now=clock(), retention=app.retention)
     landed = store.settle(first, done.settlement)
     assert landed is None, "a fenced-off holder's retried write was reported as landed"

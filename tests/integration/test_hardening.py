@@ -145,7 +145,7 @@ def _raw_job(app: App, **fields: object) -> object:
         "updated_at": now,
     }
     doc.update(fields)
-    app.store.jobs.insert_one(doc)  # type: ignore[attr-defined]
+    app.store.connection.jobs.insert_one(doc)  # type: ignore[attr-defined]
     return doc["_id"]
 
 

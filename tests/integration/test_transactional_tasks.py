@@ -287,7 +287,7 @@ def test_a_fail_point_in_the_transaction_leaves_the_job_and_its_writes_agreeing(
     such command is the transaction's: its first insert is the task's effect, its
     findAndModify the outcome, then the commit."""
     ledger = Ledger(server_app)
-    client = server_app.store.database.client  # type: ignore[attr-defined]
+    client = server_app.store.connection.database.client  # type: ignore[attr-defined]
     armed: list[Any] = []
 
     def arm(job: Any) -> None:

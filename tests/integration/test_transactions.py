@@ -203,8 +203,8 @@ def server_app(tx_database: Any) -> App:
 
 def test_a_job_scheduled_in_a_callers_session_commits_and_aborts_with_it(server_app: App) -> None:
     send, _ = tasks(server_app)
-    client = server_app.store.database.client  # type: ignore[attr-defined]
-    orders = server_app.store.database["orders"]  # type: ignore[attr-defined]
+    client = server_app.store.connection.database.client  # type: ignore[attr-defined]
+    orders = server_app.store.connection.database["orders"]  # type: ignore[attr-defined]
 
     def place(session: Any) -> Any:
         orders.insert_one({"_id": 1}, session=session)
@@ -230,11 +230,11 @@ def test_a_conflict_in_a_callers_session_surfaces_as_pymongos_transient_error(
     with the label pymongo's with_transaction runs the callback again on; the second
     run finds the job holding the key."""
     send, _ = tasks(server_app)
-    client = server_app.store.database.client  # type: ignore[attr-defined]
+    client = server_app.store.connection.database.client  # type: ignore[attr-defined]
     runs: list[Any] = []
 
     def place(session: Any) -> Any:
-        server_app.store.database["orders"].find_one({}, session=session)  # type: ignore[attr-defined]
+        server_app.store.connection.database["orders"].find_one({}, session=session)  # type: ignore[attr-defined]
         if not runs:  # the key is taken after this transaction's snapshot
             runs.append(send.configure(dedupe_key="k").schedule(0))
         job = send.configure(session=session, dedupe_key="k").schedule(1)
@@ -248,7 +248,7 @@ def test_a_conflict_in_a_callers_session_surfaces_as_pymongos_transient_error(
 
     with client.start_session() as session:
         session.start_transaction()
-        server_app.store.database["orders"].find_one({}, session=session)  # type: ignore[attr-defined]
+        server_app.store.connection.database["orders"].find_one({}, session=session)  # type: ignore[attr-defined]
         send.configure(dedupe_key="j").schedule(0)
         with pytest.raises(PyMongoError) as raised:
             send.configure(session=session, dedupe_key="j").schedule(1)
@@ -260,7 +260,7 @@ def test_a_session_of_another_client_or_outside_a_transaction_is_refused(
     server_app: App, tx_database: Any
 ) -> None:
     send, _ = tasks(server_app)
-    client = server_app.store.database.client  # type: ignore[attr-defined]
+    client = server_app.store.connection.database.client  # type: ignore[attr-defined]
     with client.start_session() as session:
         with pytest.raises(TransactionError, match="task 'send': session: .*not in a transaction"):
             send.configure(session=session).schedule(1)

@@ -38,9 +38,9 @@ REFUSED = server_error(2)  # BadValue: not retryable
 
 def _faulty(store: MongoStore) -> FaultyCollection:
     """The store's job collection behind a fault injector that fails only as told."""
-    store.retry_pause = 0.01
-    faulty = FaultyCollection(store.jobs, random.Random(0), rate=0.0)
-    store.jobs = faulty
+    store.connection.retry_pause = 0.01
+    faulty = FaultyCollection(store.connection.jobs, random.Random(0), rate=0.0)
+    store.connection.jobs = faulty
     return faulty
 
 
@@ -173,7 +173,7 @@ def test_a_retried_outcome_write_never_lands_over_another_holder(database: Any, 
 
     def meanwhile() -> float:  # asked before each retry past the usual ones
         if not taken:  # the reaper and another runner, past the fault injector
-            store.jobs = faulty._target
+            store.connection.jobs = faulty._target
             later = outcome_now() + timedelta(seconds=LEASE + 1)
             expired = outcome.decide(
                 job, outcome.Ending.LEASE_EXPIRED, now=later, retention=outcome.Retention()
@@ -184,7 +184,7 @@ def test_a_retried_outcome_write_never_lands_over_another_holder(database: Any, 
             )
             assert other is not None
             taken.append(other)
-            store.jobs = faulty
+            store.connection.jobs = faulty
         return time.monotonic() + 10
 
     faulty.fail(WRITES[how], *[STEPPED_DOWN] * 6)

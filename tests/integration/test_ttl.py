@@ -110,7 +110,7 @@ def test_idle_limit_documents_go(on_server: OnServer) -> None:
     app.task(name="rated", rate_limit="5/s")(lambda: None)
     app.schedule("rated")
     drain(app)
-    limits = app.store.limits.name  # type: ignore[attr-defined]
+    limits = app.store.connection.limits.name  # type: ignore[attr-defined]
     assert len(on_server.ids(limits)) == 1
     on_server.sweep()
     assert on_server.ids(limits) == []

@@ -209,7 +209,7 @@ def test_pinned_the_planner_scans_the_collection_for_the_claim(real_server: Real
         kinds = {stage["stage"] for stage in stages(explained["queryPlanner"]["winningPlan"])}
         assert "COLLSCAN" in kinds, explained["queryPlanner"]["winningPlan"]
     finally:
-        store.database.client.drop_database(name)
+        store.connection.database.client.drop_database(name)
         store.close()
 
 

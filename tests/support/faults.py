@@ -165,8 +165,8 @@ def inject(
 ) -> list[FaultyCollection]:
     """Wrap a MongoStore's collections; returns the wrappers (set ``enabled`` to switch).
     ``late`` and ``meanwhile`` act on the job collection's writes."""
-    store.retry_pause = 0.0
-    store.jobs = FaultyCollection(store.jobs, rng, rate, late, late_rate, meanwhile, meanwhile_rate)
-    store.permits = FaultyCollection(store.permits, rng, rate)
-    store.limits = FaultyCollection(store.limits, rng, rate)
-    return [store.jobs, store.permits, store.limits]
+    store.connection.retry_pause = 0.0
+    store.connection.jobs = FaultyCollection(store.connection.jobs, rng, rate, late, late_rate, meanwhile, meanwhile_rate)
+    store.connection.permits = FaultyCollection(store.connection.permits, rng, rate)
+    store.connection.limits = FaultyCollection(store.connection.limits, rng, rate)
+    return [store.connection.jobs, store.connection.permits, store.connection.limits]

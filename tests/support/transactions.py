@@ -87,9 +87,10 @@ def store_target(request: pytest.FixtureRequest) -> dict[str, Any]:
 def own_collection(app: App, name: str) -> Any:
     """A collection of the user's own on the app's client; None on ``memory://``
     (there, the writes of a transaction are its jobs only)."""
-    database = getattr(app.store, "database", None)
-    if database is None:
+    connection = getattr(app.store, "connection", None)
+    if connection is None:
         return None
+    database = connection.database
     if name not in database.list_collection_names():
         # Made before any transaction writes in it: two transactions that both make
         # a collection conflict until one of them ends.

@@ -1,5 +1,6 @@
 """Claims and settlements in batches, for :class:`~mongosched.store.mongo.MongoStore`
-(part of it).
+(a part of it, over the single claims and settlements of
+:mod:`~mongosched.store.mongo.leases`).
 
 A batched claim takes up to ``limit`` due jobs in two round trips whatever the limit
 (up to three jobs: one round trip each, one at a time):
@@ -51,15 +52,15 @@ from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import MalformedJob, SerializationError
 from mongosched.store import codec
 from mongosched.store.mongo import commands
+from mongosched.store.mongo.connection import MongoConnection, patiently
 from mongosched.store.mongo.documents import CLAIM_SORT, RUNNING, to_record
-from mongosched.store.mongo.permits import MongoPermits
+from mongosched.store.mongo.leases import MongoLeases
 from mongosched.store.mongo.updates import (
     claim_fence,
     claim_query,
     claim_update,
     claimed_document,
     dedupe_hold,
-    malformed_update,
     set_also,
     settle_update,
     unchanged_since_claim,
@@ -114,10 +115,10 @@ class _Settling:
         self.statements = [statement for _, statement, _ in self.writes.values()]
         self.ids = [items[n][0].id for n in self.writes]
 
-    def finish(self, store: MongoBatches, read: dict[Any, Any] | None) -> list[Any]:
+    def finish(self, leases: MongoLeases, read: dict[Any, Any] | None) -> list[Any]:
         """The results, once the bulk write is done: ``read`` holds the jobs as read back
         by id (None: every write landed, as written). Those that did not land, and those
-        settled alone, are settled one by one as :meth:`settle` does (which says which
+        settled alone, are settled one by one as :meth:`MongoLeases.settle` does (which says which
         lost their lease, and sees a cancel requested or a dedupe key taken)."""
         for n, (write, _, result) in self.writes.items():
             job, settlement = self.items[n]
@@ -125,11 +126,11 @@ class _Settling:
             self.results[n] = (
                 transitions.settled(job, settlement, result)
                 if landed
-                else store.settle(job, settlement)
+                else leases.settle(job, settlement)
             )
         for n, item in enumerate(self.items):
             if n not in self.writes and self.results[n] is None:
-                self.results[n] = store.settle(*item)
+                self.results[n] = leases.settle(*item)
         return self.results
 
 
@@ -158,7 +159,7 @@ class _Claiming:
             {"q": {**query, **claim_fence(doc)}, "u": self.updates[doc["_id"]]} for doc in docs
         ]
 
-    def finish(self, store: MongoBatches, read: dict[Any, Any] | None) -> list[JobRecord]:
+    def finish(self, leases: MongoLeases, read: dict[Any, Any] | None) -> list[JobRecord]:
         """The jobs claimed, in claim order: the documents read with the claim applied
         when every update landed (``read`` None), else those ``read`` back under their
         token. A malformed one fails alone, unrun."""
@@ -182,12 +183,17 @@ class _Claiming:
                 records.append(to_record(doc, check=True))
             except MalformedJob as exc:  # failed alone
                 fence = {"_id": job_id, "lease.token": self.tokens[job_id]}
-                store._fail_malformed(fence, str(exc), self.now)
+                leases.fail_malformed(fence, str(exc), self.now)
         return records
 
 
-class MongoBatches(MongoPermits):
-    """The batched operations of :class:`~mongosched.store.mongo.MongoStore`."""
+class MongoBatches:
+    """The batched operations of :class:`~mongosched.store.mongo.MongoStore`: what
+    misses the bulk write is claimed or settled one at a time by ``leases``."""
+
+    def __init__(self, connection: MongoConnection, leases: MongoLeases) -> None:
+        self.connection = connection
+        self.leases = leases
 
     def claim_batch(
         self,
@@ -217,9 +223,9 @@ class MongoBatches(MongoPermits):
         (:func:`~mongosched._core.transitions.settled`), not read back. Jobs whose write
         did not land (a cancel requested, progress written, a lease lost, a dedupe key
         taken meanwhile) are found by reading back the writes' ids, and settled one by
-        one as :meth:`settle` does, which says which of those lost their lease.
-        Repeating jobs are settled one by one too."""
-        return self._patiently(patience, self._write, _Settling(items), None)[0]
+        one as :meth:`MongoLeases.settle` does, which says which of those lost their
+        lease. Repeating jobs are settled one by one too."""
+        return patiently(patience, self._write, _Settling(items), None)[0]
 
     def settle_and_claim(
         self,
@@ -241,16 +247,18 @@ class MongoBatches(MongoPermits):
         claiming = None
         if tasks and limit >= BATCH_FROM:
             query = claim_query(tasks, queues, now)
-            docs = self._retrying(
+            docs = self.connection.retrying(
                 "claim",
-                lambda _: commands.find_batch(self.jobs, query, sort=CLAIM_SORT, limit=limit),
+                lambda _: commands.find_batch(
+                    self.connection.jobs, query, sort=CLAIM_SORT, limit=limit
+                ),
             )
             if docs:
                 claiming = _Claiming(query, docs, owner, now, lease_duration)
-        results, claimed = self._patiently(patience, self._write, settling, claiming)
+        results, claimed = patiently(patience, self._write, settling, claiming)
         if tasks and limit < BATCH_FROM:  # fewer round trips (and less work) one at a time
             while len(claimed) < limit:
-                record = self.claim(
+                record = self.leases.claim(
                     owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=lease_duration
                 )
                 if record is None:
@@ -273,8 +281,8 @@ class MongoBatches(MongoPermits):
         ):
             ids = settling.ids + ([] if claiming is None else claiming.ids)
             read = self._read_back(what, ids)
-        results = settling.finish(self, read)
-        return results, ([] if claiming is None else claiming.finish(self, read))
+        results = settling.finish(self.leases, read)
+        return results, ([] if claiming is None else claiming.finish(self.leases, read))
 
     def _all_landed(
         self,
@@ -290,7 +298,7 @@ class MongoBatches(MongoPermits):
 
         def bulk(attempt: int) -> bool:
             tries.append(attempt)
-            updated = commands.update(self.jobs, statements)
+            updated = commands.update(self.connection.jobs, statements)
             for error in updated.errors:  # the others landed: read back what did
                 index = error["index"] - settlements
                 if claiming is not None and index >= 0:  # (a settlement refused:
@@ -298,41 +306,20 @@ class MongoBatches(MongoPermits):
                     log.warning("claim of job %s refused: %s", claiming.ids[index], error)
             return updated.matched == len(statements) and not updated.unknown
 
-        landed = self._retrying(what, bulk)
+        landed = self.connection.retrying(what, bulk)
         return landed and len(tries) == 1
 
     def _read_back(self, what: str, ids: list[Any]) -> dict[Any, Any]:
         """The jobs ``ids`` as stored, by id: one batch, and only when it came back
         short (a batch holds 16 MiB; or a job was deleted) a cursor for the rest."""
-        docs = self._retrying(what, lambda _: commands.find_batch(self.jobs, {"_id": {"$in": ids}}))
+        docs = self.connection.retrying(
+            what, lambda _: commands.find_batch(self.connection.jobs, {"_id": {"$in": ids}})
+        )
         read = {doc["_id"]: doc for doc in docs}
         if len(read) < len(ids):
             rest = [job_id for job_id in ids if job_id not in read]
-            more = self._retrying(what, lambda _: list(self.jobs.find({"_id": {"$in": rest}})))
+            more = self.connection.retrying(
+                what, lambda _: list(self.connection.jobs.find({"_id": {"$in": rest}}))
+            )
             read.update((doc["_id"], doc) for doc in more)
         return read
-
-    # What MongoStore defines.
-    def claim(
-        self,
-        *,
-        owner: str,
-        tasks: Sequence[str],
-        queues: Sequence[str] | None,
-        now: datetime,
-        lease_duration: float,
-        job_id: Any = None,
-    ) -> JobRecord | None:
-        raise NotImplementedError
-
-    def settle(
-        self, job: JobRecord, settlement: Settlement, patience: Patience | None = None
-    ) -> JobRecord | None:
-        raise NotImplementedError
-
-    def _fail_malformed(self, fence: dict[str, Any], reason: str, now: datetime) -> None:
-        """Fail a job that cannot be processed, alone (if ``fence`` still matches)."""
-        update = malformed_update(reason, now)
-        result = self._retrying("malformed job", lambda _: self.jobs.update_one(fence, update))
-        if result.matched_count:
-            log.error("%s: failed alone, without running (MalformedJob)", reason)

@@ -16,7 +16,7 @@ methods would:
 * its read concern (``readConcern``) for a find, its write concern (``writeConcern``)
   for an update, each sent unless it is the server's default.
 
-Driver errors are left to the caller (``MongoConnection._retrying``). Neither command
+Driver errors are left to the caller (``MongoConnection.retrying``). Neither command
 is retried by the driver: a network error reaches the caller, who repeats it; an
 update must therefore be safe to repeat (fenced: one that landed no longer matches).
 """

@@ -1,9 +1,15 @@
 """The connection under the MongoDB store: a lazy client, the collections, and the
 one place driver errors are classified and translated (:func:`transient`: retried, then
-:class:`StoreUnavailable`; anything else :class:`StoreError` at once)."""
+:class:`StoreUnavailable`; anything else :class:`StoreError` at once).
+
+Every part of :class:`~mongosched.store.mongo.MongoStore` holds the one
+:class:`MongoConnection` of its store and reaches the database through it: its
+collections, and :meth:`MongoConnection.retrying` around each call. A transaction's view
+of the store is a view of the connection (:meth:`MongoConnection.within`)."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
@@ -13,7 +19,7 @@ import weakref
 from collections.abc import Callable
 from contextvars import ContextVar
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pymongo
 from pymongo import ReadPreference, WriteConcern
@@ -41,7 +47,10 @@ from mongosched.store.mongo.documents import (
 )
 from mongosched.store.patience import Patience
 
-__all__ = ["MongoConnection", "redact", "transient"]
+if TYPE_CHECKING:
+    from mongosched.store.mongo.transactions import MongoTransaction
+
+__all__ = ["MongoConnection", "by_deadline", "patiently", "redact", "transient"]
 
 log = logging.getLogger("mongosched.store")
 
@@ -90,18 +99,22 @@ def transient(exc: PyMongoError) -> bool:
 
 
 class MongoConnection:
-    """A job collection and its permit collection on one MongoDB database."""
+    """The store's collections on one MongoDB database (a job collection, and its
+    permits, pauses, runners and limits beside it), its write concern, and its retries."""
+
+    transaction: MongoTransaction | None = None
+    """Set on a transaction's view (:meth:`within`): the transaction its calls run in."""
 
     def __init__(
         self,
         *,
-        uri: str | None = None,
-        database: Any = None,
-        collection: str = "mongosched_jobs",
-        write_concern: str | int | None = "majority",
-        connect_timeout: float = 5.0,
-        retries: int = 3,
-        retry_pause: float = 0.1,
+        uri: str | None,
+        database: Any,
+        collection: str,
+        write_concern: str | int | None,
+        connect_timeout: float,
+        retries: int,
+        retry_pause: float,
     ) -> None:
         self.connect_timeout = connect_timeout
         if uri is not None:
@@ -230,14 +243,29 @@ class MongoConnection:
         self._database = self._given_database
         self._jobs = self._permits = self._pauses = self._runners = self._limits = None
 
+    def within(self, transaction: MongoTransaction) -> MongoConnection:
+        """This connection as seen from inside ``transaction``: its job, permit and
+        limit collections pass the transaction's session on every call, and
+        :meth:`retrying` runs each call once (see
+        :mod:`~mongosched.store.mongo.transactions`)."""
+        view = copy.copy(self)
+        view.transaction = transaction
+        view._jobs = view._queries = transaction.bind(self.jobs)
+        view._permits = transaction.bind(self.permits)
+        view._limits = transaction.bind(self.limits)
+        return view
+
     # Plumbing -------------------------------------------------------------------------------
-    def _retrying(self, what: str, op: Callable[[int], T]) -> T:
+    def retrying(self, what: str, op: Callable[[int], T]) -> T:
         """Run ``op(attempt)``; after a :func:`transient` error run it again (attempt >
         0), up to ``retries`` more times while ``connect_timeout`` allows (a server that
         cannot be reached costs one timeout, not one per retry), and within
-        :meth:`_patiently` for as long as its patience lasts. ``op`` must be safe to
+        :func:`patiently` for as long as its patience lasts. ``op`` must be safe to
         repeat. Driver errors leave as :class:`StoreUnavailable` (transient) or
-        :class:`StoreError`."""
+        :class:`StoreError`. In a transaction's view, ``op`` runs once
+        (:meth:`MongoTransaction.once`)."""
+        if self.transaction is not None:
+            return self.transaction.once(what, op)
         attempt = 0
         deadline = time.monotonic() + self.connect_timeout
         by = _by.get()
@@ -276,37 +304,6 @@ class MongoConnection:
                 log.debug("%s: %s; retrying (attempt %d)", what, _first_line(exc), attempt)
                 time.sleep(pause)
 
-    @staticmethod
-    def _patiently(patience: Patience | None, call: Callable[..., T], *args: Any) -> T:
-        """``call(*args)``, in which a transient error, or any refusal by the server,
-        goes on being retried (with
-        pauses of up to :data:`MAX_PAUSE`) until ``patience()``, not only the usual few
-        times (None: only those). A holder's outcome write has this patience: its run
-        is over, and giving the write up would run the job again once its lease
-        expires; the write stays fenced on the lease's token, so a retry never lands
-        over another holder. (A function, not a context manager: it costs a third.)"""
-        if patience is None:
-            return call(*args)
-        token = _patience.set(patience)
-        try:
-            return call(*args)
-        finally:
-            _patience.reset(token)
-
-    @staticmethod
-    def _by_deadline(deadline: float | None, call: Callable[..., T], *args: Any) -> T:
-        """``call(*args)``, in which no attempt outlasts ``deadline`` (a
-        :func:`time.monotonic` time; None: no deadline) and none starts after it: the
-        driver gives an attempt up when it comes, and the error leaves as
-        :class:`StoreUnavailable`."""
-        if deadline is None:
-            return call(*args)
-        token = _by.set(deadline)
-        try:
-            return call(*args)
-        finally:
-            _by.reset(token)
-
     def unreachable(self, exc: BaseException) -> str:
         """Why a call could not reach the server: where it tried, for how long, what the
         driver saw, and what to check (not the driver's own timeouts, which are not the
@@ -335,11 +332,11 @@ class MongoConnection:
                 def create(_: int, c: Any = collection, k: Any = keys, o: Any = options) -> str:
                     return str(c.create_index(k, **o))
 
-                self._retrying("create index", create)
+                self.retrying("create index", create)
 
     def index_names(self) -> list[str]:
         """Names of the job collection's indexes (for checks and tests)."""
-        return list(self._retrying("list indexes", lambda _: self.jobs.index_information()))
+        return list(self.retrying("list indexes", lambda _: self.jobs.index_information()))
 
     def clock_offset(self, local_now: Callable[[], datetime]) -> timedelta | None:
         """How far the server's clock (``localTime`` of ``hello``) is ahead of
@@ -356,9 +353,44 @@ class MongoConnection:
         offset: timedelta = aware(server) - (before + (after - before) / 2)
         return offset
 
-    def __repr__(self) -> str:
+    @property
+    def place(self) -> str:
+        """Where the jobs are (a password in the URI left out), for ``repr``."""
         where = redact(self.uri) if self.uri else repr(self._given_database)
-        return f"<MongoStore {where} {self.collection_name}>"
+        return f"{where} {self.collection_name}"
+
+    def __repr__(self) -> str:
+        return f"<MongoConnection {self.place}>"
+
+
+def patiently(patience: Patience | None, call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)``, in which a transient error, or any refusal by the server, goes
+    on being retried (with pauses of up to :data:`MAX_PAUSE`) until ``patience()``, not
+    only the usual few times (None: only those). A holder's outcome write has this
+    patience: its run is over, and giving the write up would run the job again once its
+    lease expires; the write stays fenced on the lease's token, so a retry never lands
+    over another holder. (A function, not a context manager: it costs a third.)"""
+    if patience is None:
+        return call(*args)
+    token = _patience.set(patience)
+    try:
+        return call(*args)
+    finally:
+        _patience.reset(token)
+
+
+def by_deadline(deadline: float | None, call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)``, in which no attempt outlasts ``deadline`` (a
+    :func:`time.monotonic` time; None: no deadline) and none starts after it: the driver
+    gives an attempt up when it comes, and the error leaves as :class:`StoreUnavailable`.
+    A lease's renewal has this deadline: its holder learns in time that it is lost."""
+    if deadline is None:
+        return call(*args)
+    token = _by.set(deadline)
+    try:
+        return call(*args)
+    finally:
+        _by.reset(token)
 
 
 _connections: weakref.WeakSet[MongoConnection] = weakref.WeakSet()

@@ -19,14 +19,17 @@ from mongosched.store.mongo.updates import revised, settle_update
 __all__ = ["MongoFlow"]
 
 
-class MongoFlow(MongoConnection):
+class MongoFlow:
     """Expiry sweeps and the release of dependents."""
+
+    def __init__(self, connection: MongoConnection) -> None:
+        self.connection = connection
 
     def start_deadlines_due(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         query = {"status": {"$in": UNSTARTED}, "expires_at": {"$lte": ms(now)}}
-        docs = self._retrying(
+        docs = self.connection.retrying(
             "start_deadlines_due",
-            lambda _: list(self.jobs.find(query, sort=[("expires_at", 1)], limit=limit)),
+            lambda _: list(self.connection.jobs.find(query, sort=[("expires_at", 1)], limit=limit)),
         )
         return [to_record(doc) for doc in docs]
 
@@ -38,17 +41,17 @@ class MongoFlow(MongoConnection):
         def link(_: int) -> list[dict[str, Any]]:
             # updated_at too: a holder's batched settlement then sees the job changed
             # since its claim and reads it back, mark included.
-            self.jobs.update_many(
+            self.connection.jobs.update_many(
                 {"_id": {"$in": ids}, "has_dependents": {"$ne": True}},
                 {"$set": revised({"has_dependents": True, "updated_at": ms(now)})},
             )
-            return list(self.jobs.find({"_id": {"$in": ids}}, {"status": 1}))
+            return list(self.connection.jobs.find({"_id": {"$in": ids}}, {"status": 1}))
 
-        docs = self._retrying("link dependencies", link)
+        docs = self.connection.retrying("link dependencies", link)
         if dependent is not None:
-            self._retrying(
+            self.connection.retrying(
                 "link dependencies",
-                lambda _: self.jobs.update_one(
+                lambda _: self.connection.jobs.update_one(
                     {"_id": dependent, "unlinked": True}, {"$unset": {"unlinked": ""}}
                 ),
             )
@@ -56,16 +59,17 @@ class MongoFlow(MongoConnection):
 
     def unlinked(self, created_before: datetime, limit: int = 100) -> list[JobRecord]:
         query = {"unlinked": True, "created_at": {"$lt": ms(created_before)}}
-        docs = self._retrying(
+        docs = self.connection.retrying(
             "unlinked",
-            lambda _: list(self.jobs.find(query, sort=[("created_at", 1)], limit=limit)),
+            lambda _: list(self.connection.jobs.find(query, sort=[("created_at", 1)], limit=limit)),
         )
         return [to_record(doc) for doc in docs if doc.get("status") == WAITING]
 
     def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
         query = {"waiting_for": job_id, "status": WAITING}
-        docs = self._retrying(
-            "dependents", lambda _: list(self.jobs.find(query, sort=[("_id", 1)], limit=limit))
+        docs = self.connection.retrying(
+            "dependents",
+            lambda _: list(self.connection.jobs.find(query, sort=[("_id", 1)], limit=limit)),
         )
         return [to_record(doc) for doc in docs]
 
@@ -76,9 +80,9 @@ class MongoFlow(MongoConnection):
         update = settle_update(job.id, settlement, {})
 
         def write(query: dict[str, Any], change: dict[str, Any]) -> dict[str, Any] | None:
-            return self._retrying(
+            return self.connection.retrying(
                 "release dependent",
-                lambda _: self.jobs.find_one_and_update(
+                lambda _: self.connection.jobs.find_one_and_update(
                     {**waiting, **query}, change, return_document=ReturnDocument.AFTER
                 ),
             )
@@ -103,16 +107,18 @@ class MongoFlow(MongoConnection):
         return None if crossed is None else to_record(crossed)
 
     def stranded(self, limit: int = 100) -> list[JobRecord]:
-        docs = self._retrying(
+        docs = self.connection.retrying(
             "stranded",
-            lambda _: list(self.jobs.find({"waiting_for": [], "status": WAITING}, limit=limit)),
+            lambda _: list(
+                self.connection.jobs.find({"waiting_for": [], "status": WAITING}, limit=limit)
+            ),
         )
         return [to_record(doc) for doc in docs]
 
     def dependents_released(self, job_id: Any) -> None:
-        self._retrying(
+        self.connection.retrying(
             "dependents released",
-            lambda _: self.jobs.update_one(
+            lambda _: self.connection.jobs.update_one(
                 {"_id": job_id, "status": {"$in": FINAL}, "has_dependents": True},
                 {"$unset": {"has_dependents": ""}},
             ),
@@ -120,9 +126,11 @@ class MongoFlow(MongoConnection):
 
     def unreleased(self, finished_before: datetime, limit: int = 100) -> list[JobRecord]:
         query = {"has_dependents": True, "finished_at": {"$lt": ms(finished_before)}}
-        docs = self._retrying(
+        docs = self.connection.retrying(
             "unreleased",
-            lambda _: list(self.jobs.find(query, sort=[("finished_at", 1)], limit=limit)),
+            lambda _: list(
+                self.connection.jobs.find(query, sort=[("finished_at", 1)], limit=limit)
+            ),
         )
         return [to_record(doc) for doc in docs if JobStatus(doc["status"]).is_final]
 
@@ -135,23 +143,27 @@ class MongoFlow(MongoConnection):
 
         def page(_: int) -> list[dict[str, Any]]:
             # A keyset page on bulk_by_status (status, _id, ...): what each waits for.
-            found = self.jobs.find(query, {"waiting_for": 1}, sort=[("_id", 1)], limit=limit)
+            found = self.connection.jobs.find(
+                query, {"waiting_for": 1}, sort=[("_id", 1)], limit=limit
+            )
             return list(found)
 
         def present(ids: list[Any]) -> set[Any]:
-            return {doc["_id"] for doc in self.jobs.find({"_id": {"$in": ids}}, {"_id": 1})}
+            return {
+                doc["_id"] for doc in self.connection.jobs.find({"_id": {"$in": ids}}, {"_id": 1})
+            }
 
-        docs = self._retrying("orphaned", page)
+        docs = self.connection.retrying("orphaned", page)
         wanted = list({dep for doc in docs for dep in doc.get("waiting_for") or ()})
         gone = set(wanted) - (
-            self._retrying("orphaned", lambda _: present(wanted)) if wanted else set()
+            self.connection.retrying("orphaned", lambda _: present(wanted)) if wanted else set()
         )
         lost = [doc["_id"] for doc in docs if gone.intersection(doc.get("waiting_for") or ())]
         found: list[tuple[JobRecord, tuple[Any, ...]]] = []
         if lost:
             read = {"_id": {"$in": lost}, "status": WAITING}
-            full = self._retrying(
-                "orphaned", lambda _: list(self.jobs.find(read, sort=[("_id", 1)]))
+            full = self.connection.retrying(
+                "orphaned", lambda _: list(self.connection.jobs.find(read, sort=[("_id", 1)]))
             )
             for doc in full:
                 record = to_record(doc)

@@ -19,7 +19,7 @@ from pymongo.errors import DuplicateKeyError
 
 from mongosched._core.records import Admission
 from mongosched.limits import IDLE
-from mongosched.store.mongo.connection import MongoConnection
+from mongosched.store.mongo.connection import MongoConnection, by_deadline
 from mongosched.store.mongo.documents import aware, ms
 
 __all__ = ["MongoLimits", "limit_id"]
@@ -31,14 +31,17 @@ def limit_id(kind: str, task: str, key: str | None) -> dict[str, Any]:
     return {"kind": kind, "task": task, "key": key}
 
 
-class MongoLimits(MongoConnection):
+class MongoLimits:
     """Rate logs and keyed concurrency slots."""
+
+    def __init__(self, connection: MongoConnection) -> None:
+        self.connection = connection
 
     def _upserted(self, query: dict[str, Any], update: dict[str, Any]) -> bool:
         """One conditional upsert; False when its filter refused (a duplicate key:
         saturated, taken already, or a racing first upsert), so the caller reads."""
         try:
-            self.limits.update_one(query, update, upsert=True)
+            self.connection.limits.update_one(query, update, upsert=True)
         except DuplicateKeyError:
             return False
         return True
@@ -65,7 +68,7 @@ class MongoLimits(MongoConnection):
             for _ in range(3):
                 if self._upserted(query, update):
                     return Admission(True)
-                doc = self.limits.find_one({"_id": doc_id})
+                doc = self.connection.limits.find_one({"_id": doc_id})
                 log = (doc or {}).get("log") or []
                 if any(entry.get("k") == token for entry in log):
                     return Admission(True)
@@ -75,12 +78,12 @@ class MongoLimits(MongoConnection):
                         return Admission(False, oldest + window + timedelta(milliseconds=1))
             return Admission(False, now + timedelta(milliseconds=1))
 
-        return self._retrying("take rate", attempt)
+        return self.connection.retrying("take rate", attempt)
 
     def return_rate(self, task: str, key: str | None, token: str) -> None:
-        self._retrying(
+        self.connection.retrying(
             "return rate",
-            lambda _: self.limits.update_one(
+            lambda _: self.connection.limits.update_one(
                 {"_id": limit_id("rate", task, key)}, {"$pull": {"log": {"k": token}}}
             ),
         )
@@ -113,7 +116,7 @@ class MongoLimits(MongoConnection):
                     return Admission(True)
                 # Refused: one read says why. Taken already, or full; no document is a
                 # racing first upsert (try again).
-                doc = self.limits.find_one({"_id": doc_id}, {"holders": 1})
+                doc = self.connection.limits.find_one({"_id": doc_id}, {"holders": 1})
                 if doc is None:
                     continue
                 holders = doc.get("holders") or []
@@ -123,22 +126,22 @@ class MongoLimits(MongoConnection):
                     return Admission(False)
                 # Free the slots of lapsed holders (a crashed runner's): a slot returns
                 # once its holder's lease ran out; then try again.
-                self.limits.update_one(
+                self.connection.limits.update_one(
                     {"_id": doc_id}, {"$pull": {"holders": {"until": {"$lt": now}}}}
                 )
             return Admission(False)
 
-        return self._retrying("take slot", attempt)
+        return self.connection.retrying("take slot", attempt)
 
     def renew_slot(
         self, task: str, key: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool:
         until = ms(until)
-        result = self._by_deadline(
+        result = by_deadline(
             deadline,
-            self._retrying,
+            self.connection.retrying,
             "renew slot",
-            lambda _: self.limits.update_one(
+            lambda _: self.connection.limits.update_one(
                 {"_id": limit_id("concurrency", task, key), "holders.k": token},
                 {"$set": {"holders.$.until": until}, "$max": {"expire_at": until + IDLE}},
             ),
@@ -146,9 +149,9 @@ class MongoLimits(MongoConnection):
         return bool(result.matched_count)
 
     def release_slot(self, task: str, key: str, token: str) -> None:
-        self._retrying(
+        self.connection.retrying(
             "release slot",
-            lambda _: self.limits.update_one(
+            lambda _: self.connection.limits.update_one(
                 {"_id": limit_id("concurrency", task, key)},
                 {"$pull": {"holders": {"k": token}}},
             ),

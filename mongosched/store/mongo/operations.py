@@ -1,4 +1,4 @@
-"""Operations on the MongoDB store beyond one job at a time (part of
+"""Operations on the MongoDB store beyond one job at a time (a part of
 :class:`~mongosched.store.mongo.MongoStore`): bulk writes by filter, a bounded batch of
 ids per write; pauses; schedule edits; the registry of live runners; throughput.
 
@@ -10,7 +10,7 @@ still be (its status), so a job that changed meanwhile is left alone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,6 +31,7 @@ from mongosched._core.records import (
 )
 from mongosched.errors import JobStateError
 from mongosched.store import codec
+from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import (
     KEEPS_DEPENDENTS,
     PENDING,
@@ -41,7 +42,6 @@ from mongosched.store.mongo.documents import (
     query_document,
     to_record,
 )
-from mongosched.store.mongo.permits import MongoPermits
 from mongosched.store.mongo.updates import edit_fields, retry_update, revised, settle_update
 
 __all__ = ["MongoOperations"]
@@ -55,12 +55,19 @@ ID_TYPES = ("string", "objectId")
 ObjectIds. A range on ``_id`` matches one type only, so a walk takes them in turn."""
 
 
-class MongoOperations(MongoPermits):
-    """Bulk writes, pauses, schedule edits and the runner registry in MongoDB."""
+class MongoOperations:
+    """Bulk writes, pauses, schedule edits and the runner registry in MongoDB. A bulk
+    retry retries the few jobs that hold a dedupe key or a schedule one at a time, with
+    ``retry_finished`` (:meth:`MongoJobs.retry_finished
+    <mongosched.store.mongo.jobs.MongoJobs.retry_finished>`)."""
 
-    # These MongoStore defines (one job at a time).
-    def retry_finished(self, job_id: Any, status: JobStatus, now: datetime) -> JobRecord | None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        connection: MongoConnection,
+        retry_finished: Callable[[Any, JobStatus, datetime], JobRecord | None],
+    ) -> None:
+        self.connection = connection
+        self.retry_finished = retry_finished
 
     # Bulk operations -------------------------------------------------------------------------
     def select_ids(self, query: JobQuery, *, after: Any = None, limit: int = 500) -> list[Any]:
@@ -75,10 +82,12 @@ class MongoOperations(MongoPermits):
             want = limit - len(found)
 
             def page(_: int, c: dict[str, Any] = condition, n: int = want) -> list[Any]:
-                cursor = self.jobs.find({**base, "_id": c}, {"_id": 1}, sort=[("_id", 1)], limit=n)
+                cursor = self.connection.jobs.find(
+                    {**base, "_id": c}, {"_id": 1}, sort=[("_id", 1)], limit=n
+                )
                 return [doc["_id"] for doc in cursor]
 
-            found.extend(self._retrying("select", page))
+            found.extend(self.connection.retrying("select", page))
             if len(found) >= limit:
                 break
         return found
@@ -90,12 +99,14 @@ class MongoOperations(MongoPermits):
         # Most jobs have no dedupe key to hold again and no slot to restart: one write.
         plain = {**fence, "dedupe_key": {"$exists": False}, "repeat": {"$exists": False}}
         update = retry_update(now, False, {})
-        result = self._retrying("retry", lambda _: self.jobs.update_many(plain, update))
+        result = self.connection.retrying(
+            "retry", lambda _: self.connection.jobs.update_many(plain, update)
+        )
         retried = int(result.modified_count)
         others = [{"dedupe_key": {"$exists": True}}, {"repeat": {"$exists": True}}]
         special = {**fence, "$or": others}
-        rest = self._retrying(
-            "retry", lambda _: list(self.jobs.find(special, {"_id": 1, "status": 1}))
+        rest = self.connection.retrying(
+            "retry", lambda _: list(self.connection.jobs.find(special, {"_id": 1, "status": 1}))
         )
         for doc in rest:  # the few others one at a time, as retry_job does
             try:
@@ -125,7 +136,9 @@ class MongoOperations(MongoPermits):
         return cancelled, self._update_many("cancel", running, mark)
 
     def _update_many(self, what: str, query: dict[str, Any], update: dict[str, Any]) -> int:
-        result = self._retrying(what, lambda _: self.jobs.update_many(query, update))
+        result = self.connection.retrying(
+            what, lambda _: self.connection.jobs.update_many(query, update)
+        )
         return int(result.modified_count)
 
     def purge_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus]) -> int:
@@ -134,7 +147,9 @@ class MongoOperations(MongoPermits):
             return 0
         final = [s.value for s in statuses if s.is_final]
         query = {"_id": {"$in": doomed}, "status": {"$in": final}, **KEEPS_DEPENDENTS}
-        result = self._retrying("purge", lambda _: self.jobs.delete_many(query))
+        result = self.connection.retrying(
+            "purge", lambda _: self.connection.jobs.delete_many(query)
+        )
         return int(result.deleted_count)
 
     def finished_counts(self, since: datetime, bucket: float) -> dict[tuple[int, JobStatus], int]:
@@ -145,7 +160,9 @@ class MongoOperations(MongoPermits):
         }
         # Covered by the "finished" index (status, finished_at): no document is read.
         projection = {"_id": 0, "status": 1, "finished_at": 1}
-        docs = self._retrying("throughput", lambda _: list(self.jobs.find(query, projection)))
+        docs = self.connection.retrying(
+            "throughput", lambda _: list(self.connection.jobs.find(query, projection))
+        )
         counts: dict[tuple[int, JobStatus], int] = {}
         for doc in docs:
             n = int((aware(doc["finished_at"]) - since).total_seconds() // bucket)
@@ -164,7 +181,9 @@ class MongoOperations(MongoPermits):
                 }
             },
         ]
-        rows = self._retrying("depth", lambda _: list(self.jobs.aggregate(pipeline)))
+        rows = self.connection.retrying(
+            "depth", lambda _: list(self.connection.jobs.aggregate(pipeline))
+        )
         return {
             (r["_id"]["queue"], r["_id"]["task"], JobStatus(r["_id"]["status"])): r["n"]
             for r in rows
@@ -176,42 +195,45 @@ class MongoOperations(MongoPermits):
 
         def add(_: int) -> bool:
             try:
-                result = self.pauses_collection.update_one(
+                result = self.connection.pauses_collection.update_one(
                     {"_id": f"{pause.kind}:{pause.name}"}, {"$setOnInsert": doc}, upsert=True
                 )
             except DuplicateKeyError:  # a racing pause made it first
                 return False
             return result.upserted_id is not None
 
-        return self._retrying("pause", add)
+        return self.connection.retrying("pause", add)
 
     def remove_pause(self, kind: str, name: str) -> bool:
-        result = self._retrying(
-            "resume", lambda _: self.pauses_collection.delete_one({"_id": f"{kind}:{name}"})
+        result = self.connection.retrying(
+            "resume",
+            lambda _: self.connection.pauses_collection.delete_one({"_id": f"{kind}:{name}"}),
         )
         return bool(result.deleted_count)
 
     def pauses(self) -> list[Pause]:
         order = [("kind", 1), ("name", 1)]
-        docs = self._retrying("pauses", lambda _: list(self.pauses_collection.find(sort=order)))
+        docs = self.connection.retrying(
+            "pauses", lambda _: list(self.connection.pauses_collection.find(sort=order))
+        )
         return [Pause(d["kind"], d["name"], aware(d["since"])) for d in docs]
 
     def pending_queues(self) -> list[str]:
         # A DISTINCT_SCAN of the claim index (status, queue, ...): one key per queue.
-        values = self._retrying(
-            "queues", lambda _: self.jobs.distinct("queue", {"status": PENDING})
+        values = self.connection.retrying(
+            "queues", lambda _: self.connection.jobs.distinct("queue", {"status": PENDING})
         )
         return sorted(v for v in values if isinstance(v, str))
 
     def task_names(self) -> list[str]:
         # A DISTINCT_SCAN of the task_updated index (task, ...): one key per task.
-        values = self._retrying("tasks", lambda _: self.jobs.distinct("task"))
+        values = self.connection.retrying("tasks", lambda _: self.connection.jobs.distinct("task"))
         return sorted(v for v in values if isinstance(v, str))
 
     def labels(self) -> list[str]:
         # A DISTINCT_SCAN of the label_status index (label, ...): one key per label.
-        values = self._retrying(
-            "labels", lambda _: self.jobs.distinct("label", {"label": {"$exists": True}})
+        values = self.connection.retrying(
+            "labels", lambda _: self.connection.jobs.distinct("label", {"label": {"$exists": True}})
         )
         return sorted(v for v in values if isinstance(v, str))
 
@@ -220,13 +242,17 @@ class MongoOperations(MongoPermits):
         if ids is not None:
             query["_id"] = {"$in": list(ids)}
         update = {"$set": {"status": PAUSED, "updated_at": ms(now)}}
-        result = self._retrying("pause", lambda _: self.jobs.update_many(query, update))
+        result = self.connection.retrying(
+            "pause", lambda _: self.connection.jobs.update_many(query, update)
+        )
         return int(result.modified_count)
 
     def release_label(self, label: str, now: datetime) -> int:
         query = {"label": label, "status": PAUSED}
         update = {"$set": revised({"status": PENDING, "updated_at": ms(now)})}
-        result = self._retrying("resume", lambda _: self.jobs.update_many(query, update))
+        result = self.connection.retrying(
+            "resume", lambda _: self.connection.jobs.update_many(query, update)
+        )
         return int(result.modified_count)
 
     def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
@@ -234,13 +260,15 @@ class MongoOperations(MongoPermits):
             return 0
         query = {"_id": {"$in": list(ids)}, "status": PENDING, "repeat": {"$exists": True}}
         update = {"$set": {"status": PAUSED, "updated_at": ms(now)}}
-        result = self._retrying("pause", lambda _: self.jobs.update_many(query, update))
+        result = self.connection.retrying(
+            "pause", lambda _: self.connection.jobs.update_many(query, update)
+        )
         return int(result.modified_count)
 
     def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
-        doc = self._retrying(
+        doc = self.connection.retrying(
             "resume",
-            lambda _: self.jobs.find_one_and_update(
+            lambda _: self.connection.jobs.find_one_and_update(
                 {"_id": job_id, "status": PAUSED},
                 {"$set": revised({"status": PENDING, "updated_at": ms(now)})},
                 return_document=ReturnDocument.AFTER,
@@ -263,9 +291,9 @@ class MongoOperations(MongoPermits):
             "status": {"$in": [s.value for s in IDLE_SCHEDULE_STATUSES]},
             "updated_at": ms(job.updated_at),
         }
-        doc = self._retrying(
+        doc = self.connection.retrying(
             "edit schedule",
-            lambda _: self.jobs.find_one_and_update(
+            lambda _: self.connection.jobs.find_one_and_update(
                 fence, {"$set": revised(fields)}, return_document=ReturnDocument.AFTER
             ),
         )
@@ -287,21 +315,26 @@ class MongoOperations(MongoPermits):
             "version": runner.version,
             "expire_at": ms(expire_at),
         }
-        self._retrying(
+        self.connection.retrying(
             "register runner",
-            lambda _: self.runners_collection.replace_one({"_id": runner.id}, doc, upsert=True),
+            lambda _: self.connection.runners_collection.replace_one(
+                {"_id": runner.id}, doc, upsert=True
+            ),
         )
 
     def remove_runner(self, runner_id: str) -> None:
-        self._retrying(
-            "unregister runner", lambda _: self.runners_collection.delete_one({"_id": runner_id})
+        self.connection.retrying(
+            "unregister runner",
+            lambda _: self.connection.runners_collection.delete_one({"_id": runner_id}),
         )
 
     def runners(self, now: datetime) -> list[RunnerInfo]:
         query = {"expire_at": {"$gt": ms(now)}}
-        docs = self._retrying(
+        docs = self.connection.retrying(
             "runners",
-            lambda _: list(self.runners_collection.find(query, sort=[("name", 1), ("_id", 1)])),
+            lambda _: list(
+                self.connection.runners_collection.find(query, sort=[("name", 1), ("_id", 1)])
+            ),
         )
         return [_runner(doc) for doc in docs]
 

@@ -10,14 +10,17 @@ from typing import Any
 from pymongo.errors import BulkWriteError
 
 from mongosched.errors import StoreError
-from mongosched.store.mongo.connection import MongoConnection
+from mongosched.store.mongo.connection import MongoConnection, by_deadline
 from mongosched.store.mongo.documents import ms
 
 __all__ = ["MongoPermits"]
 
 
-class MongoPermits(MongoConnection):
+class MongoPermits:
     """The permit operations of :class:`~mongosched.store.mongo.MongoStore`."""
+
+    def __init__(self, connection: MongoConnection) -> None:
+        self.connection = connection
 
     def ensure_permits(self, task: str, limit: int) -> None:
         docs = [
@@ -32,7 +35,9 @@ class MongoPermits(MongoConnection):
             for i in range(limit)
         ]
         try:
-            self._retrying("permits", lambda _: self.permits.insert_many(docs, ordered=False))
+            self.connection.retrying(
+                "permits", lambda _: self.connection.permits.insert_many(docs, ordered=False)
+            )
         except BulkWriteError as exc:
             if any(e.get("code") != 11000 for e in exc.details.get("writeErrors", [])):
                 raise StoreError(f"permits of {task!r}: {exc}") from exc
@@ -57,29 +62,32 @@ class MongoPermits(MongoConnection):
         def attempt(_: int) -> bool:
             # The token's own permit first: taking again (after a lost reply, or a
             # caller's retry) never takes a second one.
-            if self.permits.find_one({"task": task, "token": token}, {"_id": 1}) is not None:
+            if (
+                self.connection.permits.find_one({"task": task, "token": token}, {"_id": 1})
+                is not None
+            ):
                 return True
-            return self.permits.find_one_and_update(query, update) is not None
+            return self.connection.permits.find_one_and_update(query, update) is not None
 
-        return self._retrying("take permit", attempt)
+        return self.connection.retrying("take permit", attempt)
 
     def renew_permit(
         self, task: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool:
-        result = self._by_deadline(
+        result = by_deadline(
             deadline,
-            self._retrying,
+            self.connection.retrying,
             "renew permit",
-            lambda _: self.permits.update_one(
+            lambda _: self.connection.permits.update_one(
                 {"task": task, "token": token}, {"$set": {"until": ms(until)}}
             ),
         )
         return bool(result.matched_count)
 
     def release_permit(self, task: str, token: str) -> None:
-        self._retrying(
+        self.connection.retrying(
             "release permit",
-            lambda _: self.permits.update_one(
+            lambda _: self.connection.permits.update_one(
                 {"task": task, "token": token},
                 {"$set": {"token": None, "job": None, "owner": None, "until": None}},
             ),
@@ -87,4 +95,8 @@ class MongoPermits(MongoConnection):
 
     def permit_holders(self, task: str, now: datetime) -> int:
         query = {"task": task, "token": {"$ne": None}, "until": {"$gte": now}}
-        return int(self._retrying("permits", lambda _: self.permits.count_documents(query)))
+        return int(
+            self.connection.retrying(
+                "permits", lambda _: self.connection.permits.count_documents(query)
+            )
+        )

@@ -1,5 +1,7 @@
-"""Transactions on MongoDB: a caller's ``ClientSession`` joined, or one begun here,
-and the store's view whose every call runs in it (part of ``MongoStore``).
+"""Transactions on MongoDB: a caller's ``ClientSession`` joined, or one begun here
+(:class:`MongoTransactions`, a part of ``MongoStore``), and the collections of the
+store's view whose every call runs in it (:meth:`MongoTransaction.bind`, used by
+:meth:`MongoConnection.within <mongosched.store.mongo.connection.MongoConnection.within>`).
 
 Inside a transaction nothing is repeated: a driver error there aborts the whole
 transaction on the server, so repeating one operation would be wrong. Errors the
@@ -14,11 +16,10 @@ says, until the store's connect timeout; a commit is idempotent on the server.
 
 from __future__ import annotations
 
-import copy
 import functools
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pymongo import WriteConcern
 from pymongo.client_session import ClientSession
@@ -31,7 +32,9 @@ from pymongo.errors import (
 )
 
 from mongosched.errors import StoreError, StoreUnavailable, TransactionConflict, TransactionError
-from mongosched.store.mongo.connection import MongoConnection
+
+if TYPE_CHECKING:
+    from mongosched.store.mongo.connection import MongoConnection
 
 __all__ = ["MongoTransaction", "MongoTransactions", "TransientConflict"]
 
@@ -143,57 +146,14 @@ class MongoTransaction:
             self.abort()
             self.session.end_session()
 
+    def bind(self, collection: Any) -> Any:
+        """``collection`` as this transaction sees it: every call passes its session."""
+        return InSession(collection, self.session)
 
-class MongoTransactions(MongoConnection):
-    """``begin``, ``join`` and ``within`` of the MongoDB store."""
-
-    _transaction: MongoTransaction | None = None
-    """Set on a store's view: the transaction its calls run in."""
-
-    def begin(self) -> MongoTransaction:
-        session = self.database.client.start_session()
-        concern = None if self.write_concern is None else WriteConcern(w=self.write_concern)
-        try:
-            session.start_transaction(write_concern=concern)
-        except PyMongoError as exc:
-            session.end_session()
-            raise StoreError(f"start a transaction: {exc}") from exc
-        return MongoTransaction(session, owned=True, timeout=self.connect_timeout)
-
-    def join(self, session: Any) -> MongoTransaction:
-        if not isinstance(session, ClientSession):
-            raise TransactionError(
-                f"session must be a pymongo ClientSession (or app.transaction()), not "
-                f"{type(session).__name__}"
-            )
-        if session.client is not self.database.client:
-            raise TransactionError(
-                "session belongs to another MongoClient than the app's: start it from the "
-                "app's client (App(database=client.get_database(...)) shares yours)"
-            )
-        if not session.in_transaction:
-            raise TransactionError(
-                "session is not in a transaction: schedule inside session.with_transaction"
-                "(...) or after session.start_transaction()"
-            )
-        return MongoTransaction(session, owned=False, timeout=self.connect_timeout)
-
-    def within(self, transaction: Any) -> Any:
-        if not isinstance(transaction, MongoTransaction):
-            raise TransactionError(f"not a transaction of this store: {transaction!r}")
-        view = copy.copy(self)
-        view._transaction = transaction
-        session = transaction.session
-        jobs: Any = InSession(self.jobs, session)
-        view._jobs = view._queries = jobs
-        view._permits = InSession(self.permits, session)  # type: ignore[assignment]
-        view._limits = InSession(self.limits, session)  # type: ignore[assignment]
-        return view
-
-    def _retrying(self, what: str, op: Callable[[int], T]) -> T:
-        if self._transaction is None:
-            return super()._retrying(what, op)
-        # In a transaction: run once (see the module), its errors translated.
+    def once(self, what: str, op: Callable[[int], T]) -> T:
+        """``op(0)``, run once in this transaction (see the module), its errors
+        translated: what makes the transaction run again leaves as
+        :class:`TransientConflict`."""
         try:
             return op(0)
         except (DuplicateKeyError, BulkWriteError) as exc:
@@ -207,3 +167,41 @@ class MongoTransactions(MongoConnection):
             if isinstance(exc, ConnectionFailure):
                 raise StoreUnavailable(f"{what}: {exc}") from exc
             raise StoreError(f"{what}: {exc}") from exc
+
+
+class MongoTransactions:
+    """``begin`` and ``join`` of the MongoDB store."""
+
+    def __init__(self, connection: MongoConnection) -> None:
+        self.connection = connection
+
+    def begin(self) -> MongoTransaction:
+        connection = self.connection
+        session = connection.database.client.start_session()
+        concern = (
+            None if connection.write_concern is None else WriteConcern(w=connection.write_concern)
+        )
+        try:
+            session.start_transaction(write_concern=concern)
+        except PyMongoError as exc:
+            session.end_session()
+            raise StoreError(f"start a transaction: {exc}") from exc
+        return MongoTransaction(session, owned=True, timeout=connection.connect_timeout)
+
+    def join(self, session: Any) -> MongoTransaction:
+        if not isinstance(session, ClientSession):
+            raise TransactionError(
+                f"session must be a pymongo ClientSession (or app.transaction()), not "
+                f"{type(session).__name__}"
+            )
+        if session.client is not self.connection.database.client:
+            raise TransactionError(
+                "session belongs to another MongoClient than the app's: start it from the "
+                "app's client (App(database=client.get_database(...)) shares yours)"
+            )
+        if not session.in_transaction:
+            raise TransactionError(
+                "session is not in a transaction: schedule inside session.with_transaction"
+                "(...) or after session.start_transaction()"
+            )
+        return MongoTransaction(session, owned=False, timeout=self.connection.connect_timeout)

@@ -32,7 +32,7 @@ from mongosched.store.due import DueHint
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import PENDING, aware
 
-__all__ = ["MAX_AWAIT", "MongoDueWatch", "MongoWatch", "due_pipeline"]
+__all__ = ["MAX_AWAIT", "MongoDueWatch", "due_pipeline"]
 
 log = logging.getLogger("mongosched.store")
 
@@ -181,10 +181,3 @@ class MongoDueWatch:
                         stream.close()
                     except PyMongoError as exc:  # the server is gone: its cursor is too
                         log.debug("watch: closing the change stream: %s", exc)
-
-
-class MongoWatch(MongoConnection):
-    """The watch of :class:`~mongosched.store.mongo.MongoStore`."""
-
-    def watch_due(self, queues: Sequence[str] | None) -> MongoDueWatch:
-        return MongoDueWatch(self, queues)

@@ -1,0 +1,347 @@
+"""Jobs one at a time on MongoDB (a part of :class:`~mongosched.store.mongo.MongoStore`):
+inserts (a dedupe key's holder found, an insert repeated after a lost reply finding its
+own job), declared schedules, reads, and what users do to one job (cancel, edit,
+retry, purge).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from pymongo import ASCENDING, DESCENDING, ReturnDocument
+from pymongo.errors import BulkWriteError, DuplicateKeyError
+
+from mongosched._core.records import (
+    IDLE_SCHEDULE_STATUSES,
+    JobQuery,
+    JobRecord,
+    JobStatus,
+    PendingChanges,
+    Settlement,
+)
+from mongosched.errors import JobStateError, StoreError
+from mongosched.store import codec
+from mongosched.store.mongo.connection import MongoConnection
+from mongosched.store.mongo.documents import (
+    DEDUPE_FIELDS,
+    KEEPS_DEPENDENTS,
+    PENDING,
+    RUNNING,
+    UNSTARTED,
+    query_document,
+    to_document,
+    to_record,
+)
+from mongosched.store.mongo.updates import (
+    dedupe_hold,
+    edit_fields,
+    retry_update,
+    revised,
+    settle_update,
+)
+
+__all__ = ["MongoJobs"]
+
+
+class MongoJobs:
+    """Inserts, reads, and users' changes to one job."""
+
+    def __init__(self, connection: MongoConnection) -> None:
+        self.connection = connection
+
+    # Scheduling --------------------------------------------------------------------------------
+    def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
+        docs = []
+        for job in jobs:
+            # The payload as BSON keeps it (times in milliseconds), so the record
+            # returned is the job as stored.
+            stored = codec.decode(codec.encode_payload(job.task, job.args, job.kwargs))
+            job = replace(
+                job,
+                id=job.id if job.id is not None else codec.new_id(),
+                args=tuple(stored["args"]),
+                kwargs=stored["kwargs"],
+            )
+            docs.append(to_document(job))
+        if self.connection.transaction is not None:
+            return self._insert_in_transaction(docs)
+        if len(docs) == 1:
+            return [self._insert_one(docs[0])]
+        return self._insert_many(docs)
+
+    def _insert_one(self, doc: dict[str, Any]) -> tuple[JobRecord, bool]:
+        for _ in range(10):
+            try:
+                self.connection.retrying("insert", lambda _: self.connection.jobs.insert_one(doc))
+                return to_record(doc), True
+            except DuplicateKeyError:
+                existing = self._resolve_duplicate(doc)
+                if existing is not None:
+                    return to_record(existing), existing["_id"] == doc["_id"]
+                # The job holding the key finished in between: the key is free again.
+        raise StoreError(
+            f"could not insert job for task {doc['task']!r}: dedupe key keeps changing"
+        )
+
+    def _insert_many(self, docs: list[dict[str, Any]]) -> list[tuple[JobRecord, bool]]:
+        if not docs:
+            return []
+        failed: set[int] = set()
+        try:
+            self.connection.retrying(
+                "insert_many", lambda _: self.connection.jobs.insert_many(docs, ordered=False)
+            )
+        except BulkWriteError as exc:
+            for error in exc.details.get("writeErrors", []):
+                if error.get("code") != 11000:
+                    raise StoreError(f"insert: {error.get('errmsg')}") from exc
+                failed.add(error["index"])
+        results: list[tuple[JobRecord, bool]] = []
+        for index, doc in enumerate(docs):
+            if index not in failed:
+                results.append((to_record(doc), True))
+                continue
+            existing = self._resolve_duplicate(doc)
+            results.append(
+                self._insert_one(doc)
+                if existing is None
+                else (to_record(existing), existing["_id"] == doc["_id"])
+            )
+        return results
+
+    def _insert_in_transaction(self, docs: list[dict[str, Any]]) -> list[tuple[JobRecord, bool]]:
+        """Insert in the view's transaction: a failed insert aborts a transaction, so
+        each dedupe key's holder is looked for first (in the transaction's snapshot,
+        and among the jobs of this call). A key taken meanwhile by a write the snapshot
+        cannot see makes the insert conflict: the transaction runs again and finds it."""
+        results: list[tuple[JobRecord, bool]] = []
+        held: dict[tuple[str, str, Any], dict[str, Any]] = {}
+        new = []
+        for doc in docs:
+            fields = [name for name in DEDUPE_FIELDS.values() if name in doc]
+            keys = [(doc["task"], name, doc[name]) for name in fields]
+            holder = next((held[key] for key in keys if key in held), None)
+            for task, name, value in keys:
+                if holder is None:
+                    holder = self.connection.retrying(
+                        "insert", self._finder({"task": task, name: value})
+                    )
+            if holder is not None:
+                results.append((to_record(holder), False))
+                continue
+            held.update((key, doc) for key in keys)
+            new.append(doc)
+            results.append((to_record(doc), True))
+        if new:
+            self.connection.retrying(
+                "insert", lambda _: self.connection.jobs.insert_many(new, ordered=True)
+            )
+        return results
+
+    def _resolve_duplicate(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
+        """After a duplicate-key error: our own document (an insert repeated after a lost
+        reply) or the job holding the dedupe key, else None."""
+        own = self.connection.retrying(
+            "insert", lambda _: self.connection.jobs.find_one({"_id": doc["_id"]})
+        )
+        if own is not None:
+            return own
+        for name in DEDUPE_FIELDS.values():
+            if name in doc:
+                holder = self.connection.retrying(
+                    "insert", self._finder({"task": doc["task"], name: doc[name]})
+                )
+                if holder is not None:
+                    return holder
+        return None
+
+    def _finder(self, query: dict[str, Any]) -> Callable[[int], dict[str, Any] | None]:
+        return lambda _: self.connection.jobs.find_one(query)
+
+    def upsert_schedule(self, job: JobRecord, now: datetime) -> bool:
+        doc = to_document(job)
+
+        def create(_: int) -> bool:
+            try:
+                result = self.connection.jobs.update_one(
+                    {"_id": doc["_id"]}, {"$setOnInsert": doc}, upsert=True
+                )
+            except DuplicateKeyError:  # a racing upsert created it first
+                return False
+            return result.upserted_id is not None
+
+        if self.connection.retrying("upsert schedule", create):
+            return True
+        self.connection.retrying(
+            "update schedule",
+            lambda _: self.connection.jobs.update_one(
+                {
+                    "_id": doc["_id"],
+                    "status": {"$in": [s.value for s in IDLE_SCHEDULE_STATUSES]},
+                    "repeat": {"$ne": doc["repeat"]},
+                },
+                {"$set": revised({"run_at": doc["run_at"], "scheduled_for": doc["scheduled_for"]})},
+            ),
+        )
+        fields = {k: doc[k] for k in ("repeat", "queue", "priority", "max_attempts")}
+        self.connection.retrying(
+            "update schedule",
+            lambda _: self.connection.jobs.update_one(
+                {"_id": doc["_id"], "$or": [{k: {"$ne": v}} for k, v in fields.items()]},
+                {"$set": revised({**fields, "updated_at": now}), "$unset": {"edit": ""}},
+            ),
+        )
+        return False
+
+    # Reads ---------------------------------------------------------------------------------------
+    def get(self, job_id: Any) -> JobRecord | None:
+        doc = self.connection.retrying(
+            "get", lambda _: self.connection.jobs.find_one({"_id": job_id})
+        )
+        return None if doc is None else to_record(doc)
+
+    def _find(
+        self, query: Mapping[str, Any], sort: Sequence[tuple[str, int]], limit: int, skip: int = 0
+    ) -> list[JobRecord]:
+        def run(_: int) -> list[dict[str, Any]]:
+            return list(
+                self.connection.queries.find(dict(query), sort=list(sort), skip=skip, limit=limit)
+            )
+
+        return [to_record(doc) for doc in self.connection.retrying("find", run)]
+
+    def find(
+        self,
+        query: JobQuery,
+        *,
+        sort: str = "updated_at",
+        descending: bool = True,
+        skip: int = 0,
+        limit: int = 50,
+    ) -> list[JobRecord]:
+        direction = DESCENDING if descending else ASCENDING
+        return self._find(
+            query_document(query), [(sort, direction), ("_id", direction)], limit, skip
+        )
+
+    def count(self, query: JobQuery) -> int:
+        return int(
+            self.connection.retrying(
+                "count", lambda _: self.connection.queries.count_documents(query_document(query))
+            )
+        )
+
+    def counts(self) -> dict[tuple[str, JobStatus], int]:
+        name = {"$ifNull": ["$label", "$task"]}  # a labelled job counts under its label
+        pipeline = [{"$group": {"_id": {"task": name, "status": "$status"}, "n": {"$sum": 1}}}]
+        rows = self.connection.retrying(
+            "stats", lambda _: list(self.connection.queries.aggregate(pipeline))
+        )
+        return {(r["_id"]["task"], JobStatus(r["_id"]["status"])): r["n"] for r in rows}
+
+    def oldest_due(self, now: datetime) -> JobRecord | None:
+        found = self._find({"status": PENDING, "run_at": {"$lte": now}}, [("run_at", 1)], 1)
+        return found[0] if found else None
+
+    def running(self, limit: int = 1000) -> list[JobRecord]:
+        return self._find({"status": RUNNING}, [("lease.until", 1)], limit)
+
+    def unknown_due_tasks(self, known: Iterable[str], now: datetime) -> dict[str, int]:
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {"status": PENDING, "run_at": {"$lte": now}, "task": {"$nin": list(known)}}},
+            {"$group": {"_id": "$task", "n": {"$sum": 1}}},
+            {"$sort": {"n": -1}},
+            {"$limit": 20},
+        ]
+        rows = self.connection.retrying(
+            "unknown tasks", lambda _: list(self.connection.queries.aggregate(pipeline))
+        )
+        return {row["_id"]: row["n"] for row in rows}
+
+    def schedules(self) -> list[JobRecord]:
+        return self._find({"repeat": {"$exists": True}}, [("task", 1)], 0)
+
+    # Control by users ---------------------------------------------------------------------------
+    def cancel_pending(self, job_id: Any, settlement: Settlement) -> JobRecord | None:
+        update = settle_update(job_id, settlement, {})
+        doc = self.connection.retrying(
+            "cancel",
+            lambda _: self.connection.jobs.find_one_and_update(
+                {"_id": job_id, "status": {"$in": UNSTARTED}},
+                update,
+                return_document=ReturnDocument.AFTER,
+            ),
+        )
+        return None if doc is None else to_record(doc)
+
+    def request_cancel(self, job_id: Any, now: datetime) -> JobRecord | None:
+        doc = self.connection.retrying(
+            "cancel",
+            lambda _: self.connection.jobs.find_one_and_update(
+                {"_id": job_id, "status": RUNNING},
+                {"$set": {"cancel_requested": True, "updated_at": now}},
+                return_document=ReturnDocument.AFTER,
+            ),
+        )
+        return None if doc is None else to_record(doc)
+
+    def update_pending(
+        self, job: JobRecord, changes: PendingChanges, now: datetime
+    ) -> JobRecord | None:
+        fields = edit_fields(changes, now)
+        if changes.args is not None or changes.kwargs is not None:
+            args = job.args if changes.args is None else changes.args
+            kwargs = job.kwargs if changes.kwargs is None else changes.kwargs
+            codec.encode_payload(job.task, args, kwargs)
+            fields.update(args=list(args), kwargs=dict(kwargs))
+        doc = self.connection.retrying(
+            "update",
+            lambda _: self.connection.jobs.find_one_and_update(
+                {"_id": job.id, "status": PENDING},
+                {"$set": revised(fields)},
+                return_document=ReturnDocument.AFTER,
+            ),
+        )
+        return None if doc is None else to_record(doc)
+
+    def retry_finished(self, job_id: Any, status: JobStatus, now: datetime) -> JobRecord | None:
+        current = self.connection.retrying(
+            "retry", lambda _: self.connection.jobs.find_one({"_id": job_id})
+        )
+        if current is None or current["status"] != status.value:
+            return None
+        update = retry_update(now, bool(current.get("repeat")), dedupe_hold(to_record(current)))
+        try:
+            doc = self.connection.retrying(
+                "retry",
+                lambda _: self.connection.jobs.find_one_and_update(
+                    {"_id": job_id, "status": status.value},
+                    update,
+                    return_document=ReturnDocument.AFTER,
+                ),
+            )
+        except DuplicateKeyError:
+            raise JobStateError(
+                f"job {job_id} ({current['task']}): dedupe key {current.get('dedupe_key')!r} "
+                "is held by another job now"
+            ) from None
+        return None if doc is None else to_record(doc)
+
+    def purge(
+        self, statuses: Sequence[JobStatus], finished_before: datetime, task: str | None
+    ) -> int:
+        query: dict[str, Any] = {
+            "status": {"$in": [s.value for s in statuses]},
+            "finished_at": {"$lte": finished_before},
+            "_id": {"$type": "objectId"},  # declared schedules stay (tombstones)
+            **KEEPS_DEPENDENTS,
+        }
+        if task is not None:
+            query["task"] = task
+        result = self.connection.retrying(
+            "purge", lambda _: self.connection.jobs.delete_many(query)
+        )
+        return int(result.deleted_count)
