@@ -33,6 +33,7 @@ __all__ = [
     "JobStatus",
     "LastRun",
     "LeaseInfo",
+    "MissedSlots",
     "Pause",
     "PAUSE_KINDS",
     "PendingChanges",
@@ -229,6 +230,20 @@ class LastRun:
     status: JobStatus
     finished_at: datetime
     error: ErrorInfo | None = None
+    failures: int = 0
+    """Runs that failed in a row, this one included (0: it did not fail)."""
+
+
+@dataclass(frozen=True)
+class MissedSlots:
+    """The slots of a repeating job that never ran: how many in all, the latest of
+    them, why it was missed (``"misfire"``: nothing ran it in time; ``"overlap"``: it
+    came due while a run still ran) and when that was decided."""
+
+    count: int
+    last_slot: datetime
+    reason: str
+    at: datetime
 
 
 @dataclass(frozen=True)
@@ -275,6 +290,8 @@ class JobRecord:
     last_run: LastRun | None = None
     edit: ScheduleEdit | None = None
     """For a declared schedule an operator edited: the edit (see :class:`ScheduleEdit`)."""
+    missed: MissedSlots | None = None
+    """For a repeating job: the slots it missed so far (None: none)."""
     trace: Mapping[str, str] | None = None
     """The trace context where it was scheduled (W3C ``traceparent``/``tracestate``),
     with OpenTelemetry installed (:mod:`mongosched.observe.tracing`)."""
@@ -323,6 +340,8 @@ class Settlement:
     result: Any = None
     error: ErrorInfo | None = None
     last_run: LastRun | None = None
+    missed: MissedSlots | None = None
+    """A repeating job's missed slots, counted anew (None: unchanged)."""
     delete_at: datetime | None = None
     attempt_error: AttemptError | None = None
     """The error of the attempt this write ends, if it failed: added to the job's
@@ -405,6 +424,8 @@ class Pause:
     kind: str
     name: str
     since: datetime
+    reason: str | None = None
+    """Why it was paused, when not by an operator (a schedule that failed too often)."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from mongosched._core.records import (
     JobStatus,
     LastRun,
     LeaseInfo,
+    MissedSlots,
     PendingChanges,
     Progress,
     ScheduleChanges,
@@ -74,6 +75,10 @@ def ms(value: datetime) -> datetime:
 
 def opt_ms(value: datetime | None) -> datetime | None:
     return None if value is None else ms(value)
+
+
+def _missed_ms(missed: MissedSlots) -> MissedSlots:
+    return evolved(missed, last_slot=ms(missed.last_slot), at=ms(missed.at))
 
 
 def may_expire(job_id: Any) -> bool:
@@ -150,7 +155,9 @@ def settled(job: JobRecord, settlement: Settlement, result: Any = None) -> JobRe
             status=last.status,
             finished_at=ms(last.finished_at),
             error=last.error,
+            failures=last.failures,
         ),
+        missed=job.missed if s.missed is None else _missed_ms(s.missed),
         finished_at=now if final else job.finished_at,
         delete_at=ms(s.delete_at) if expires and s.delete_at is not None else job.delete_at,
         errors=job.errors if error is None else kept_errors(job.errors, error),

@@ -8,7 +8,14 @@ from datetime import timedelta
 
 import pytest
 
-from mongosched._core.records import ERRORS_KEPT, ErrorInfo, JobQuery, JobRecord, JobStatus
+from mongosched._core.records import (
+    ERRORS_KEPT,
+    ErrorInfo,
+    JobQuery,
+    JobRecord,
+    JobStatus,
+    MissedSlots,
+)
 from mongosched.errors import SerializationError
 from mongosched.store import Store
 from tests.support.tasks import Unreadable
@@ -220,6 +227,28 @@ def test_a_repeating_job_goes_on_to_its_next_slot(store: Store) -> None:
     assert nxt.finished_at is None and nxt.delete_at is None
     again = claimed(store, now=T0 + sec(60))
     assert again.id == "schedule:t" and again.attempts == 1 and again.last_run == nxt.last_run
+
+
+def test_a_repeating_job_keeps_its_failures_in_a_row_and_its_missed_slots(store: Store) -> None:
+    rule = {"every": 60.0}
+    assert store.upsert_schedule(job(id="schedule:t", repeat=rule, scheduled_for=T0), T0)
+    running = claimed(store, now=T0)
+    ended = T0 + sec(150.0005)  # two slots came due while it ran: dropped (overlap: skip)
+    settlement = raised(running, ended, RuntimeError("down"))
+    assert settlement.missed is not None and settlement.last_run is not None
+    nxt = store.settle(running, settlement)
+    assert nxt is not None and nxt == store.get("schedule:t")
+    assert nxt.last_run is not None and nxt.last_run.failures == 1
+    assert nxt.last_run.status is JobStatus.FAILED
+    assert nxt.missed == MissedSlots(
+        count=2, last_slot=T0 + sec(120), reason="overlap", at=T0 + sec(150)
+    )
+    assert nxt.scheduled_for == T0 + sec(180)
+    again = claimed(store, now=T0 + sec(180))
+    later = store.settle(again, raised(again, T0 + sec(181), RuntimeError("down")))
+    assert later is not None and later == store.get("schedule:t")
+    assert later.last_run is not None and later.last_run.failures == 2
+    assert later.missed == nxt.missed  # none more: kept as it was
 
 
 # expired and reap --------------------------------------------------------------------------------

@@ -192,6 +192,9 @@ def test_pauses_are_stored_once_and_removed(store: Store) -> None:
     assert store.remove_pause("queue", "mail") is True
     assert store.remove_pause("queue", "mail") is False
     assert store.pauses() == [Pause("task", "t", LATER)]
+    why = "paused after 3 failed runs in a row (pause_after=3)"
+    assert store.add_pause(Pause("schedule", "schedule:t", LATER, why)) is True
+    assert Pause("schedule", "schedule:t", LATER, why) in store.pauses()
 
 
 def test_pending_queues_lists_queues_holding_pending_jobs(store: Store) -> None:

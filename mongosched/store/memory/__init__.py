@@ -433,6 +433,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
             finished_at=opt_ms(r.finished_at),
             delete_at=opt_ms(r.delete_at),
             last_run=ms_in(r.last_run),
+            missed=ms_in(r.missed),
             trace={str(k): str(v) for k, v in r.trace.items()} if r.trace else None,
             result=encoded[2],
             expires_at=opt_ms(r.expires_at),

@@ -16,6 +16,7 @@ from mongosched._core.records import (
     JobStatus,
     LastRun,
     LeaseInfo,
+    MissedSlots,
     Progress,
     Settlement,
     evolved,
@@ -49,11 +50,11 @@ WAITING = JobStatus.WAITING
 Entry = tuple[datetime, int, int, Any]
 """An index entry: (run_at or lease expiry, job seq, job version, job id)."""
 
-Timed = TypeVar("Timed", LeaseInfo, Progress, LastRun)
+Timed = TypeVar("Timed", LeaseInfo, Progress, LastRun, MissedSlots)
 
 
 def ms_in(value: Timed | None) -> Timed | None:
-    """A lease, progress or last run with its datetimes in milliseconds."""
+    """A lease, progress, last run or missed slots with datetimes in milliseconds."""
     if value is None:
         return None
     times: dict[str, Any] = {

@@ -10,6 +10,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -159,7 +160,7 @@ class MemoryOperations:
             key = (pause.kind, pause.name)
             if key in self._pauses:
                 return False
-            self._pauses[key] = Pause(pause.kind, pause.name, ms(pause.since))
+            self._pauses[key] = replace(pause, since=ms(pause.since))
             return True
 
     def remove_pause(self, kind: str, name: str) -> bool:

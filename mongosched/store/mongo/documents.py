@@ -24,6 +24,7 @@ from mongosched._core.records import (
     JobStatus,
     LastRun,
     LeaseInfo,
+    MissedSlots,
     Progress,
     ScheduleEdit,
     assembled,
@@ -51,6 +52,8 @@ __all__ = [
     "check_document",
     "edit_document",
     "edit_record",
+    "missed_document",
+    "missed_record",
     "ms",
     "query_document",
     "to_document",
@@ -226,7 +229,28 @@ def last_run_document(last: LastRun) -> dict[str, Any]:
         "status": last.status.value,
         "finished_at": last.finished_at,
         "error": error_document(last.error),
+        "failures": last.failures,
     }
+
+
+def missed_document(missed: MissedSlots) -> dict[str, Any]:
+    return {
+        "count": missed.count,
+        "last_slot": ms(missed.last_slot),
+        "reason": missed.reason,
+        "at": ms(missed.at),
+    }
+
+
+def missed_record(doc: Any) -> MissedSlots | None:
+    if not isinstance(doc, Mapping):
+        return None
+    return MissedSlots(
+        count=int(doc.get("count", 0)),
+        last_slot=aware(doc.get("last_slot")),
+        reason=str(doc.get("reason", "")),
+        at=aware(doc.get("at")),
+    )
 
 
 SCHEMA: dict[str, tuple[type, ...]] = {
@@ -324,8 +348,10 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
                 status=JobStatus(last.get("status")),
                 finished_at=aware(last.get("finished_at")),
                 error=error_record(last.get("error")),
+                failures=int(last.get("failures") or 0),
             ),
             "edit": edit_record(get("edit")),
+            "missed": missed_record(get("missed")),
             "trace": _trace(get("trace")),
             "expires_at": aware(get("expires_at")),
             "timeout": get("timeout"),

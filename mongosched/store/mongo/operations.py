@@ -192,6 +192,8 @@ class MongoOperations:
     # Pauses -------------------------------------------------------------------------------------
     def add_pause(self, pause: Pause) -> bool:
         doc = {"kind": pause.kind, "name": pause.name, "since": ms(pause.since)}
+        if pause.reason is not None:
+            doc["reason"] = pause.reason
 
         def add(_: int) -> bool:
             try:
@@ -216,7 +218,7 @@ class MongoOperations:
         docs = self.connection.retrying(
             "pauses", lambda _: list(self.connection.pauses_collection.find(sort=order))
         )
-        return [Pause(d["kind"], d["name"], aware(d["since"])) for d in docs]
+        return [Pause(d["kind"], d["name"], aware(d["since"]), d.get("reason")) for d in docs]
 
     def pending_queues(self) -> list[str]:
         # A DISTINCT_SCAN of the claim index (status, queue, ...): one key per queue.

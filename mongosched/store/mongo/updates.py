@@ -33,6 +33,7 @@ from mongosched.store.mongo.documents import (
     attempt_error_document,
     error_document,
     last_run_document,
+    missed_document,
     ms,
 )
 
@@ -199,6 +200,8 @@ def settle_update(
         fields["scheduled_for"] = s.scheduled_for
     if s.last_run is not None:
         fields["last_run"] = last_run_document(s.last_run)
+    if s.missed is not None:
+        fields["missed"] = missed_document(s.missed)
     update: dict[str, Any] = {"$set": fields}
     if s.status is JobStatus.PENDING:
         revised(fields)
