@@ -27,6 +27,7 @@ run finished, so a schedule does not drift.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -46,14 +47,19 @@ __all__ = [
     "MISFIRE_POLICIES",
     "Misfire",
     "MisfirePlan",
+    "OVERLAP_POLICIES",
     "Rule",
+    "Runs",
     "SKIP_GRACE",
+    "jitter_offset",
+    "overlapped",
     "plan_misfire",
     "rule_from_document",
 ]
 
 UTC = timezone.utc
 MISFIRE_POLICIES: tuple[str, ...] = ("coalesce", "skip", "all")
+OVERLAP_POLICIES: tuple[str, ...] = ("skip", "buffer_one", "allow", "cancel_running")
 SKIP_GRACE = timedelta(seconds=60)
 """How late a slot may start and still count as on time under ``misfire="skip"`` when
 no ``misfire_grace`` is given."""
@@ -404,15 +410,22 @@ class MisfirePlan:
 
 
 def plan_misfire(
-    rule: Rule, scheduled_for: datetime, now: datetime, misfire: Misfire
+    rule: Rule,
+    scheduled_for: datetime,
+    now: datetime,
+    misfire: Misfire,
+    start_of: Callable[[datetime], datetime] | None = None,
 ) -> MisfirePlan:
-    """Apply ``misfire`` to a job due at slot ``scheduled_for`` and picked up at ``now``."""
+    """Apply ``misfire`` to a job due at slot ``scheduled_for`` and picked up at ``now``.
+    ``start_of`` gives when a slot is due to start (a jittered slot starts after its
+    time); lateness counts from then (default: from the slot itself)."""
     anchor = _aware(scheduled_for, "scheduled_for")
     now = _aware(now, "now")
     tolerance = misfire.tolerance
 
     def on_time(slot: datetime) -> bool:
-        return tolerance is None or now - slot <= tolerance
+        start = slot if start_of is None else start_of(slot)
+        return tolerance is None or now - start <= tolerance
 
     if misfire.policy == "all":
         # The earliest slot still to run: among the latest max_catchup due, within grace.
@@ -438,3 +451,100 @@ def _count(rule: Rule, anchor: datetime, end: datetime) -> int:
         return 0
     back = rule.slots_back(anchor, end - timedelta(microseconds=1))
     return sum(1 for _ in islice(back, COUNT_LIMIT))
+
+
+def jitter_offset(key: str, slot: datetime, jitter: timedelta) -> timedelta:
+    """How long after ``slot`` a jittered run starts: an offset in ``[0, jitter)``,
+    in whole milliseconds, drawn uniformly from a hash of ``key`` (the schedule) and
+    the slot, so that every runner computes the same offset for the same slot."""
+    if jitter <= timedelta(0):
+        return timedelta(0)
+    text = f"{key}\0{_aware(slot, 'slot').isoformat()}"
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    fraction = int.from_bytes(digest[:8], "big") / 2**64
+    return timedelta(milliseconds=int(fraction * (jitter / timedelta(milliseconds=1))))
+
+
+@dataclass(frozen=True)
+class Runs:
+    """How the runs of a repeating job start, overlap and stop, beyond its rule and
+    its misfire policy (see :doc:`/cron`).
+
+    :param jitter: each slot starts at an offset in ``[0, jitter)`` after its time,
+        spread uniformly, the same offset for a slot in every runner (seconds or a
+        timedelta; None: on the slot).
+    :param overlap: what happens to slots that come due while a run still runs:
+        ``"skip"`` (default: none of them runs; the next run is the first slot after
+        the run ended), ``"buffer_one"`` (one run right after, for the latest of
+        them), ``"allow"`` (each starts on time, beside the running one) or
+        ``"cancel_running"`` (the running one is cancelled, then the slot starts).
+    :param pause_after: pause the schedule after this many failed runs in a row
+        (None: never).
+    """
+
+    jitter: float | timedelta | None = None
+    overlap: Literal["skip", "buffer_one", "allow", "cancel_running"] | str = "skip"
+    pause_after: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.overlap not in OVERLAP_POLICIES:
+            raise InvalidSchedule(
+                f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, not {self.overlap!r}"
+            )
+        try:
+            jitter = validate.seconds(self.jitter, what="jitter", allow_none=True)
+        except ValueError as exc:
+            raise InvalidSchedule(str(exc)) from None
+        pause_after = self.pause_after
+        if pause_after is not None and (
+            not isinstance(pause_after, int) or isinstance(pause_after, bool) or pause_after < 1
+        ):
+            raise InvalidSchedule(f"pause_after must be an int >= 1 or None, not {pause_after!r}")
+        object.__setattr__(self, "jitter", jitter or None)
+
+    @property
+    def spawns(self) -> bool:
+        """Whether each slot runs as a job of its own beside the schedule (``allow``,
+        ``cancel_running``), so that runs can overlap."""
+        return self.overlap in ("allow", "cancel_running")
+
+    def start(self, key: str, slot: datetime) -> datetime:
+        """When the run of ``slot`` is due: the slot plus its jitter offset."""
+        if not isinstance(self.jitter, float):  # None: no jitter (a float once checked)
+            return slot
+        return slot + jitter_offset(key, slot, timedelta(seconds=self.jitter))
+
+    def to_document(self) -> dict[str, Any]:
+        """The options as a repeat document stores them, defaults left out (so a
+        schedule declared without them reads as it always did)."""
+        doc: dict[str, Any] = {}
+        if self.jitter is not None:
+            doc["jitter"] = self.jitter
+        if self.overlap != "skip":
+            doc["overlap"] = self.overlap
+        if self.pause_after is not None:
+            doc["pause_after"] = self.pause_after
+        return doc
+
+    @classmethod
+    def from_document(cls, repeat: Mapping[str, Any]) -> Runs:
+        """The options stored in a repeat document (absent ones: the defaults)."""
+        return cls(
+            jitter=repeat.get("jitter"),
+            overlap=repeat.get("overlap") or "skip",
+            pause_after=repeat.get("pause_after"),
+        )
+
+
+def overlapped(rule: Rule, slot: datetime, ended: datetime) -> tuple[int, datetime | None]:
+    """The slots after ``slot`` up to ``ended`` (included), as when they came due
+    while the run of ``slot`` ran: how many (up to :data:`COUNT_LIMIT`) and the
+    latest."""
+    anchor, ended = _aware(slot, "slot"), _aware(ended, "ended")
+    count, latest, nxt = 0, None, rule.next_after(anchor)
+    while nxt <= ended and count < COUNT_LIMIT:
+        count, latest = count + 1, nxt
+        nxt = rule.next_after(nxt)
+    if count == COUNT_LIMIT:  # counted up to the limit; the latest is still exact
+        latest = next(rule.slots_back(anchor, ended))
+    return count, latest

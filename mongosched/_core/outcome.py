@@ -22,6 +22,7 @@ from mongosched._core.records import (
     JobRecord,
     JobStatus,
     LastRun,
+    MissedSlots,
     Settlement,
     assembled,
     evolved,
@@ -35,7 +36,7 @@ from mongosched.errors import (
     WorkerShutdown,
 )
 from mongosched.retry import RetryPolicy
-from mongosched.schedule import Misfire, plan_misfire, rule_from_document
+from mongosched.schedule import Misfire, Runs, overlapped, plan_misfire, rule_from_document
 
 __all__ = [
     "Decision",
@@ -52,6 +53,8 @@ __all__ = [
     "given_back",
     "held_back",
     "is_expired",
+    "jitter_key",
+    "pause_reason",
     "malformed",
     "shorten",
     "plan_run",
@@ -111,6 +114,9 @@ class Decision:
     """The exception the event carries (a failure's or a retry's)."""
     delay: timedelta | None = None
     """For a retry: how long until the next attempt."""
+    missed: int = 0
+    """For a repeating job: slots it dropped by this decision (its settlement's
+    ``missed`` says why)."""
 
     @property
     def status(self) -> JobStatus:
@@ -339,7 +345,7 @@ def _decide(
         return Decision("job:retry", given_back(job, now))
     if ending is Ending.SUCCESS:
         if job.repeat:
-            return Decision("job:success", _next_slot(job, now, slot, JobStatus.COMPLETED, result))
+            return _next_slot("job:success", job, now, slot, JobStatus.COMPLETED, result)
         # The usual case: its on_cancel made at once (see decide()), not added after.
         on_cancel = cancelled(now, retention, result=result)
         done = finished(
@@ -400,35 +406,87 @@ def _failure(
         )
         return Decision("job:retry", settlement, error, delay)
     if job.repeat:
-        after = _next_slot(job, now, slot, JobStatus.FAILED, None, info)
-        return Decision("job:fail", evolved(after, attempt_error=attempt), error)
+        after = _next_slot("job:fail", job, now, slot, JobStatus.FAILED, None, info, error)
+        return evolved(after, settlement=evolved(after.settlement, attempt_error=attempt))
     failed = finished(JobStatus.FAILED, now, retention, attempts=job.attempts, error=info)
     return Decision("job:fail", evolved(failed, attempt_error=attempt), error)
 
 
 def _next_slot(
+    event: str,
     job: JobRecord,
     now: datetime,
     slot: datetime | None,
     status: JobStatus,
     result: object,
-    error: ErrorInfo | None = None,
-) -> Settlement:
+    info: ErrorInfo | None = None,
+    error: BaseException | None = None,
+) -> Decision:
     """A repeating job's run ended: record it and wait for the slot after the one it
-    ran for (the nominal slot, so the schedule never drifts)."""
+    ran for (the nominal slot, so the schedule never drifts), unless slots came due
+    while it ran: its overlap policy says what becomes of them."""
     assert job.repeat is not None
+    rule = rule_from_document(job.repeat)
+    runs = Runs.from_document(job.repeat)
     ran_for = slot or job.scheduled_for or now
-    nxt = rule_from_document(job.repeat).next_after(ran_for)
-    return Settlement(
+    nxt, run_at, dropped = rule.next_after(ran_for), None, 0
+    started = job.started_at or ran_for
+    if started < nxt <= now:  # came due while it ran (earlier ones: the misfire policy's)
+        count, latest = overlapped(rule, ran_for, now)
+        assert latest is not None
+        if runs.overlap == "buffer_one":
+            nxt, run_at, dropped = latest, now, count - 1
+        else:
+            nxt, dropped = rule.next_after(latest), count
+    failures = (
+        (job.last_run.failures if job.last_run else 0) + 1 if status is JobStatus.FAILED else 0
+    )
+    settlement = Settlement(
         status=JobStatus.PENDING,
         now=now,
         attempts=0,
-        run_at=nxt,
+        run_at=run_at or runs.start(jitter_key(job), nxt),
         scheduled_for=nxt,
         result=result,
-        error=error,
-        last_run=LastRun(slot=ran_for, status=status, finished_at=now, error=error),
+        error=info,
+        last_run=LastRun(
+            slot=ran_for, status=status, finished_at=now, error=info, failures=failures
+        ),
+        missed=_missed(job, dropped, ran_for, nxt, "overlap", now),
     )
+    return Decision(event, settlement, error, missed=dropped)
+
+
+def pause_reason(job: JobRecord) -> str | None:
+    """Why a repeating job whose failed run just landed pauses itself (its
+    ``pause_after`` failed runs in a row reached), or None when it goes on."""
+    if job.repeat is None or job.last_run is None:
+        return None
+    limit = Runs.from_document(job.repeat).pause_after
+    failures = job.last_run.failures
+    if limit is None or failures < limit:
+        return None
+    return f"paused after {failures} failed runs in a row (pause_after={limit})"
+
+
+def jitter_key(job: JobRecord) -> str:
+    """What a repeating job's jitter offsets are drawn from, besides the slot: its id
+    (its task's name before it has one)."""
+    return job.task if job.id is None else str(job.id)
+
+
+def _missed(
+    job: JobRecord, count: int, anchor: datetime, before: datetime, reason: str, now: datetime
+) -> MissedSlots | None:
+    """``job``'s missed slots with ``count`` more, from after slot ``anchor`` up to the
+    slot just ``before`` the one it moves to; without more, as they were."""
+    if count <= 0:
+        return job.missed
+    assert job.repeat is not None
+    rule = rule_from_document(job.repeat)
+    last = next(rule.slots_back(anchor, before - timedelta(microseconds=1)))
+    total = (job.missed.count if job.missed else 0) + count
+    return MissedSlots(count=total, last_slot=last, reason=reason, at=now)
 
 
 @dataclass(frozen=True)
@@ -440,6 +498,8 @@ class RunPlan:
     settlement: Settlement | None
     missed: int
     policy: str
+    missed_slots: MissedSlots | None = None
+    """The job's missed slots, with those dropped now."""
 
     @property
     def runs(self) -> bool:
@@ -452,16 +512,26 @@ def plan_run(job: JobRecord, now: datetime) -> RunPlan:
     assert job.repeat is not None and job.scheduled_for is not None
     rule = rule_from_document(job.repeat)
     misfire = Misfire.from_document(job.repeat.get("misfire") or {})
-    plan = plan_misfire(rule, job.scheduled_for, now, misfire)
+    runs, key, anchor = Runs.from_document(job.repeat), jitter_key(job), job.scheduled_for
+
+    def start_of(slot: datetime) -> datetime:
+        start = runs.start(key, slot)
+        return max(start, job.run_at) if slot == anchor else start  # a buffered run: now
+
+    plan = plan_misfire(rule, anchor, now, misfire, start_of)
     if plan.run_slot is not None:
-        return RunPlan(plan.run_slot, None, plan.missed, misfire.policy)
+        missed = _missed(job, plan.missed, anchor, plan.run_slot, "misfire", now)
+        return RunPlan(plan.run_slot, None, plan.missed, misfire.policy, missed)
+    assert plan.next_slot is not None
+    missed = _missed(job, plan.missed, anchor, plan.next_slot, "misfire", now)
     skip = Settlement(
         status=JobStatus.PENDING,
         now=now,
         attempts=0,
-        run_at=plan.next_slot,
+        run_at=runs.start(key, plan.next_slot),
         scheduled_for=plan.next_slot,
         result=job.result,
         error=job.error,
+        missed=missed,
     )
-    return RunPlan(None, skip, plan.missed, misfire.policy)
+    return RunPlan(None, skip, plan.missed, misfire.policy, missed)
