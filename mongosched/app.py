@@ -174,6 +174,9 @@ class App:
             attach=lambda runner: self.runners.add(runner),  # a fork replaces the set
             detach=lambda runner: self.runners.discard(runner),
             bind_transaction=self._transactions.bind,
+            pause_schedule=lambda schedule, reason: self._admin.pause(
+                schedule=schedule, reason=reason
+            ),
         )
 
     # Time and storage --------------------------------------------------------------------
@@ -251,6 +254,9 @@ class App:
         misfire: str = "coalesce",
         misfire_grace: float | timedelta | None = None,
         max_catchup: int = 100,
+        jitter: float | timedelta | None = None,
+        overlap: str = "skip",
+        pause_after: int | None = None,
         rate_limit: RateSpec | None = None,
         rate_key: str | Callable[..., Any] | None = None,
         concurrency_key: str | Callable[..., Any] | None = None,
@@ -282,6 +288,12 @@ class App:
         :param misfire: ``"coalesce"``, ``"skip"`` or ``"all"``: what to do with slots
             missed while no runner was running; ``misfire_grace`` and ``max_catchup``
             bound it (see :doc:`/cron`).
+        :param jitter: start each slot at an offset in ``[0, jitter)`` after its time
+            (seconds or a timedelta), the same for a slot in every runner.
+        :param overlap: what slots that come due while a run still runs do:
+            ``"skip"`` (default), ``"buffer_one"``, ``"allow"`` or ``"cancel_running"``
+            (see :doc:`/cron`).
+        :param pause_after: pause the schedule after this many failed runs in a row.
         :param rate_limit: at most so many of its jobs start per window, across every
             runner: ``"100/m"`` (also ``/s``, ``/h``, ``/d``, ``"10/30s"``), ``(count,
             timedelta)``, or a timedelta (one per interval). See :doc:`/flow-control`.

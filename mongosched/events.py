@@ -35,6 +35,7 @@ EVENTS = frozenset(
         "control:pause",
         "control:resume",
         "schedule:update",
+        "schedule:missed",
     }
 )
 """Names accepted by :meth:`App.on`."""
@@ -48,8 +49,10 @@ class Event:
     events, and the schedule for ``schedule:update``), ``error`` the exception (for
     ``job:retry`` and ``job:fail`` of a run), ``runner`` the runner involved (if any),
     ``pause`` what was paused or resumed (``control:pause``, ``control:resume``),
-    ``app`` the app that sent it. ``control:*`` and ``schedule:update`` events are sent
-    in the process that made the change.
+    ``app`` the app that sent it, ``missed`` how many slots a ``schedule:missed``
+    event reports (the job's ``missed`` says why, the latest and the total).
+    ``control:*`` and ``schedule:update`` events are sent in the process that made
+    the change.
     """
 
     name: str
@@ -58,6 +61,7 @@ class Event:
     error: BaseException | None = None
     runner: Any = None
     pause: Pause | None = None
+    missed: int = 0
 
 
 Listener = Callable[[Event], Any]

@@ -19,6 +19,7 @@ from mongosched._core.records import (
     JobStatus,
     LastRun,
     LeaseInfo,
+    MissedSlots,
     Progress,
 )
 from mongosched.errors import ConfigurationError, JobNotFound, WaitTimeout
@@ -167,6 +168,12 @@ class Job(Generic[R]):
     def last_run(self) -> LastRun | None:
         """For repeating jobs: slot, status, finish time and error of the last run."""
         return self._record.last_run
+
+    @property
+    def missed(self) -> MissedSlots | None:
+        """For repeating jobs: the slots it missed so far (how many, the latest, why),
+        or None."""
+        return self._record.missed
 
     @property
     def lease(self) -> LeaseInfo | None:

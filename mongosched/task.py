@@ -19,7 +19,7 @@ from mongosched.limits import KeySpec, RateSpec, key_spec
 from mongosched.limits import rate_limit as rate_limit_of
 from mongosched.observe import tracing
 from mongosched.retry import RetryPolicy
-from mongosched.schedule import Cron, Every, Misfire, Rule
+from mongosched.schedule import Cron, Every, Misfire, Rule, Runs
 from mongosched.store import schedule_id
 
 if TYPE_CHECKING:
@@ -117,6 +117,9 @@ class TaskOptions(TypedDict, total=False):
     misfire: str
     misfire_grace: float | timedelta | None
     max_catchup: int
+    jitter: float | timedelta | None
+    overlap: str
+    pause_after: int | None
     rate_limit: RateSpec | None
     rate_key: str | Callable[..., Any] | None
     concurrency_key: str | Callable[..., Any] | None
@@ -215,6 +218,9 @@ class Task(Generic[P, R]):
         misfire: str = "coalesce",
         misfire_grace: float | timedelta | None = None,
         max_catchup: int = 100,
+        jitter: float | timedelta | None = None,
+        overlap: str = "skip",
+        pause_after: int | None = None,
         rate_limit: RateSpec | None = None,
         rate_key: str | Callable[..., Any] | None = None,
         concurrency_key: str | Callable[..., Any] | None = None,
@@ -249,6 +255,8 @@ class Task(Generic[P, R]):
         if self.rule is not None:
             self.parameters.bind((), {})  # the jobs of its declared schedule pass none
         self.misfire = _misfire(task, misfire, misfire_grace, max_catchup)
+        self.runs = _runs(task, jitter, overlap, pause_after)
+        """Jitter, overlap policy and pause on failure of its repeating jobs."""
         self.rate_limit = rate_limit_of(rate_limit, task=task)
         """At most so many of its jobs start per window, across every runner."""
         self.rate_key: KeySpec | None = key_spec(
@@ -337,8 +345,9 @@ class Task(Generic[P, R]):
         if options.repeat is not None:
             rule = _rule(task, options.repeat)
             explicit = options.delay is not None or options.run_at is not None
-            due = slot = _first_slot(rule, due, explicit=explicit)
-            repeat = {**rule.to_document(), "misfire": self.misfire.to_document()}
+            slot = _first_slot(rule, due, explicit=explicit)
+            due = self.runs.start(task, slot)
+            repeat = self.repeat_document(rule)
         key, scope = _dedupe(task, options.dedupe_key, options.dedupe_scope)
         expires_at = _expiry(task, options.expires, now, due)
         timeout = validate.seconds(
@@ -396,7 +405,7 @@ class Task(Generic[P, R]):
             task=self.name,
             queue=self.queue,
             priority=self.priority,
-            run_at=first,
+            run_at=self.runs.start(schedule_id(self.name), first),
             scheduled_for=first,
             max_attempts=self.retry.max_attempts,
             repeat=self.repeat_document(),
@@ -404,11 +413,17 @@ class Task(Generic[P, R]):
             updated_at=now,
         )
 
-    def repeat_document(self) -> dict[str, Any] | None:
-        """The repeat rule this task declares, as a job stores it, or None."""
-        if self.rule is None:
+    def repeat_document(self, rule: Rule | None = None) -> dict[str, Any] | None:
+        """The repeat rule this task declares (or ``rule`` with this task's misfire
+        policy and run options), as a job stores it, or None."""
+        rule = rule or self.rule
+        if rule is None:
             return None
-        return {**self.rule.to_document(), "misfire": self.misfire.to_document()}
+        return {
+            **rule.to_document(),
+            "misfire": self.misfire.to_document(),
+            **self.runs.to_document(),
+        }
 
     def __repr__(self) -> str:
         return f"<Task {self.name}>"
@@ -596,6 +611,15 @@ def _rule_from_options(
             raise ConfigurationError(f"task {task!r}: timezone applies only with cron, not every")
         return Every(every, task=task)
     return None
+
+
+def _runs(
+    task: str, jitter: float | timedelta | None, overlap: str, pause_after: int | None
+) -> Runs:
+    try:
+        return Runs(jitter=jitter, overlap=overlap, pause_after=pause_after)
+    except (ConfigurationError, ValueError, TypeError) as exc:
+        raise InvalidSchedule(f"task {task!r}: {exc}") from None
 
 
 def _misfire(task: str, policy: str, grace: float | timedelta | None, max_catchup: int) -> Misfire:

@@ -94,11 +94,28 @@ class Recorder:
         self.retried: dict[str, int] = {}
         self.run_seconds: dict[str, Histogram] = {}
         self.start_delay: dict[str, Histogram] = {}
+        self.missed: dict[str, int] = {}
+        self.paused_on_failure: dict[str, int] = {}
 
     def attach(self, app: App) -> None:
         app.on("job:start", self._started)
         for name in ("job:success", "job:fail", "job:retry"):
             app.on(name, self._ended)
+        app.on("schedule:missed", self._missed)
+        app.on("control:pause", self._paused)
+
+    def _missed(self, event: Event) -> None:
+        if event.job is not None:
+            with self._lock:
+                task = event.job.task
+                self.missed[task] = self.missed.get(task, 0) + event.missed
+
+    def _paused(self, event: Event) -> None:
+        pause = event.pause
+        if pause is not None and pause.kind == "schedule" and pause.reason is not None:
+            with self._lock:
+                name = pause.name
+                self.paused_on_failure[name] = self.paused_on_failure.get(name, 0) + 1
 
     def _started(self, event: Event) -> None:
         job = event.job
@@ -135,6 +152,17 @@ class Recorder:
                     self.retried,
                 ),
                 _histogram("mongosched_job_run_seconds", "Seconds a run took", self.run_seconds),
+                _counter(
+                    "mongosched_schedule_missed_slots",
+                    "Slots of repeating jobs that never ran (by misfire or overlap policy)",
+                    self.missed,
+                ),
+                _counter(
+                    "mongosched_schedule_paused_on_failure",
+                    "Times a schedule paused itself after failed runs in a row",
+                    self.paused_on_failure,
+                    label="schedule",
+                ),
                 _histogram(
                     "mongosched_job_start_delay_seconds",
                     "Seconds from when a job was due to when it started",
@@ -221,8 +249,10 @@ def _store_families(app: App) -> Iterator[Family]:
         )
 
 
-def _counter(name: str, text: str, values: Mapping[str, int]) -> Family:
-    samples = [(f"{name}_total", {"task": t}, float(n)) for t, n in sorted(values.items())]
+def _counter(
+    name: str, text: str, values: Mapping[str, int], label: str = "task"
+) -> Family:
+    samples = [(f"{name}_total", {label: t}, float(n)) for t, n in sorted(values.items())]
     return Family(name, "counter", text, list(samples))
 
 

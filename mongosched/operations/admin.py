@@ -59,10 +59,12 @@ def declaration(
     return json.dumps(data, sort_keys=True, default=str)
 
 
-def schedule_row(record: JobRecord, paused: bool) -> dict[str, Any]:
-    """A repeating job as :meth:`App.schedules` lists it."""
+def schedule_row(record: JobRecord, pause: Pause | bool | None) -> dict[str, Any]:
+    """A repeating job as :meth:`App.schedules` lists it (``pause``: its pause, if
+    it is paused)."""
     repeat = record.repeat or {}
     last = record.last_run
+    missed = record.missed
     waiting = record.status in IDLE_SCHEDULE_STATUSES
     return {
         "id": record.id,
@@ -72,11 +74,16 @@ def schedule_row(record: JobRecord, paused: bool) -> dict[str, Any]:
         "queue": record.queue,
         "priority": record.priority,
         "status": record.status.value,
-        "paused": paused,
+        "paused": bool(pause),
+        "paused_reason": pause.reason if isinstance(pause, Pause) else None,
         "next_run": record.run_at if waiting else None,
         "last_run": last.finished_at if last else None,
         "last_status": last.status.value if last else None,
         "last_error": last.error if last else None,
+        "failures": last.failures if last else 0,
+        "missed": missed.count if missed else 0,
+        "missed_last": missed.last_slot if missed else None,
+        "missed_reason": missed.reason if missed else None,
         "edited_at": record.edit.at if record.edit else None,
     }
 
@@ -110,17 +117,25 @@ class AdminOperations:
 
     # Pause and resume --------------------------------------------------------------------------
     def pause(
-        self, *, queue: str | None = None, task: str | None = None, schedule: Any = None
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        schedule: Any = None,
+        reason: str | None = None,
     ) -> None:
         """Stop every runner, cluster-wide, from starting jobs of a ``queue``, a
         ``task`` or a repeating ``schedule`` (its id, or its task's name) within one
         poll interval. Jobs already running finish; nothing is lost: the jobs wait,
         pending (a paused schedule: ``paused``), until :meth:`resume`. Pausing what is
         paused changes nothing. ``task`` also names a label (a Django task's path): the
-        jobs labelled so wait ``paused``, the other jobs of their task run on."""
+        jobs labelled so wait ``paused``, the other jobs of their task run on.
+        ``reason`` is kept with the pause (the dashboard and :meth:`pauses` show it)."""
         kind, name, record = self._pause_target("pause", queue, task, schedule)
+        if reason is not None:
+            reason = validate.text(reason, what="pause: reason", maximum=1024)
         now = self.now()
-        pause = Pause(kind, name, now)
+        pause = Pause(kind, name, now, reason)
         added = self.writable().add_pause(pause)
         if record is not None:
             self.store.hold_schedules([record.id], now)
@@ -169,10 +184,12 @@ class AdminOperations:
     # Schedules ---------------------------------------------------------------------------------
     def schedules(self) -> list[dict[str, Any]]:
         """Every repeating job: id, task, rule, timezone, queue, priority, status,
-        ``paused``, next run, last run (when, status, error) and ``edited_at`` (when
-        an operator last edited it, if ever)."""
-        paused = {p.name for p in self.store.pauses() if p.kind == "schedule"}
-        return [schedule_row(r, str(r.id) in paused) for r in self.store.schedules()]
+        ``paused`` (and ``paused_reason`` when it paused itself), next run, last run
+        (when, status, error), ``failures`` (failed runs in a row), ``missed`` (slots
+        that never ran: how many, ``missed_last``, ``missed_reason``) and
+        ``edited_at`` (when an operator last edited it, if ever)."""
+        paused = {p.name: p for p in self.store.pauses() if p.kind == "schedule"}
+        return [schedule_row(r, paused.get(str(r.id))) for r in self.store.schedules()]
 
     def ensure_schedules(self, *, queues: Sequence[str] | None = None) -> list[str]:
         """Put the repeating schedules declared with ``@app.task(cron=...)`` or
@@ -265,10 +282,15 @@ class AdminOperations:
                     "schedule %s (%s) edited: %s", updated.id, updated.task, _describe(changes)
                 )
                 self.events.emit("schedule:update", job=Job(updated, self.store))
-                paused = any(
-                    p.kind == "schedule" and p.name == str(updated.id) for p in self.pauses()
+                pause = next(
+                    (
+                        p
+                        for p in self.pauses()
+                        if p.kind == "schedule" and p.name == str(updated.id)
+                    ),
+                    None,
                 )
-                return schedule_row(updated, paused)
+                return schedule_row(updated, pause)
             current = self.store.get(record.id)
             if current is None:
                 raise JobNotFound(f"schedule {record.id} ({record.task}) no longer exists")

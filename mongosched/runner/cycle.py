@@ -16,7 +16,7 @@ from typing import Any
 
 from mongosched._core import outcome, validate
 from mongosched._core.outcome import Decision, Ending
-from mongosched._core.records import JobRecord, Settlement
+from mongosched._core.records import JobRecord, JobStatus, Settlement, evolved
 from mongosched.errors import (
     ConfigurationError,
     SerializationError,
@@ -100,6 +100,7 @@ class RunnerSteps:
             lease_duration=self.lease_duration,
             emit=self._emit,
             release_dependents=self._release_dependents,
+            repeated=self._repeated,
         )
         """Reaps expired leases and sweeps (:meth:`reap`, :meth:`sweep`)."""
 
@@ -496,24 +497,22 @@ class RunnerSteps:
             self._settle_held(claim, failed.settlement)
             log.error("job %s (%s): %s", claim.job_id, claim.task.name, failed.error)
             return False
-        if plan.missed:
-            log.warning(
-                "job %s (%s): %d missed slot(s) dropped by misfire policy %r",
-                claim.job_id,
-                claim.task.name,
-                plan.missed,
-                plan.policy,
-            )
         if plan.slot is None:
             assert plan.settlement is not None
             claim.finish()
-            self._settle_held(claim, plan.settlement)
+            stored = self._settle_held(claim, plan.settlement)
+            if stored is not None and plan.missed:
+                self._missed(stored, plan.missed)
             return False
         if plan.slot != claim.record.scheduled_for:
             # Record the slot this run is for, so a retry of it runs the same slot.
             if not self.store.record_slot(claim.job_id, claim.token, plan.slot, self.app.now()):
                 claim.lose("slot write was fenced off")
                 return False
+        # The slots it dropped are written with the run's outcome.
+        claim.record = evolved(claim.record, scheduled_for=plan.slot, missed=plan.missed_slots)
+        if plan.missed:
+            self._missed(claim.record, plan.missed)
         claim.slot = claim.ctx.scheduled_for = plan.slot
         return True
 
@@ -582,8 +581,39 @@ class RunnerSteps:
         decision = decision.as_written(stored.status)
         logs.log_decision(claim, decision, seconds)
         self._emit(decision.event, stored, decision.error)
+        self._repeated(decision, stored)
         self._release_dependents(stored)
         return decision
+
+    def _repeated(self, decision: Decision, stored: JobRecord) -> None:
+        """After a repeating job's run landed: say which slots it dropped, and pause
+        its schedule when it failed too many times in a row."""
+        if stored.repeat is None or stored.status is not JobStatus.PENDING:
+            return
+        if decision.missed:
+            self._missed(stored, decision.missed)
+        reason = outcome.pause_reason(stored) if decision.event == "job:fail" else None
+        if reason is not None:
+            log.warning("job %s (%s): %s", stored.id, stored.task, reason)
+            try:
+                self.app.pause_schedule(stored.id, reason)
+            except Exception as exc:  # the next failed run tries again
+                log.warning("job %s (%s): could not pause: %s", stored.id, stored.task, exc)
+
+    def _missed(self, record: JobRecord, count: int) -> None:
+        """Log and send ``schedule:missed`` for ``count`` slots ``record`` dropped."""
+        missed = record.missed
+        log.warning(
+            "job %s (%s): %d slot(s) missed (%s), the latest %s",
+            record.id,
+            record.task,
+            count,
+            missed.reason if missed else "?",
+            missed.last_slot if missed else "?",
+            extra=logs.fields(record),
+        )
+        if self.app.listening("schedule:missed"):
+            self.app.emit("schedule:missed", job=self._job(record), runner=self, missed=count)
 
     def _decide_safely(
         self,

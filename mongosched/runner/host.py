@@ -55,6 +55,9 @@ class RunnerHost:
     """Called with a runner that stopped."""
     bind_transaction: Callable[[Transaction], AbstractContextManager[Any]]
     """Makes the frameworks' writes join a transactional task's transaction."""
+    pause_schedule: Callable[[Any, str], None]
+    """Pauses a repeating schedule (its id), saying why: one whose runs failed too
+    many times in a row (``pause_after``)."""
 
     def emit(self, name: str, **fields: Any) -> None:
         """Send an event to the app's listeners."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from mongosched._core import outcome
-from mongosched._core.outcome import Ending
+from mongosched._core.outcome import Decision, Ending
 from mongosched._core.records import JobRecord
 from mongosched.observe import logs
 from mongosched.runner import dependencies
@@ -35,6 +35,8 @@ class Reaper:
     :param emit: sends each job's event.
     :param release_dependents: releases the jobs waiting for a job reaped to a final
         status.
+    :param repeated: follows up a repeating job reaped to its next slot (the slots it
+        dropped, a pause after failures).
     """
 
     def __init__(
@@ -44,12 +46,14 @@ class Reaper:
         lease_duration: float,
         emit: dependencies.Emit,
         release_dependents: Callable[[JobRecord], None],
+        repeated: Callable[[Decision, JobRecord], None] = lambda decision, stored: None,
     ) -> None:
         self.app = app
         self.store = app.store
         self.lease_duration = lease_duration
         self.emit = emit
         self.release_dependents = release_dependents
+        self.repeated = repeated
         self.walk = dependencies.Walk()
         """Where the sweep's walk of waiting jobs goes on (a page per pass)."""
 
@@ -78,8 +82,9 @@ class Reaper:
                     decision.settlement.error,
                     extra=logs.fields(record),
                 )
-                event = decision.as_written(stored.status).event
-                self.emit(event, stored)
+                written = decision.as_written(stored.status)
+                self.emit(written.event, stored)
+                self.repeated(written, stored)
                 self.release_dependents(stored)
         return reaped
 

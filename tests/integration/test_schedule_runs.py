@@ -1,0 +1,170 @@
+"""Repeating jobs' runs in the running system: jitter, overlap policies, missed slots
+made visible, pause after failed runs; each across several runners of one store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from mongosched import App, current_job
+from mongosched.events import Event
+from mongosched.observe.metrics import instrument, render
+from mongosched.schedule import jitter_offset
+from mongosched.store import schedule_id
+from mongosched.testing import FakeClock, drain
+
+START = datetime(2031, 3, 3, 8, 0, tzinfo=timezone.utc)
+MINUTE = timedelta(minutes=1)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(START)
+
+
+def runners(
+    make_app: Callable[..., App],
+    clock: FakeClock,
+    body: Callable[[], Any] = lambda: None,
+    count: int = 2,
+    **options: Any,
+) -> tuple[list[App], list[datetime]]:
+    """``count`` apps on one store (each as one runner would be), each with task
+    ``tick`` declared with ``options``; returns them and the slots run, in order."""
+    ran: list[datetime] = []
+    apps = []
+    for _ in range(count):
+        app = make_app(clock=clock)
+
+        @app.task(name="tick", **options)
+        def tick() -> None:
+            ctx = current_job()
+            assert ctx is not None and ctx.scheduled_for is not None
+            ran.append(ctx.scheduled_for)
+            body()
+
+        apps.append(app)
+    apps[0].ensure_schedules()
+    return apps, ran
+
+
+def drain_all(apps: list[App]) -> int:
+    return sum(drain(app) for app in apps)
+
+
+def test_jitter_starts_each_slot_once_at_the_same_offset_in_every_runner(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    jitter = timedelta(minutes=20)
+    apps, ran = runners(make_app, clock, cron="0 * * * *", jitter=jitter)
+    starts = []
+    for hour in range(1, 6):
+        slot = START + timedelta(hours=hour)
+        offset = jitter_offset(schedule_id("tick"), slot, jitter)
+        job = apps[1].get_job(schedule_id("tick"))
+        assert job.scheduled_for == slot and job.run_at == slot + offset
+        clock.set(slot + offset - timedelta(milliseconds=1))
+        assert drain_all(apps) == 0  # not before its offset, in any runner
+        clock.set(slot + offset)
+        assert drain_all(apps) == 1  # then once, in all
+        starts.append(offset)
+    assert ran == [START + timedelta(hours=h) for h in range(1, 6)]
+    assert len(set(starts)) == 5 and all(timedelta(0) <= o < jitter for o in starts)
+
+
+def long_runs(clock: FakeClock, lasting: timedelta) -> Callable[[], None]:
+    """A task body whose run lasts ``lasting`` on the fake clock."""
+    return lambda: clock.advance(lasting)
+
+
+def test_overlap_skip_drops_slots_that_came_due_during_a_run_and_says_so(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    apps, ran = runners(
+        make_app, clock, long_runs(clock, timedelta(minutes=2, seconds=30)), cron="* * * * *"
+    )
+    seen: list[Event] = []
+    apps[1].on("schedule:missed", seen.append)
+    instrument(apps[1])  # its metrics count from here
+    clock.set(START + MINUTE)
+    for app in (apps[1], apps[0], apps[1]):  # runs alternate between the runners
+        assert drain(app) == 1
+        clock.set(app.get_job(schedule_id("tick")).run_at)
+    # 08:01 ran to 08:03:30 (08:02, 08:03 missed); 08:04 to 08:06:30; 08:07 ...
+    assert ran == [START + m * MINUTE for m in (1, 4, 7)]
+    job = apps[0].get_job(schedule_id("tick"))
+    assert job.missed is not None and job.missed.count == 6 and job.missed.reason == "overlap"
+    assert job.missed.last_slot == START + 9 * MINUTE
+    assert [e.missed for e in seen] == [2, 2]  # the events of apps[1]'s runs
+    assert 'mongosched_schedule_missed_slots_total{task="tick"} 4' in render(apps[1])
+
+
+def test_overlap_buffer_one_runs_once_right_after_a_long_run(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    lasting = timedelta(minutes=2, seconds=30)
+    apps, ran = runners(make_app, clock, long_runs(clock, lasting), cron="* * * * *",
+                        overlap="buffer_one", misfire="skip", misfire_grace=5)  # fmt: skip
+    clock.set(START + MINUTE)
+    assert drain(apps[0], limit=1) == 1  # 08:01 runs to 08:03:30
+    job = apps[1].get_job(schedule_id("tick"))
+    assert job.scheduled_for == START + 3 * MINUTE and job.run_at == clock()
+    clock.advance(seconds=2)  # 32 s after 08:03, past the grace, but due at 08:03:30: runs
+    assert drain(apps[1], limit=1) == 1
+    assert ran == [START + MINUTE, START + 3 * MINUTE]
+    job.refresh()
+    assert job.missed is not None and (job.missed.count, job.missed.reason) == (3, "overlap")
+
+
+def test_misfire_drops_are_counted_on_the_schedule_and_sent_as_events(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    apps, ran = runners(make_app, clock, cron="0 9 * * *", misfire="coalesce")
+    seen: list[Event] = []
+    apps[0].on("schedule:missed", seen.append)
+    clock.advance(days=3, hours=3)
+    assert drain(apps[0]) == 1
+    assert [e.missed for e in seen] == [3]  # days 0, 1, 2 dropped; day 3 ran
+    job = apps[1].get_job(schedule_id("tick"))
+    assert job.missed is not None
+    assert (job.missed.count, job.missed.reason) == (3, "misfire")
+    assert job.missed.last_slot == START.replace(hour=9) + timedelta(days=2)
+    row = apps[1].schedules()[0]
+    assert row["missed"] == 3 and row["missed_reason"] == "misfire"
+
+
+def test_a_schedule_pauses_itself_after_failed_runs_in_a_row(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    outcomes = iter(["fail", "ok", "fail", "fail", "fail"])
+
+    def body() -> None:
+        if next(outcomes) == "fail":
+            raise RuntimeError("upstream down")
+
+    apps, ran = runners(make_app, clock, body, every=timedelta(minutes=1), retry=0,
+                        pause_after=2)  # fmt: skip
+    events: list[Event] = []
+    apps[0].on("control:pause", events.append)
+    instrument(apps[0])
+    for n in range(1, 5):
+        clock.set(START + n * MINUTE)
+        assert drain(apps[n % 2]) == 1
+    # fail, ok (the count starts again), fail, fail: paused by apps[0]'s runner
+    schedule = apps[0].schedules()[0]
+    assert schedule["paused"] and schedule["status"] == "paused"
+    reason = "paused after 2 failed runs in a row (pause_after=2)"
+    assert schedule["paused_reason"] == reason
+    assert [(p.kind, p.reason) for p in apps[0].pauses()] == [("schedule", reason)]
+    assert [e.pause.reason if e.pause else None for e in events] == [reason]
+    assert (
+        'mongosched_schedule_paused_on_failure_total{schedule="schedule:tick"} 1'
+        in render(apps[0])
+    )
+    clock.advance(hours=1)
+    assert drain_all(apps) == 0  # paused: nothing runs
+    apps[0].resume(schedule="tick")
+    assert drain_all(apps) == 1 and len(ran) == 5
