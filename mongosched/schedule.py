@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -55,6 +56,7 @@ __all__ = [
     "overlapped",
     "plan_misfire",
     "rule_from_document",
+    "slots_between",
 ]
 
 UTC = timezone.utc
@@ -548,3 +550,24 @@ def overlapped(rule: Rule, slot: datetime, ended: datetime) -> tuple[int, dateti
     if count == COUNT_LIMIT:  # counted up to the limit; the latest is still exact
         latest = next(rule.slots_back(anchor, ended))
     return count, latest
+
+
+def slots_between(
+    rule: Rule, start: datetime, end: datetime, reference: datetime
+) -> Iterator[datetime]:
+    """The slots from ``start`` to ``end`` (both included), in order. An interval's
+    slots are ``reference`` (a slot of the job) plus whole multiples of it."""
+    start, end = _aware(start, "start"), _aware(end, "end")
+    if isinstance(rule, Every):
+        reference = _aware(reference, "reference")
+        slot = reference + rule.interval * math.ceil((start - reference) / rule.interval)
+        while slot <= end:
+            yield slot
+            slot += rule.interval
+    elif isinstance(rule, Cron):
+        for slot in rule.slots_after(start - timedelta(microseconds=1)):
+            if slot > end:
+                return
+            yield slot
+    else:
+        raise InvalidSchedule(f"no slots to list for {rule!r}")

@@ -27,6 +27,7 @@ from mongosched._core.records import (
     assembled,
     evolved,
 )
+from mongosched._core.spawn import until
 from mongosched.errors import (
     DependencyFailed,
     JobExpired,
@@ -58,6 +59,7 @@ __all__ = [
     "malformed",
     "shorten",
     "plan_run",
+    "spawned",
     "uncomputable",
 ]
 
@@ -345,7 +347,9 @@ def _decide(
         return Decision("job:retry", given_back(job, now))
     if ending is Ending.SUCCESS:
         if job.repeat:
-            return _next_slot("job:success", job, now, slot, JobStatus.COMPLETED, result)
+            return _next_slot(
+                "job:success", job, now, retention, slot, JobStatus.COMPLETED, result
+            )
         # The usual case: its on_cancel made at once (see decide()), not added after.
         on_cancel = cancelled(now, retention, result=result)
         done = finished(
@@ -406,7 +410,9 @@ def _failure(
         )
         return Decision("job:retry", settlement, error, delay)
     if job.repeat:
-        after = _next_slot("job:fail", job, now, slot, JobStatus.FAILED, None, info, error)
+        after = _next_slot(
+            "job:fail", job, now, retention, slot, JobStatus.FAILED, None, info, error
+        )
         return evolved(after, settlement=evolved(after.settlement, attempt_error=attempt))
     failed = finished(JobStatus.FAILED, now, retention, attempts=job.attempts, error=info)
     return Decision("job:fail", evolved(failed, attempt_error=attempt), error)
@@ -416,6 +422,7 @@ def _next_slot(
     event: str,
     job: JobRecord,
     now: datetime,
+    retention: Retention,
     slot: datetime | None,
     status: JobStatus,
     result: object,
@@ -424,12 +431,18 @@ def _next_slot(
 ) -> Decision:
     """A repeating job's run ended: record it and wait for the slot after the one it
     ran for (the nominal slot, so the schedule never drifts), unless slots came due
-    while it ran: its overlap policy says what becomes of them."""
+    while it ran: its overlap policy says what becomes of them. A bounded one (a
+    backfill lane) ends after its last slot, as its last run ended."""
     assert job.repeat is not None
     rule = rule_from_document(job.repeat)
     runs = Runs.from_document(job.repeat)
     ran_for = slot or job.scheduled_for or now
     nxt, run_at, dropped = rule.next_after(ran_for), None, 0
+    last = until(job)
+    if last is not None and nxt > last:
+        ended = finished(status, now, retention, attempts=job.attempts, result=result, error=info)
+        last_run = LastRun(slot=ran_for, status=status, finished_at=now, error=info)
+        return Decision(event, evolved(ended, last_run=last_run), error)
     started = job.started_at or ran_for
     if started < nxt <= now:  # came due while it ran (earlier ones: the misfire policy's)
         count, latest = overlapped(rule, ran_for, now)
@@ -455,6 +468,23 @@ def _next_slot(
         missed=_missed(job, dropped, ran_for, nxt, "overlap", now),
     )
     return Decision(event, settlement, error, missed=dropped)
+
+
+def spawned(job: JobRecord, slot: datetime, now: datetime) -> Settlement:
+    """A repeating job whose runs may overlap (``allow``, ``cancel_running``) handed
+    ``slot`` to a job of its own: it waits for the slot after it, without running."""
+    assert job.repeat is not None
+    nxt = rule_from_document(job.repeat).next_after(slot)
+    return Settlement(
+        status=JobStatus.PENDING,
+        now=now,
+        attempts=0,
+        run_at=Runs.from_document(job.repeat).start(jitter_key(job), nxt),
+        scheduled_for=nxt,
+        result=job.result,
+        error=job.error,
+        missed=job.missed,
+    )
 
 
 def pause_reason(job: JobRecord) -> str | None:
@@ -518,7 +548,8 @@ def plan_run(job: JobRecord, now: datetime) -> RunPlan:
         start = runs.start(key, slot)
         return max(start, job.run_at) if slot == anchor else start  # a buffered run: now
 
-    plan = plan_misfire(rule, anchor, now, misfire, start_of)
+    last = until(job)  # a backfill lane: its slots up to its last, however late
+    plan = plan_misfire(rule, anchor, now if last is None else min(now, last), misfire, start_of)
     if plan.run_slot is not None:
         missed = _missed(job, plan.missed, anchor, plan.run_slot, "misfire", now)
         return RunPlan(plan.run_slot, None, plan.missed, misfire.policy, missed)

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from mongosched._core import outcome
+from mongosched._core import outcome, spawn
 from mongosched._core.outcome import Ending, Retention
 from mongosched._core.records import JobRecord, JobStatus, LastRun, MissedSlots
-from mongosched.errors import InvalidSchedule
+from mongosched.errors import ConfigurationError, InvalidSchedule
 from mongosched.retry import RetryPolicy
 from mongosched.schedule import Cron, Every, Runs, jitter_offset, overlapped
 
@@ -158,3 +158,41 @@ def test_failed_runs_in_a_row_are_counted_and_pause_after_reached_gives_a_reason
     assert reason == "paused after 2 failed runs in a row (pause_after=2)"
     success = _end(after_one, T0 + timedelta(seconds=5)).settlement.last_run
     assert success == LastRun(T0, JobStatus.COMPLETED, T0 + timedelta(seconds=5), failures=0)
+
+
+def test_backfill_lanes_split_the_range_into_consecutive_parts() -> None:
+    schedule = JobRecord(**{**_repeating().__dict__, "repeat": {"every": 60.0}, "args": (7,)})
+    start, end = T0 - 10 * MINUTE - timedelta(seconds=30), T0 - MINUTE
+    lanes = spawn.backfill_lanes(schedule, start, end, 3, T0)
+    # The slots are T0 - 10 min .. T0 - 1 min (aligned on the schedule's own slot).
+    assert [lane.scheduled_for for lane in lanes] == [T0 - m * MINUTE for m in (10, 7, 4)]
+    assert [spawn.until(lane) for lane in lanes] == [T0 - m * MINUTE for m in (8, 5, 1)]
+    assert all(lane.run_at == T0 and lane.args == (7,) for lane in lanes)
+    assert len({lane.dedupe_key for lane in lanes}) == 3
+    assert (
+        spawn.backfill_lanes(
+            schedule, T0 - timedelta(seconds=50), T0 - timedelta(seconds=10), 2, T0
+        )
+        == []
+    )
+    with pytest.raises(ConfigurationError, match="at_once must be an int >= 1"):
+        spawn.backfill_lanes(schedule, start, end, 0, T0)
+    with pytest.raises(ConfigurationError, match="is before start"):
+        spawn.backfill_lanes(schedule, end, start, 1, T0)
+    with pytest.raises(ConfigurationError, match="more than 10000 slots"):
+        spawn.backfill_lanes(schedule, T0 - timedelta(days=30), T0, 1, T0)
+
+
+def test_a_backfill_lane_runs_its_slots_in_order_then_ends() -> None:
+    schedule = JobRecord(**{**_repeating().__dict__, "repeat": {"every": 60.0}})
+    [lane] = spawn.backfill_lanes(schedule, T0 - 3 * MINUTE, T0 - 2 * MINUTE, 1, T0)
+    lane = JobRecord(**{**lane.__dict__, "id": "lane", "attempts": 1, "started_at": T0})
+    plan = outcome.plan_run(lane, T0 + timedelta(seconds=1))  # hours late: runs the first
+    assert plan.slot == T0 - 3 * MINUTE and plan.missed == 0
+    first = _end(lane, T0 + timedelta(seconds=2)).settlement
+    assert first.status is JobStatus.PENDING and first.scheduled_for == T0 - 2 * MINUTE
+    last = JobRecord(**{**lane.__dict__, "scheduled_for": T0 - 2 * MINUTE})
+    done = _end(last, T0 + timedelta(seconds=3))
+    assert done.event == "job:success" and done.settlement.status is JobStatus.COMPLETED
+    assert done.settlement.last_run is not None
+    assert done.settlement.last_run.slot == T0 - 2 * MINUTE
