@@ -21,6 +21,7 @@ from mongosched.errors import ConfigurationError, StoreError, TaskNotRegistered,
 from mongosched.events import Listener, Listeners
 from mongosched.job import Job
 from mongosched.limits import RateSpec
+from mongosched.operations import triggers
 from mongosched.operations.admin import AdminOperations
 from mongosched.operations.bulk import BulkOperations
 from mongosched.operations.jobs import Cancellation, JobOperations
@@ -441,6 +442,34 @@ class App:
             if decision is None or decision.event != "job:retry":
                 break
         return self._jobs.require(record.id)
+
+    def trigger_schedule(self, schedule: Any) -> Job[Any]:
+        """Run a repeating schedule (its id, its task or its task's name) once, now,
+        beside its slots: its next slot does not move. The run is a job of its own,
+        with the schedule's payload, queue, priority and attempts;
+        ``current_job().scheduled_for`` is the time of the trigger."""
+        record = self._admin.named(schedule)
+        return self._new_job(triggers.trigger(self._writable(), record, self.now()))
+
+    def backfill(
+        self, schedule: Any, start: datetime, end: datetime, *, at_once: int = 1
+    ) -> list[Job[Any]]:
+        """Run the slots of a repeating schedule (its id, its task or its task's name)
+        from ``start`` to ``end`` (both included, timezone-aware), each once, in order,
+        at most ``at_once`` at a time, as soon as runners can; its own slots go on.
+        Returns the jobs that run them (``at_once`` lanes, each running a consecutive
+        part of the range; a lane of the same range still running is returned, not
+        doubled). ``current_job().scheduled_for`` is the slot a run is for."""
+        record = self._admin.named(schedule)
+        lanes = triggers.backfill(self._writable(), record, start, end, at_once, self.now())
+        return [
+            self._new_job(lane) if created else Job(lane, self.store) for lane, created in lanes
+        ]
+
+    def _new_job(self, record: JobRecord) -> Job[Any]:
+        job = Job(record, self.store)
+        self._created(job)
+        return job
 
     def _created(self, job: Job) -> None:
         self.emit("job:created", job=job)

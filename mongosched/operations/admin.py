@@ -355,6 +355,10 @@ class AdminOperations:
             edit=edit,
         )
 
+    def named(self, schedule: Any) -> JobRecord:
+        """The repeating job ``schedule`` names (see :meth:`_schedule`), as stored."""
+        return self._schedule(schedule)
+
     def _schedule(self, schedule: Any) -> JobRecord:
         """The repeating job ``schedule`` names: a :class:`Job`, its id, or the name of
         a task (its declared schedule, or its only repeating job)."""

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from mongosched._core import outcome, validate
+from mongosched._core import outcome, spawn, validate
 from mongosched._core.outcome import Decision, Ending
-from mongosched._core.records import JobRecord, JobStatus, Settlement, evolved
+from mongosched._core.records import JobQuery, JobRecord, JobStatus, Settlement, evolved
 from mongosched.errors import (
     ConfigurationError,
     SerializationError,
@@ -33,6 +33,7 @@ from mongosched.runner.outcomes import Leased, LeaseEnd, Settler
 from mongosched.runner.pauses import PauseSet
 from mongosched.runner.reaper import Reaper
 from mongosched.runner.transactional import TransactionalRun
+from mongosched.schedule import Runs
 from mongosched.store import Patience
 
 __all__ = ["RunnerSteps"]
@@ -513,8 +514,29 @@ class RunnerSteps:
         claim.record = evolved(claim.record, scheduled_for=plan.slot, missed=plan.missed_slots)
         if plan.missed:
             self._missed(claim.record, plan.missed)
+        if Runs.from_document(claim.record.repeat or {}).spawns:
+            self._spawn(claim, plan.slot)
+            return False
         claim.slot = claim.ctx.scheduled_for = plan.slot
         return True
+
+    def _spawn(self, claim: Claim, slot: datetime) -> None:
+        """Run ``slot`` of a repeating job whose runs may overlap as a job of its own
+        (one per slot: its key holds while it waits or runs), first asking the runs
+        still running to stop if its policy is ``cancel_running``; the schedule goes
+        on to its next slot."""
+        record, now = claim.record, self.app.now()
+        if Runs.from_document(record.repeat or {}).overlap == "cancel_running":
+            running = JobQuery(task=record.task, statuses=(JobStatus.RUNNING,))
+            for other in self.store.find(running, limit=0):
+                if spawn.is_run_of(other, record):
+                    log.info("job %s (%s): cancelled for slot %s", other.id, other.task, slot)
+                    self.store.request_cancel(other.id, now)
+        [(run, created)] = self.store.insert([spawn.slot_run(record, slot, now)])
+        claim.finish()
+        self._settle_held(claim, outcome.spawned(record, slot, now))
+        if created:  # due now: this runner claims it next (others within a poll)
+            self._emit("job:created", run)
 
     def _conclude(
         self, claim: Claim, result: Any, error: BaseException | None, seconds: float

@@ -3,6 +3,8 @@ made visible, pause after failed runs; each across several runners of one store.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -15,6 +17,8 @@ from mongosched.observe.metrics import instrument, render
 from mongosched.schedule import jitter_offset
 from mongosched.store import schedule_id
 from mongosched.testing import FakeClock, drain
+from tests.support.tasks import Recorder
+from tests.support.waiting import wait_for
 
 START = datetime(2031, 3, 3, 8, 0, tzinfo=timezone.utc)
 MINUTE = timedelta(minutes=1)
@@ -160,11 +164,119 @@ def test_a_schedule_pauses_itself_after_failed_runs_in_a_row(
     assert schedule["paused_reason"] == reason
     assert [(p.kind, p.reason) for p in apps[0].pauses()] == [("schedule", reason)]
     assert [e.pause.reason if e.pause else None for e in events] == [reason]
-    assert (
-        'mongosched_schedule_paused_on_failure_total{schedule="schedule:tick"} 1'
-        in render(apps[0])
+    assert 'mongosched_schedule_paused_on_failure_total{schedule="schedule:tick"} 1' in render(
+        apps[0]
     )
     clock.advance(hours=1)
     assert drain_all(apps) == 0  # paused: nothing runs
     apps[0].resume(schedule="tick")
     assert drain_all(apps) == 1 and len(ran) == 5
+
+
+def test_trigger_runs_a_schedule_once_now_without_moving_its_next_slot(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    apps, ran = runners(make_app, clock, cron="0 9 * * *")
+    schedule = apps[0].get_job(schedule_id("tick"))
+    clock.advance(minutes=10)
+    job = apps[1].trigger_schedule("tick")
+    assert job.id != schedule.id and job.scheduled_for == clock()
+    assert drain_all(apps) == 1
+    assert ran == [clock()] and job.refresh().status.value == "completed"
+    assert schedule.refresh().run_at == START.replace(hour=9)  # its slot did not move
+    assert schedule.last_run is None
+
+
+def test_backfill_runs_each_slot_of_a_range_once_and_in_order(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    apps, ran = runners(make_app, clock, cron="0 9 * * *")
+    nine = START.replace(hour=9)
+    start, end = nine - timedelta(days=5, hours=1), nine - timedelta(days=1)
+    lanes = apps[0].backfill("tick", start, end, at_once=2)
+    assert [lane.scheduled_for for lane in lanes] == [
+        nine - timedelta(days=5),
+        nine - timedelta(days=3),
+    ]
+    again = apps[1].backfill("tick", start, end, at_once=2)  # the same range: not doubled
+    assert [j.id for j in again] == [j.id for j in lanes]
+    assert drain_all(apps) == 5
+    assert ran == [nine - timedelta(days=d) for d in (5, 4, 3, 2, 1)]
+    assert {lane.refresh().status.value for lane in lanes} == {"completed"}
+    assert apps[0].get_job(schedule_id("tick")).run_at == nine  # its own slot goes on
+
+
+def test_backfill_runs_at_most_at_once_slots_at_a_time(make_app: Callable[..., App]) -> None:
+    recorder = Recorder()
+    apps = [make_app() for _ in range(2)]
+    for app in apps:
+
+        @app.task(name="slow", every=timedelta(hours=1))
+        def slow() -> None:
+            ctx = current_job()
+            assert ctx is not None
+            recorder.enter(ctx.scheduled_for)
+            threading.Event().wait(0.05)  # long enough for runs to meet
+            recorder.leave()
+
+    apps[0].ensure_schedules()
+    slot = apps[0].get_job(schedule_id("slow")).scheduled_for
+    apps[0].backfill("slow", slot - timedelta(hours=12), slot - timedelta(hours=1), at_once=3)
+    for app in apps:
+        app.runner(workers=4).start()
+    wait_for(lambda: len(recorder.calls) >= 12, message="12 backfilled slots")
+    assert recorder.peak == 3
+    assert sorted(recorder.counts().values()) == [1] * 12
+
+
+def ctx_wait(ctx: Any, seconds: float) -> None:
+    """Wait until the job is cancelled (seen at a heartbeat) or ``seconds`` passed."""
+    deadline = time.monotonic() + seconds
+    pause = threading.Event()
+    while not ctx.is_cancelled() and time.monotonic() < deadline:
+        pause.wait(0.01)
+
+
+def overlapping(make_app: Callable[..., App], overlap: str) -> tuple[list[App], Recorder]:
+    """Two apps with a runner each and a task ``long`` every 50 ms whose runs last
+    until cancelled (or 2 s)."""
+    recorder = Recorder()
+    apps = [make_app(lease_duration=0.6) for _ in range(2)]
+    for app in apps:
+
+        @app.task(name="long", every=0.05, overlap=overlap)
+        def long() -> None:
+            ctx = current_job()
+            assert ctx is not None
+            recorder.enter(ctx.scheduled_for)
+            try:
+                ctx_wait(ctx, 2.0)
+            finally:
+                recorder.leave()
+
+    apps[0].ensure_schedules()
+    for app in apps:
+        app.runner(workers=4).start()
+    return apps, recorder
+
+
+def test_overlap_allow_starts_each_slot_beside_the_running_ones(
+    make_app: Callable[..., App],
+) -> None:
+    apps, recorder = overlapping(make_app, "allow")
+    wait_for(lambda: recorder.peak >= 4, message="4 runs at once")
+    assert max(recorder.counts().values()) == 1  # each slot once, across both runners
+
+
+def test_overlap_cancel_running_cancels_the_running_one_when_a_slot_starts(
+    make_app: Callable[..., App],
+) -> None:
+    apps, recorder = overlapping(make_app, "cancel_running")
+
+    def cancelled() -> int:
+        return apps[0].count_jobs(task="long", status="cancelled")
+
+    wait_for(lambda: cancelled() >= 3, message="3 runs cancelled by later slots")
+    assert max(recorder.counts().values()) == 1
+    # Each run (2 s unless cancelled) was cancelled by the next slot's: none completed.
+    assert apps[1].count_jobs(task="long", status="completed") == 0
