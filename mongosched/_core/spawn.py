@@ -105,5 +105,6 @@ def backfill_lanes(
             "misfire": {"policy": "all", "grace": None, "max_catchup": len(part)},
             "until": part[-1],
         }
-        out.append(evolved(run, repeat=repeat, dedupe_key=f"backfill:{run.dedupe_key}"))
+        key = f"backfill:{run.dedupe_key}..{part[-1].isoformat()}"  # its first and last slot
+        out.append(evolved(run, repeat=repeat, dedupe_key=key))
     return out

@@ -1,6 +1,6 @@
 """The operator's verbs of ``mongosched``: bulk ``retry``, ``cancel`` and ``purge`` by
-filter, ``pause`` and ``resume``, ``pauses``, ``schedule-edit`` and ``runners``
-(``workers``, its old name)."""
+filter, ``pause`` and ``resume``, ``pauses``, ``schedule-edit``, ``trigger``,
+``backfill`` and ``runners`` (``workers``, its old name)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,19 @@ from typing import Any
 from mongosched.app import App
 from mongosched.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
 from mongosched.cli.output import listing, out, print_json, warning
+from mongosched.job import Job
 
-__all__ = ["bulk", "pause", "pauses", "resume", "runners", "schedule_edit", "workers"]
+__all__ = [
+    "backfill",
+    "bulk",
+    "pause",
+    "pauses",
+    "resume",
+    "runners",
+    "schedule_edit",
+    "trigger",
+    "workers",
+]
 
 FILTERS = (
     "task",
@@ -97,8 +108,8 @@ def pauses(app: App, args: argparse.Namespace) -> int:
         as_json=args.json,
         json_row=lambda p: p,
         empty="nothing is paused",
-        headers=["KIND", "NAME", "SINCE (UTC)"],
-        row=lambda p: [p.kind, p.name, p.since],
+        headers=["KIND", "NAME", "SINCE (UTC)", "REASON"],
+        row=lambda p: [p.kind, p.name, p.since, p.reason or ""],
     )
     return EXIT_OK
 
@@ -121,6 +132,34 @@ def schedule_edit(app: App, args: argparse.Namespace) -> int:
             f"priority {row['priority']}; next run {row['next_run']}"
         )
     return EXIT_OK
+
+
+def trigger(app: App, args: argparse.Namespace) -> int:
+    job = app.trigger_schedule(args.schedule)
+    if args.json:
+        print_json({"id": job.id, "task": job.task, "run_at": job.run_at})
+    else:
+        out(f"schedule {args.schedule} triggered: job {job.id} runs now")
+    return EXIT_OK
+
+
+def backfill(app: App, args: argparse.Namespace) -> int:
+    start, end = _when(app, args.start), _when(app, args.end)
+    assert start is not None and end is not None
+    lanes = app.backfill(args.schedule, start, end, at_once=args.at_once)
+    if args.json:
+        print_json([{"id": j.id, "first": j.scheduled_for, "last": _last(j)} for j in lanes])
+    elif not lanes:
+        out(f"schedule {args.schedule} has no slot from {start} to {end}")
+    else:
+        out(f"schedule {args.schedule}: backfill from {start} to {end} in {len(lanes)} job(s)")
+        for job in lanes:
+            out(f"  job {job.id}: slots {job.scheduled_for} to {_last(job)}")
+    return EXIT_OK
+
+
+def _last(job: Job[Any]) -> Any:
+    return (job.repeat or {}).get("until")
 
 
 def runners(app: App, args: argparse.Namespace) -> int:

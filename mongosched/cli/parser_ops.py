@@ -1,5 +1,6 @@
 """The options of the operator's verbs (:mod:`.operations`): bulk retry, cancel and
-purge by filter, pause, resume, pauses, schedule-edit and workers."""
+purge by filter, pause, resume, pauses, schedule-edit, trigger, backfill and
+workers."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ OPERATION_VERBS = {
     "resume": "let runners claim a paused queue's, task's or schedule's jobs again",
     "pauses": "list what is paused",
     "schedule-edit": "change a repeating schedule's rule, timezone, priority or queue",
+    "trigger": "run a repeating schedule once now, its next slot unmoved",
+    "backfill": "run the slots of a past range of a repeating schedule, each once",
     "runners": "list the runners registered (every process and host), stale ones marked",
     "workers": "the old name of runners (deprecated)",
 }
@@ -96,6 +99,31 @@ def add_operation_verbs(
     edit.add_argument("--queue", metavar="Q", help="the queue its runs go to")
     json_flag(edit)
     edit.set_defaults(run=operations.schedule_edit)
+
+    trigger = verb(commands, "trigger", OPERATION_VERBS["trigger"])
+    trigger.add_argument("schedule", metavar="NAME", help="its task's name, or the schedule's id")
+    json_flag(trigger)
+    trigger.set_defaults(run=operations.trigger)
+
+    backfill = verb(commands, "backfill", OPERATION_VERBS["backfill"])
+    backfill.add_argument("schedule", metavar="NAME", help="its task's name, or the schedule's id")
+    for flag, what in (("--start", "the first slot"), ("--end", "the last slot")):
+        backfill.add_argument(
+            flag,
+            type=types["when"],
+            required=True,
+            metavar="WHEN",
+            help=f"{what} to run, at or after (--end: at or before) it: 7d (ago) or a time",
+        )
+    backfill.add_argument(
+        "--at-once",
+        type=types["positive_int"],
+        default=1,
+        metavar="N",
+        help="run at most N slots at a time (default 1: one after another)",
+    )
+    json_flag(backfill)
+    backfill.set_defaults(run=operations.backfill)
 
     for name, run in (("runners", operations.runners), ("workers", operations.workers)):
         listed = verb(commands, name, OPERATION_VERBS[name])

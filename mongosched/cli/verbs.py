@@ -46,6 +46,7 @@ SCHEDULE_COLUMNS = {
     "TIMEZONE": "timezone",
     "STATUS": "status",
     "PAUSED": "paused",
+    "MISSED": "missed",
     "NEXT RUN (UTC)": "next_run",
     "LAST RUN (UTC)": "last_run",
     "LAST": "last_status",

@@ -85,6 +85,7 @@ def schedule_row(record: JobRecord, pause: Pause | bool | None) -> dict[str, Any
         "missed_last": missed.last_slot if missed else None,
         "missed_reason": missed.reason if missed else None,
         "edited_at": record.edit.at if record.edit else None,
+        "backfill_until": repeat.get("until"),
     }
 
 
@@ -186,8 +187,9 @@ class AdminOperations:
         """Every repeating job: id, task, rule, timezone, queue, priority, status,
         ``paused`` (and ``paused_reason`` when it paused itself), next run, last run
         (when, status, error), ``failures`` (failed runs in a row), ``missed`` (slots
-        that never ran: how many, ``missed_last``, ``missed_reason``) and
-        ``edited_at`` (when an operator last edited it, if ever)."""
+        that never ran: how many, ``missed_last``, ``missed_reason``),
+        ``edited_at`` (when an operator last edited it, if ever) and, for the jobs of
+        a :meth:`backfill`, ``backfill_until`` (the last slot they run)."""
         paused = {p.name: p for p in self.store.pauses() if p.kind == "schedule"}
         return [schedule_row(r, paused.get(str(r.id))) for r in self.store.schedules()]
 

@@ -583,6 +583,8 @@ EVERY_VERB = {
     "resume": ["resume", "--queue", "emails"],
     "pauses": ["pauses"],
     "schedule-edit": ["schedule-edit", "nightly", "--priority", "2"],
+    "trigger": ["trigger", "nightly"],
+    "backfill": ["backfill", "nightly", "--start", "2d", "--end", "1d"],
     "runners": ["runners"],
     "workers": ["workers"],
     "dashboard": ["dashboard", "--token", "t" * 32, "--port", "0"],

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mongosched import App, JobStatus
+from mongosched import App, JobStatus, current_job
 from mongosched.cli import main
 from mongosched.testing import FakeClock, drain
 from tests.support.waiting import wait_for
@@ -131,6 +131,35 @@ def test_schedule_edit(ops: App, cli: Callable[..., Run]) -> None:
     assert run.code == 2
     run = cli("schedule-edit", "tick", "--cron", "61 * * * *", app=ops)
     assert run.code == 1 and "invalid cron expression" in run.err
+
+
+def test_trigger_and_backfill(ops: App, clock: FakeClock, cli: Callable[..., Run]) -> None:
+    slots: list[datetime | None] = []
+
+    @ops.task(name="daily", cron="0 6 * * *")
+    def daily() -> None:
+        ctx = current_job()
+        slots.append(ctx.scheduled_for if ctx else None)
+
+    ops.ensure_schedules()
+    run = cli("trigger", "daily", app=ops)
+    assert run.code == 0 and run.out.startswith("schedule daily triggered: job ")
+    assert drain(ops) == 1 and slots == [START]
+    run = cli("backfill", "daily", "--start", "3d", "--end", "2031-03-03T06:00Z", app=ops)
+    assert run.code == 0, run.err
+    assert "in 1 job(s)" in run.out  # from 3 days ago (08:00): 03-01 to 03-03 at 06:00
+    assert "slots 2031-03-01 06:00:00+00:00 to 2031-03-03 06:00:00+00:00" in run.out
+    lanes = cli("backfill", "daily", "--start", "3d", "--end", "1d", "--at-once", "3",
+                "--json", app=ops).json()  # fmt: skip
+    assert len(lanes) == 2  # two slots in that range: one lane each
+    assert drain(ops) == 5
+    six = START.replace(hour=6)
+    assert sorted(s for s in slots[1:] if s) == sorted(
+        [six - timedelta(days=d) for d in (2, 1, 0)] + [six - timedelta(days=d) for d in (2, 1)]
+    )
+    run = cli("backfill", "daily", "--start", "1d", "--end", "3d", app=ops)
+    assert run.code == 1 and "is before start" in run.err
+    assert cli("trigger", "nothing", app=ops).code == 3
 
 
 def test_runners_lists_live_runners(make_app: Callable[..., App], cli: Callable[..., Run]) -> None:
