@@ -50,14 +50,19 @@ def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
                 rule,
                 row.get("timezone") or "UTC",
                 row.get("queue") or "",
-                badge("paused") if paused else badge(row["status"]),
+                _state(row, paused),
                 when(row.get("next_run"), now),
                 ago(row.get("last_run"), now),
-                badge(row["last_status"]) if row.get("last_status") else Markup(""),
+                _last(row),
+                _missed(row, now),
                 fmt(
-                    '<a class="button small" href="{}">Edit…</a> {}',
+                    '<a class="button small" href="{}">Edit…</a> {} '
+                    '<a class="button small" href="{}">Run now…</a> '
+                    '<a class="button small" href="{}">Backfill…</a>',
                     ctx.url("/schedules/edit", [("id", name)]),
                     pause_link(ctx, "schedule", name, paused=paused),
+                    ctx.url("/schedules/trigger", [("id", name)]),
+                    ctx.url("/schedules/backfill", [("id", name)]),
                 ),
             ]
         )
@@ -70,9 +75,43 @@ def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
         "Next run",
         "Last run",
         "Last result",
+        "Missed slots",
         "",
     ]
     return "Schedules", boxed(table(headers, rows, empty="No repeating schedules."))
+
+
+def _state(row: dict[str, Any], paused: bool) -> Markup:
+    """Its status, or paused, with why when it paused itself."""
+    if not paused:
+        return badge(row["status"])
+    reason = row.get("paused_reason")
+    if not reason:
+        return badge("paused")
+    return badge("paused") + fmt('<div class="muted small">{}</div>', reason)
+
+
+def _last(row: dict[str, Any]) -> Markup:
+    """How its last run ended, and how many runs failed in a row."""
+    if not row.get("last_status"):
+        return Markup("")
+    failures = row.get("failures") or 0
+    if failures < 2:
+        return badge(row["last_status"])
+    return badge(row["last_status"]) + fmt(' <span class="muted">({} in a row)</span>', failures)
+
+
+def _missed(row: dict[str, Any], now: Any) -> Markup:
+    """How many slots never ran, the latest and why."""
+    count = row.get("missed") or 0
+    if not count:
+        return fmt('<span class="zero">{}</span>', 0)
+    return fmt(
+        '{} <div class="muted small">latest {} (by {} policy)</div>',
+        count,
+        ago(row.get("missed_last"), now),
+        row.get("missed_reason") or "?",
+    )
 
 
 def runners_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:

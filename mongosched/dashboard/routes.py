@@ -18,6 +18,7 @@ from mongosched.dashboard.data import Operations
 from mongosched.dashboard.fleet import runners_page, schedule_edit, schedules_page
 from mongosched.dashboard.http import Request, Response, redirect
 from mongosched.dashboard.render import Context, Markup, fmt, page
+from mongosched.dashboard.schedule_runs import backfill_action, trigger_action
 from mongosched.dashboard.static import asset
 from mongosched.dashboard.views import job_page, jobs_page, notice, overview_page
 from mongosched.errors import StoreError
@@ -140,6 +141,10 @@ class Dashboard:
             return self._answer(ctx, bulk_action(self.ops, ctx, path[len("/bulk/") :]), "/jobs")
         if path == "/schedules/edit":
             return self._answer(ctx, schedule_edit(self.ops, ctx), "/schedules")
+        if path == "/schedules/trigger":
+            return self._answer(ctx, trigger_action(self.ops, ctx), "/schedules")
+        if path == "/schedules/backfill":
+            return self._answer(ctx, backfill_action(self.ops, ctx), "/schedules")
         if path in ("/pause", "/resume"):
             return self._answer(ctx, pause_action(self.ops, ctx, resume=path == "/resume"), "/")
         return self._not_found(ctx)

@@ -75,6 +75,9 @@ NOTICES = {
     "bulk-cancel": "{n} job(s) cancelled.",
     "bulk-purge": "{n} job(s) deleted.",
     "edited": "Schedule changed; its next run is recomputed.",
+    "triggered": "Schedule runs once now; its next run did not move.",
+    "backfilled": "Backfill started: {n} job(s) run the range's slots.",
+    "backfill-empty": "No slot of the schedule lies in that range: nothing to run.",
 }
 """What an action's redirect says (by code: no text from the URL reaches the page)."""
 

@@ -8,6 +8,7 @@ import html
 import re
 import urllib.parse
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from mongosched.dashboard import StandaloneDashboard
 from mongosched.dashboard.actions import safe_next
 from mongosched.dashboard.auth import COOKIE, TokenAuth
 from mongosched.dashboard.http import Request, mounted_request
-from mongosched.testing import drain
+from mongosched.testing import FakeClock, drain
 from tests.support.dashboard import (
     NEXT_TARGETS,
     TOKEN,
@@ -1017,6 +1018,51 @@ def test_edit_a_schedule_at_runtime(sched: App, jobs: dict[str, Any], browser: C
     page = browser.get("/schedules?done=edited").body
     assert "Schedule changed" in page and "edited" in page
     assert browser.get("/schedules/edit?id=schedule:nothing").status == 404
+
+
+def test_run_a_schedule_now_and_backfill_it(
+    sched: App, jobs: dict[str, Any], browser: Client
+) -> None:
+    listing = browser.get("/schedules").body
+    assert "/schedules/trigger?id=schedule%3Atick" in listing
+    assert "/schedules/backfill?id=schedule%3Atick" in listing
+    form = browser.get("/schedules/trigger?id=schedule:tick")
+    assert form.status == 200 and "Run now" in form.body
+    assert browser.post("/schedules/trigger", {"id": "schedule:tick"}).status == 403  # CSRF
+    done = browser.post("/schedules/trigger", {"csrf_token": form.csrf(), "id": "schedule:tick"})
+    assert done.status == 303 and done.header("Location") == "/schedules?done=triggered"
+    assert sched.count_jobs(task="tick") == 2  # the schedule, and its run now
+    form = browser.get("/schedules/backfill?id=schedule:tick")
+    slot = sched.get_job("schedule:tick").scheduled_for
+    start, end = (slot - timedelta(hours=h) for h in (5, 1))
+    fields = {"csrf_token": form.csrf(), "id": "schedule:tick", "at_once": "2"}
+    bad = browser.post("/schedules/backfill", {**fields, "start": "yesterday", "end": "now"})
+    assert bad.status == 400 and "give a time as ISO 8601" in bad.body
+    backwards = {**fields, "start": end.isoformat(), "end": start.isoformat()}
+    assert "is before start" in browser.post("/schedules/backfill", backwards).body
+    ok = {**fields, "start": start.isoformat(), "end": end.isoformat()}
+    done = browser.post("/schedules/backfill", ok)
+    assert done.status == 303 and done.header("Location") == "/schedules?done=backfilled&n=2"
+    assert "Backfill started: 2 job(s)" in browser.get("/schedules?done=backfilled&n=2").body
+    assert browser.get("/schedules/backfill?id=schedule:nothing").status == 404
+
+
+def test_the_schedules_page_says_why_a_schedule_paused_and_what_it_missed(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock)
+    app.task(name="tick", every=60, misfire="skip")(lambda: None)
+    app.ensure_schedules()
+    clock.advance(minutes=10, seconds=30)  # 9 slots missed; the 10th is on time
+    assert drain(app) == 1
+    app.pause(schedule="tick", reason="paused after 3 failed runs in a row")
+    browser = Client(StandaloneDashboard(app, TOKEN), headers={"Accept": "text/html"})
+    form = browser.get("/login")
+    browser.post("/login", {"csrf_token": form.csrf(), "token": TOKEN, "next": "/"})
+    page = browser.get("/schedules").body
+    assert "paused after 3 failed runs in a row" in page
+    assert "Missed slots" in page and "by misfire policy" in page
+    assert "<td>9 <div" in page
 
 
 def test_browser_tests_fail_in_ci_instead_of_skipping(monkeypatch: pytest.MonkeyPatch) -> None:
