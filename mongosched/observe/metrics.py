@@ -158,7 +158,7 @@ class Recorder:
                     self.missed,
                 ),
                 _counter(
-                    "mongosched_schedule_paused_on_failure",
+                    "mongosched_schedule_pauses",
                     "Times a schedule paused itself after failed runs in a row",
                     self.paused_on_failure,
                     label="schedule",

@@ -35,6 +35,7 @@ from mongosched.events import Listeners
 from mongosched.job import Job
 from mongosched.schedule import Cron, Every, rule_from_document
 from mongosched.store import Store, schedule_id
+from mongosched.task import Task
 
 __all__ = ["STALE_AFTER", "AdminOperations", "declaration", "schedule_row"]
 
@@ -362,10 +363,12 @@ class AdminOperations:
         return self._schedule(schedule)
 
     def _schedule(self, schedule: Any) -> JobRecord:
-        """The repeating job ``schedule`` names: a :class:`Job`, its id, or the name of
-        a task (its declared schedule, or its only repeating job)."""
+        """The repeating job ``schedule`` names: a :class:`Job`, its id, or a task or
+        its name (its declared schedule, or its only repeating job)."""
         if isinstance(schedule, Job):
             schedule = schedule.id
+        elif isinstance(schedule, Task):
+            schedule = schedule.name
         record = None
         try:
             record = self.store.get(self.store.parse_id(schedule))

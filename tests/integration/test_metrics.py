@@ -109,6 +109,8 @@ def test_render_parses_with_prometheus_client(
         "mongosched_jobs_retried": "counter",
         "mongosched_job_run_seconds": "histogram",
         "mongosched_job_start_delay_seconds": "histogram",
+        "mongosched_schedule_missed_slots": "counter",
+        "mongosched_schedule_pauses": "counter",
     }
 
 

@@ -164,7 +164,7 @@ def test_a_schedule_pauses_itself_after_failed_runs_in_a_row(
     assert schedule["paused_reason"] == reason
     assert [(p.kind, p.reason) for p in apps[0].pauses()] == [("schedule", reason)]
     assert [e.pause.reason if e.pause else None for e in events] == [reason]
-    assert 'mongosched_schedule_paused_on_failure_total{schedule="schedule:tick"} 1' in render(
+    assert 'mongosched_schedule_pauses_total{schedule="schedule:tick"} 1' in render(
         apps[0]
     )
     clock.advance(hours=1)
