@@ -251,6 +251,14 @@ def test_a_repeating_job_keeps_its_failures_in_a_row_and_its_missed_slots(store:
     assert later.missed == nxt.missed  # none more: kept as it was
 
 
+def test_a_run_of_a_slot_keeps_its_slot(store: Store) -> None:
+    [stored] = add(store, job(scheduled_for=T0 - sec(3600)))
+    assert stored.scheduled_for == T0 - sec(3600) and stored.repeat is None
+    running = claimed(store)
+    assert running.id == stored.id and running.scheduled_for == T0 - sec(3600)
+    assert store.get(stored.id) == running
+
+
 # expired and reap --------------------------------------------------------------------------------
 def test_reap_only_after_expiry_and_a_renewal_that_lands_first_wins(store: Store) -> None:
     add(store, job(max_attempts=2))

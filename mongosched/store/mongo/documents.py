@@ -404,6 +404,7 @@ def to_document(job: JobRecord) -> dict[str, Any]:
         doc["trace"] = dict(job.trace)
     if job.repeat is not None:
         doc["repeat"] = dict(job.repeat)
+    if job.repeat is not None or job.scheduled_for is not None:  # a run of a slot has one
         doc["scheduled_for"] = None if job.scheduled_for is None else ms(job.scheduled_for)
     if job.dedupe_key is not None:
         scope = job.dedupe_scope or "active"
