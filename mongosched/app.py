@@ -467,8 +467,20 @@ class App:
         ]
 
     def _new_job(self, record: JobRecord) -> Job[Any]:
-        job = Job(record, self.store)
-        self._created(job)
+        """A job just stored by a trigger or a backfill: announced, or in eager mode
+        run here (each slot of a backfill's job, one after another)."""
+        if not self.eager:
+            job = Job(record, self.store)
+            self._created(job)
+            return job
+        job = self._run_eagerly(record)
+        runner = self._eager_runner
+        while runner is not None and job.repeat is not None and job.status is JobStatus.PENDING:
+            claim = runner.claim_next(job_id=record.id)  # a backfill's job: its next slot
+            if claim is None:
+                break
+            runner.run_claim(claim)
+            job = self._require_job(record.id)
         return job
 
     def _created(self, job: Job) -> None:

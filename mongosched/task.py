@@ -257,6 +257,8 @@ class Task(Generic[P, R]):
         self.misfire = _misfire(task, misfire, misfire_grace, max_catchup)
         self.runs = _runs(task, jitter, overlap, pause_after)
         """Jitter, overlap policy and pause on failure of its repeating jobs."""
+        if self.rule is not None:
+            _check_jitter(task, self.rule, self.runs)
         self.rate_limit = rate_limit_of(rate_limit, task=task)
         """At most so many of its jobs start per window, across every runner."""
         self.rate_key: KeySpec | None = key_spec(
@@ -345,6 +347,7 @@ class Task(Generic[P, R]):
         if options.repeat is not None:
             rule = _rule(task, options.repeat)
             explicit = options.delay is not None or options.run_at is not None
+            _check_jitter(task, rule, self.runs)
             slot = _first_slot(rule, due, explicit=explicit)
             due = self.runs.start(task, slot)
             repeat = self.repeat_document(rule)
@@ -620,6 +623,21 @@ def _runs(
         return Runs(jitter=jitter, overlap=overlap, pause_after=pause_after)
     except (ConfigurationError, ValueError, TypeError) as exc:
         raise InvalidSchedule(f"task {task!r}: {exc}") from None
+
+
+def _check_jitter(task: str, rule: Rule, runs: Runs) -> None:
+    """A jitter must be shorter than an interval, or a slot could start after the
+    next one."""
+    jitter = runs.jitter
+    if (
+        isinstance(rule, Every)
+        and isinstance(jitter, float)
+        and jitter >= rule.interval.total_seconds()
+    ):
+        raise InvalidSchedule(
+            f"task {task!r}: jitter ({jitter:g} s) must be shorter than its interval "
+            f"({rule.interval.total_seconds():g} s)"
+        )
 
 
 def _misfire(task: str, policy: str, grace: float | timedelta | None, max_catchup: int) -> Misfire:

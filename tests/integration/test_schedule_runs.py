@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from mongosched import App, current_job
+from mongosched.errors import InvalidSchedule
 from mongosched.events import Event
 from mongosched.observe.metrics import instrument, render
 from mongosched.schedule import jitter_offset
@@ -280,3 +281,30 @@ def test_overlap_cancel_running_cancels_the_running_one_when_a_slot_starts(
     assert max(recorder.counts().values()) == 1
     # Each run (2 s unless cancelled) was cancelled by the next slot's: none completed.
     assert apps[1].count_jobs(task="long", status="completed") == 0
+
+
+def test_eager_mode_runs_a_trigger_and_each_slot_of_a_backfill_at_once(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock, eager=True)
+    ran: list[datetime | None] = []
+
+    @app.task(name="tick", every=timedelta(hours=1))
+    def tick() -> None:
+        ctx = current_job()
+        ran.append(ctx.scheduled_for if ctx else None)
+
+    app.ensure_schedules()
+    assert app.trigger_schedule(tick).status.value == "completed"
+    slot = app.get_job(schedule_id("tick")).scheduled_for
+    lanes = app.backfill(tick, slot - timedelta(hours=3), slot - timedelta(hours=1), at_once=2)
+    assert [lane.status.value for lane in lanes] == ["completed", "completed"]
+    assert ran == [START] + [slot - timedelta(hours=h) for h in (3, 2, 1)]
+
+
+def test_a_jitter_as_long_as_the_interval_is_refused(app: App) -> None:
+    with pytest.raises(InvalidSchedule, match="jitter \\(60 s\\) must be shorter than its interval"):
+        app.task(name="t", every=60, jitter=60)(lambda: None)
+    with pytest.raises(InvalidSchedule, match="task 't2': overlap must be one of"):
+        app.task(name="t2", cron="* * * * *", overlap="queue")(lambda: None)
+    assert app.tasks == {}
