@@ -362,14 +362,8 @@ class Misfire:
     max_catchup: int = 100
 
     def __post_init__(self) -> None:
-        if self.policy not in MISFIRE_POLICIES:
-            raise InvalidSchedule(
-                f"misfire policy must be one of {', '.join(MISFIRE_POLICIES)}, not {self.policy!r}"
-            )
-        try:
-            grace = validate.seconds(self.grace, what="misfire_grace", allow_none=True)
-        except ValueError as exc:
-            raise InvalidSchedule(str(exc)) from None
+        _one_of(self.policy, MISFIRE_POLICIES, "misfire policy")
+        grace = _seconds(self.grace, "misfire_grace")
         if (
             not isinstance(self.max_catchup, int)
             or isinstance(self.max_catchup, bool)
@@ -395,6 +389,19 @@ class Misfire:
             grace=doc.get("grace"),
             max_catchup=int(doc.get("max_catchup", 100)),
         )
+
+
+def _one_of(value: Any, choices: tuple[str, ...], what: str) -> None:
+    if value not in choices:
+        raise InvalidSchedule(f"{what} must be one of {', '.join(choices)}, not {value!r}")
+
+
+def _seconds(value: Any, what: str) -> float | None:
+    """Seconds from a number or a timedelta (None stays None), or InvalidSchedule."""
+    try:
+        return validate.seconds(value, what=what, allow_none=True)
+    except ValueError as exc:
+        raise InvalidSchedule(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -489,14 +496,8 @@ class Runs:
     pause_after: int | None = None
 
     def __post_init__(self) -> None:
-        if self.overlap not in OVERLAP_POLICIES:
-            raise InvalidSchedule(
-                f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, not {self.overlap!r}"
-            )
-        try:
-            jitter = validate.seconds(self.jitter, what="jitter", allow_none=True)
-        except ValueError as exc:
-            raise InvalidSchedule(str(exc)) from None
+        _one_of(self.overlap, OVERLAP_POLICIES, "overlap")
+        jitter = _seconds(self.jitter, "jitter")
         pause_after = self.pause_after
         if pause_after is not None and (
             not isinstance(pause_after, int) or isinstance(pause_after, bool) or pause_after < 1

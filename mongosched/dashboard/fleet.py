@@ -4,6 +4,7 @@ schedules (and the form that edits one at runtime) and the live runners."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from mongosched.dashboard.data import Operations
@@ -22,7 +23,7 @@ from mongosched.dashboard.render import (
 from mongosched.dashboard.views import boxed, link, pause_link, runner_anchor
 from mongosched.errors import MongoschedError
 
-__all__ = ["rule_text", "runners_page", "schedule_edit", "schedules_page"]
+__all__ = ["labelled_inputs", "rule_text", "runners_page", "schedule_edit", "schedules_page"]
 
 
 def rule_text(rule: str) -> str:
@@ -199,11 +200,10 @@ FIELDS = (
 )
 
 
-def _edit_form(
-    ctx: Context, row: dict[str, Any], values: dict[str, str], error: str | None
-) -> Markup:
-    problem = fmt('<div class="warning" role="alert">{}</div>', error) if error else Markup("")
-    inputs = join(
+def labelled_inputs(fields: Iterable[tuple[str, str, str]], values: dict[str, str]) -> Markup:
+    """A form's text inputs, each with its label and hint (``fields``: name, label,
+    hint), filled with ``values``."""
+    return join(
         fmt(
             '<label>{}<input name="{}" value="{}" autocomplete="off">'
             '<span class="hint">{}</span></label>',
@@ -212,8 +212,15 @@ def _edit_form(
             values.get(name, ""),
             hint,
         )
-        for name, label, hint in FIELDS
+        for name, label, hint in fields
     )
+
+
+def _edit_form(
+    ctx: Context, row: dict[str, Any], values: dict[str, str], error: str | None
+) -> Markup:
+    problem = fmt('<div class="warning" role="alert">{}</div>', error) if error else Markup("")
+    inputs = labelled_inputs(FIELDS, values)
     return fmt(
         '{}<section class="panel confirm"><p>Schedule <strong>{}</strong> '
         '(<span class="mono">{}</span>) runs <code>{}</code>. A new rule takes effect at '

@@ -8,8 +8,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from mongosched.dashboard.data import Operations
+from mongosched.dashboard.fleet import labelled_inputs
 from mongosched.dashboard.http import Response, redirect
-from mongosched.dashboard.render import Context, Markup, fmt, join, stamp
+from mongosched.dashboard.render import Context, Markup, fmt, stamp
 from mongosched.errors import MongoschedError
 
 __all__ = ["backfill_action", "trigger_action"]
@@ -100,17 +101,7 @@ def backfill_action(ops: Operations, ctx: Context) -> Answer:
             else:
                 code = "backfilled" if lanes else "backfill-empty"
                 return redirect(ctx.url("/schedules") + f"?done={code}&n={len(lanes)}")
-    inputs = join(
-        fmt(
-            '<label>{}<input name="{}" value="{}" autocomplete="off">'
-            '<span class="hint">{}</span></label>',
-            label,
-            name,
-            values[name],
-            hint,
-        )
-        for name, label, hint in BACKFILL_FIELDS
-    )
+    inputs = labelled_inputs(BACKFILL_FIELDS, values)
     text = fmt(
         "Run the slots of schedule <strong>{}</strong> (<code>{}</code>) in a range, each "
         "once, in order, at most so many at a time. Its own slots go on as before.",
