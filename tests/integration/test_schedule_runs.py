@@ -217,7 +217,9 @@ def test_backfill_runs_at_most_at_once_slots_at_a_time(make_app: Callable[..., A
             ctx = current_job()
             assert ctx is not None
             recorder.enter(ctx.scheduled_for)
-            threading.Event().wait(0.05)  # long enough for runs to meet
+            deadline, pause = time.monotonic() + 1.0, threading.Event()
+            while recorder.running < 3 and time.monotonic() < deadline:
+                pause.wait(0.005)  # until the other lanes' runs meet this one
             recorder.leave()
 
     apps[0].ensure_schedules()
@@ -242,7 +244,7 @@ def overlapping(make_app: Callable[..., App], overlap: str) -> tuple[list[App], 
     """Two apps with a runner each and a task ``long`` every 50 ms whose runs last
     until cancelled (or 2 s)."""
     recorder = Recorder()
-    apps = [make_app(lease_duration=0.6) for _ in range(2)]
+    apps = [make_app(lease_duration=2.0) for _ in range(2)]  # a cancel lands in 2/3 s
     for app in apps:
 
         @app.task(name="long", every=0.05, overlap=overlap)
