@@ -480,7 +480,7 @@ class App:
             if claim is None:
                 break
             runner.run_claim(claim)
-            job = self._require_job(record.id)
+            job = self._jobs.require(record.id)
         return job
 
     def _created(self, job: Job) -> None:
