@@ -46,6 +46,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEDUPE_SCOPES = ("active", "pending")
+DEDUPE_MODES = ("keep", "replace")
 TRANSACTION_TIMEOUT = 60.0
 """The timeout of a transactional task that sets none: MongoDB aborts a transaction
 older than this by default (its ``transactionLifetimeLimitSeconds``)."""
@@ -60,7 +61,12 @@ class ScheduleOptions(TypedDict, total=False):
     ``queue`` override the task's.
     ``dedupe_key`` with ``dedupe_scope`` ``"active"`` (the default: no second job while
     one is pending or running; the existing job is returned) or ``"pending"`` (at most
-    one waiting behind a running one). ``repeat``: a :class:`~mongosched.Cron` or
+    one waiting behind a running one). ``dedupe_window`` (a timedelta or seconds): the
+    key stays taken that long after the job was scheduled, even once it finished
+    (throttle: at most one job per key per window). ``dedupe="replace"`` (debounce):
+    scheduling again while the key's job is pending replaces its arguments and due time
+    (the last call wins); a running one is not touched, and a new job waits behind it
+    (the ``"pending"`` scope). ``repeat``: a :class:`~mongosched.Cron` or
     :class:`~mongosched.Every` rule to run the job repeatedly until cancelled.
     ``label``: the name the job shows as, and is listed, filtered (``get_jobs(label=)``)
     and paused (``pause(task=)``) by, where a task runs other code on the job's behalf
@@ -84,6 +90,8 @@ class ScheduleOptions(TypedDict, total=False):
     queue: str
     dedupe_key: str
     dedupe_scope: Literal["active", "pending"]
+    dedupe_window: float | timedelta
+    dedupe: Literal["keep", "replace"]
     repeat: Rule
     expires: timedelta | datetime
     timeout: float | timedelta
@@ -155,7 +163,9 @@ class BoundOptions:
     priority: float | None = None
     queue: str | None = None
     dedupe_key: str | None = None
-    dedupe_scope: str = "active"
+    dedupe_scope: str | None = None
+    dedupe_window: float | timedelta | None = None
+    dedupe: str = "keep"
     repeat: Rule | None = None
     expires: timedelta | datetime | None = None
     timeout: float | timedelta | None = None
@@ -351,7 +361,7 @@ class Task(Generic[P, R]):
             slot = _first_slot(rule, due, explicit=explicit)
             due = self.runs.start(task, slot)
             repeat = self.repeat_document(rule)
-        key, scope = _dedupe(task, options.dedupe_key, options.dedupe_scope)
+        key, scope, until, replace_it = _dedupe(task, options, now)
         expires_at = _expiry(task, options.expires, now, due)
         timeout = validate.seconds(
             options.timeout, what=f"task {task!r}: timeout", strict=True, allow_none=True
@@ -387,6 +397,8 @@ class Task(Generic[P, R]):
             scheduled_for=slot,
             dedupe_key=key,
             dedupe_scope=scope,
+            dedupe_until=until,
+            dedupe_replace=replace_it,
             trace=tracing.carrier(),
             expires_at=expires_at,
             timeout=timeout,
@@ -570,15 +582,40 @@ def _first_slot(rule: Rule, start: datetime, *, explicit: bool) -> datetime:
     return rule.next_after(start)
 
 
-def _dedupe(task: str, key: Any, scope: Any) -> tuple[str | None, str | None]:
+def _dedupe(
+    task: str, options: BoundOptions, now: datetime
+) -> tuple[str | None, str | None, datetime | None, bool]:
+    """The dedupe key, its scope, the end of its throttle window and whether a new call
+    replaces the pending job (see :class:`ScheduleOptions`)."""
+    key, scope, mode = options.dedupe_key, options.dedupe_scope, options.dedupe
+    if mode not in DEDUPE_MODES:
+        raise ConfigurationError(f"task {task!r}: dedupe must be 'keep' or 'replace', not {mode!r}")
     if key is None:
-        return None, None
+        if options.dedupe_window is not None:
+            raise ConfigurationError(f"task {task!r}: dedupe_window needs a dedupe_key")
+        if mode == "replace":
+            raise ConfigurationError(f"task {task!r}: dedupe='replace' needs a dedupe_key")
+        return None, None, None, False
     validate.text(key, what=f"task {task!r}: dedupe_key")
+    replace_it = mode == "replace"
+    if scope is None:
+        scope = "pending" if replace_it else "active"
     if scope not in DEDUPE_SCOPES:
         raise ConfigurationError(
             f"task {task!r}: dedupe_scope must be 'active' or 'pending', not {scope!r}"
         )
-    return key, scope
+    if replace_it and scope != "pending":
+        raise ConfigurationError(
+            f"task {task!r}: dedupe='replace' keeps the key in the 'pending' scope "
+            f"(a running job is not replaced), not {scope!r}"
+        )
+    until = None
+    if options.dedupe_window is not None:
+        window = validate.seconds(
+            options.dedupe_window, what=f"task {task!r}: dedupe_window", strict=True
+        )
+        until = now + timedelta(seconds=window)
+    return key, scope, until, replace_it
 
 
 def _rule(task: str, rule: Any) -> Rule:

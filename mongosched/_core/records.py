@@ -280,6 +280,12 @@ class JobRecord:
     """For repeating jobs: the nominal slot of the current (or next) run."""
     dedupe_key: str | None = None
     dedupe_scope: str | None = None
+    dedupe_until: datetime | None = None
+    """The end of its dedupe key's throttle window (``dedupe_window``): until then no
+    other job of its task takes the key, even after this one finished (None: none)."""
+    dedupe_replace: bool = False
+    """Whether scheduling again with its dedupe key while it is pending replaces its
+    arguments and due time (``dedupe="replace"``: debounce)."""
     result: Any = None
     error: ErrorInfo | None = None
     progress: Progress | None = None

@@ -53,6 +53,7 @@ __all__ = [
     "paused",
     "progressed",
     "redeclared",
+    "replaced",
     "renewed",
     "resumed",
     "retried",
@@ -181,6 +182,20 @@ def edited(job: JobRecord, changes: PendingChanges, now: datetime) -> JobRecord:
         args=job.args if c.args is None else tuple(c.args),
         kwargs=job.kwargs if c.kwargs is None else dict(c.kwargs),
         updated_at=ms(now),
+    )
+
+
+def replaced(job: JobRecord, later: JobRecord) -> JobRecord:
+    """Debounce (``dedupe="replace"``): a pending job takes the arguments, due time and
+    per-job keys of a ``later`` call with its dedupe key, and that call's time."""
+    return evolved(
+        job,
+        args=tuple(later.args),
+        kwargs=dict(later.kwargs),
+        run_at=ms(later.run_at),
+        updated_at=ms(later.updated_at),
+        rate_key=later.rate_key,
+        concurrency_key=later.concurrency_key,
     )
 
 

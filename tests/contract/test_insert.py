@@ -7,14 +7,15 @@ import uuid
 from dataclasses import replace
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
-from mongosched._core.records import JobQuery, JobStatus
+from mongosched._core.records import JobQuery, JobRecord, JobStatus
 from mongosched.errors import SerializationError
 from mongosched.store import Store
 
-from .helpers import LATER, T0, add, claimed, job, sec, succeeded
+from .helpers import LATER, T0, add, claim, claimed, job, sec, succeeded
 
 
 # Ids and what is stored --------------------------------------------------------------------------
@@ -103,6 +104,71 @@ def test_pending_scope_lets_one_wait_behind_one_running(store: Store) -> None:
     assert created and second.id != first.id
     [(holder, created)] = store.insert([job(dedupe_key="k", dedupe_scope="pending")])
     assert holder.id == second.id and not created
+
+
+def windowed(at: datetime, window: float = 300, **fields: Any) -> JobRecord:
+    """A new job of task ``t`` with dedupe key ``k`` and a throttle window, scheduled at ``at``."""
+    made = job(at=at, dedupe_key="k", dedupe_scope="active", dedupe_until=at + sec(window))
+    return replace(made, created_at=at, updated_at=at, **fields)
+
+
+def test_a_throttle_window_holds_the_key_after_its_job_finished(store: Store) -> None:
+    first = add(store, windowed(T0))[0]
+    assert first.dedupe_until == T0 + sec(300)
+    running = claimed(store)
+    assert store.settle(running, succeeded(running)) is not None
+    # Finished, but its window is open: the finished job is returned, none is made.
+    [(holder, created)] = store.insert([windowed(T0 + sec(299), args=(2,))])
+    assert holder.id == first.id and not created and holder.status is JobStatus.COMPLETED
+    assert store.count(JobQuery(task="t")) == 1
+    # Keys are per task, and a job without a window is not held by one.
+    [(_, created)] = store.insert([replace(windowed(T0 + sec(1)), task="other")])
+    assert created
+    [(plain, created)] = store.insert([job(dedupe_key="k")])
+    assert created
+    running = claimed(store)
+    assert running.id == plain.id and store.settle(running, succeeded(running)) is not None
+    # Once the window ended, the next call makes a job, which opens a window of its own.
+    [(second, created)] = store.insert([windowed(T0 + sec(300), args=(3,))])
+    assert created and second.id != first.id and second.args == (3,)
+    [(holder, created)] = store.insert([windowed(T0 + sec(301))])
+    assert holder.id == second.id and not created
+
+
+def test_a_batch_holds_a_window_once(store: Store) -> None:
+    results = store.insert([windowed(T0), windowed(T0, args=(2,))])
+    assert [created for _, created in results] == [True, False]
+    assert results[1][0].id == results[0][0].id
+
+
+def test_replace_takes_the_arguments_and_due_time_of_the_last_call(store: Store) -> None:
+    first = add(store, job(dedupe_key="k", dedupe_scope="pending", dedupe_replace=True))[0]
+    assert first.dedupe_replace
+    later = job(
+        at=T0 + sec(30),
+        args=(2,),
+        kwargs={"x": 1},
+        dedupe_key="k",
+        dedupe_scope="pending",
+        dedupe_replace=True,
+        rate_key="r",
+    )
+    [(replaced, created)] = store.insert([replace(later, updated_at=T0 + sec(5))])
+    assert not created and replaced.id == first.id
+    assert (replaced.args, replaced.kwargs, replaced.run_at) == ((2,), {"x": 1}, T0 + sec(30))
+    assert replaced.rate_key == "r" and replaced.updated_at == T0 + sec(5)
+    assert replaced == store.get(first.id)
+    assert claim(store, now=T0 + sec(29)) is None  # its due time moved
+    # A running job is not touched: a new one waits behind it.
+    running = claim(store, now=T0 + sec(30))
+    assert running is not None and running.id == first.id
+    [(second, created)] = store.insert([replace(later, args=(3,))])
+    assert created and second.id != first.id
+    got = store.get(first.id)
+    assert got is not None and got.args == (2,) and got.status is JobStatus.RUNNING
+    [(third, created)] = store.insert([replace(later, args=(4,))])
+    assert not created and third.id == second.id and third.args == (4,)
+    assert store.count(JobQuery(task="t")) == 2
 
 
 # What can be stored ------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from mongosched._core.records import (
     PendingChanges,
     ScheduleChanges,
     ScheduleEdit,
+    evolved,
 )
 from mongosched.store import Store
 
@@ -406,3 +407,15 @@ def test_failed_attempts_keep_their_errors(store: Store) -> None:
             lambda before, settlement=settlement: transitions.settled(before, settlement),
         )
     assert [e.attempt for e in after.errors] == [1, 2, 3]
+
+
+def test_a_debounce_replaces_the_pending_job(store: Store) -> None:
+    pending = dict(dedupe_key="k", dedupe_scope="pending", dedupe_replace=True)
+    stored = add(store, job(args=(1,), rate_key="a", **pending))[0]
+    later = evolved(job(at=NOW + sec(30), args=(2,), kwargs={"x": [1]}, **pending), updated_at=NOW)
+    lands_as(
+        store,
+        stored.id,
+        lambda: store.insert([later])[0][0],
+        lambda before: transitions.replaced(before, later),
+    )

@@ -95,6 +95,11 @@ def test_unknown_task_name_is_refused(app: App) -> None:
         ({"queue": ""}, "queue must be a non-empty str"),
         ({"dedupe_key": 5}, "dedupe_key"),
         ({"dedupe_key": "k", "dedupe_scope": "forever"}, "dedupe_scope"),
+        ({"dedupe_key": "k", "dedupe_window": -5}, "dedupe_window must be > 0"),
+        ({"dedupe_window": 60}, "dedupe_window needs a dedupe_key"),
+        ({"dedupe_key": "k", "dedupe": "merge"}, "dedupe must be 'keep' or 'replace'"),
+        ({"dedupe": "replace"}, "dedupe='replace' needs a dedupe_key"),
+        ({"dedupe_key": "k", "dedupe": "replace", "dedupe_scope": "active"}, "'pending' scope"),
     ],
 )
 def test_bad_options_are_refused_naming_task_and_field(

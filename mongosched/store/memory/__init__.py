@@ -97,6 +97,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         self._jobs: dict[Any, StoredJob] = {}
         self._by_status: dict[JobStatus, dict[Any, StoredJob]] = {s: {} for s in JobStatus}
         self._keys: dict[str, dict[tuple[str, str], Any]] = {"active": {}, "pending": {}}
+        self._windows: dict[tuple[str, str], Any] = {}  # a key's throttle window's job
         self._indexes = JobIndexes(self._jobs)
         self._permits = Permits()
         self._watchers = DueWatchers()
@@ -388,6 +389,9 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         """Delete ``job`` (a purge's): index entries of its, if any, no longer count."""
         del self._jobs[job.id], self._by_status[job.record.status][job.id]
         self._release_key(job)
+        window = (job.record.task, job.record.dedupe_key or "")
+        if self._windows.get(window) == job.id:
+            del self._windows[window]
         self._flow.forget(job)
 
     # Internals: all but _encode run under the lock ----------------------------------------
@@ -439,6 +443,8 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
             expires_at=opt_ms(r.expires_at),
             depends_on=tuple(r.depends_on),
             waiting_for=tuple(r.waiting_for) if waiting else (),
+            dedupe_until=opt_ms(r.dedupe_until),
+            dedupe_replace=r.dedupe_replace and r.dedupe_key is not None,
         )
         return StoredJob(
             record=held,
@@ -453,8 +459,17 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         holds its dedupe key."""
         holder = self._holder(job)
         if holder is not None and job.key and job.record.status in SCOPE_STATUSES[job.key[0]]:
+            if job.record.dedupe_replace and holder.record.status is PENDING:
+                holder.record = transitions.replaced(holder.record, job.record)
+                holder.payload = job.payload
+                self._refresh(holder)
             return holder, False
+        window = self._window_holder(job)
+        if window is not None:
+            return window, False
         self._jobs[job.id] = job
+        if job.record.dedupe_until is not None:
+            self._windows[job.record.task, job.record.dedupe_key or ""] = job.id
         self._refresh(job, hold=True)
         return job, True
 
@@ -540,6 +555,16 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         scope, key = job.key
         held = self._keys[scope].get(key)
         return None if held is None or held == job.id else self._jobs.get(held)
+
+    def _window_holder(self, job: StoredJob) -> StoredJob | None:
+        """The job whose throttle window for ``job``'s dedupe key is still open when
+        ``job`` is scheduled, if ``job`` has a window."""
+        r = job.record
+        if r.dedupe_until is None:
+            return None
+        held = self._jobs.get(self._windows.get((r.task, r.dedupe_key or "")))
+        until = None if held is None else held.record.dedupe_until
+        return held if until is not None and until > r.created_at else None
 
     def _sync_key(self, job: StoredJob, hold: bool) -> None:
         """Release the job's key if it left the key's scope; with ``hold``, take it if

@@ -148,6 +148,11 @@ class StagedStore:
         for record, data in zip(jobs, encoded, strict=True):
             job = store._stored(record, data, codec.new_id() if record.id is None else record.id)
             holder = self._holder(job)
+            if holder is not None and job.record.dedupe_replace:
+                raise StoreError(
+                    f"task {job.record.task!r}: memory:// transactions do not replace a pending job "
+                    "(dedupe='replace'); schedule it outside the transaction"
+                )
             if holder is not None:
                 results.append((holder, False))
                 continue
@@ -156,14 +161,20 @@ class StagedStore:
         return results
 
     def _holder(self, job: StoredJob) -> JobRecord | None:
-        """The job, held or stored, that holds ``job``'s dedupe key."""
-        if job.key is None or job.record.status not in SCOPE_STATUSES[job.key[0]]:
+        """The job, held or stored, that holds ``job``'s dedupe key (in its scope, or
+        by a throttle window still open)."""
+        if job.key is None:
             return None
         for held in self.transaction.staged:
-            if held.key == job.key:
+            if held.key == job.key and (
+                job.record.status in SCOPE_STATUSES[job.key[0]]
+                or job.record.dedupe_until is not None
+            ):
                 return held.snapshot()
         with self.store._lock:
             holder = self.store._holder(job)
+            if holder is None or job.record.status not in SCOPE_STATUSES[job.key[0]]:
+                holder = self.store._window_holder(job)
             return None if holder is None else holder.snapshot()
 
     def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:

@@ -35,6 +35,7 @@ from mongosched.errors import MalformedJob
 __all__ = [
     "CLAIM_SORT",
     "DEDUPE_FIELDS",
+    "WINDOW_FIELD",
     "INDEXES",
     "FINAL",
     "KEEPS_DEPENDENTS",
@@ -69,6 +70,9 @@ KEEPS_DEPENDENTS = {"has_dependents": {"$ne": True}}
 (the jobs waiting for it would wait forever); it is deleted once they are released."""
 STATUSES = frozenset(s.value for s in JobStatus)
 DEDUPE_FIELDS = {"active": "dedupe_active", "pending": "dedupe_pending"}
+WINDOW_FIELD = "dedupe_window"
+"""Holds a job's dedupe key for its throttle window (until ``dedupe_until``), whatever
+its status: unset only by the next job of that key once the window ended."""
 
 # Claim order: priority first (1 before 10), then oldest due first.
 CLAIM_SORT = [("priority", ASCENDING), ("run_at", ASCENDING)]
@@ -100,13 +104,14 @@ INDEXES: list[Index] = [
     ([("task", 1), ("updated_at", -1)], {"name": "task_updated"}),
     ([("task", 1), ("status", 1), ("updated_at", -1)], {"name": "task_status"}),
     ([("status", 1), ("updated_at", -1)], {"name": "status_updated"}),
-    # Dedupe: a key is held only while its job is in the key's scope (fields unset after).
+    # Dedupe: a key is held only while its job is in the key's scope (fields unset after),
+    # or for its throttle window (WINDOW_FIELD).
     *(
         (
             [("task", 1), (name, 1)],
             {"name": name, "unique": True, "partialFilterExpression": {name: {"$exists": True}}},
         )
-        for name in DEDUPE_FIELDS.values()
+        for name in (*DEDUPE_FIELDS.values(), WINDOW_FIELD)
     ),
     # Labelled jobs (a Django task's): by label and status, newest first; a pause or
     # resume of a label moves its jobs by label and status.
@@ -330,6 +335,8 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
             "scheduled_for": aware(get("scheduled_for")),
             "dedupe_key": get("dedupe_key"),
             "dedupe_scope": get("dedupe_scope") if get("dedupe_key") is not None else None,
+            "dedupe_until": aware(get("dedupe_until")),
+            "dedupe_replace": bool(get("dedupe_replace")),
             "result": get("result"),
             "error": error_record(get("error")),
             "progress": None
@@ -410,6 +417,10 @@ def to_document(job: JobRecord) -> dict[str, Any]:
         scope = job.dedupe_scope or "active"
         doc.update(dedupe_key=job.dedupe_key, dedupe_scope=scope)
         doc[DEDUPE_FIELDS[scope]] = job.dedupe_key
+        if job.dedupe_until is not None:
+            doc.update({WINDOW_FIELD: job.dedupe_key, "dedupe_until": ms(job.dedupe_until)})
+        if job.dedupe_replace:
+            doc["dedupe_replace"] = True
     # Flow control: only what is set (most jobs carry none of it).
     if job.expires_at is not None:
         doc["expires_at"] = ms(job.expires_at)

@@ -31,6 +31,8 @@ from mongosched.store.mongo.documents import (
     PENDING,
     RUNNING,
     UNSTARTED,
+    WINDOW_FIELD,
+    aware,
     query_document,
     to_document,
     to_record,
@@ -122,13 +124,19 @@ class MongoJobs:
         new = []
         for doc in docs:
             fields = [name for name in DEDUPE_FIELDS.values() if name in doc]
-            keys = [(doc["task"], name, doc[name]) for name in fields]
+            keys = [
+                (doc["task"], name, doc[name]) for name in (*fields, WINDOW_FIELD) if name in doc
+            ]
             holder = next((held[key] for key in keys if key in held), None)
-            for task, name, value in keys:
+            for name in fields:
                 if holder is None:
                     holder = self.connection.retrying(
-                        "insert", self._finder({"task": task, name: value})
+                        "insert", self._finder({"task": doc["task"], name: doc[name]})
                     )
+            if holder is not None and doc.get("dedupe_replace"):
+                holder = self._replace_pending(doc, holder) or holder
+            if holder is None and WINDOW_FIELD in doc:
+                holder = self._window_holder(doc)
             if holder is not None:
                 results.append((to_record(holder), False))
                 continue
@@ -155,7 +163,45 @@ class MongoJobs:
                     "insert", self._finder({"task": doc["task"], name: doc[name]})
                 )
                 if holder is not None:
-                    return holder
+                    # Replaced, or claimed meanwhile: its key is free, insert again.
+                    return (
+                        self._replace_pending(doc, holder) if doc.get("dedupe_replace") else holder
+                    )
+        return self._window_holder(doc) if WINDOW_FIELD in doc else None
+
+    def _replace_pending(
+        self, doc: Mapping[str, Any], holder: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Debounce: the pending job ``holder`` with the arguments, due time and per-job
+        keys of ``doc`` (a later call with its key), or None if it is no longer pending
+        in that key's scope (claimed meanwhile: the key is free for ``doc``)."""
+        name = DEDUPE_FIELDS["pending"]
+        fields = ("args", "kwargs", "run_at", "updated_at", "rate_key", "concurrency_key")
+        update: dict[str, Any] = {"$set": revised({k: doc[k] for k in fields if k in doc})}
+        unset = {k: "" for k in fields if k not in doc}
+        if unset:
+            update["$unset"] = unset
+        query = {"_id": holder["_id"], "status": PENDING, name: doc.get(name)}
+        replaced: dict[str, Any] | None = self.connection.retrying(
+            "insert",
+            lambda _: self.connection.jobs.find_one_and_update(
+                query, update, return_document=ReturnDocument.AFTER
+            ),
+        )
+        return replaced
+
+    def _window_holder(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The job whose throttle window holds ``doc``'s dedupe key, if that window is
+        still open when ``doc`` is scheduled; a window that ended is freed (None)."""
+        query = {"task": doc["task"], WINDOW_FIELD: doc[WINDOW_FIELD]}
+        holder = self.connection.retrying("insert", self._finder(query))
+        if holder is None or aware(holder.get("dedupe_until")) > aware(doc["created_at"]):
+            return holder
+        ended = {**query, "_id": holder["_id"], "dedupe_until": {"$lte": doc["created_at"]}}
+        self.connection.retrying(
+            "insert",
+            lambda _: self.connection.jobs.update_one(ended, {"$unset": {WINDOW_FIELD: ""}}),
+        )
         return None
 
     def _finder(self, query: dict[str, Any]) -> Callable[[int], dict[str, Any] | None]:
