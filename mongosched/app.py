@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -33,7 +33,14 @@ from mongosched.runner.runner import Runner
 from mongosched.runner.wakeup import wake_mode
 from mongosched.schedule import Rule
 from mongosched.store import Store, in_process, open_store
-from mongosched.task import SCRIPT_PREFIX, JobSpec, Task, script_task_warning, task_options
+from mongosched.task import (
+    SCRIPT_PREFIX,
+    JobSpec,
+    Task,
+    TaskOptions,
+    script_task_warning,
+    task_options,
+)
 from mongosched.transaction import RETRY_TIME, Transaction, TransactionIntegration, Transactions
 
 __all__ = ["App", "Cancellation", "reconfigure", "runner_host"]
@@ -94,6 +101,7 @@ class App:
         connect_timeout: float | timedelta = 5.0,
         eager: bool = False,
         wake: str = "auto",
+        aging: float | timedelta | None = None,
     ) -> None:
         self.lease_duration = validate.seconds(
             lease_duration, what="App: lease_duration", minimum=0.01
@@ -112,6 +120,8 @@ class App:
         if not isinstance(eager, bool):
             raise ConfigurationError(f"App: eager must be True or False, not {eager!r}")
         self.eager = eager
+        self.aging = validate.seconds(aging, what="App: aging", strict=True, allow_none=True)
+        """The default of ``@app.task(aging=...)`` (see :doc:`/flow-control`)."""
         self.wake = wake_mode(wake, what="App")
         self.uri = uri
         timeout = validate.seconds(connect_timeout, what="App: connect_timeout", strict=True)
@@ -262,6 +272,9 @@ class App:
         rate_key: str | Callable[..., Any] | None = None,
         concurrency_key: str | Callable[..., Any] | None = None,
         transactional: bool = False,
+        aging: float | timedelta | None = None,
+        fair_key: str | Callable[..., Any] | None = None,
+        fair_weights: Mapping[str, float] | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy cannot match **options to the keyword overload
@@ -307,6 +320,13 @@ class App:
             ``current_job().session`` commit if and only if the job completes (see
             :doc:`/transactions`). Its timeout defaults to 60 seconds, MongoDB's own
             limit on a transaction's life.
+        :param aging: seconds (or a timedelta) of waiting that raise a job's priority
+            by one level, so that a stream of urgent work never starves the rest
+            (default: the app's ``aging``, else none). See :doc:`/flow-control`.
+        :param fair_key: share claims fairly among the keys of its jobs (a tenant, an
+            account): the name of a parameter or a callable, as ``rate_key``. Keys with
+            due work take turns, in proportion to ``fair_weights`` (a mapping of key to
+            weight; a key not in it weighs 1).
 
         Any other option is refused with a :class:`~mongosched.errors.ConfigurationError`
         that lists the known ones.
@@ -316,7 +336,11 @@ class App:
         def register(function: Callable[..., Any]) -> Task[Any, Any]:
             if not callable(function):
                 raise ConfigurationError(f"@app.task needs a function, not {function!r}")
-            task: Task[Any, Any] = Task(self, function, **checked)
+            given = checked
+            repeating = any(checked.get(k) is not None for k in ("repeat", "cron", "every"))
+            if self.aging is not None and "aging" not in checked and not repeating:
+                given = TaskOptions(**checked, aging=self.aging)  # the app's default
+            task: Task[Any, Any] = Task(self, function, **given)
             if task.name.startswith(SCRIPT_PREFIX) and not in_process(self.uri):
                 log.warning("%s", script_task_warning(task.name))
             existing = self.tasks.get(task.name)

@@ -132,6 +132,9 @@ class TaskOptions(TypedDict, total=False):
     rate_key: str | Callable[..., Any] | None
     concurrency_key: str | Callable[..., Any] | None
     transactional: bool
+    aging: float | timedelta | None
+    fair_key: str | Callable[..., Any] | None
+    fair_weights: Mapping[str, float] | None
 
 
 TASK_OPTIONS = frozenset(TaskOptions.__optional_keys__)
@@ -235,6 +238,9 @@ class Task(Generic[P, R]):
         rate_key: str | Callable[..., Any] | None = None,
         concurrency_key: str | Callable[..., Any] | None = None,
         transactional: bool = False,
+        aging: float | timedelta | None = None,
+        fair_key: str | Callable[..., Any] | None = None,
+        fair_weights: Mapping[str, float] | None = None,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -283,12 +289,33 @@ class Task(Generic[P, R]):
             raise ConfigurationError(f"task {task!r}: rate_key needs a rate_limit")
         if self.concurrency_key is not None and self.concurrency is None:
             raise ConfigurationError(f"task {task!r}: concurrency_key needs a concurrency")
+        self.aging = validate.seconds(
+            aging, what=f"task {task!r}: aging", strict=True, allow_none=True
+        )
+        """Seconds of waiting that raise a job's priority by one level (None: none)."""
+        self.fair_key: KeySpec | None = key_spec(
+            fair_key, task=task, field="fair_key", parameters=self.parameters
+        )
+        """Shares claims fairly among the keys of its jobs (None: it does not)."""
+        self.fair_weights = _weights(task, fair_weights)
+        if self.fair_weights and self.fair_key is None:
+            raise ConfigurationError(f"task {task!r}: fair_weights needs a fair_key")
+        if self.rule is not None and (self.aging is not None or self.fair_key is not None):
+            raise ConfigurationError(
+                f"task {task!r}: a repeating task neither ages nor shares (aging, fair_key)"
+            )
         if self.rule is not None and (self.rate_key or self.concurrency_key):
             raise ConfigurationError(
                 f"task {task!r}: a repeating task has no per-job keys (rate_key, "
                 "concurrency_key); its limits count for the task"
             )
         functools.update_wrapper(self, fn)
+
+    @property
+    def ranked(self) -> bool:
+        """Whether its jobs are claimed by rank (they age, or share fairly: see
+        :mod:`mongosched._core.ranks`)."""
+        return self.aging is not None or self.fair_key is not None
 
     @property
     def limited(self) -> bool:
@@ -383,6 +410,9 @@ class Task(Generic[P, R]):
             rate_key = self.rate_key.key(task, args, kwargs, binding)
         if self.concurrency_key is not None:
             concurrency_key = self.concurrency_key.key(task, args, kwargs, binding)
+        fair_key = None
+        if self.fair_key is not None:
+            fair_key = self.fair_key.key(task, args, kwargs, binding)
         return JobRecord(
             task=task,
             args=tuple(args),
@@ -409,6 +439,9 @@ class Task(Generic[P, R]):
             rate_key=rate_key,
             concurrency_key=concurrency_key,
             label=label,
+            aging=self.aging,
+            fair_key=fair_key,
+            fair_weight=self.fair_weights.get(fair_key, 1.0) if fair_key is not None else 1.0,
         )
 
     def schedule_record(self, now: datetime) -> JobRecord:
@@ -616,6 +649,31 @@ def _dedupe(
         )
         until = now + timedelta(seconds=window)
     return key, scope, until, replace_it
+
+
+def _weights(task: str, weights: Any) -> dict[str, float]:
+    """``fair_weights``: a mapping of fair keys to positive weights (a key not in it
+    weighs 1)."""
+    if weights is None:
+        return {}
+    if not isinstance(weights, Mapping):
+        raise ConfigurationError(
+            f"task {task!r}: fair_weights must map keys to weights, not {weights!r}"
+        )
+    checked = {}
+    for key, weight in weights.items():
+        validate.text(key, what=f"task {task!r}: fair_weights key")
+        if (
+            not isinstance(weight, (int, float))
+            or isinstance(weight, bool)
+            or not 0 < weight <= 1000
+        ):
+            raise ConfigurationError(
+                f"task {task!r}: fair_weights[{key!r}] must be a number above 0 and at "
+                f"most 1000, not {weight!r}"
+            )
+        checked[key] = float(weight)
+    return checked
 
 
 def _rule(task: str, rule: Any) -> Rule:

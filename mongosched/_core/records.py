@@ -325,6 +325,15 @@ class JobRecord:
     errors: tuple[AttemptError, ...] = ()
     """The errors of its attempts that failed, oldest first: the last
     :data:`ERRORS_KEPT` (``error`` is the last one's, or a later cancel's or expiry's)."""
+    aging: float | None = None
+    """Seconds of waiting that raise its priority by one level (None: it does not age)."""
+    fair_key: str | None = None
+    """The key its task shares claims fairly among (None: the task does not)."""
+    fair_weight: float = 1.0
+    """Its key's weight in that share (a key of weight 3 gets three claims to one's one)."""
+    rank: float | None = None
+    """A ranked job's place in claim order (see :func:`effective_priority`), set by the
+    store when the job is inserted (None: an ordinary job, by priority and due time)."""
 
 
 @dataclass(frozen=True)

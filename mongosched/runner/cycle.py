@@ -62,6 +62,7 @@ class RunnerSteps:
         reap_interval: float | None = None,
     ) -> None:
         self.app = app
+        self._ranked_of: tuple[int, list[str]] = (-1, [])
         self.store = app.store
         self.workers = validate.whole(workers, what="Runner: workers")
         if isinstance(queues, str):
@@ -273,6 +274,16 @@ class RunnerSteps:
     # A claim is three steps: which tasks and queues may be claimed from now (_scope),
     # the store's claim, and what happens to each job claimed before it runs (_admit).
 
+    @property
+    def _ranked(self) -> list[str]:
+        """The registered tasks whose jobs are claimed by rank (they age, or share
+        fairly): none for most apps, and then a claim is one find as before. Looked
+        at again only when a task is registered."""
+        tasks = self.app.tasks
+        if self._ranked_of[0] != len(tasks):
+            self._ranked_of = (len(tasks), [name for name, task in tasks.items() if task.ranked])
+        return self._ranked_of[1]
+
     def _claimable(self) -> list[str]:
         """Registered tasks, less the paused ones and those whose concurrency permits
         were all taken a moment ago. (A task's jobs may sit in any queue: the claim
@@ -304,6 +315,7 @@ class RunnerSteps:
             now=now,
             lease_duration=self.lease_duration,
             job_id=job_id,
+            ranked=self._ranked,
         )
         if record is None:
             return None, False
@@ -340,6 +352,7 @@ class RunnerSteps:
                 lease_duration=self.lease_duration,
                 limit=limit - single,
                 patience=patience,
+                ranked=self._ranked,
             )
             records.extend(got)  # held from here on, whatever fails next
             return settled

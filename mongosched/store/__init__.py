@@ -197,11 +197,18 @@ class Store(Protocol):
         now: datetime,
         lease_duration: float,
         job_id: Any = None,
+        ranked: Sequence[str] = (),
     ) -> JobRecord | None:
         """Atomically take the first due pending job (by priority, then due time)
         among ``tasks`` and ``queues`` (None: every queue): it becomes running under a
         fresh lease until ``now + lease_duration``, its attempts counted. With
-        ``job_id``, that job if it is pending, due or not. None when there is none."""
+        ``job_id``, that job if it is pending, due or not. None when there is none.
+
+        ``ranked``: those of ``tasks`` whose jobs carry a rank (they age, or share
+        fairly: :mod:`mongosched._core.ranks`). Their jobs are read in rank order and
+        merged with the others by effective priority, then due time
+        (:func:`~mongosched._core.ranks.claim_key`). A claim without them costs what
+        it did."""
 
     def claim_batch(
         self,
@@ -212,6 +219,7 @@ class Store(Protocol):
         now: datetime,
         lease_duration: float,
         limit: int,
+        ranked: Sequence[str] = (),
     ) -> list[JobRecord]:
         """Claim up to ``limit`` due pending jobs at once, in claim order: each as
         :meth:`claim` takes one, under a lease and a token of its own. A small fixed
@@ -272,6 +280,7 @@ class Store(Protocol):
         lease_duration: float,
         limit: int,
         patience: Patience | None = None,
+        ranked: Sequence[str] = (),
     ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
         """:meth:`settle_many` of ``items`` and then :meth:`claim_batch`, in the round
         trips of the claim alone (the settlements ride in the claim's write): what each

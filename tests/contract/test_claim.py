@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
 
 from mongosched._core.records import JobStatus
 from mongosched.store import Store
@@ -144,3 +146,79 @@ def test_a_settled_job_is_not_claimed_again(store: Store) -> None:
     assert store.settle(running, succeeded(running)) is not None
     assert claim(store, now=LATER + sec(3600)) is None
     assert claim(store, job_id=running.id) is None
+
+
+# Ranked jobs: aging and fair shares (mongosched._core.ranks) -----------------------------------
+def claim_ranked(store: Store, now: datetime, ranked: tuple[str, ...] = ("aged", "fair")) -> Any:
+    """Claim one job of tasks ``t``, ``aged`` and ``fair`` (the last two ranked)."""
+    return store.claim(
+        owner="me",
+        tasks=("t", *ranked),
+        queues=None,
+        now=now,
+        lease_duration=30,
+        ranked=ranked,
+    )
+
+
+def test_an_aging_job_rises_one_level_per_interval(store: Store) -> None:
+    """A priority-9 job aging a level a minute, against priority-1 and -3 work."""
+    minutes = [T0 + timedelta(minutes=n) for n in range(10)]
+    old = add(store, job("aged", priority=9, aging=60.0))[0]
+    assert old.rank is not None and old.aging == 60.0
+    # At 7 minutes it is at level 2: after a priority-1 job, before a priority-3 one.
+    urgent, normal = add(store, job(priority=1, at=minutes[7]), job(priority=3, at=minutes[7]))
+    assert ids([claim_ranked(store, minutes[7])]) == [urgent.id]
+    assert ids([claim_ranked(store, minutes[7])]) == [old.id]
+    # At level 1 it comes before priority-1 work due after it reached level 1 ... and
+    # a priority-9 job of the same task waits as it did.
+    waiting, newer = add(
+        store, job("aged", priority=9, at=minutes[1], aging=60.0), job(priority=1, at=minutes[9])
+    )
+    assert ids([claim_ranked(store, minutes[9])]) == [waiting.id]  # at level 1 since minute 9
+    assert ids([claim_ranked(store, minutes[9])]) == [newer.id]
+    assert ids([claim_ranked(store, minutes[9])]) == [normal.id]
+
+
+def test_an_aging_job_not_yet_due_is_not_claimed(store: Store) -> None:
+    add(store, job("aged", priority=1, at=LATER + sec(1), aging=60.0))
+    plain = add(store, job(priority=9))[0]
+    assert ids([claim_ranked(store, LATER), claim_ranked(store, LATER)]) == [plain.id, None]
+
+
+def test_fair_keys_take_turns_whatever_the_backlog(store: Store) -> None:
+    """Tenant A's 100 jobs, then tenant B's 5: B's are taken every other claim."""
+    a = add(store, *[job("fair", fair_key="A") for _ in range(100)])
+    b = add(store, *[job("fair", fair_key="B") for _ in range(5)])
+    assert all(r.rank is not None for r in a + b)
+    order = [claim_ranked(store, LATER).fair_key for _ in range(12)]
+    assert order == ["A", "B"] * 5 + ["A", "A"]
+
+
+def test_fair_weights_set_the_share_in_batches_too(store: Store) -> None:
+    add(store, *[job("fair", fair_key="A", fair_weight=3.0) for _ in range(60)])
+    add(store, *[job("fair", fair_key="B") for _ in range(60)])
+    keys = [
+        r.fair_key
+        for r in store.claim_batch(
+            owner="me",
+            tasks=("fair",),
+            queues=None,
+            now=LATER,
+            lease_duration=30,
+            limit=40,
+            ranked=("fair",),
+        )
+    ]
+    assert (keys.count("A"), keys.count("B")) == (30, 10)
+
+
+def test_a_new_fair_key_comes_next_after_part_of_the_backlog_ran(store: Store) -> None:
+    add(store, *[job("fair", fair_key="A") for _ in range(50)])
+    for _ in range(20):
+        assert claim_ranked(store, LATER).fair_key == "A"
+    late = LATER + sec(60)
+    b = [replace(job("fair", at=late, fair_key="B"), created_at=late) for _ in range(3)]
+    add(store, *b)
+    order = [claim_ranked(store, late).fair_key for _ in range(6)]
+    assert order == ["A", "B", "A", "B", "A", "B"] or order == ["B", "A", "B", "A", "B", "A"]

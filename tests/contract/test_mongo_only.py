@@ -11,7 +11,8 @@ import pytest
 
 from mongosched._core.records import JobQuery
 from mongosched.store.mongo import MongoStore
-from mongosched.store.mongo.documents import INDEXES, PERMIT_INDEXES
+from mongosched.store.mongo.documents import INDEXES, PERMIT_INDEXES, RANK_SORT, RANKED
+from mongosched.store.mongo.updates import claim_query
 
 from .helpers import (
     LATER,
@@ -227,6 +228,41 @@ def test_a_claim_examines_about_one_key_at_a_large_backlog(
     explained = explain_claim(store, None, "executionStats")
     stats = explained["executionStats"]
     assert stats["totalKeysExamined"] <= 3 and stats["totalDocsExamined"] <= 2, stats
+
+
+@pytest.mark.parametrize("queues", [("default",), None], ids=["queues", "any-queue"])
+def test_a_ranked_claim_reads_its_index_without_scanning_the_backlog(
+    mongo_store: MongoStore, substrate: str, queues: tuple[str, ...] | None
+) -> None:
+    """Fair shares: one key's 5,000 jobs ahead, and another key's one; the ranked find
+    of the claim is sorted by the ranked index and examines a handful of keys."""
+    plans_only_on_mongodb(substrate)
+    store = mongo_store
+    store.prepare()
+    add(store, *[job("fair", fair_key="A") for _ in range(5_000)])
+    add(store, job("fair", fair_key="B"), *[job(at=LATER + sec(n)) for n in range(100)])
+    query = {**claim_query(("fair",), queues, LATER), **RANKED}
+    command = {"find": store.jobs.name, "filter": query, "sort": dict(RANK_SORT), "limit": 2}
+    explained = store.database.command("explain", command, verbosity="executionStats")
+    winning = list(stages(explained["queryPlanner"]["winningPlan"]))
+    kinds = {stage["stage"] for stage in winning}
+    indexes = {stage.get("indexName") for stage in winning if stage["stage"] == "IXSCAN"}
+    assert "COLLSCAN" not in kinds and "SORT" not in kinds, explained["queryPlanner"]
+    expected = "claim_ranked" if queues is not None else "claim_ranked_any_queue"
+    assert indexes == {expected}, explained["queryPlanner"]["winningPlan"]
+    stats = explained["executionStats"]
+    assert stats["totalKeysExamined"] <= 4 and stats["totalDocsExamined"] <= 3, stats
+    assert stats["nReturned"] == 2
+    got = store.claim_batch(
+        owner="me",
+        tasks=("fair", "t"),
+        queues=queues,
+        now=LATER,
+        lease_duration=30,
+        limit=2,
+        ranked=("fair",),
+    )
+    assert sorted(r.fair_key or "" for r in got) == ["A", "B"]
 
 
 def test_the_uri_read_preference_applies_to_listings_only(shared_db: SharedDatabase) -> None:

@@ -246,7 +246,9 @@ def test_unknown_scheduling_options_are_refused_naming_them(app: App) -> None:
 def test_unknown_task_options_are_refused_naming_them_and_the_known_ones(app: App) -> None:
     with pytest.raises(ConfigurationError, match="unknown task option.*retires.*known: .*retry"):
         app.task(name="t", retires=3)  # type: ignore[call-overload]
-    with pytest.raises(ConfigurationError, match="every, jitter, max_catchup, misfire"):
+    with pytest.raises(
+        ConfigurationError, match="every, fair_key, fair_weights, jitter, max_catchup, misfire"
+    ):
         app.task(evrey=60)  # type: ignore[call-overload]
     assert app.tasks == {}
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from mongosched._core import transitions
+from mongosched._core import ranks, transitions
 from mongosched._core.records import DEDUPE_SCOPE_STATUSES as SCOPE_STATUSES
 from mongosched._core.records import (
     SORTABLE,
@@ -98,6 +98,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         self._by_status: dict[JobStatus, dict[Any, StoredJob]] = {s: {} for s in JobStatus}
         self._keys: dict[str, dict[tuple[str, str], Any]] = {"active": {}, "pending": {}}
         self._windows: dict[tuple[str, str], Any] = {}  # a key's throttle window's job
+        self._fair_last: dict[tuple[str, str], float] = {}  # a fair key's latest start
         self._indexes = JobIndexes(self._jobs)
         self._permits = Permits()
         self._watchers = DueWatchers()
@@ -252,8 +253,9 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         now: datetime,
         lease_duration: float,
         job_id: Any = None,
+        ranked: Sequence[str] = (),
     ) -> JobRecord | None:
-        if not tasks:
+        if not tasks:  # ranked jobs are known by their rank: ``ranked`` is not needed
             return None
         now = ms(now)
         with self._lock:
@@ -445,6 +447,9 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
             waiting_for=tuple(r.waiting_for) if waiting else (),
             dedupe_until=opt_ms(r.dedupe_until),
             dedupe_replace=r.dedupe_replace and r.dedupe_key is not None,
+            aging=r.aging,
+            fair_key=r.fair_key,
+            fair_weight=r.fair_weight,
         )
         return StoredJob(
             record=held,
@@ -467,6 +472,8 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         window = self._window_holder(job)
         if window is not None:
             return window, False
+        if job.record.aging is not None or job.record.fair_key is not None:
+            job.record = evolved(job.record, rank=self._rank(job.record))
         self._jobs[job.id] = job
         if job.record.dedupe_until is not None:
             self._windows[job.record.task, job.record.dedupe_key or ""] = job.id
@@ -555,6 +562,26 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         scope, key = job.key
         held = self._keys[scope].get(key)
         return None if held is None or held == job.id else self._jobs.get(held)
+
+    def _rank(self, job: JobRecord) -> float:
+        """A new ranked job's rank (see :mod:`mongosched._core.ranks`); a fair one's
+        start is its key's latest from now on."""
+        since = ranks.millis(job.run_at)
+        if job.fair_key is not None:
+            first = self._indexes.first_ranked(job.task)
+            head = None if first is None else first.record
+            last = self._fair_last.get((job.task, job.fair_key))
+            since = ranks.fair_start(
+                since,
+                ranks.millis(job.created_at),
+                None
+                if head is None or head.rank is None
+                else ranks.since_of(head.rank, head.priority, head.aging),
+                last,
+                job.fair_weight,
+            )
+            self._fair_last[job.task, job.fair_key] = since
+        return ranks.rank(since, job.priority, job.aging)
 
     def _window_holder(self, job: StoredJob) -> StoredJob | None:
         """The job whose throttle window for ``job``'s dedupe key is still open when

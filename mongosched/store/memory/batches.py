@@ -48,8 +48,9 @@ class MemoryBatches:
         now: datetime,
         lease_duration: float,
         limit: int,
+        ranked: Sequence[str] = (),
     ) -> list[JobRecord]:
-        if not tasks:
+        if not tasks:  # ranked jobs are known by their rank: ``ranked`` is not needed
             return []
         now = ms(now)
         claimed: list[JobRecord] = []
@@ -90,6 +91,7 @@ class MemoryBatches:
         lease_duration: float,
         limit: int,
         patience: Patience | None = None,
+        ranked: Sequence[str] = (),
     ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
         settled = self.settle_many(items)
         claimed = self.claim_batch(

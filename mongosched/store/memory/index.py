@@ -19,12 +19,16 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from mongosched._core import ranks
 from mongosched._core.records import JobStatus
 from mongosched.store.memory.jobs import PENDING, RUNNING, Entry, StoredJob
 
 __all__ = ["JobIndexes"]
 
 log = logging.getLogger("mongosched.store")
+
+Ranked = tuple[float, int, int, Any]
+"""A ranked job's claim index entry: (rank, job seq, job version, job id)."""
 
 SLACK = 1024
 """Stale entries an index may carry beyond its live size before it is rebuilt."""
@@ -36,6 +40,9 @@ class JobIndexes:
     def __init__(self, jobs: dict[Any, StoredJob]) -> None:
         self._jobs = jobs
         self._claims: dict[str, dict[str, dict[float, list[Entry]]]] = {}
+        self._ranked: dict[str, dict[str, list[Ranked]]] = {}
+        """Ranked jobs (see :mod:`mongosched._core.ranks`): one heap per ``task -> queue``
+        by ``(rank, seq)``."""
         self._claim_entries = 0
         self._leases: list[Entry] = []
         self.examined = 0
@@ -47,7 +54,7 @@ class JobIndexes:
         self._push_claim(job)
         if self._claim_entries > 2 * live + SLACK:  # mostly stale: rebuild
             log.debug("rebuilding the claim index (%d entries, %d live)", self._claim_entries, live)
-            self._claims, self._claim_entries = {}, 0
+            self._claims, self._ranked, self._claim_entries = {}, {}, 0
             for other in pending:
                 self._push_claim(other)
 
@@ -63,10 +70,14 @@ class JobIndexes:
 
     def _push_claim(self, job: StoredJob) -> None:
         r = job.record
+        self._claim_entries += 1
+        if r.rank is not None:
+            heap = self._ranked.setdefault(r.task, {}).setdefault(r.queue, [])
+            heapq.heappush(heap, (r.rank, job.seq, job.version, r.id))
+            return
         by_priority = self._claims.setdefault(r.task, {}).setdefault(r.queue, {})
         entry = (r.run_at, job.seq, job.version, r.id)
         heapq.heappush(by_priority.setdefault(r.priority, []), entry)
-        self._claim_entries += 1
 
     def _valid(self, entry: Entry, status: JobStatus) -> bool:
         """Whether an index entry still stands for its job (same version and status)."""
@@ -82,10 +93,51 @@ class JobIndexes:
         first in) of ``tasks`` in ``queues`` (None: any)."""
         self.examined = 0
         heap = self._first_due(tasks, queues, now)
+        if self._ranked:
+            ranked = self._first_ranked(tasks, queues, now)
+            if ranked is not None and (heap is None or ranked[0] < self._key(heap[0], now)):
+                return self._jobs[ranked[1]]  # its entry goes stale once it is claimed
         if heap is None:
             return None
         self._claim_entries -= 1
         return self._jobs[heapq.heappop(heap)[3]]
+
+    def first_ranked(self, task: str) -> StoredJob | None:
+        """The first pending ranked job of ``task`` in rank order, due or not."""
+        heads = [self._claim_head(heap) for heap in self._ranked.get(task, {}).values()]
+        live = [entry for entry in heads if entry is not None]
+        return self._jobs[min(live)[3]] if live else None
+
+    def _key(self, entry: Entry | Ranked, now: datetime) -> tuple[float, float]:
+        job = self._jobs[entry[3]].record
+        return ranks.claim_key(job.priority, job.run_at, job.rank, job.aging, now)
+
+    def _first_ranked(
+        self, tasks: Sequence[str], queues: Sequence[str] | None, now: datetime
+    ) -> tuple[tuple[float, float], Any] | None:
+        """The claim key and id of the first due ranked job of ``tasks`` in ``queues``:
+        each heap is read in rank order up to its first due job (those not yet due
+        before it are put back)."""
+        best: tuple[tuple[float, float], Any] | None = None
+        for task in tasks:
+            by_queue = self._ranked.get(task)
+            if not by_queue:
+                continue
+            for queue in list(by_queue) if queues is None else queues:
+                heap = by_queue.get(queue)
+                if heap is None:
+                    continue
+                skipped = []
+                while (entry := self._claim_head(heap)) is not None:
+                    if self._jobs[entry[3]].record.run_at <= now:
+                        key = self._key(entry, now)
+                        if best is None or key < best[0]:
+                            best = key, entry[3]
+                        break
+                    skipped.append(heapq.heappop(heap))
+                for entry in skipped:
+                    heapq.heappush(heap, entry)
+        return best
 
     def oldest_due(self, now: datetime) -> StoredJob | None:
         heads = [
@@ -95,6 +147,12 @@ class JobIndexes:
             for heap in by_priority.values()
         ]
         due = [entry for entry in heads if entry is not None and entry[0] <= now]
+        for by_queue in self._ranked.values():  # their heads, by rank
+            for ranked in by_queue.values():
+                head = self._claim_head(ranked)
+                job = None if head is None else self._jobs[head[3]]
+                if job is not None and job.record.run_at <= now:
+                    due.append((job.record.run_at, job.seq, job.version, job.id))
         return self._jobs[min(due)[3]] if due else None
 
     def pending_queues(self) -> list[str]:
@@ -106,6 +164,8 @@ class JobIndexes:
                     self._claim_head(heap) is not None for heap in by_priority.values()
                 ):
                     queues.add(queue)
+        for by_ranked in self._ranked.values():
+            queues.update(q for q, heap in by_ranked.items() if self._claim_head(heap) is not None)
         return sorted(queues)
 
     def leases_expired(self, now: datetime, limit: int) -> list[StoredJob]:
@@ -119,7 +179,7 @@ class JobIndexes:
             heapq.heappush(heap, entry)
         return [self._jobs[entry[3]] for entry in found]
 
-    def _claim_head(self, heap: list[Entry]) -> Entry | None:
+    def _claim_head(self, heap: list[Any]) -> Any:
         """The first valid entry of a claim heap, popping stale ones; None if empty."""
         while heap:
             if self._valid(heap[0], PENDING):

@@ -150,8 +150,8 @@ class StagedStore:
             holder = self._holder(job)
             if holder is not None and job.record.dedupe_replace:
                 raise StoreError(
-                    f"task {job.record.task!r}: memory:// transactions do not replace a pending job "
-                    "(dedupe='replace'); schedule it outside the transaction"
+                    f"task {job.record.task!r}: memory:// transactions do not replace a "
+                    "pending job (dedupe='replace'); schedule it outside the transaction"
                 )
             if holder is not None:
                 results.append((holder, False))

@@ -101,7 +101,6 @@ class MongoStore:
         self.purge = jobs.purge
         # Claims, the holder's writes, the reaper's
         leases = MongoLeases(connection)
-        self.claim = leases.claim
         self.renew = leases.renew
         self.record_slot = leases.record_slot
         self.write_progress = leases.write_progress
@@ -111,6 +110,7 @@ class MongoStore:
         self.quarantine = leases.quarantine
         # Many at once
         batches = MongoBatches(connection, leases)
+        self.claim = batches.claim
         self.claim_batch = batches.claim_batch
         self.settle_many = batches.settle_many
         self.settle_and_claim = batches.settle_and_claim

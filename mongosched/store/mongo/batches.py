@@ -47,13 +47,20 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from mongosched._core import transitions
+from mongosched._core import ranks, transitions
 from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import MalformedJob, SerializationError
 from mongosched.store import codec
 from mongosched.store.mongo import commands
 from mongosched.store.mongo.connection import MongoConnection, patiently
-from mongosched.store.mongo.documents import CLAIM_SORT, RUNNING, to_record
+from mongosched.store.mongo.documents import (
+    CLAIM_SORT,
+    RANK_SORT,
+    RANKED,
+    RUNNING,
+    aware,
+    to_record,
+)
 from mongosched.store.mongo.leases import MongoLeases
 from mongosched.store.mongo.updates import (
     claim_fence,
@@ -83,6 +90,16 @@ def settled_result(task: str, settlement: Settlement) -> tuple[Any, bytes | None
         return None, None
     encoded = codec.encode_value(task, "return value", settlement.result)
     return codec.decode(encoded)["v"], encoded
+
+
+def _claim_key(doc: dict[str, Any], now: datetime) -> tuple[float, float]:
+    """Where a candidate comes in a merged claim (a malformed one first: it fails)."""
+    try:
+        return ranks.claim_key(
+            doc["priority"], aware(doc["run_at"]), doc.get("rank"), doc.get("aging"), now
+        )
+    except (KeyError, TypeError, ValueError):
+        return (0.0, 0.0)
 
 
 class _Settling:
@@ -204,6 +221,7 @@ class MongoBatches:
         now: datetime,
         lease_duration: float,
         limit: int,
+        ranked: Sequence[str] = (),
     ) -> list[JobRecord]:
         return self.settle_and_claim(
             (),
@@ -213,6 +231,7 @@ class MongoBatches:
             now=now,
             lease_duration=lease_duration,
             limit=limit,
+            ranked=ranked,
         )[1]
 
     def settle_many(
@@ -238,25 +257,23 @@ class MongoBatches:
         lease_duration: float,
         limit: int,
         patience: Patience | None = None,
+        ranked: Sequence[str] = (),
     ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
         """The settlements and the claims in one unordered bulk write, after the read
         of the candidates: two round trips for both when nothing unusual happened. The
         write (with what it reads back and settles alone) has the settlements'
-        ``patience``."""
+        ``patience``. With ranked tasks among ``tasks``, the candidates are read in
+        two finds (see :meth:`_candidates`), even for one job."""
         settling = _Settling(items)
         claiming = None
-        if tasks and limit >= BATCH_FROM:
+        ranked = [task for task in tasks if task in ranked] if ranked else []
+        if tasks and (limit >= BATCH_FROM or ranked):
             query = claim_query(tasks, queues, now)
-            docs = self.connection.retrying(
-                "claim",
-                lambda _: commands.find_batch(
-                    self.connection.jobs, query, sort=CLAIM_SORT, limit=limit
-                ),
-            )
+            docs = self._candidates(query, tasks, queues, now, limit, ranked)
             if docs:
                 claiming = _Claiming(query, docs, owner, now, lease_duration)
         results, claimed = patiently(patience, self._write, settling, claiming)
-        if tasks and limit < BATCH_FROM:  # fewer round trips (and less work) one at a time
+        if tasks and limit < BATCH_FROM and not ranked:  # fewer round trips one at a time
             while len(claimed) < limit:
                 record = self.leases.claim(
                     owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=lease_duration
@@ -265,6 +282,78 @@ class MongoBatches:
                     break
                 claimed.append(record)
         return results, claimed
+
+    def claim(
+        self,
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        job_id: Any = None,
+        ranked: Sequence[str] = (),
+    ) -> JobRecord | None:
+        """One job: a single ``findAndModify`` (:meth:`MongoLeases.claim`), or, when
+        ``tasks`` include ranked ones, a batch of one (two finds merged: see
+        :meth:`_candidates`)."""
+        if job_id is None and ranked and any(task in ranked for task in tasks):
+            claimed = self.claim_batch(
+                owner=owner,
+                tasks=tasks,
+                queues=queues,
+                now=now,
+                lease_duration=lease_duration,
+                limit=1,
+                ranked=ranked,
+            )
+            return claimed[0] if claimed else None
+        return self.leases.claim(
+            owner=owner,
+            tasks=tasks,
+            queues=queues,
+            now=now,
+            lease_duration=lease_duration,
+            job_id=job_id,
+        )
+
+    def _candidates(
+        self,
+        query: dict[str, Any],
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        limit: int,
+        ranked: Sequence[str],
+    ) -> list[dict[str, Any]]:
+        """The first ``limit`` due jobs of ``tasks`` in claim order: one find on the
+        claim index; with ``ranked`` tasks, a second on the ranked one (sorted by rank),
+        and the two merged by :func:`~mongosched._core.ranks.claim_key`."""
+        if not ranked:
+            return self.connection.retrying(
+                "claim",
+                lambda _: commands.find_batch(
+                    self.connection.jobs, query, sort=CLAIM_SORT, limit=limit
+                ),
+            )
+        plain = [task for task in tasks if task not in ranked]
+        by_rank = {**claim_query(ranked, queues, now), **RANKED}
+        docs = self.connection.retrying(
+            "claim",
+            lambda _: commands.find_batch(
+                self.connection.jobs, by_rank, sort=RANK_SORT, limit=limit
+            ),
+        )
+        if plain:
+            by_priority = claim_query(plain, queues, now)
+            docs += self.connection.retrying(
+                "claim",
+                lambda _: commands.find_batch(
+                    self.connection.jobs, by_priority, sort=CLAIM_SORT, limit=limit
+                ),
+            )
+        docs.sort(key=lambda doc: _claim_key(doc, now))
+        return docs[:limit]
 
     def _write(
         self, settling: _Settling, claiming: _Claiming | None

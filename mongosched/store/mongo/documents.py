@@ -34,6 +34,8 @@ from mongosched.errors import MalformedJob
 
 __all__ = [
     "CLAIM_SORT",
+    "RANKED",
+    "RANK_SORT",
     "DEDUPE_FIELDS",
     "WINDOW_FIELD",
     "INDEXES",
@@ -76,6 +78,9 @@ its status: unset only by the next job of that key once the window ended."""
 
 # Claim order: priority first (1 before 10), then oldest due first.
 CLAIM_SORT = [("priority", ASCENDING), ("run_at", ASCENDING)]
+# Ranked jobs' claim order (mongosched._core.ranks): by rank, on an index of their own.
+RANK_SORT = [("rank", ASCENDING)]
+RANKED = {"rank": {"$exists": True}}
 
 Index = tuple[list[tuple[str, int]], dict[str, Any]]
 # Index names never change meaning: a changed index gets a new name (the server refuses
@@ -93,6 +98,20 @@ INDEXES: list[Index] = [
     (
         [("status", 1), ("task", 1), ("priority", 1), ("run_at", 1)],
         {"name": "claim_by_task_any_queue"},
+    ),
+    # Ranked jobs (aging, fair shares): the same, sorted by rank; only they are in it.
+    (
+        [("status", 1), ("queue", 1), ("task", 1), ("rank", 1), ("run_at", 1)],
+        {"name": "claim_ranked", "partialFilterExpression": RANKED},
+    ),
+    (
+        [("status", 1), ("task", 1), ("rank", 1), ("run_at", 1)],
+        {"name": "claim_ranked_any_queue", "partialFilterExpression": RANKED},
+    ),
+    # A fair key's latest start (the next job of that key starts after it).
+    (
+        [("task", 1), ("fair_key", 1), ("fair_at", 1)],
+        {"name": "fair_key", "partialFilterExpression": {"fair_at": {"$exists": True}}},
     ),
     # The job due longest (stats(), the dashboard's lateness), and due jobs of any task.
     ([("status", 1), ("run_at", 1)], {"name": "due"}),
@@ -370,6 +389,10 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
             "concurrency_key": get("concurrency_key"),
             "label": get("label"),
             "errors": attempt_errors(get("errors")),
+            "aging": get("aging"),
+            "fair_key": get("fair_key"),
+            "fair_weight": get("fair_weight", 1.0),
+            "rank": get("rank"),
         },
     )
 
@@ -438,6 +461,13 @@ def to_document(job: JobRecord) -> dict[str, Any]:
         doc["concurrency_key"] = job.concurrency_key
     if job.label is not None:
         doc["label"] = job.label
+    # Ranked jobs (their rank is set by the insert: see MongoStore._rank).
+    if job.aging is not None:
+        doc["aging"] = job.aging
+    if job.fair_key is not None:
+        doc.update(fair_key=job.fair_key, fair_weight=job.fair_weight)
+    if job.rank is not None:
+        doc["rank"] = job.rank
     return doc
 
 

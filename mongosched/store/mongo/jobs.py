@@ -14,6 +14,7 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING, ReturnDocument
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
+from mongosched._core import ranks
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
     JobQuery,
@@ -29,6 +30,8 @@ from mongosched.store.mongo.documents import (
     DEDUPE_FIELDS,
     KEEPS_DEPENDENTS,
     PENDING,
+    RANK_SORT,
+    RANKED,
     RUNNING,
     UNSTARTED,
     WINDOW_FIELD,
@@ -68,11 +71,57 @@ class MongoJobs:
                 kwargs=stored["kwargs"],
             )
             docs.append(to_document(job))
+        self._rank(docs)
         if self.connection.transaction is not None:
             return self._insert_in_transaction(docs)
         if len(docs) == 1:
             return [self._insert_one(docs[0])]
         return self._insert_many(docs)
+
+    def _rank(self, docs: list[dict[str, Any]]) -> None:
+        """Set the rank of each new ranked job (see :mod:`mongosched._core.ranks`). A
+        fair job's start needs its task's head and its key's latest start: read once
+        per call (two finds on indexes, each one document), then carried along the
+        call's jobs. Two calls at once for one key may give their jobs the same start:
+        they share a turn, nothing worse."""
+        heads: dict[str, float | None] = {}
+        lasts: dict[tuple[str, str], float | None] = {}
+        for doc in docs:
+            if "aging" not in doc and "fair_key" not in doc:
+                continue
+            since = ranks.millis(aware(doc["run_at"]))
+            if "fair_key" in doc:
+                task, key = doc["task"], doc["fair_key"]
+                if task not in heads:
+                    heads[task] = self._fair_head(task)
+                if (task, key) not in lasts:
+                    lasts[task, key] = self._fair_last(task, key)
+                now = ranks.millis(aware(doc["created_at"]))
+                since = ranks.fair_start(
+                    since, now, heads[task], lasts[task, key], doc["fair_weight"]
+                )
+                lasts[task, key] = doc["fair_at"] = since
+            doc["rank"] = ranks.rank(since, doc["priority"], doc.get("aging"))
+
+    def _fair_head(self, task: str) -> float | None:
+        """The fair start of ``task``'s first pending job in claim order, if any."""
+        query = {"status": PENDING, "task": task, **RANKED}
+        head = self.connection.retrying(
+            "insert",
+            lambda _: self.connection.jobs.find_one(query, {"fair_at": 1}, sort=RANK_SORT),
+        )
+        return None if head is None else head.get("fair_at")
+
+    def _fair_last(self, task: str, key: str) -> float | None:
+        """The latest fair start of key ``key`` of ``task``, if it has one."""
+        query = {"task": task, "fair_key": key, "fair_at": {"$exists": True}}
+        last = self.connection.retrying(
+            "insert",
+            lambda _: self.connection.jobs.find_one(
+                query, {"fair_at": 1}, sort=[("fair_at", DESCENDING)]
+            ),
+        )
+        return None if last is None else last.get("fair_at")
 
     def _insert_one(self, doc: dict[str, Any]) -> tuple[JobRecord, bool]:
         for _ in range(10):
