@@ -38,6 +38,7 @@ __all__ = [
     "PAUSE_KINDS",
     "PendingChanges",
     "Progress",
+    "QueueBacklog",
     "Renewal",
     "ScheduleChanges",
     "assembled",
@@ -426,6 +427,15 @@ class ScheduleChanges:
     priority: float | None = None
     queue: str | None = None
     edit: ScheduleEdit | None = None
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    """The work waiting in one queue: how many pending jobs are due, and when the one
+    due longest became due (what an autoscaler reads)."""
+
+    due: int
+    oldest: datetime
 
 
 PAUSE_KINDS = ("queue", "task", "schedule")

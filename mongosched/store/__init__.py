@@ -39,6 +39,7 @@ from mongosched._core.records import (
     JobStatus,
     Pause,
     PendingChanges,
+    QueueBacklog,
     Renewal,
     RunnerInfo,
     ScheduleChanges,
@@ -177,6 +178,10 @@ class Store(Protocol):
 
     def oldest_due(self, now: datetime) -> JobRecord | None:
         """The pending job that has been due longest."""
+
+    def backlog(self, now: datetime) -> dict[str, QueueBacklog]:
+        """The due pending jobs of each queue that has some: how many, and when the
+        one due longest became due (index-backed: the claim index, no job read)."""
 
     def running(self, limit: int = 1000) -> list[JobRecord]:
         """Running jobs, soonest lease expiry first."""

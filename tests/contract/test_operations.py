@@ -10,6 +10,7 @@ from mongosched._core.records import (
     JobQuery,
     JobStatus,
     Pause,
+    QueueBacklog,
     RunnerInfo,
     ScheduleChanges,
     ScheduleEdit,
@@ -17,7 +18,20 @@ from mongosched._core.records import (
 from mongosched.errors import JobStateError
 from mongosched.store import Store, schedule_id
 
-from .helpers import LATER, T0, add, cancelled, claim, claimed, ids, job, raised, sec, succeeded
+from .helpers import (
+    LATER,
+    T0,
+    add,
+    cancelled,
+    claim,
+    claimed,
+    given_back,
+    ids,
+    job,
+    raised,
+    sec,
+    succeeded,
+)
 
 PENDING, RUNNING, PAUSED = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.PAUSED
 CANCELLED, COMPLETED, FAILED = JobStatus.CANCELLED, JobStatus.COMPLETED, JobStatus.FAILED
@@ -335,6 +349,30 @@ def test_counts_count_a_labelled_job_under_its_label(store: Store) -> None:
     Django task's) by its label, as the dashboard and the CLI show it."""
     add(store, job("run", label="app.mail"), job("run", label="app.mail"), job("run"))
     assert store.counts() == {("app.mail", PENDING): 2, ("run", PENDING): 1}
+
+
+def test_backlog_counts_due_pending_jobs_per_queue_and_the_oldest(store: Store) -> None:
+    assert store.backlog(LATER) == {}
+    add(
+        store,
+        job("t", queue="a", at=T0 - sec(30)),
+        job("u", queue="a", at=T0),
+        job("t", queue="b", at=T0 - sec(5)),
+        job("t", queue="b", at=LATER + sec(1)),  # not due yet
+        job("t", queue="c", at=LATER + sec(1)),  # a queue with nothing due
+        job("u", at=T0 - sec(60)),
+    )
+    running = claimed(store, tasks=("u",), queues=("default",))  # running: not waiting
+    assert store.backlog(LATER) == {
+        "a": QueueBacklog(due=2, oldest=T0 - sec(30)),
+        "b": QueueBacklog(due=1, oldest=T0 - sec(5)),
+    }
+    assert store.backlog(T0 - sec(5)) == {  # due at exactly now counts
+        "a": QueueBacklog(due=1, oldest=T0 - sec(30)),
+        "b": QueueBacklog(due=1, oldest=T0 - sec(5)),
+    }
+    store.settle(running, given_back(running))  # pending again, due as it was
+    assert store.backlog(LATER)["default"] == QueueBacklog(due=1, oldest=T0 - sec(60))
 
 
 def test_a_jobs_trace_context_is_stored_as_given(store: Store) -> None:

@@ -22,6 +22,7 @@ from mongosched._core.records import (
     JobRecord,
     JobStatus,
     Pause,
+    QueueBacklog,
     RunnerInfo,
     ScheduleChanges,
     Settlement,
@@ -153,6 +154,21 @@ class MemoryOperations:
                     key = (job.record.queue, job.record.task, status)
                     counts[key] = counts.get(key, 0) + 1
         return counts
+
+    def backlog(self, now: datetime) -> dict[str, QueueBacklog]:
+        now = ms(now)
+        found: dict[str, QueueBacklog] = {}
+        with self._lock:
+            for stored in self._by_status[PENDING].values():
+                job = stored.record
+                if job.run_at <= now:
+                    seen = found.get(job.queue)
+                    found[job.queue] = (
+                        QueueBacklog(1, job.run_at)
+                        if seen is None
+                        else QueueBacklog(seen.due + 1, min(seen.oldest, job.run_at))
+                    )
+        return found
 
     # Pauses and schedule edits -----------------------------------------------------------------
     def add_pause(self, pause: Pause) -> bool:

@@ -122,6 +122,7 @@ class MongoStore:
         self.purge_many = operations.purge_many
         self.finished_counts = operations.finished_counts
         self.open_counts = operations.open_counts
+        self.backlog = operations.backlog
         self.add_pause = operations.add_pause
         self.remove_pause = operations.remove_pause
         self.pauses = operations.pauses

@@ -25,6 +25,7 @@ from mongosched._core.records import (
     JobRecord,
     JobStatus,
     Pause,
+    QueueBacklog,
     RunnerInfo,
     ScheduleChanges,
     Settlement,
@@ -188,6 +189,16 @@ class MongoOperations:
             (r["_id"]["queue"], r["_id"]["task"], JobStatus(r["_id"]["status"])): r["n"]
             for r in rows
         }
+
+    def backlog(self, now: datetime) -> dict[str, QueueBacklog]:
+        pipeline: list[dict[str, Any]] = [
+            {"$match": {"status": PENDING, "run_at": {"$lte": ms(now)}}},  # the "due" index
+            {"$group": {"_id": "$queue", "due": {"$sum": 1}, "oldest": {"$min": "$run_at"}}},
+        ]
+        rows = self.connection.retrying(
+            "backlog", lambda _: list(self.connection.jobs.aggregate(pipeline))
+        )
+        return {r["_id"]: QueueBacklog(int(r["due"]), aware(r["oldest"])) for r in rows}
 
     # Pauses -------------------------------------------------------------------------------------
     def add_pause(self, pause: Pause) -> bool:
