@@ -253,6 +253,9 @@ def _print_stats(stats: Mapping[str, Any]) -> None:
         )
     else:
         out("oldest due job: none")
+    for queue, waiting in stats.get("backlog", {}).items():
+        late = waiting["late_seconds"]
+        out(f"backlog: {queue}: {waiting['due']} due, the oldest {late:.1f} s late")
     running = stats["running"]
     expired = sum(1 for r in running if r["expired"])
     out(f"running: {len(running)}" + (f" ({expired} with an expired lease)" if expired else ""))

@@ -7,7 +7,9 @@ Two kinds of figures:
 
 * **from the store**, the same in every process: unfinished jobs per queue, task and
   status (``mongosched_jobs``), running jobs, the lateness of the job due longest,
-  the registered runners. Each scrape reads them (two small aggregate reads);
+  the registered runners, and the backlog of each queue (due jobs, the lateness of
+  the one due longest: the signal to scale runners on, see :doc:`/operations`). Each
+  scrape reads them (three small aggregate reads);
 * **per process, from events** (:meth:`App.on`): jobs completed, failed and retried per
   task, and histograms of run time and of due-to-start delay, counted from the first
   scrape (or :func:`instrument`) on, by the runners of *this* process: sum them across
@@ -232,6 +234,25 @@ def _store_families(app: App) -> Iterator[Family]:
         "Seconds the pending job due longest has been due (0: none is due)",
         [("mongosched_oldest_due_lateness_seconds", {}, late)],
     )
+    backlog = app.store.backlog(now)
+    queues = sorted({*backlog, *(queue for queue, _, _ in depth), *(app.queues or ())})
+    due = Family(
+        "mongosched_queue_due_jobs",
+        "gauge",
+        "Pending jobs due now, by queue (what runners could start at once)",
+    )
+    lateness = Family(
+        "mongosched_queue_lateness_seconds",
+        "gauge",
+        "Seconds the job due longest in the queue has been due (0: none is due)",
+    )
+    for queue in queues:
+        waiting = backlog.get(queue)
+        seconds = 0.0 if waiting is None else max(0.0, (now - waiting.oldest).total_seconds())
+        due.samples.append((due.name, {"queue": queue}, float(waiting.due if waiting else 0)))
+        lateness.samples.append((lateness.name, {"queue": queue}, seconds))
+    yield due
+    yield lateness
     runners = app.live_runners()
     stale = sum(1 for r in runners if r.stale)
     for name, text in (

@@ -302,9 +302,11 @@ class JobOperations:
 
     def stats(self, *, running: bool = True) -> dict[str, Any]:
         """Counts by task (a labelled job under its label) and status, the oldest due
-        pending job, the running leases, due jobs whose task no runner of this app
-        knows, and ``clock_offset``: seconds the server's clock is ahead of this app's
-        (None where the store has no clock).
+        pending job, the ``backlog`` of each queue with jobs due (``due``: how many,
+        ``oldest_run_at`` and ``late_seconds`` of the one due longest), the running
+        leases, due jobs whose task no runner of this app knows, and ``clock_offset``:
+        seconds the server's clock is ahead of this app's (None where the store has no
+        clock).
         ``running=False`` leaves the running leases out (an empty list): they are up to
         1,000 jobs read, which a page of counts does not need."""
         now = self.now()
@@ -327,6 +329,14 @@ class JobOperations:
                 "task": oldest.task,
                 "run_at": oldest.run_at,
                 "late_seconds": (now - oldest.run_at).total_seconds(),
+            },
+            "backlog": {
+                queue: {
+                    "due": waiting.due,
+                    "oldest_run_at": waiting.oldest,
+                    "late_seconds": (now - waiting.oldest).total_seconds(),
+                }
+                for queue, waiting in sorted(self.store.backlog(now).items())
             },
             "running": [
                 {

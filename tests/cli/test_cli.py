@@ -485,6 +485,10 @@ def test_stats(
     assert (data["oldest_due"]["id"], data["oldest_due"]["late_seconds"]) == (str(due.id), 2.0)
     assert parse_utc(data["now"]) == clock()
     assert data["running"] == []
+    # the backlog per queue (an autoscaler's signal): due pending jobs, the oldest's lateness
+    assert data["backlog"] == {
+        "default": {"due": 2, "oldest_run_at": data["oldest_due"]["run_at"], "late_seconds": 2.0}
+    }
 
     run = cli("stats", app=sched)
     assert run.code == 0, run.err
@@ -501,6 +505,7 @@ def test_stats(
     assert ["(all)", "3", "0", "1", "1", "0"] in [line.split()[:6] for line in lines]
     assert "due jobs of tasks this app does not register: cli.elsewhere (1)" in run.out
     assert f"oldest due job: {due.id} (cli.add)" in run.out
+    assert "backlog: default: 2 due, the oldest 2.0 s late" in run.out
     assert "running: 0" in run.out
 
 

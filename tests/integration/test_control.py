@@ -359,6 +359,14 @@ def test_stats_counts_by_task_and_status(app: App) -> None:
     assert stats["by_task"] == {"ok": {"completed": 3, "pending": 1}, "bad": {"failed": 1}}
     assert stats["totals"]["completed"] == 3 and stats["totals"]["failed"] == 1
     assert stats["oldest_due"] is None and stats["running"] == []
+    assert stats["backlog"] == {}  # nothing due
+    early = app.now() - timedelta(seconds=30)
+    app.get_task("ok").configure(queue="q", run_at=early).schedule()
+    app.get_task("ok").configure(queue="q").schedule()
+    backlog = app.stats()["backlog"]
+    assert list(backlog) == ["q"] and backlog["q"]["due"] == 2
+    assert backlog["q"]["oldest_run_at"] == early and backlog["q"]["late_seconds"] >= 30
+    app.cancel_jobs(queue="q")
     app.get_task("ok").schedule()
     claim = app.runner(workers=1).claim_next()
     assert claim is not None

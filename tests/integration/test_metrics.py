@@ -3,10 +3,12 @@ the Collector, and the /metrics endpoint."""
 
 from __future__ import annotations
 
+import json
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ import pytest
 from mongosched import App
 from mongosched.observe import metrics
 from mongosched.testing import FakeClock, drain
+from tests.conftest import TEST_URI
 
 parser = pytest.importorskip("prometheus_client.parser")
 
@@ -79,6 +82,11 @@ def test_render_parses_with_prometheus_client(
     )
     assert got[("mongosched_running_jobs", ())] == 0
     assert got[("mongosched_oldest_due_lateness_seconds", ())] == pytest.approx(90 + 10)
+    # the backlog per queue, an autoscaler's signal: "later" has one due for 10 s
+    assert got[("mongosched_queue_due_jobs", (("queue", "default"),))] == 1
+    assert got[("mongosched_queue_due_jobs", (("queue", "later"),))] == 1
+    assert got[("mongosched_queue_lateness_seconds", (("queue", "default"),))] == 100
+    assert got[("mongosched_queue_lateness_seconds", (("queue", "later"),))] == 10
     assert got[("mongosched_store_up", ())] == 1
     assert got[("mongosched_jobs_completed_total", (("task", odd),))] == 3
     assert got[("mongosched_jobs_completed_total", (("task", "flaky"),))] == 1
@@ -101,6 +109,8 @@ def test_render_parses_with_prometheus_client(
         "mongosched_jobs": "gauge",
         "mongosched_running_jobs": "gauge",
         "mongosched_oldest_due_lateness_seconds": "gauge",
+        "mongosched_queue_due_jobs": "gauge",
+        "mongosched_queue_lateness_seconds": "gauge",
         "mongosched_runners": "gauge",
         "mongosched_workers": "gauge",
         "mongosched_store_up": "gauge",
@@ -129,6 +139,9 @@ def test_collector_and_http_endpoint(make_app: Callable[..., App], clock: FakeCl
         got[("mongosched_jobs", (("queue", "default"), ("status", "pending"), ("task", "flaky")))]
         == 1
     )
+    # a queue with unfinished jobs but none due reads 0 (an autoscaler sees the series)
+    assert got[("mongosched_queue_due_jobs", (("queue", "default"),))] == 0
+    assert got[("mongosched_queue_lateness_seconds", (("queue", "default"),))] == 0
     server = metrics.serve(app, 0, host="127.0.0.1")
     try:
         port = server.server_address[1]
@@ -199,3 +212,29 @@ def _completed(port: int) -> float:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
         got = samples(reply.read().decode())
     return got.get(("mongosched_jobs_completed_total", (("task", "ok"),)), 0.0)
+
+
+def test_the_documented_keda_query_counts_the_due_backlog(database: Any) -> None:
+    """The MongoDB scaler's query of docs/operations.rst, as written there, run on a real
+    server: it counts the due pending jobs of its queue, as the metric does (on a real
+    MongoDB exactly as written; SecantusDB is given the time for ``$$NOW``)."""
+    text = (Path(__file__).parents[2] / "docs" / "operations.rst").read_text()
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("query: '{"))
+    query = json.loads(line.strip()[len("query: '") : -1])
+    collection = next(
+        ln.split(":", 1)[1].strip() for ln in text.splitlines() if "collection: mongosched" in ln
+    )
+    app = App(database=database, collection=collection)
+    app.task(name="work")(lambda: None)
+    past = app.now() - timedelta(minutes=1)
+    for _ in range(3):
+        app.get_task("work").configure(run_at=past).schedule()
+    app.get_task("work").configure(delay=3600).schedule()  # not due
+    assert app.runner(workers=1).claim_next() is not None  # running: not waiting
+    app.get_task("work").configure(queue="other", run_at=past).schedule()  # another queue
+    if not TEST_URI:  # SecantusDB compares $$NOW above every date (pinned): give it the time
+        query["$expr"]["$lte"][1] = app.now()
+    assert database[collection].count_documents(query) == 2
+    got = samples(metrics.render(app))
+    assert got[("mongosched_queue_due_jobs", (("queue", "default"),))] == 2
+    assert got[("mongosched_queue_due_jobs", (("queue", "other"),))] == 1

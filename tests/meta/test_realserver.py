@@ -6,7 +6,8 @@ fails and its workaround in the test support can go: a majority write lost in a 
 (the servers run with ``--sync-on-commit``), the TTL sweep interval not applied (tests
 call ``sweep_ttl``), a resume token refused (tests/integration/test_wake.py runs a job before the
 restart it tests), a collection scan for the claim (the query plan tests run on a real
-MongoDB only).
+MongoDB only), ``$$NOW`` not compared as a date (the documented KEDA query is given
+the time on it).
 """
 
 from __future__ import annotations
@@ -211,6 +212,17 @@ def test_pinned_the_planner_scans_the_collection_for_the_claim(real_server: Real
     finally:
         store.connection.database.client.drop_database(name)
         store.close()
+
+
+def test_pinned_now_in_an_expression_is_not_compared_as_a_date(db: Any) -> None:
+    """``$$NOW`` in a query's ``$expr`` compares above every date (a date an hour
+    ahead is "before now"), where MongoDB compares it as the server's current time
+    (the KEDA query of docs/operations.rst: tests/integration/test_metrics.py gives
+    this server the time itself)."""
+    now = datetime.now(timezone.utc)
+    db.jobs.insert_many([{"at": now - timedelta(minutes=1)}, {"at": now + timedelta(hours=1)}])
+    assert db.jobs.count_documents({"at": {"$lte": now}}) == 1
+    assert db.jobs.count_documents({"$expr": {"$lte": ["$at", "$$NOW"]}}) == 2
 
 
 def test_sweep_ttl_deletes_what_has_expired_and_nothing_else(client: Any, db: Any) -> None:
