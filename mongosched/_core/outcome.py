@@ -22,6 +22,7 @@ from mongosched._core.records import (
     JobRecord,
     JobStatus,
     LastRun,
+    LogEntry,
     MissedSlots,
     Settlement,
     assembled,
@@ -308,9 +309,11 @@ def decide(
     slot: datetime | None = None,
     timeout: float | None = None,
     rng: random.Random | None = None,
+    logs: tuple[LogEntry, ...] | None = None,
 ) -> Decision:
     """How ``job`` (as claimed, ``attempts`` counting this attempt) goes on after its
-    attempt ended with ``ending``.
+    attempt ended with ``ending``. ``logs``: the job's log entries to store with the
+    outcome, whichever it is (None: unchanged).
 
     ``retry`` is the task's policy; without it (the reaper, for a task it does not
     know) the job runs again while attempts remain, at once. ``slot`` is the slot a
@@ -319,13 +322,18 @@ def decide(
     arrived meanwhile (the store checks it in the same write).
     """
     decision = _decide(job, ending, now, retention, retry, result, error, slot, timeout, rng)
-    if ending is Ending.CANCELLED or decision.settlement.on_cancel is not None:
-        return decision  # cancelled already, or made with its on_cancel (a success)
     settlement = decision.settlement
-    on_cancel = evolved(
-        cancelled(now, retention, result=settlement.result, error=settlement.error),
-        attempt_error=settlement.attempt_error,
-    )
+    on_cancel = settlement.on_cancel
+    if ending is not Ending.CANCELLED and on_cancel is None:  # a success has its own
+        on_cancel = evolved(
+            cancelled(now, retention, result=settlement.result, error=settlement.error),
+            attempt_error=settlement.attempt_error,
+        )
+    if logs is not None:
+        on_cancel = None if on_cancel is None else evolved(on_cancel, logs=logs)
+        settlement = evolved(settlement, logs=logs)
+    elif on_cancel is settlement.on_cancel:
+        return decision  # cancelled already, or made with its on_cancel (a success)
     return evolved(decision, settlement=evolved(settlement, on_cancel=on_cancel))
 
 

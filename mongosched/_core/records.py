@@ -34,6 +34,7 @@ __all__ = [
     "LastRun",
     "LeaseInfo",
     "MissedSlots",
+    "LogEntry",
     "Pause",
     "PAUSE_KINDS",
     "PendingChanges",
@@ -224,6 +225,19 @@ class Progress:
 
 
 @dataclass(frozen=True)
+class LogEntry:
+    """A log record emitted while a job ran (see :mod:`mongosched.observe.logs`): when,
+    its level's name, the logger's name, the message as formatted (with the traceback of
+    an exception logged with it) and the attempt that logged it."""
+
+    at: datetime
+    level: str
+    logger: str
+    message: str
+    attempt: int
+
+
+@dataclass(frozen=True)
 class LastRun:
     """How the last run of a repeating job ended: for which slot, with which status."""
 
@@ -335,6 +349,9 @@ class JobRecord:
     rank: float | None = None
     """A ranked job's place in claim order (see :func:`effective_priority`), set by the
     store when the job is inserted (None: an ordinary job, by priority and due time)."""
+    logs: tuple[LogEntry, ...] = ()
+    """What the current occurrence's attempts logged (a capped number; see
+    :mod:`mongosched.observe.logs`)."""
 
 
 @dataclass(frozen=True)
@@ -365,6 +382,8 @@ class Settlement:
     on_cancel: Settlement | None = None
     """What to write instead if a user asked to cancel the job while it ran (checked in
     the same atomic write): the job ends cancelled, a repeating one for good."""
+    logs: tuple[LogEntry, ...] | None = None
+    """The job's log entries after this attempt (None: unchanged)."""
 
 
 @dataclass(frozen=True)

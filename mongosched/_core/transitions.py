@@ -129,7 +129,8 @@ def settled(job: JobRecord, settlement: Settlement, result: Any = None) -> JobRe
     result as the store gives it back). The lease goes; no dependency is waited for
     any more; a final status records ``finished_at`` and, but for a declared schedule
     (:func:`may_expire`), ``delete_at``; a failed attempt's error joins ``errors``
-    (the last :data:`ERRORS_KEPT`). What is not given stays as it was."""
+    (the last :data:`ERRORS_KEPT`); log entries given replace the job's. What is not
+    given stays as it was."""
     s = settlement
     now = ms(s.now)
     final = s.status.is_final
@@ -162,6 +163,7 @@ def settled(job: JobRecord, settlement: Settlement, result: Any = None) -> JobRe
         finished_at=now if final else job.finished_at,
         delete_at=ms(s.delete_at) if expires and s.delete_at is not None else job.delete_at,
         errors=job.errors if error is None else kept_errors(job.errors, error),
+        logs=job.logs if s.logs is None else tuple(evolved(e, at=ms(e.at)) for e in s.logs),
     )
 
 

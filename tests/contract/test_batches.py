@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from mongosched._core.records import JobRecord, JobStatus
+from mongosched._core import outcome
+from mongosched._core.outcome import Ending
+from mongosched._core.records import JobRecord, JobStatus, LogEntry, Settlement
 from mongosched.errors import SerializationError
 from mongosched.store import Store
 from tests.support.tasks import Unreadable
@@ -16,10 +18,13 @@ from tests.support.tasks import Unreadable
 from .helpers import (
     LATER,
     LEASE,
+    RETENTION,
     T0,
     add,
+    as_stored,
     batch,
     claim,
+    claimed,
     given_back,
     ids,
     job,
@@ -335,3 +340,42 @@ def test_settle_and_claim_without_outcomes_or_without_tasks(store: Store) -> Non
     settled, none = settle_and_claim(store, [(got[1], succeeded(got[1]))], 0)
     assert none == [] and settled == [store.get(got[1].id)]
     assert [r.args for r in batch(store, 5)] == [(3,)]  # the limits held
+
+
+def test_log_entries_land_with_the_outcome_and_stay_until_replaced(store: Store) -> None:
+    """A settlement's log entries are written with it (alone, in a batch, with claims,
+    and with what lands instead when a cancel was requested); one without any leaves
+    them as they are."""
+    a, b, _, _ = add(store, *[job(max_attempts=3) for _ in range(4)])
+    entries = (
+        LogEntry(T0, "INFO", "shop.orders", "charged 12.50 EUR", 1),
+        LogEntry(T0 + sec(0.25), "ERROR", "shop.orders", "refund failed: é\nTraceback ...", 1),
+    )
+
+    def logged(running: JobRecord, ending: Ending = Ending.SUCCESS) -> Settlement:
+        error = ValueError("no") if ending is Ending.ERROR else None
+        decided = outcome.decide(
+            running, ending, now=LATER, retention=RETENTION, error=error, logs=entries
+        )
+        return decided.settlement
+
+    running = claimed(store)
+    settled = store.settle(running, logged(running))
+    assert settled is not None and settled.id == a.id and settled.logs == entries
+    as_stored(store, [settled])
+    first, second = batch(store, 2)
+    many = store.settle_many([(first, logged(first, Ending.ERROR)), (second, succeeded(second))])
+    assert [r.logs for r in many] == [entries, ()]  # type: ignore[union-attr]
+    as_stored(store, many)
+    last = claimed(store)
+    done, got = settle_and_claim(store, [(last, logged(last))], 1)
+    assert done[0].logs == entries
+    as_stored(store, done)
+    assert [r.id for r in got] == [b.id] and got[0].logs == entries  # its first attempt's
+    back = store.settle(got[0], given_back(got[0]))  # no entries: they stay
+    assert back is not None and back.logs == entries
+    again = claimed(store)
+    assert store.request_cancel(again.id, LATER) is not None
+    ended = store.settle(again, logged(again))  # lands as its on_cancel
+    assert ended is not None and ended.status is JobStatus.CANCELLED and ended.logs == entries
+    as_stored(store, [ended])

@@ -8,7 +8,7 @@ outside it knows them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -24,6 +24,7 @@ from mongosched._core.records import (
     JobStatus,
     LastRun,
     LeaseInfo,
+    LogEntry,
     MissedSlots,
     Progress,
     ScheduleEdit,
@@ -57,6 +58,8 @@ __all__ = [
     "edit_record",
     "missed_document",
     "missed_record",
+    "logs_document",
+    "logs_record",
     "ms",
     "query_document",
     "to_document",
@@ -277,6 +280,35 @@ def missed_record(doc: Any) -> MissedSlots | None:
     )
 
 
+def logs_document(entries: Sequence[LogEntry]) -> list[dict[str, Any]]:
+    return [
+        {
+            "at": ms(e.at),
+            "level": e.level,
+            "logger": e.logger,
+            "message": e.message,
+            "attempt": e.attempt,
+        }
+        for e in entries
+    ]
+
+
+def logs_record(docs: Any) -> tuple[LogEntry, ...]:
+    if not isinstance(docs, list):
+        return ()
+    return tuple(
+        LogEntry(
+            at=aware(d.get("at")),
+            level=str(d.get("level", "")),
+            logger=str(d.get("logger", "")),
+            message=str(d.get("message", "")),
+            attempt=int(d.get("attempt") or 0),
+        )
+        for d in docs
+        if isinstance(d, Mapping)
+    )
+
+
 SCHEMA: dict[str, tuple[type, ...]] = {
     "task": (str,),
     "status": (str,),
@@ -393,6 +425,7 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
             "fair_key": get("fair_key"),
             "fair_weight": get("fair_weight", 1.0),
             "rank": get("rank"),
+            "logs": logs_record(get("logs")),
         },
     )
 

@@ -33,6 +33,7 @@ from mongosched.store.mongo.documents import (
     attempt_error_document,
     error_document,
     last_run_document,
+    logs_document,
     missed_document,
     ms,
 )
@@ -202,6 +203,8 @@ def settle_update(
         fields["last_run"] = last_run_document(s.last_run)
     if s.missed is not None:
         fields["missed"] = missed_document(s.missed)
+    if s.logs is not None:
+        fields["logs"] = logs_document(s.logs)
     update: dict[str, Any] = {"$set": fields}
     if s.status is JobStatus.PENDING:
         revised(fields)
