@@ -275,6 +275,7 @@ class App:
         aging: float | timedelta | None = None,
         fair_key: str | Callable[..., Any] | None = None,
         fair_weights: Mapping[str, float] | None = None,
+        capture_logs: bool | int = True,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy cannot match **options to the keyword overload
@@ -327,6 +328,10 @@ class App:
             account): the name of a parameter or a callable, as ``rate_key``. Keys with
             due work take turns, in proportion to ``fair_weights`` (a mapping of key to
             weight; a key not in it weighs 1).
+        :param capture_logs: keep the log records its jobs make while they run, with
+            the job (:attr:`Job.logs <mongosched.Job.logs>`, written with the outcome):
+            True (default: INFO and up), False (none), or the lowest level to keep (as
+            ``logging.DEBUG``). See :mod:`mongosched.observe.logs`.
 
         Any other option is refused with a :class:`~mongosched.errors.ConfigurationError`
         that lists the known ones.

@@ -19,6 +19,7 @@ from mongosched._core.records import (
     JobStatus,
     LastRun,
     LeaseInfo,
+    LogEntry,
     MissedSlots,
     Progress,
 )
@@ -40,6 +41,7 @@ else:
 __all__ = [
     "AttemptError",
     "ErrorInfo",
+    "LogEntry",
     "Job",
     "JobContext",
     "JobSource",
@@ -150,6 +152,15 @@ class Job(Generic[R]):
     def progress(self) -> Progress | None:
         """The last progress the task reported: ``value`` (0..1), ``message``, ``at``."""
         return self._record.progress
+
+    @property
+    def logs(self) -> tuple[LogEntry, ...]:
+        """The log records its current occurrence's attempts made while they ran
+        (``at``, ``level``, ``logger``, ``message``, ``attempt``), written with each
+        attempt's outcome: INFO and up unless the task says otherwise
+        (``capture_logs``), at most 200 records and 64 KiB (a last entry says how
+        many were cut). See :mod:`mongosched.observe.logs`."""
+        return self._record.logs
 
     @property
     def cancel_requested(self) -> bool:

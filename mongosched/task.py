@@ -18,6 +18,7 @@ from mongosched.job import Job
 from mongosched.limits import KeySpec, RateSpec, key_spec
 from mongosched.limits import rate_limit as rate_limit_of
 from mongosched.observe import tracing
+from mongosched.observe.logs import capture_level
 from mongosched.retry import RetryPolicy
 from mongosched.schedule import Cron, Every, Misfire, Rule, Runs
 from mongosched.store import schedule_id
@@ -135,6 +136,7 @@ class TaskOptions(TypedDict, total=False):
     aging: float | timedelta | None
     fair_key: str | Callable[..., Any] | None
     fair_weights: Mapping[str, float] | None
+    capture_logs: bool | int
 
 
 TASK_OPTIONS = frozenset(TaskOptions.__optional_keys__)
@@ -241,6 +243,7 @@ class Task(Generic[P, R]):
         aging: float | timedelta | None = None,
         fair_key: str | Callable[..., Any] | None = None,
         fair_weights: Mapping[str, float] | None = None,
+        capture_logs: bool | int = True,
     ) -> None:
         self.app = app
         self.fn = fn
@@ -275,6 +278,8 @@ class Task(Generic[P, R]):
         """Jitter, overlap policy and pause on failure of its repeating jobs."""
         if self.rule is not None:
             _check_jitter(task, self.rule, self.runs)
+        self.capture_logs = capture_level(capture_logs, task)
+        """The level from which its jobs keep their log records (None: they keep none)."""
         self.rate_limit = rate_limit_of(rate_limit, task=task)
         """At most so many of its jobs start per window, across every runner."""
         self.rate_key: KeySpec | None = key_spec(

@@ -1,29 +1,58 @@
-"""Job fields on log records: every record the package logs about a job carries
+"""Logs and jobs, both ways.
+
+**Job fields on log records**: every record the package logs about a job carries
 ``job_id``, ``task`` and ``attempt`` as attributes (``extra`` fields), for structured
 log handlers (``%(job_id)s`` in a format, a JSON formatter's extra fields).
-
 Records logged in the thread running a job (the runner's own, and with
 :class:`JobFields` on a handler, the task's too) get them from the job bound to that
 thread (:func:`bound`); the runner's records about a job from other threads (reaper,
 heartbeats, claims) pass them as ``extra`` (:func:`fields`).
+
+**Log records kept with the job** (:class:`Capture`): the records that the
+:mod:`logging` module makes in the thread running a job, at the task's capture level
+(``@app.task(capture_logs=...)``, INFO by default) or above, are kept with the job and
+written with its outcome, in the same write (:attr:`Job.logs <mongosched.Job.logs>`).
+A record exists only if its logger's level lets it through, as for any handler. They
+are taken where records are made (:func:`logging.setLogRecordFactory`, the factory in
+place kept and called first), so no handler is added anywhere and a task that logs
+nothing costs the setting of a context variable. The package's own records are left
+out. A job keeps at most :data:`MAX_RECORDS` records and :data:`MAX_BYTES` of text
+for its current occurrence (its attempts: a repeating job's next slot, or an
+operator's retry, starts afresh); past that, a last entry says how many were cut.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from mongosched._core.records import JobRecord
+from mongosched._core.records import JobRecord, LogEntry
+from mongosched.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from mongosched._core.outcome import Decision
     from mongosched.runner.claim import Claim
 
-__all__ = ["FIELDS", "JobFields", "bind", "bound", "fields", "log_decision", "unbind"]
+__all__ = [
+    "FIELDS",
+    "MAX_BYTES",
+    "MAX_RECORDS",
+    "Capture",
+    "JobFields",
+    "bind",
+    "bound",
+    "capture_level",
+    "capturing",
+    "fields",
+    "log_decision",
+    "unbind",
+    "uncapture",
+]
 
 _runner_log = logging.getLogger("mongosched.runner")
 
@@ -80,6 +109,164 @@ class JobFields(logging.Filter):
 _filter = JobFields()
 for _name in ("mongosched", "mongosched.runner", "mongosched.store"):
     logging.getLogger(_name).addFilter(_filter)
+
+
+# Log records kept with the job ---------------------------------------------------------------
+MAX_RECORDS = 200
+"""Log records a job keeps (for its current occurrence)."""
+MAX_BYTES = 64 * 1024
+"""Characters of text (messages and logger names) a job keeps (likewise)."""
+_OVERHEAD = 32
+"""What an entry counts for beyond its text (its time, level and attempt)."""
+
+
+def capture_level(value: object, task: str) -> int | None:
+    """The level from which a task keeps its jobs' log records, from its
+    ``capture_logs`` option: True (INFO), False (none: None) or a level (a number, as
+    ``logging.DEBUG``)."""
+    if value is True:
+        return logging.INFO
+    if value is False:
+        return None
+    if isinstance(value, int) and value >= 0:
+        return value
+    raise ConfigurationError(
+        f"task {task!r}: capture_logs must be True, False or a logging level "
+        f"(as logging.DEBUG), not {value!r}"
+    )
+
+
+def _size(entry: LogEntry) -> int:
+    return len(entry.message) + len(entry.logger) + _OVERHEAD
+
+
+def _text(value: str) -> str:
+    """``value`` as BSON can store it (a lone surrogate made a replacement mark)."""
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "replace").decode("utf-8")
+
+
+class Capture:
+    """The log records of one attempt of a job, on top of what its earlier attempts
+    of the same occurrence kept (see the module). Made for every run: it does nothing
+    until the first record."""
+
+    __slots__ = ("record", "level", "new", "kept", "size", "cut")
+
+    def __init__(self, record: JobRecord, level: int) -> None:
+        self.record = record
+        self.level = level
+        self.new: list[LogEntry] | None = None
+        self.kept: tuple[LogEntry, ...] = ()
+        self.size = 0
+        self.cut = 0
+
+    def _start(self) -> list[LogEntry]:
+        """At the first record: what the occurrence's earlier attempts kept (a first
+        attempt starts afresh)."""
+        record = self.record
+        if record.attempts > 1 and record.logs:
+            self.kept = record.logs
+            self.size = sum(_size(e) for e in record.logs)
+        self.new = []
+        return self.new
+
+    def add(self, record: logging.LogRecord) -> None:
+        new = self.new if self.new is not None else self._start()
+        if len(self.kept) + len(new) >= MAX_RECORDS:
+            self.cut += 1
+            return
+        room = MAX_BYTES - self.size - len(record.name) - _OVERHEAD
+        if room <= 0:
+            self.cut += 1
+            return
+        message = record.getMessage()
+        if record.exc_info and record.exc_info[0] is not None:
+            message += "\n" + _formatter.formatException(record.exc_info)
+        elif record.exc_text:
+            message += "\n" + record.exc_text
+        if record.stack_info:
+            message += "\n" + record.stack_info
+        if len(message) > room:  # the last that fits, cut short
+            message = message[: max(0, room - 6)] + " [cut]"
+        entry = LogEntry(
+            at=datetime.fromtimestamp(int(record.created * 1000) / 1000, timezone.utc),
+            level=record.levelname,
+            logger=_text(record.name),
+            message=_text(message),
+            attempt=self.record.attempts,
+        )
+        self.size += _size(entry)
+        new.append(entry)
+
+    def result(self) -> tuple[LogEntry, ...] | None:
+        """The job's entries to write with the outcome, or None when they stay as
+        stored (nothing logged, and nothing of an earlier occurrence to clear)."""
+        if self.new is None:
+            return () if self.record.attempts <= 1 and self.record.logs else None
+        entries = [*self.kept, *self.new]
+        if self.cut:
+            entries.append(
+                LogEntry(
+                    at=entries[-1].at if entries else datetime.now(timezone.utc),
+                    level="WARNING",
+                    logger="mongosched",
+                    message=f"{self.cut} more log record(s) cut: a job keeps at most "
+                    f"{MAX_RECORDS} records and {MAX_BYTES // 1024} KiB of text",
+                    attempt=self.record.attempts,
+                )
+            )
+        return tuple(entries)
+
+
+_formatter = logging.Formatter()
+_capture: contextvars.ContextVar[Capture | None] = contextvars.ContextVar(
+    "mongosched_capture", default=None
+)
+_previous: Callable[..., logging.LogRecord] | None = None
+_install_lock = threading.Lock()
+
+
+def _own(name: str) -> bool:
+    return name == "mongosched" or name.startswith("mongosched.")
+
+
+def _make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+    """The record factory: the one in place before makes the record; a job's capture
+    in this thread, if any, keeps it. Keeping it never fails the call that logs."""
+    assert _previous is not None
+    record = _previous(*args, **kwargs)
+    capture = _capture.get()
+    if capture is not None and record.levelno >= capture.level and not _own(record.name):
+        try:
+            capture.add(record)
+        except Exception:  # a message whose arguments do not format: as a handler would
+            capture.cut += 1
+    return record
+
+
+def _install() -> None:
+    """Put :func:`_make_record` in place, once per process."""
+    global _previous
+    with _install_lock:
+        if _previous is None:
+            _previous = logging.getLogRecordFactory()
+            logging.setLogRecordFactory(_make_record)
+
+
+def capturing(capture: Capture) -> contextvars.Token[Capture | None]:
+    """From now on, records made in this thread go to ``capture`` (until
+    :func:`uncapture` with the token returned)."""
+    if _previous is None:
+        _install()
+    return _capture.set(capture)
+
+
+def uncapture(token: contextvars.Token[Capture | None]) -> None:
+    _capture.reset(token)
 
 
 def _level(decision: Decision) -> int:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mongosched._core.records import JobRecord
+from mongosched._core.records import JobRecord, LogEntry
 from mongosched.errors import JobTimeout, StoreError
 from mongosched.job import JobContext, as_current
 from mongosched.store import Store
@@ -95,6 +95,9 @@ class Claim:
         self.rate_taken = False
         """Whether a start of its task's rate limit was recorded for it."""
         self.lost = False
+        self.logs: tuple[LogEntry, ...] | None = None
+        """The job's log entries after its run, to write with its outcome (None:
+        unchanged; see :class:`~mongosched.observe.logs.Capture`)."""
         self.paused = False
         """Whether the heartbeat leaves the job's document alone: a transaction of a
         transactional task is to write it (:meth:`hold`)."""

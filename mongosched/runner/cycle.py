@@ -207,6 +207,9 @@ class RunnerSteps:
         :meth:`Claim.call`): ``(result, error, seconds)``, or None when it does not
         run (its repeating slot moved on, or its lease was lost)."""
         bound = logs.bind(claim.record)  # log records carry the job's fields
+        level = claim.task.capture_logs
+        capture = None if level is None else logs.Capture(claim.record, level)
+        kept = None if capture is None else logs.capturing(capture)
         span = tracing.start(claim.record, self.name)  # None without OpenTelemetry
         try:
             if claim.record.repeat and claim.record.attempts <= 1 and not self._start_slot(claim):
@@ -224,6 +227,9 @@ class RunnerSteps:
             return result, error, time.monotonic() - started
         finally:
             tracing.end(span)
+            if kept is not None and capture is not None:
+                logs.uncapture(kept)
+                claim.logs = capture.result()  # written with the outcome
             logs.unbind(bound)
 
     def run_until_idle(self, *, limit: int = 10_000) -> int:
@@ -672,6 +678,7 @@ class RunnerSteps:
                 error=error,
                 slot=claim.slot,
                 timeout=claim.timeout,
+                logs=claim.logs,
             )
         except Exception as exc:  # its rule no longer computes: it fails alone
             return outcome.uncomputable(claim.record, exc, now, retention)
