@@ -185,6 +185,13 @@ def jobs_show(app: App, args: argparse.Namespace) -> int:
         out("traceback:")
         for line in error.traceback.rstrip().splitlines():
             out(f"  {line}")
+    if job.logs:
+        out(f"logs ({len(job.logs)}):")
+        for entry in job.logs:
+            first, *more = entry.message.splitlines() or [""]
+            out(f"  {cell(entry.at)}  {entry.level:<7}  {entry.logger}  [{entry.attempt}] {first}")
+            for line in more:
+                out(f"      {line}")
     return EXIT_OK
 
 

@@ -636,6 +636,8 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
         fmt('<div class="grid2 detail"><div>{}</div><div>{}</div></div>', join(left), join(right))
     ]
     sections.extend(_error_panels(job, now))
+    if job.logs:
+        sections.append(_logs_panel(job))
     title = job.label or job.task
     head = fmt(
         '<p class="crumbs">{} / <span class="mono">{}</span></p>',
@@ -694,6 +696,15 @@ def _traceback(error: ErrorInfo) -> Markup:
     if not error.traceback:
         return Markup('<p class="muted">No traceback.</p>')
     return code_block(error.traceback, "traceback")
+
+
+def _logs_panel(job: Job) -> Markup:
+    """The log records kept with the job (:attr:`Job.logs`), oldest first."""
+    rows = [(stamp(e.at), e.level, e.logger, e.attempt, e.message) for e in job.logs]
+    return fmt(
+        '<section class="panel flush"><h2>Logs</h2>{}</section>',
+        table(["Time (UTC)", "Level", "Logger", "Attempt", "Message"], rows, empty="", css="logs"),
+    )
 
 
 def _extra_facts(job: Job) -> list[tuple[str, Any]]:

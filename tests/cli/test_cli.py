@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from bson import ObjectId
 
 from mongosched import App, JobStatus, current_job
 from mongosched.cli import main, parse_duration
+from mongosched.cli.output import cell
 from mongosched.cli.parser import VERBS
 from mongosched.errors import StoreError, StoreUnavailable
 from mongosched.store.memory import MemoryStore
@@ -243,6 +245,36 @@ def test_jobs_show_a_result_and_an_error(sched: App, cli: Callable[..., Run]) ->
     assert list(data)[0] == "id" and "_id" not in data
     assert parse_utc(data["created_at"]) == done.created_at
     assert (data["status"], data["lease"], data["error"]) == ("completed", None, None)
+
+
+def test_jobs_show_the_log_records_kept_with_the_job(sched: App, cli: Callable[..., Run]) -> None:
+    task_log = logging.getLogger("cli.task")
+    task_log.setLevel(logging.INFO)
+
+    @sched.task(name="cli.logs", retry=0)
+    def logs() -> None:
+        task_log.info("step %d of %d", 1, 2)
+        task_log.warning("slow disk:\nsecond line")
+
+    job = logs.schedule()
+    drain(sched)
+    run = cli("jobs", "show", str(job.id), app=sched)
+    assert run.code == 0, run.err
+    at = cell(job.refresh().logs[0].at)
+    lines = run.out.splitlines()
+    start = lines.index("logs (2):")
+    assert lines[start + 1 :] == [
+        f"  {at}  INFO     cli.task  [1] step 1 of 2",
+        f"  {at}  WARNING  cli.task  [1] slow disk:",
+        "      second line",
+    ]
+    data = cli("jobs", "show", str(job.id), "--json", app=sched).json()
+    assert [(e["level"], e["message"], e["attempt"]) for e in data["logs"]] == [
+        ("INFO", "step 1 of 2", 1),
+        ("WARNING", "slow disk:\nsecond line", 1),
+    ]
+    plain = cli("jobs", "show", str(sched.schedule("cli.add", 1, 2).id), app=sched)
+    assert "logs" not in plain.out  # none kept: no section
 
 
 def test_json_holds_plain_data(sched: App, cli: Callable[..., Run]) -> None:

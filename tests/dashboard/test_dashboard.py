@@ -740,6 +740,18 @@ def test_the_job_page_shows_run_time_links_the_lease_holder_and_refreshes_while_
     assert re.search(r"<dt>Run time</dt><dd>\d+ ms</dd>", done) and "data-refresh" not in done
 
 
+def test_the_job_page_shows_the_log_records_kept_with_the_job(
+    sched: App, jobs: dict[str, Any], browser: Client
+) -> None:
+    hostile = sched.get_jobs(task=XSS, limit=1)[0]
+    body = browser.get(f"/jobs/{hostile.id}").body
+    assert "<h2>Logs</h2>" in body and '<table class="logs">' in body
+    assert "<td>WARNING</td><td>hostile</td><td>1</td>" in body
+    assert f"about to fail: {html.escape(XSS, quote=False)}" in body and XSS not in body
+    done = browser.get(f"/jobs/{jobs['done'].id}").body
+    assert "<h2>Logs</h2>" not in done  # it logged nothing
+
+
 def test_a_schedule_reads_as_a_schedule(sched: App, jobs: dict[str, Any], browser: Client) -> None:
     tick = next(s for s in sched.schedules() if s["task"] == "tick")
     body = browser.get(f"/jobs/{tick['id']}").body

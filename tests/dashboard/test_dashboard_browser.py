@@ -214,6 +214,10 @@ def test_job_text_is_shown_as_text(signed_in: Any, base: str, shared: App) -> No
     page.goto(f"{base}jobs/{hostile.id}")
     assert page.locator("h1").inner_text() == XSS
     assert XSS in page.locator("pre.code").first.inner_text()
+    logs = page.locator("section.panel:has(h2:text-is('Logs')) table.logs tbody tr")
+    assert logs.count() == 1  # what the task logged, kept with its job, as text
+    cells = logs.first.locator("td").all_inner_texts()
+    assert cells[1:] == ["WARNING", "hostile", "1", f"about to fail: {XSS}"]
     assert page.locator("script:not([src])").count() == 0
     # (the page fixture fails the test if any dialog opened)
 
