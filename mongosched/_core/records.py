@@ -28,6 +28,7 @@ __all__ = [
     "schedule_id",
     "ErrorInfo",
     "Admission",
+    "AuditEntry",
     "JobQuery",
     "JobRecord",
     "JobStatus",
@@ -470,6 +471,24 @@ class Pause:
     since: datetime
     reason: str | None = None
     """Why it was paused, when not by an operator (a schedule that failed too often)."""
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """An operator's action, as the audit trail keeps it (:meth:`App.audit
+    <mongosched.operations.audit.AuditTrail.record>`): when, who (``actor``) and
+    through what (``via``: ``api``, ``cli``, ``dashboard``), the ``action`` (``retry``,
+    ``cancel``, ``purge``, ``pause``, ...), what it was done to (``target``: a job, a
+    filter, a queue...), on how many jobs (None where it does not apply, as for a
+    pause) and, for some, what it changed (``detail``)."""
+
+    at: datetime
+    actor: str
+    via: str
+    action: str
+    target: str
+    count: int | None = None
+    detail: str | None = None
 
 
 @dataclass(frozen=True)

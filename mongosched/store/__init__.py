@@ -34,6 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from mongosched._core.records import (
     Admission,
+    AuditEntry,
     JobQuery,
     JobRecord,
     JobStatus,
@@ -410,6 +411,15 @@ class Store(Protocol):
 
     def runners(self, now: datetime) -> list[RunnerInfo]:
         """Registered runners whose entry has not expired at ``now``, by name."""
+
+    # The audit trail ------------------------------------------------------------------------
+    def record_audit(self, entry: AuditEntry, expire_at: datetime | None) -> None:
+        """Keep ``entry`` until ``expire_at`` (None: for good). Safe to repeat: a
+        repeated call after a network error keeps it once."""
+
+    def audit_entries(self, now: datetime, limit: int = 100) -> list[AuditEntry]:
+        """The entries kept and not expired at ``now``, newest first (``limit=0``:
+        all of them)."""
 
     # Concurrency permits ----------------------------------------------------------------------
     def ensure_permits(self, task: str, limit: int) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mongosched._core.records import (
+    AuditEntry,
     JobQuery,
     JobStatus,
     Pause,
@@ -384,3 +385,19 @@ def test_a_jobs_trace_context_is_stored_as_given(store: Store) -> None:
     assert plain.trace is None and store.get(plain.id).trace is None  # type: ignore[union-attr]
     running = claimed(store)
     assert running.trace == traced.trace
+
+
+def test_the_audit_trail_keeps_entries_newest_first_until_they_expire(store: Store) -> None:
+    assert store.audit_entries(T0) == []
+    first = AuditEntry(T0, "alice@web-1", "cli", "retry", "job 1 (t)", 1)
+    second = AuditEntry(T0, "bob", "dashboard", "purge", "status=failed", 250, None)
+    third = AuditEntry(
+        T0 + sec(1), "ops", "api", "schedule_edit", "schedule:nightly", None, "cron 0 3 * * *"
+    )
+    store.record_audit(first, T0 + sec(60))
+    store.record_audit(second, None)  # kept for good
+    store.record_audit(third, T0 + sec(30))
+    assert store.audit_entries(T0) == [third, second, first]  # the same second: last first
+    assert store.audit_entries(T0, limit=2) == [third, second]
+    assert store.audit_entries(T0 + sec(30)) == [second, first]  # expired at exactly then
+    assert store.audit_entries(T0 + sec(61), limit=0) == [second]

@@ -18,6 +18,7 @@ from mongosched._core import transitions
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
     OPEN_STATUSES,
+    AuditEntry,
     JobQuery,
     JobRecord,
     JobStatus,
@@ -57,6 +58,8 @@ class MemoryOperations:
     def __init__(self) -> None:
         self._pauses: dict[tuple[str, str], Pause] = {}
         self._runners: dict[str, tuple[RunnerInfo, datetime]] = {}
+        self._audit: list[tuple[AuditEntry, datetime | None, int]] = []
+        self._audit_seq = itertools.count()
 
     # What MemoryStore defines (one job at a time, under the lock).
     def _find(self, job_id: Any, status: JobStatus | None = None) -> StoredJob | None:
@@ -271,6 +274,23 @@ class MemoryOperations:
     def remove_runner(self, runner_id: str) -> None:
         with self._lock:
             self._runners.pop(runner_id, None)
+
+    # The audit trail -----------------------------------------------------------------------
+    def record_audit(self, entry: AuditEntry, expire_at: datetime | None) -> None:
+        kept = replace(entry, at=ms(entry.at))
+        with self._lock:
+            until = None if expire_at is None else ms(expire_at)
+            self._audit.append((kept, until, next(self._audit_seq)))
+            if len(self._audit) % 1000 == 0:  # now and then, forget what expired
+                latest = max(e.at for e, _, _ in self._audit)
+                self._audit = [a for a in self._audit if a[1] is None or a[1] > latest]
+
+    def audit_entries(self, now: datetime, limit: int = 100) -> list[AuditEntry]:
+        now = ms(now)
+        with self._lock:
+            live = [(e.at, seq, e) for e, until, seq in self._audit if until is None or until > now]
+        live.sort(key=lambda item: (item[0], item[1]), reverse=True)
+        return [e for _, _, e in live[: limit or None]]
 
     def runners(self, now: datetime) -> list[RunnerInfo]:
         now = ms(now)

@@ -137,6 +137,8 @@ class MongoStore:
         self.save_runner = operations.save_runner
         self.remove_runner = operations.remove_runner
         self.runners = operations.runners
+        self.record_audit = operations.record_audit
+        self.audit_entries = operations.audit_entries
         # Concurrency permits
         permits = MongoPermits(connection)
         self.ensure_permits = permits.ensure_permits

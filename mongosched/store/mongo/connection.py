@@ -38,6 +38,7 @@ from pymongo.errors import ConfigurationError as DriverConfigurationError
 from mongosched.errors import ConfigurationError, StoreError, StoreUnavailable
 from mongosched.store import codec
 from mongosched.store.mongo.documents import (
+    AUDIT_INDEXES,
     INDEXES,
     LIMIT_INDEXES,
     PAUSE_INDEXES,
@@ -135,6 +136,7 @@ class MongoConnection:
         self._pauses: Collection[dict[str, Any]] | None = None
         self._runners: Collection[dict[str, Any]] | None = None
         self._limits: Collection[dict[str, Any]] | None = None
+        self._audit: Collection[dict[str, Any]] | None = None
         self._lock = threading.Lock()
         _connections.add(self)
 
@@ -211,6 +213,13 @@ class MongoConnection:
         return self._pauses
 
     @property
+    def audit_collection(self) -> Collection[dict[str, Any]]:
+        """The audit trail: operators' actions."""
+        if self._audit is None:
+            self._audit = self._collection(f"{self.collection_name}_audit")
+        return self._audit
+
+    @property
     def runners_collection(self) -> Collection[dict[str, Any]]:
         if self._runners is None:
             # The collection keeps its first name, <collection>_workers (stored data).
@@ -235,6 +244,7 @@ class MongoConnection:
             self._client = None
             self._database = self._given_database
             self._jobs = self._permits = self._pauses = self._runners = self._limits = None
+            self._audit = None
 
     def after_fork(self) -> None:
         """In a forked child: the parent's client does not survive a fork."""
@@ -242,6 +252,7 @@ class MongoConnection:
         self._client = None
         self._database = self._given_database
         self._jobs = self._permits = self._pauses = self._runners = self._limits = None
+        self._audit = None
 
     def within(self, transaction: MongoTransaction) -> MongoConnection:
         """This connection as seen from inside ``transaction``: its job, permit and
@@ -326,6 +337,7 @@ class MongoConnection:
             (self.pauses_collection, PAUSE_INDEXES),
             (self.runners_collection, RUNNER_INDEXES),
             (self.limits, LIMIT_INDEXES),
+            (self.audit_collection, AUDIT_INDEXES),
         ):
             for keys, options in indexes:
 

@@ -34,6 +34,7 @@ from mongosched._core.transitions import ms
 from mongosched.errors import MalformedJob
 
 __all__ = [
+    "AUDIT_INDEXES",
     "CLAIM_SORT",
     "RANKED",
     "RANK_SORT",
@@ -185,6 +186,13 @@ INDEXES: list[Index] = [
 PAUSE_INDEXES: list[Index] = []  # a handful of documents, by _id
 RUNNER_INDEXES: list[Index] = [
     # A runner that stopped refreshing its entry is deleted by the server after this.
+    ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
+]
+
+AUDIT_INDEXES: list[Index] = [
+    # Newest first (the trail's one read), and retention: the server deletes an entry
+    # after its expire_at.
+    ([("at", -1), ("_id", -1)], {"name": "at"}),
     ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
 ]
 

@@ -21,6 +21,7 @@ from pymongo.errors import DuplicateKeyError
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
     OPEN_STATUSES,
+    AuditEntry,
     JobQuery,
     JobRecord,
     JobStatus,
@@ -340,6 +341,45 @@ class MongoOperations:
             "unregister runner",
             lambda _: self.connection.runners_collection.delete_one({"_id": runner_id}),
         )
+
+    # The audit trail -----------------------------------------------------------------------
+    def record_audit(self, entry: AuditEntry, expire_at: datetime | None) -> None:
+        doc: dict[str, Any] = {
+            "_id": ObjectId(),  # made before the write: a repeated write keeps it once
+            "at": ms(entry.at),
+            "actor": entry.actor,
+            "via": entry.via,
+            "action": entry.action,
+            "target": entry.target,
+            "count": entry.count,
+            "detail": entry.detail,
+        }
+        if expire_at is not None:
+            doc["expire_at"] = ms(expire_at)
+        audit = self.connection.audit_collection
+        self.connection.retrying(
+            "audit", lambda _: audit.replace_one({"_id": doc["_id"]}, doc, upsert=True)
+        )
+
+    def audit_entries(self, now: datetime, limit: int = 100) -> list[AuditEntry]:
+        query = {"$or": [{"expire_at": {"$gt": ms(now)}}, {"expire_at": None}]}
+        sort = [("at", -1), ("_id", -1)]
+        audit = self.connection.audit_collection
+        docs = self.connection.retrying(
+            "audit entries", lambda _: list(audit.find(query, sort=sort, limit=limit))
+        )
+        return [
+            AuditEntry(
+                at=aware(d["at"]),
+                actor=str(d.get("actor", "")),
+                via=str(d.get("via", "")),
+                action=str(d.get("action", "")),
+                target=str(d.get("target", "")),
+                count=d.get("count"),
+                detail=d.get("detail"),
+            )
+            for d in docs
+        ]
 
     def runners(self, now: datetime) -> list[RunnerInfo]:
         query = {"expire_at": {"$gt": ms(now)}}
