@@ -23,6 +23,7 @@ from mongosched.job import Job
 from mongosched.limits import RateSpec
 from mongosched.operations import triggers
 from mongosched.operations.admin import AdminOperations
+from mongosched.operations.audit import AuditTrail
 from mongosched.operations.bulk import BulkOperations
 from mongosched.operations.jobs import Cancellation, JobOperations
 from mongosched.retry import RetryPolicy
@@ -72,6 +73,8 @@ class App:
     :param queues: queues the runners serve by default (None: every queue).
     :param keep_completed: how long completed jobs are kept (None: forever).
     :param keep_failed: how long failed and cancelled jobs are kept (None: forever).
+    :param keep_audit: how long the audit trail keeps operators' actions (None:
+        forever; see :attr:`audit`).
     :param write_concern: write concern of every state change (default ``"majority"``,
         so a failover cannot roll back a claim).
     :param connect_timeout: seconds any call waits for an unreachable MongoDB server
@@ -97,6 +100,7 @@ class App:
         queues: Sequence[str] | None = None,
         keep_completed: timedelta | float | None = timedelta(days=7),
         keep_failed: timedelta | float | None = timedelta(days=30),
+        keep_audit: timedelta | float | None = timedelta(days=90),
         write_concern: str | int | None = "majority",
         connect_timeout: float | timedelta = 5.0,
         eager: bool = False,
@@ -133,6 +137,7 @@ class App:
             connect_timeout=timeout,
         )
         """Where this app's jobs are stored (see :mod:`mongosched.store`)."""
+        self._keep_audit = _keep(keep_audit, "keep_audit")
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.runners: weakref.WeakSet[Runner] = weakref.WeakSet()
         """The :class:`Runner` objects of this app running in this process
@@ -152,6 +157,9 @@ class App:
         store and options as they are now (at the start, and again when
         :func:`reconfigure` changes them)."""
         store, now, retention, events = self.store, self.now, self.retention, self._listeners
+        self.audit = AuditTrail(store, now=now, keep=self._keep_audit)
+        """The audit trail: who retried, cancelled, purged, paused, resumed or edited
+        what, and when (see :mod:`mongosched.operations.audit`)."""
         self._transactions = Transactions(store, self._writable, integrations)
         self._jobs = JobOperations(
             store,
@@ -160,6 +168,7 @@ class App:
             tasks=self.tasks,
             events=events,
             created=self._created,
+            audit=self.audit,
         )
         self._bulk = BulkOperations(
             store,
@@ -168,9 +177,15 @@ class App:
             retention=retention,
             wake=self._wake,
             release_finished=self._jobs.release_for_purge,
+            audit=self.audit,
         )
         self._admin = AdminOperations(
-            store, writable=self._writable, now=now, events=events, tasks=self.tasks
+            store,
+            writable=self._writable,
+            now=now,
+            events=events,
+            tasks=self.tasks,
+            audit=self.audit,
         )
         self._host = RunnerHost(
             store=store,
@@ -646,6 +661,7 @@ def reconfigure(app: App, source: App) -> None:
         app.lease_duration, app.poll_interval = source.lease_duration, source.poll_interval
         app._clock, app.queues = source._clock, source.queues
         app.retention, app.eager = source.retention, source.eager
+        app._keep_audit = source._keep_audit
         app.wake = source.wake
         app._prepared, app._prepare_error = source._prepared, None
         app._eager_runner = None

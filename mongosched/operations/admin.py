@@ -33,6 +33,7 @@ from mongosched._core.records import (
 from mongosched.errors import ConfigurationError, InvalidJobId, JobNotFound, JobStateError
 from mongosched.events import Listeners
 from mongosched.job import Job
+from mongosched.operations.audit import AuditTrail, checked_actor
 from mongosched.schedule import Cron, Every, rule_from_document
 from mongosched.store import Store, schedule_id
 from mongosched.task import Task
@@ -100,6 +101,7 @@ class AdminOperations:
     :param now: the app's clock.
     :param events: the app's listeners.
     :param tasks: the app's registered tasks, by name (their declared schedules).
+    :param audit: the app's audit trail.
     """
 
     def __init__(
@@ -110,12 +112,14 @@ class AdminOperations:
         now: Callable[[], datetime],
         events: Listeners,
         tasks: Mapping[str, Any],
+        audit: AuditTrail,
     ) -> None:
         self.store = store
         self.writable = writable
         self.now = now
         self.events = events
         self.tasks = tasks
+        self.audit = audit
 
     # Pause and resume --------------------------------------------------------------------------
     def pause(
@@ -125,6 +129,7 @@ class AdminOperations:
         task: str | None = None,
         schedule: Any = None,
         reason: str | None = None,
+        actor: str | None = None,
     ) -> None:
         """Stop every runner, cluster-wide, from starting jobs of a ``queue``, a
         ``task`` or a repeating ``schedule`` (its id, or its task's name) within one
@@ -132,7 +137,9 @@ class AdminOperations:
         pending (a paused schedule: ``paused``), until :meth:`resume`. Pausing what is
         paused changes nothing. ``task`` also names a label (a Django task's path): the
         jobs labelled so wait ``paused``, the other jobs of their task run on.
-        ``reason`` is kept with the pause (the dashboard and :meth:`pauses` show it)."""
+        ``reason`` is kept with the pause (the dashboard and :meth:`pauses` show it).
+        ``actor``: who did it, for the audit trail."""
+        checked_actor(actor, "pause")
         kind, name, record = self._pause_target("pause", queue, task, schedule)
         if reason is not None:
             reason = validate.text(reason, what="pause: reason", maximum=1024)
@@ -146,14 +153,23 @@ class AdminOperations:
         if added:
             log.info("%s %s paused", kind, name)
             self.events.emit("control:pause", pause=pause)
+        self.audit.record(
+            "pause", f"{kind} {name}", detail=None if added else "already paused", actor=actor
+        )
 
     def resume(
-        self, *, queue: str | None = None, task: str | None = None, schedule: Any = None
+        self,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        schedule: Any = None,
+        actor: str | None = None,
     ) -> None:
         """Undo :meth:`pause`: runners claim the queue's, task's or schedule's jobs again
         within one poll interval, those due first. A resumed schedule is due at the slot
         it was waiting for; its misfire policy decides what runs for slots missed while
         it was paused (``coalesce``: one run; ``skip``: none; ``all``: each)."""
+        checked_actor(actor, "resume")
         kind, name, record = self._pause_target("resume", queue, task, schedule)
         removed = self.writable().remove_pause(kind, name)
         if record is not None:
@@ -163,6 +179,9 @@ class AdminOperations:
         if removed:
             log.info("%s %s resumed", kind, name)
             self.events.emit("control:resume", pause=Pause(kind, name, self.now()))
+        self.audit.record(
+            "resume", f"{kind} {name}", detail=None if removed else "was not paused", actor=actor
+        )
 
     def pauses(self) -> list[Pause]:
         """What is paused, by kind (``queue``, ``task``, ``schedule``) and name."""
@@ -259,6 +278,7 @@ class AdminOperations:
         timezone: str | None = None,
         priority: float | None = None,
         queue: str | None = None,
+        actor: str | None = None,
     ) -> dict[str, Any]:
         """Change a repeating schedule at runtime (``schedule``: its id, or its task's
         name): its rule (``cron``, or ``every``; a new ``timezone`` alone keeps the cron
@@ -270,7 +290,8 @@ class AdminOperations:
         A declared schedule (``@app.task(cron=...)``) keeps the edit across deploys
         until its declaration in code changes: then the new code wins, and
         :meth:`ensure_schedules` logs that it replaced the edit. Returns the schedule's
-        row as :meth:`schedules` lists it."""
+        row as :meth:`schedules` lists it. ``actor``: who did it, for the audit trail."""
+        checked_actor(actor, "update_schedule")
         record = self._schedule(schedule)
         if all(v is None for v in (cron, every, timezone, priority, queue)):
             raise ConfigurationError(
@@ -285,6 +306,8 @@ class AdminOperations:
                     "schedule %s (%s) edited: %s", updated.id, updated.task, _describe(changes)
                 )
                 self.events.emit("schedule:update", job=Job(updated, self.store))
+                target = f"schedule {updated.id} ({updated.task})"
+                self.audit.record("schedule_edit", target, detail=_describe(changes), actor=actor)
                 pause = next(
                     (
                         p

@@ -24,6 +24,7 @@ from mongosched._core.filters import JobFilters, job_query
 from mongosched._core.outcome import Retention
 from mongosched._core.records import RETRYABLE_STATUSES, JobQuery, JobStatus
 from mongosched.errors import ConfigurationError
+from mongosched.operations.audit import AuditTrail, checked_actor
 from mongosched.store import Store
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ class BulkOperations:
     :param wake: wakes this process's runners (jobs were made pending).
     :param release_finished: releases the dependents of jobs that finished by a time
         (a purge deletes them after).
+    :param audit: the app's audit trail.
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class BulkOperations:
         retention: Retention,
         wake: Callable[[], None],
         release_finished: Callable[[datetime], None],
+        audit: AuditTrail,
     ) -> None:
         self.store = store
         self.writable = writable
@@ -72,12 +75,14 @@ class BulkOperations:
         self.retention = retention
         self.wake = wake
         self.release_finished = release_finished
+        self.audit = audit
 
     def retry_jobs(
         self,
         *,
         dry_run: bool = False,
         batch_size: int = BATCH_SIZE,
+        actor: str | None = None,
         **filters: Unpack[JobFilters],
     ) -> int:
         """Run again every failed, cancelled or expired job matching the filters (as
@@ -92,6 +97,7 @@ class BulkOperations:
             dry_run,
             batch_size,
             "only failed, cancelled or expired jobs can be retried",
+            actor,
         )
         if dry_run:
             return self.store.count(query)
@@ -101,13 +107,14 @@ class BulkOperations:
             self.wake()
             return done
 
-        return self._walk("retried", query, retry, batch_size)
+        return self._walk("retry", query, retry, batch_size, actor)
 
     def cancel_jobs(
         self,
         *,
         dry_run: bool = False,
         batch_size: int = BATCH_SIZE,
+        actor: str | None = None,
         **filters: Unpack[JobFilters],
     ) -> int:
         """Cancel every unfinished job matching the filters, as :meth:`cancel` does
@@ -122,6 +129,7 @@ class BulkOperations:
             dry_run,
             batch_size,
             "finished jobs cannot be cancelled",
+            actor,
         )
         if dry_run:
             return self.store.count(query)
@@ -131,13 +139,14 @@ class BulkOperations:
             ended, asked = self.writable().cancel_many(ids, settlement)
             return ended + asked
 
-        return self._walk("cancelled", query, cancel, batch_size)
+        return self._walk("cancel", query, cancel, batch_size, actor)
 
     def purge_jobs(
         self,
         *,
         dry_run: bool = False,
         batch_size: int = BATCH_SIZE,
+        actor: str | None = None,
         **filters: Unpack[JobFilters],
     ) -> int:
         """Delete every finished job (completed, failed or cancelled; ``status``
@@ -152,14 +161,17 @@ class BulkOperations:
             dry_run,
             batch_size,
             "only finished jobs can be purged",
+            actor,
         )
         if dry_run:
             return self.store.count(query)
         self.release_finished(self.now())
         final = query.statuses or PURGEABLE
-        return self._walk(
-            "purged", query, lambda ids: self.writable().purge_many(ids, final), batch_size
-        )
+
+        def purge(ids: Sequence[Any]) -> int:
+            return self.writable().purge_many(ids, final)
+
+        return self._walk("purge", query, purge, batch_size, actor)
 
     def throughput(
         self, since: datetime, bucket: timedelta = timedelta(minutes=1)
@@ -193,10 +205,12 @@ class BulkOperations:
         dry_run: bool,
         batch_size: int,
         why: str,
+        actor: str | None,
     ) -> JobQuery:
         """The query of a bulk operation: the filters given, its status narrowed to the
         statuses it acts on (refusing others, with ``why``)."""
         validate.whole(batch_size, what=f"{what}: batch_size")
+        checked_actor(actor, what)
         if not isinstance(dry_run, bool):
             raise ConfigurationError(f"{what}: dry_run must be True or False")
         query = job_query(what, filters)
@@ -208,10 +222,15 @@ class BulkOperations:
         return query
 
     def _walk(
-        self, done: str, query: JobQuery, write: Callable[[Sequence[Any]], int], size: int
+        self,
+        action: str,
+        query: JobQuery,
+        write: Callable[[Sequence[Any]], int],
+        size: int,
+        actor: str | None,
     ) -> int:
         """Walk the matches of ``query`` a batch of ids at a time, ``write`` each batch;
-        the total ``write`` reported."""
+        the total ``write`` reported (and kept in the audit trail)."""
         total = batches = 0
         after = None
         while True:
@@ -223,7 +242,10 @@ class BulkOperations:
             if len(ids) < size:
                 break
             after = ids[-1]
-        log.info("%s %d job(s) in %d batch(es) (%s)", done, total, batches, _describe(query))
+        described = _describe(query)
+        done = {"retry": "retried", "cancel": "cancelled", "purge": "purged"}[action]
+        log.info("%s %d job(s) in %d batch(es) (%s)", done, total, batches, described)
+        self.audit.record(action, described, count=total, actor=actor)
         return total
 
 

@@ -25,6 +25,7 @@ from mongosched._core.records import (
 from mongosched.errors import ConfigurationError, JobNotFound, JobStateError
 from mongosched.events import Listeners
 from mongosched.job import Job
+from mongosched.operations.audit import AuditTrail, checked_actor
 from mongosched.runner import dependencies
 from mongosched.store import Store
 
@@ -64,6 +65,7 @@ class JobOperations:
     :param events: the app's listeners.
     :param created: what follows a job made pending again (its event, the wake-up of
         this process's runners).
+    :param audit: the app's audit trail.
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class JobOperations:
         tasks: Mapping[str, Any],
         events: Listeners,
         created: Callable[[Job], None],
+        audit: AuditTrail,
     ) -> None:
         self.store = store
         self.now = now
@@ -82,6 +85,7 @@ class JobOperations:
         self.tasks = tasks
         self.events = events
         self.created = created
+        self.audit = audit
 
     def announce(self, event: str, record: JobRecord) -> None:
         """Send ``event`` about a stored job (what a dependents' release reports)."""
@@ -141,12 +145,20 @@ class JobOperations:
         return self.store.count(job_query("count_jobs", filters))
 
     # Control ------------------------------------------------------------------------------------
-    def cancel(self, job_id: Any) -> Cancellation:
+    def cancel(self, job_id: Any, *, actor: str | None = None) -> Cancellation:
         """Cancel a job: a pending or waiting one at once (the jobs waiting for it
         end too, unless they run on a dependency's failure); a running one at its next heartbeat
         (it ends ``cancelled`` when its function returns). A finished job is left as
-        it is, and the result says so. A repeating job stops for good."""
+        it is, and the result says so. A repeating job stops for good. ``actor``:
+        who did it, for the audit trail (as for every operator action here)."""
+        checked_actor(actor, "cancel")
         job_id = self._parse_id(job_id)
+        done = self._cancel(job_id)
+        count = 0 if done is Cancellation.ALREADY_FINISHED else 1
+        self.audit.record("cancel", f"job {job_id}", count=count, detail=done.value, actor=actor)
+        return done
+
+    def _cancel(self, job_id: Any) -> Cancellation:
         for _ in range(3):  # its status may change between the two writes
             now = self.now()
             record = self.store.cancel_pending(job_id, outcome.cancelled(now, self.retention))
@@ -172,7 +184,7 @@ class JobOperations:
                 return Cancellation.ALREADY_FINISHED
         raise JobStateError(f"job {job_id} keeps changing status; not cancelled")
 
-    def update_job(self, /, job_id: Any, **changes: Any) -> Job:
+    def update_job(self, /, job_id: Any, *, actor: str | None = None, **changes: Any) -> Job:
         """Change a pending job: ``priority``, ``run_at`` (or ``delay``), ``queue``,
         ``args``, ``kwargs``. Raises :class:`JobStateError` unless it is pending. New
         arguments are bound to the function's parameters when this process knows the
@@ -185,6 +197,7 @@ class JobOperations:
                 f"update_job: cannot change {', '.join(sorted(unknown))} "
                 f"(only {', '.join(sorted(allowed))})"
             )
+        checked_actor(actor, "update_job")
         current = self.require(job_id)
         name = current.task
         if "run_at" in changes and "delay" in changes:
@@ -222,12 +235,17 @@ class JobOperations:
             raise JobStateError(
                 f"job {current.id} ({name}) is {status}; only pending jobs can change"
             )
+        detail = ", ".join(sorted(changes))
+        self.audit.record(
+            "update", f"job {current.id} ({name})", count=1, detail=detail, actor=actor
+        )
         return Job(record, self.store)
 
-    def retry_job(self, job_id: Any) -> Job:
+    def retry_job(self, job_id: Any, *, actor: str | None = None) -> Job:
         """Run a failed, cancelled or expired job again: back to pending, due now, attempts reset.
         Raises :class:`JobStateError` for any other status, or when its dedupe key is now
         held by another job."""
+        checked_actor(actor, "retry_job")
         job = self.require(job_id)
         if job.status not in RETRYABLE_STATUSES:
             raise JobStateError(
@@ -239,14 +257,16 @@ class JobOperations:
             raise JobStateError(f"job {job.id} ({job.task}) changed status; not retried")
         result = Job(record, self.store)
         self.created(result)
+        self.audit.record("retry", f"job {job.id} ({job.task})", count=1, actor=actor)
         return result
 
-    def delete_job(self, job_id: Any) -> None:
+    def delete_job(self, job_id: Any, *, actor: str | None = None) -> None:
         """Delete one finished job (completed, failed or cancelled) now. Raises
         :class:`JobNotFound` when there is no such job, :class:`JobStateError` when it
         has not finished (cancel it first). A declared schedule's job is never deleted
         (cancel the schedule instead). Jobs still waiting for it are released first,
         as its outcome says."""
+        checked_actor(actor, "delete_job")
         for _ in range(3):  # a job may depend on it between the release and the delete
             job = self.require(job_id)
             if not job.is_finished:
@@ -263,6 +283,7 @@ class JobOperations:
                 )
             if self.store.purge_many([job.id], [job.status]):
                 log.info("job %s (%s) deleted", job.id, job.task)
+                self.audit.record("delete", f"job {job.id} ({job.task})", count=1, actor=actor)
                 return
         raise JobStateError(f"job {job.id} ({job.task}) changed or stays; not deleted")
 
@@ -272,10 +293,12 @@ class JobOperations:
         status: str | JobStatus | Iterable[str | JobStatus] = ("completed",),
         older_than: timedelta | float = timedelta(0),
         task: str | None = None,
+        actor: str | None = None,
     ) -> int:
         """Delete finished jobs of the given final statuses that finished more than
         ``older_than`` ago. Jobs still waiting for one of them are released first, as
         its outcome says. Returns how many were deleted."""
+        checked_actor(actor, "purge")
         chosen = statuses(status)
         bad = [s.value for s in chosen if not s.is_final]
         if bad:
@@ -284,7 +307,11 @@ class JobOperations:
         cutoff = self.now() - timedelta(seconds=age)
         self.release_for_purge(cutoff)
         deleted = self.store.purge(chosen, cutoff, task)
-        log.info("purged %d %s job(s)", deleted, "/".join(s.value for s in chosen))
+        what = "/".join(s.value for s in chosen)
+        log.info("purged %d %s job(s)", deleted, what)
+        target = f"status={what}, finished_before={cutoff.isoformat()}"
+        target += "" if task is None else f", task={task}"
+        self.audit.record("purge", target, count=deleted, actor=actor)
         return deleted
 
     def release_for_purge(self, through: datetime) -> None:

@@ -1,0 +1,114 @@
+"""The audit trail (mongosched.operations.audit): every operator action of the API kept
+with who, through what, on how many jobs and when, for ``keep_audit``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from mongosched import App
+from mongosched.errors import ConfigurationError
+from mongosched.operations.audit import local_actor
+from mongosched.testing import FakeClock, drain
+
+
+def busy(make_app: Callable[..., App], clock: FakeClock, **options: object) -> App:
+    app = make_app(clock=clock, **options)
+    app.task(name="boom", retry=0)(lambda: 1 / 0)
+    app.task(name="ok")(lambda: None)
+    app.task(name="tick", every=60)(lambda: None)
+    return app
+
+
+def test_every_operator_action_is_kept_with_who_what_and_how_many(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = busy(make_app, clock)
+    failed = [app.schedule("boom") for _ in range(3)]
+    drain(app)
+    pending = app.get_task("ok").configure(delay=60).schedule()
+    app.ensure_schedules()
+
+    app.retry_job(failed[0], actor="alice")
+    app.retry_jobs(task="boom", actor="bob")  # the two still failed
+    app.cancel_jobs(task="boom")  # this process's user@host
+    app.cancel(pending, actor="alice")
+    app.purge_jobs(status="cancelled", task="boom", actor="carol")
+    app.update_job(app.get_task("ok").configure(delay=60).schedule(), priority=2, actor="dave")
+    app.pause(queue="reports", actor="erin")
+    app.resume(queue="reports", actor="erin")
+    app.update_schedule("tick", every=120, actor="frank")
+    app.purge(status="cancelled", actor="gina")
+    app.retry_jobs(task="boom", dry_run=True, actor="nobody")  # a count only: not kept
+
+    got = [(e.actor, e.via, e.action, e.count) for e in reversed(app.audit.entries())]
+    assert got == [
+        ("alice", "api", "retry", 1),
+        ("bob", "api", "retry", 2),
+        (local_actor(), "api", "cancel", 3),
+        ("alice", "api", "cancel", 1),
+        ("carol", "api", "purge", 3),
+        ("dave", "api", "update", 1),
+        ("erin", "api", "pause", None),
+        ("erin", "api", "resume", None),
+        ("frank", "api", "schedule_edit", None),
+        ("gina", "api", "purge", 1),
+    ]
+    entries = list(reversed(app.audit.entries()))
+    assert entries[0].target == f"job {failed[0].id} (boom)"
+    assert entries[1].target == "task=boom, statuses=failed/cancelled/expired"
+    assert entries[3].target == f"job {pending.id}" and entries[3].detail == "cancelled"
+    assert entries[5].detail == "priority"
+    assert entries[6].target == "queue reports"
+    assert entries[8].target == "schedule schedule:tick (tick)"
+    assert entries[8].detail is not None and "every 120" in entries[8].detail
+    assert all(e.at == clock() for e in entries)
+
+
+def test_front_ends_say_who_acts_unless_an_actor_is_given(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = busy(make_app, clock)
+    with app.audit.acting("alice", "dashboard"):
+        app.pause(task="ok")
+        app.resume(task="ok", actor="bob")
+    app.pause(task="ok")
+    got = [(e.actor, e.via, e.detail) for e in reversed(app.audit.entries())]
+    assert got == [("alice", "dashboard", None), ("bob", "dashboard", None), (local_actor(), "api", None)]
+    with pytest.raises(ConfigurationError, match="audit: actor must be a non-empty str"):
+        with app.audit.acting("", "cli"):
+            pass
+
+
+@pytest.mark.parametrize("bad", ["", 42])
+def test_a_bad_actor_is_refused_before_anything_is_done(
+    make_app: Callable[..., App], clock: FakeClock, bad: object
+) -> None:
+    app = busy(make_app, clock)
+    job = app.get_task("ok").configure(delay=60).schedule()
+    with pytest.raises(ConfigurationError, match="cancel: actor must be a non-empty str"):
+        app.cancel(job, actor=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="pause: actor must be a non-empty str"):
+        app.pause(queue="q", actor=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="purge_jobs: actor must be a non-empty str"):
+        app.purge_jobs(task="ok", actor=bad)  # type: ignore[arg-type]
+    assert job.refresh().status.value == "pending" and app.pauses() == []
+    assert app.audit.entries() == []
+
+
+def test_entries_are_kept_for_keep_audit(make_app: Callable[..., App], clock: FakeClock) -> None:
+    app = busy(make_app, clock, keep_audit=timedelta(days=1))
+    app.pause(queue="q", actor="early")
+    clock.advance(hours=12)
+    app.resume(queue="q", actor="later")
+    assert [e.actor for e in app.audit.entries()] == ["later", "early"]
+    clock.advance(hours=12)  # the first is a day old: gone
+    assert [e.actor for e in app.audit.entries()] == ["later"]
+    forever = busy(make_app, clock, keep_audit=None)
+    forever.pause(queue="q", actor="kept")
+    clock.advance(days=3650)
+    assert [e.actor for e in forever.audit.entries()] == ["kept"]
+    with pytest.raises(ConfigurationError, match="keep_audit"):
+        make_app(keep_audit="a week")
