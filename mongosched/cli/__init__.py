@@ -60,6 +60,7 @@ from mongosched.cli.exits import (
 from mongosched.cli.output import error, gist
 from mongosched.cli.parser import build_parser, parse_duration
 from mongosched.errors import JobNotFound, MongoschedError, StoreError, StoreUnavailable
+from mongosched.operations.audit import local_actor
 
 __all__ = ["build_parser", "check_connection", "load_app", "main", "parse_duration"]
 
@@ -128,7 +129,8 @@ def main(
             # A worker often starts before its database: it waits (the runner's
             # backoff, logged), unless --timeout says how long.
             check_connection(chosen, args.timeout or 3.0)
-        code: int = args.run(chosen, args)
+        with chosen.audit.acting(local_actor(), "cli"):  # who runs an operator's verb
+            code: int = args.run(chosen, args)
         return code
     except CommandError as exc:
         error(str(exc))

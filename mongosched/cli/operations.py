@@ -1,6 +1,6 @@
 """The operator's verbs of ``mongosched``: bulk ``retry``, ``cancel`` and ``purge`` by
 filter, ``pause`` and ``resume``, ``pauses``, ``schedule-edit``, ``trigger``,
-``backfill`` and ``runners`` (``workers``, its old name)."""
+``backfill``, ``runners`` (``workers``, its old name) and ``audit``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from mongosched.cli.output import listing, out, print_json, warning
 from mongosched.job import Job
 
 __all__ = [
+    "audit",
     "backfill",
     "bulk",
     "pause",
@@ -200,3 +201,15 @@ def workers(app: App, args: argparse.Namespace) -> int:
     """The old name of ``runners``: the same listing, after a warning on stderr."""
     warning("'workers' is deprecated and will be removed in the next release: use 'runners'")
     return runners(app, args)
+
+
+def audit(app: App, args: argparse.Namespace) -> int:
+    listing(
+        app.audit.entries(limit=args.limit),
+        as_json=args.json,
+        json_row=lambda e: e,
+        empty="no operator action recorded",
+        headers=["AT (UTC)", "ACTOR", "VIA", "ACTION", "JOBS", "TARGET", "DETAIL"],
+        row=lambda e: [e.at, e.actor, e.via, e.action, e.count, e.target, e.detail],
+    )
+    return EXIT_OK

@@ -25,6 +25,7 @@ OPERATION_VERBS = {
     "backfill": "run the slots of a past range of a repeating schedule, each once",
     "runners": "list the runners registered (every process and host), stale ones marked",
     "workers": "the old name of runners (deprecated)",
+    "audit": "list operators' actions, newest first: who did what, on how many jobs",
 }
 
 STATUSES = {
@@ -124,6 +125,13 @@ def add_operation_verbs(
     )
     json_flag(backfill)
     backfill.set_defaults(run=operations.backfill)
+
+    audit = verb(commands, "audit", OPERATION_VERBS["audit"])
+    audit.add_argument(
+        "--limit", type=types["positive_int"], default=50, metavar="N", help="default 50"
+    )
+    json_flag(audit)
+    audit.set_defaults(run=operations.audit)
 
     for name, run in (("runners", operations.runners), ("workers", operations.workers)):
         listed = verb(commands, name, OPERATION_VERBS[name])

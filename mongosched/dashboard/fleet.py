@@ -17,13 +17,21 @@ from mongosched.dashboard.render import (
     duration,
     fmt,
     join,
+    stamp,
     table,
     when,
 )
 from mongosched.dashboard.views import boxed, link, pause_link, runner_anchor
 from mongosched.errors import MongoschedError
 
-__all__ = ["labelled_inputs", "rule_text", "runners_page", "schedule_edit", "schedules_page"]
+__all__ = [
+    "audit_page",
+    "labelled_inputs",
+    "rule_text",
+    "runners_page",
+    "schedule_edit",
+    "schedules_page",
+]
 
 
 def rule_text(rule: str) -> str:
@@ -143,6 +151,38 @@ def runners_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
         "forgotten later.</p>"
     )
     return "Runners", note + boxed(table(headers, rows, empty="No runner is registered."))
+
+
+AUDIT_LIMIT = 200
+"""Entries the audit page lists (the newest)."""
+
+
+def audit_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
+    entries = ops.app.audit.entries(limit=AUDIT_LIMIT)
+    rows = [
+        [
+            stamp(e.at),
+            e.actor,
+            e.via,
+            e.action,
+            "" if e.count is None else f"{e.count:,}",
+            e.target,
+            e.detail or "",
+        ]
+        for e in entries
+    ]
+    headers = ["When (UTC)", "Who", "Via", "Action", "Jobs", "What", "Detail"]
+    keep = ops.app.audit.keep
+    kept = "for good" if keep is None else f"for {duration(keep.total_seconds())}"
+    note = fmt(
+        '<p class="muted">What operators did (retry, cancel, delete, purge, edit, pause, '
+        "resume, schedule edits), through the API, the command line or this dashboard, "
+        "newest first: the latest {}, kept {} (<code>mongosched audit</code> lists them "
+        "too).</p>",
+        AUDIT_LIMIT,
+        kept,
+    )
+    return "Audit trail", note + boxed(table(headers, rows, empty="No action recorded yet."))
 
 
 # Editing a schedule ------------------------------------------------------------------------

@@ -111,7 +111,13 @@ class Context:
         )
 
 
-NAV = (("/", "Overview"), ("/jobs", "Jobs"), ("/schedules", "Schedules"), ("/runners", "Runners"))
+NAV = (
+    ("/", "Overview"),
+    ("/jobs", "Jobs"),
+    ("/schedules", "Schedules"),
+    ("/runners", "Runners"),
+    ("/audit", "Audit"),
+)
 
 
 def page(

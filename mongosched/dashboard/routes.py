@@ -15,7 +15,7 @@ from mongosched._core.records import JobStatus
 from mongosched.dashboard.actions import JOB_ACTIONS, bulk_action, job_action, pause_action
 from mongosched.dashboard.csrf import Session, refusal
 from mongosched.dashboard.data import Operations
-from mongosched.dashboard.fleet import runners_page, schedule_edit, schedules_page
+from mongosched.dashboard.fleet import audit_page, runners_page, schedule_edit, schedules_page
 from mongosched.dashboard.http import Request, Response, redirect
 from mongosched.dashboard.render import Context, Markup, fmt, page
 from mongosched.dashboard.schedule_runs import backfill_action, trigger_action
@@ -36,6 +36,7 @@ READS: dict[str, Callable[[Operations, Context], tuple[str, Markup]]] = {
     "/jobs": jobs_page,
     "/schedules": schedules_page,
     "/runners": runners_page,
+    "/audit": audit_page,
 }
 MOVED = {"/workers": "/runners"}
 """Old paths of pages, kept for one release so that bookmarks still lead there."""
@@ -73,7 +74,9 @@ class Dashboard:
                 log.warning("dashboard: POST %s refused: %s", request.path, why)
                 return self._page(ctx, "Refused", fmt("<p>Refused: {}.</p>", why), 403)
         try:
-            return self._route(ctx)
+            # Who acts, for the audit trail: the signed-in user, else how the token came.
+            with self.app.audit.acting(session.user or "dashboard token", "dashboard"):
+                return self._route(ctx)
         except StoreError as exc:
             log.warning("dashboard: %s %s: database error: %s", request.method, request.path, exc)
             body = fmt(

@@ -624,6 +624,7 @@ EVERY_VERB = {
     "backfill": ["backfill", "nightly", "--start", "2d", "--end", "1d"],
     "runners": ["runners"],
     "workers": ["workers"],
+    "audit": ["audit"],
     "dashboard": ["dashboard", "--token", "t" * 32, "--port", "0"],
 }
 

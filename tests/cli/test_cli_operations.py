@@ -13,6 +13,7 @@ import pytest
 
 from mongosched import App, JobStatus, current_job
 from mongosched.cli import main
+from mongosched.operations.audit import local_actor
 from mongosched.testing import FakeClock, drain
 from tests.support.waiting import wait_for
 
@@ -184,3 +185,25 @@ def test_runners_lists_live_runners(make_app: Callable[..., App], cli: Callable[
     )
     runner.stop()
     assert app.live_runners() == []
+
+
+def test_audit_lists_what_the_commands_did_and_who_ran_them(
+    ops: App, clock: FakeClock, cli: Callable[..., Run]
+) -> None:
+    assert cli("audit", app=ops).out.strip() == "no operator action recorded"
+    ops.schedule("boom")
+    drain(ops)
+    assert cli("retry", "--task", "boom", app=ops).code == 0
+    assert cli("pause", "--queue", "reports", app=ops).code == 0
+    ops.resume(queue="reports", actor="alice")  # through the API
+    run = cli("audit", "--json", app=ops)
+    assert run.code == 0, run.err
+    who = local_actor()
+    assert [(e["actor"], e["via"], e["action"], e["count"], e["target"]) for e in run.json()] == [
+        ("alice", "api", "resume", None, "queue reports"),
+        (who, "cli", "pause", None, "queue reports"),
+        (who, "cli", "retry", 1, "task=boom, statuses=failed/cancelled/expired"),
+    ]
+    lines = cli("audit", "--limit", "2", app=ops).out.splitlines()
+    assert lines[0].split() == ["AT", "(UTC)", "ACTOR", "VIA", "ACTION", "JOBS", "TARGET", "DETAIL"]
+    assert len(lines) == 3 and "alice" in lines[1] and "resume" in lines[1]

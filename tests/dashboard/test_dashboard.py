@@ -821,6 +821,31 @@ def test_retry_and_cancel_one_job_after_confirming(
     assert wrong.status == 409 and "only failed, cancelled or expired" in wrong.body
 
 
+def test_the_audit_page_lists_actions_with_who_did_them(
+    sched: App, jobs: dict[str, Any], browser: Client, anonymous: Client
+) -> None:
+    job = first_failed(sched)
+    confirm = browser.get(f"/jobs/{job.id}/retry")
+    browser.post(f"/jobs/{job.id}/retry", {"csrf_token": confirm.csrf()})
+    confirm = browser.get("/bulk/cancel?task=boom")
+    browser.post("/bulk/cancel", [("csrf_token", confirm.csrf()), ("task", "boom")])
+    anonymous.post("/pause", {"kind": "queue", "name": "slow"}, headers=bearer())
+    sched.pause(queue="other", actor="api-user <b>")
+    got = [(e.actor, e.via, e.action, e.count) for e in reversed(sched.audit.entries())]
+    assert got == [
+        ("dashboard token", "dashboard", "retry", 1),
+        ("dashboard token", "dashboard", "cancel", 1),
+        ("API token", "dashboard", "pause", None),
+        ("api-user <b>", "api", "pause", None),
+    ]
+    body = browser.get("/audit").body
+    assert "<h1>Audit trail</h1>" in body and 'href="/audit"' in body  # in the navigation
+    rows = re.findall(r"<tr>(.*?)</tr>", body.split("<tbody>", 1)[1])
+    assert len(rows) == 4
+    assert "api-user &lt;b&gt;" in rows[0] and "<td>queue other</td>" in rows[0]
+    assert f"<td>job {job.id} (boom)</td>" in rows[3] and "<td>retry</td>" in rows[3]
+
+
 def test_bulk_retry_by_the_filter_shows_the_dry_run_count_first(
     sched: App, jobs: dict[str, Any], browser: Client
 ) -> None:

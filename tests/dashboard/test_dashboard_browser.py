@@ -117,6 +117,7 @@ def test_sign_in_and_load_every_page(page: Any, base: str, shared: App) -> None:
         ("jobs", "Jobs"),
         ("schedules", "Schedules"),
         ("runners", "Runners"),
+        ("audit", "Audit trail"),
     ):
         reply = page.goto(base + path)
         assert reply.status == 200, path
@@ -206,6 +207,23 @@ def test_pause_and_resume_a_queue(signed_in: Any, base: str, shared: App) -> Non
     page.click("form button.primary")
     assert page.locator(".notice").inner_text() == "Resumed."
     assert shared.pauses() == []
+
+
+def test_the_audit_trail_shows_who_did_what(signed_in: Any, base: str, shared: App) -> None:
+    page = signed_in
+    shared.pause(queue="nightly", actor=XSS)  # through the API, hostile text as its actor
+    page.goto(base + "pause?kind=task&name=add")
+    page.click("form button.danger")
+    assert page.locator(".notice").inner_text() == "Paused."
+    page.click("nav >> text=Audit")
+    assert page.locator("h1").inner_text() == "Audit trail"
+    rows = page.locator("table tbody tr")
+    first = rows.nth(0).locator("td").all_inner_texts()
+    second = rows.nth(1).locator("td").all_inner_texts()
+    assert first[1:6] == ["dashboard token", "dashboard", "pause", "", "task add"]
+    assert second[1:6] == [XSS, "api", "pause", "", "queue nightly"]  # as text: no script ran
+    shared.resume(task="add")
+    shared.resume(queue="nightly")
 
 
 def test_job_text_is_shown_as_text(signed_in: Any, base: str, shared: App) -> None:
