@@ -23,7 +23,7 @@ from mongosched.job import Job
 from mongosched.limits import RateSpec
 from mongosched.operations import triggers
 from mongosched.operations.admin import AdminOperations
-from mongosched.operations.audit import AuditTrail
+from mongosched.operations.audit import AuditTrail, checked_actor
 from mongosched.operations.bulk import BulkOperations
 from mongosched.operations.jobs import Cancellation, JobOperations
 from mongosched.retry import RetryPolicy
@@ -487,25 +487,46 @@ class App:
                 break
         return self._jobs.require(record.id)
 
-    def trigger_schedule(self, schedule: Any) -> Job[Any]:
+    def trigger_schedule(self, schedule: Any, *, actor: str | None = None) -> Job[Any]:
         """Run a repeating schedule (its id, its task or its task's name) once, now,
         beside its slots: its next slot does not move. The run is a job of its own,
         with the schedule's payload, queue, priority and attempts;
-        ``current_job().scheduled_for`` is the time of the trigger."""
+        ``current_job().scheduled_for`` is the time of the trigger. ``actor``: who did
+        it, for the audit trail."""
+        checked_actor(actor, "trigger_schedule")
         record = self._admin.named(schedule)
-        return self._new_job(triggers.trigger(self._writable(), record, self.now()))
+        stored = triggers.trigger(self._writable(), record, self.now())
+        target = f"schedule {record.id} ({record.task})"
+        self.audit.record("trigger", target, count=1, detail=f"job {stored.id}", actor=actor)
+        return self._new_job(stored)
 
     def backfill(
-        self, schedule: Any, start: datetime, end: datetime, *, at_once: int = 1
+        self,
+        schedule: Any,
+        start: datetime,
+        end: datetime,
+        *,
+        at_once: int = 1,
+        actor: str | None = None,
     ) -> list[Job[Any]]:
         """Run the slots of a repeating schedule (its id, its task or its task's name)
         from ``start`` to ``end`` (both included, timezone-aware), each once, in order,
         at most ``at_once`` at a time, as soon as runners can; its own slots go on.
         Returns the jobs that run them (``at_once`` lanes, each running a consecutive
         part of the range; a lane of the same range still running is returned, not
-        doubled). ``current_job().scheduled_for`` is the slot a run is for."""
+        doubled). ``current_job().scheduled_for`` is the slot a run is for. ``actor``:
+        who did it, for the audit trail."""
+        checked_actor(actor, "backfill")
         record = self._admin.named(schedule)
         lanes = triggers.backfill(self._writable(), record, start, end, at_once, self.now())
+        made = sum(1 for _, created in lanes if created)
+        self.audit.record(
+            "backfill",
+            f"schedule {record.id} ({record.task})",
+            count=made,
+            detail=f"{start.isoformat()} to {end.isoformat()}, {at_once} at once",
+            actor=actor,
+        )
         return [
             self._new_job(lane) if created else Job(lane, self.store) for lane, created in lanes
         ]

@@ -176,9 +176,9 @@ def audit_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     kept = "for good" if keep is None else f"for {duration(keep.total_seconds())}"
     note = fmt(
         '<p class="muted">What operators did (retry, cancel, delete, purge, edit, pause, '
-        "resume, schedule edits), through the API, the command line or this dashboard, "
-        "newest first: the latest {}, kept {} (<code>mongosched audit</code> lists them "
-        "too).</p>",
+        "resume, schedule edits, triggers, backfills), through the API, the command line "
+        "or this dashboard, newest first: the latest {}, kept {} "
+        "(<code>mongosched audit</code> lists them too).</p>",
         AUDIT_LIMIT,
         kept,
     )

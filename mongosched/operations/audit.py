@@ -1,7 +1,7 @@
 """The audit trail: every operator action (retry, cancel, delete, purge, edit, pause,
-resume, schedule edit; through the API, the CLI or the dashboard) kept with who did it,
-through what, on how many jobs and when, for as long as the app's ``keep_audit`` says
-(the store deletes older entries: a TTL index on MongoDB).
+resume, schedule edit, trigger, backfill; through the API, the CLI or the dashboard)
+kept with who did it, through what, on how many jobs and when, for as long as the
+app's ``keep_audit`` says (the store deletes older entries: a TTL index on MongoDB).
 
 :class:`AuditTrail` (``app.audit``) is the one entry point: the operations call
 :meth:`AuditTrail.record` once their write is done, and so may any new operation. Who

@@ -112,3 +112,21 @@ def test_entries_are_kept_for_keep_audit(make_app: Callable[..., App], clock: Fa
     assert [e.actor for e in forever.audit.entries()] == ["kept"]
     with pytest.raises(ConfigurationError, match="keep_audit"):
         make_app(keep_audit="a week")
+
+
+def test_a_schedule_triggered_or_backfilled_is_recorded(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = busy(make_app, clock)
+    app.ensure_schedules()
+    run = app.trigger_schedule("tick", actor="alice")
+    lanes = app.backfill("tick", clock() - timedelta(hours=1), clock(), at_once=2, actor="bob")
+    with pytest.raises(ConfigurationError, match="backfill: actor must be a non-empty str"):
+        app.backfill("tick", clock() - timedelta(hours=1), clock(), actor="")
+    entries = list(reversed(app.audit.entries()))
+    assert [(e.actor, e.action, e.target, e.count) for e in entries] == [
+        ("alice", "trigger", "schedule schedule:tick (tick)", 1),
+        ("bob", "backfill", "schedule schedule:tick (tick)", len(lanes)),
+    ]
+    assert entries[0].detail == f"job {run.id}" and len(lanes) == 2
+    assert entries[1].detail is not None and entries[1].detail.endswith(", 2 at once")
