@@ -132,7 +132,7 @@ class LeaseLost(MongoschedError):
 
 class JobExpired(MongoschedError):
     """The error an expired job records: it had not started before its expiry
-    (``configure(expires=...)``), so it never ran."""
+    (``configure(expires=...)``), or, after a failed attempt, its retry had not."""
 
 
 class DependencyFailed(MongoschedError):

@@ -253,13 +253,18 @@ def held_back(job: JobRecord, now: datetime, until: datetime | None) -> Settleme
 
 
 def expired(job: JobRecord, now: datetime, retention: Retention) -> Decision:
-    """A job that had not started by its expiry (``job.expires_at``): it ends
-    ``expired``, never run, with a :class:`~mongosched.errors.JobExpired` error saying
-    when it expired. Found at claim (a claimed job is settled so instead of running)
-    or by the reaper's sweep of pending and waiting jobs."""
+    """A job that had not started (or, after a failed attempt, started again) by its
+    expiry (``job.expires_at``): it ends ``expired`` with a
+    :class:`~mongosched.errors.JobExpired` error saying when it expired and whether it
+    ever ran. Found at claim (a claimed job is settled so instead of running) or by
+    the reaper's sweep of pending and waiting jobs."""
+    runs = job.attempts - 1 if job.status is JobStatus.RUNNING else job.attempts
+    when = job.expires_at.isoformat() if job.expires_at else "?"
     error = JobExpired(
-        f"job {job.id} ({job.task}) had not started by its expiry "
-        f"{job.expires_at.isoformat() if job.expires_at else '?'}; it never ran"
+        f"job {job.id} ({job.task}) had not started by its expiry {when}; it never ran"
+        if runs <= 0
+        else f"job {job.id} ({job.task}) had not started its attempt {runs + 1} by its "
+        f"expiry {when}; its {runs} earlier attempt(s) failed"
     )
     info = error_info(error, with_traceback=False)
     settlement = finished(JobStatus.EXPIRED, now, retention, error=info)

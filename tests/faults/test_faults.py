@@ -103,6 +103,7 @@ class World:
     rated: list[Any] = field(default_factory=list)  # started_at of admitted rated claims
     dependents: set[Any] = field(default_factory=set)  # scheduled with depends_on
     expiring: set[Any] = field(default_factory=set)  # scheduled with expires
+    expiring_markers: set[int] = field(default_factory=set)  # the same, by marker
     deleted: dict[Any, str] = field(default_factory=dict)  # purged or expired: their status
     purging: bool = False  # a purge runs (none starts inside it)
 
@@ -187,6 +188,9 @@ def act_schedule(w: World) -> None:
         options["on_dependency_failure"] = w.rng.choice(["cancel", "run"])
     if w.rng.random() < 0.15:
         options["expires"] = timedelta(seconds=w.rng.choice([1, LEASE * 2]))
+        # Known by marker too: a call that raised after its insert applied leaves the
+        # job stored, and a later call with its dedupe key returns it.
+        w.expiring_markers.add(w.marker)
     try:
         job = w.app.get_task(task).configure(**options).schedule(w.marker)
     except MongoschedError:
@@ -720,7 +724,8 @@ def check_end(w: World) -> None:
             )
             continue
         if doc["status"] == "expired":
-            assert job_id in w.expiring and doc["error"]["type"] == "JobExpired", doc
+            scheduled_so = job_id in w.expiring or doc["args"][0] in w.expiring_markers
+            assert scheduled_so and doc["error"]["type"] == "JobExpired", doc
             continue
         assert doc["status"] in ("completed", "failed"), f"job {job_id} ended {doc['status']}"
         if doc["status"] == "failed":

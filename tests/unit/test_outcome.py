@@ -57,3 +57,16 @@ def test_a_cancelled_run_has_no_on_cancel() -> None:
     decision = outcome.decide(_job(), Ending.CANCELLED, now=NOW, retention=KEEP)
     assert decision.settlement.status is JobStatus.CANCELLED
     assert decision.settlement.on_cancel is None
+
+
+def test_an_expired_job_says_whether_it_ever_ran() -> None:
+    from dataclasses import replace
+
+    unrun = replace(_job(), attempts=0, expires_at=NOW)
+    assert "it never ran" in str(outcome.expired(unrun, NOW, KEEP).error)
+    claimed = replace(unrun, status=JobStatus.RUNNING, attempts=1)  # this claim counts no run
+    assert "it never ran" in str(outcome.expired(claimed, NOW, KEEP).error)
+    retried = replace(unrun, attempts=2)  # two attempts failed; the third is due
+    message = str(outcome.expired(retried, NOW, KEEP).error)
+    assert "never ran" not in message
+    assert "attempt 3" in message and "2 earlier attempt(s) failed" in message
