@@ -31,6 +31,7 @@ and by command, cancels) are printed (``-s``).
 from __future__ import annotations
 
 import os
+import queue
 import random
 import threading
 import time
@@ -142,30 +143,41 @@ def run_under_fail_points(shared_db: SharedDatabase, jobs: int, seed: int) -> Fi
     done = threading.Event()
     cancelled: dict[int, tuple[Cancellation | None, float]] = {}  # None: it raised
 
+    cancels: queue.Queue[int | None] = queue.Queue()
+
     def drive() -> None:
+        # Faults come every GAP whatever else happens: a cancel that meets a burst of
+        # failures retries for seconds, and the burst must not last that long (a
+        # "skip" fault fails every matching command until the next fault replaces it).
         faults = random.Random(rng.random())
         while not done.wait(faults.uniform(*GAP)):
             name, data, mode = _fault(faults)
             configure_fail_point(admin, mode, data)
             figures.faults[name] += 1
             if faults.random() < 0.05:  # an operator cancels a job
-                i = faults.randrange(jobs)
-                try:
-                    result = operator.cancel(ids[i])
-                except MongoschedError:  # it may have landed all the same
-                    figures.cancels["raised"] += 1
-                    cancelled.setdefault(i, (None, time.monotonic()))
-                    continue
-                figures.cancels[str(result)] += 1
-                earlier = cancelled.get(i, (None, 0.0))[0]
-                if result is not Cancellation.ALREADY_FINISHED and earlier is None:
-                    cancelled[i] = (result, time.monotonic())
+                cancels.put(faults.randrange(jobs))
+        cancels.put(None)
+
+    def cancel() -> None:
+        while (i := cancels.get()) is not None:
+            try:
+                result = operator.cancel(ids[i])
+            except MongoschedError:  # it may have landed all the same
+                figures.cancels["raised"] += 1
+                cancelled.setdefault(i, (None, time.monotonic()))
+                continue
+            figures.cancels[str(result)] += 1
+            earlier = cancelled.get(i, (None, 0.0))[0]
+            if result is not Cancellation.ALREADY_FINISHED and earlier is None:
+                cancelled[i] = (result, time.monotonic())
 
     driver = threading.Thread(target=drive, name="fail points", daemon=True)
+    canceller = threading.Thread(target=cancel, name="operator", daemon=True)
     try:
         for runner in runners:
             runner.start()
         driver.start()
+        canceller.start()
         finished = (JobStatus.COMPLETED, JobStatus.CANCELLED, JobStatus.FAILED)
 
         def all_finished() -> bool:
@@ -182,6 +194,7 @@ def run_under_fail_points(shared_db: SharedDatabase, jobs: int, seed: int) -> Fi
             raise AssertionError(f"{exc}: {left} left ({seed=}; {figures})") from None
         done.set()
         driver.join(5)
+        canceller.join(15)  # a cancel in flight retries for at most connect_timeout
         configure_fail_point(admin, "off")
         statuses = [_status(operator, job_id) for job_id in ids]
     finally:
