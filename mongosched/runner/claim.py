@@ -116,6 +116,8 @@ class Claim:
         self._interrupt: type[BaseException] | None = None
         self._started = time.monotonic()
         """When the claim was made (monotonic seconds): its renewals count from here."""
+        self._beat: float | None = None
+        """Seconds between its heartbeat's renewals, once a heartbeat keeps it alive."""
 
     @property
     def job_id(self) -> Any:
@@ -155,6 +157,7 @@ class Claim:
     def keep_alive(self, interval: float) -> None:
         """Renew the lease every ``interval`` seconds and enforce the timeout, until the
         claim finishes or its lease is lost."""
+        self._beat = interval
         timeout = self.timeout
         deadline = None if timeout is None else self._started + timeout
         next_beat = self._started + interval
@@ -185,7 +188,10 @@ class Claim:
             now = keeper.now()
             until = now + timedelta(seconds=keeper.lease_duration)
             give_up = self.until - timedelta(seconds=stop_margin(keeper.lease_duration))
-            deadline = _monotonic(give_up, now)
+            # No longer than a beat either: the claim's lock is held meanwhile, and the
+            # job's outcome waits for it; the next beat tries again.
+            beat = now + timedelta(seconds=self._beat or keeper.lease_duration / 3)
+            deadline = _monotonic(min(give_up, beat), now)
             try:
                 # The permit first, to the same instant: the job's lease never outlives
                 # its permit, so the concurrency limit holds even when a renewal fails.
