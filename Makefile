@@ -57,12 +57,10 @@ typecheck: venv
 ## make unit: the whole suite but the soak runs, in TEST_PROCESSES pytest processes (each with
 ## its own SecantusDB server; a test file stays in one process). Most tests wait on real
 ## intervals or on the server rather than compute, so three processes keep 2 cores busy.
-## Then the tests marked `alone`, by themselves: a loaded machine changes what they measure.
 TEST_PROCESSES ?= 3
 
 unit: venv $(SERVER_STAMP)
-	$(BIN)/python -m pytest -m "not soak and not alone" -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -m "alone and not soak" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not soak" -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS)
 
 ## make django6: the Django integration and the tasks backend's conformance on Django 6's
 ## built-in django.tasks (Django 6 needs Python 3.12), and a project on MongoDB
