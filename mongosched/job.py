@@ -27,9 +27,9 @@ from mongosched.errors import ConfigurationError, JobNotFound, WaitTimeout
 
 if TYPE_CHECKING:
     # A default (PEP 696) for the type checker only: a bare ``Job`` is ``Job[Any]``.
-    from pymongo.client_session import ClientSession
     from typing_extensions import TypeVar
 
+    from mongosched.store import Session
     from mongosched.transaction import Transaction
 
     R = TypeVar("R", default=Any)
@@ -342,7 +342,7 @@ class JobContext:
         :doc:`/transactions`); None for other tasks."""
 
     @property
-    def session(self) -> ClientSession | None:
+    def session(self) -> Session | None:
         """The pymongo session of :attr:`transaction`, for the task's own writes
         (``orders.update_one(..., session=current_job().session)``): they commit if
         and only if the job completes. None for a task that is not transactional, and

@@ -25,9 +25,9 @@ from mongosched.store import schedule_id
 
 if TYPE_CHECKING:
     # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
-    from pymongo.client_session import ClientSession
     from typing_extensions import Unpack
 
+    from mongosched.store import Session
     from mongosched.transaction import Transaction
 
 __all__ = [
@@ -98,7 +98,7 @@ class ScheduleOptions(TypedDict, total=False):
     timeout: float | timedelta
     depends_on: Any
     on_dependency_failure: Literal["cancel", "run"]
-    session: Transaction | ClientSession
+    session: Transaction | Session
     label: str
 
 

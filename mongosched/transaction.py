@@ -28,7 +28,7 @@ from mongosched.errors import TransactionError
 from mongosched.store import Store, StoreTransaction
 
 if TYPE_CHECKING:
-    from pymongo.client_session import ClientSession
+    from mongosched.store import Session
 
 __all__ = [
     "RETRY_TIME",
@@ -78,9 +78,9 @@ class Transaction:
         self._token: contextvars.Token[Transaction | None] | None = None
 
     @property
-    def session(self) -> ClientSession | None:
+    def session(self) -> Session | None:
         """The pymongo session it runs in (None on ``memory://``)."""
-        session: ClientSession | None = self.handle.session
+        session: Session | None = self.handle.session
         return session
 
     @property

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mongosched._core.records import (
     Admission,
@@ -51,10 +51,18 @@ from mongosched.store.codec import schedule_id
 from mongosched.store.due import DueHint, DueWatch
 from mongosched.store.patience import Patience
 
+if TYPE_CHECKING:
+    from pymongo.client_session import ClientSession as Session
+else:
+    Session = Any
+"""The driver's session a MongoDB transaction runs in (pymongo's ``ClientSession``),
+named here so that only the store names the driver."""
+
 __all__ = [
     "DueHint",
     "DueWatch",
     "Patience",
+    "Session",
     "Store",
     "StoreTransaction",
     "in_process",

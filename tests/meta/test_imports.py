@@ -4,7 +4,8 @@
   module level and those inside functions (they run too, only later); imports under
   ``if TYPE_CHECKING:`` do not (they never run).
 * Only the stores talk to the driver: no module outside ``mongosched/store/`` imports
-  ``pymongo`` or ``bson``, except inside the CLI's one connection-check function.
+  ``pymongo`` or ``bson`` (not even for the type checker, under ``TYPE_CHECKING``),
+  except inside the CLI's one connection-check function.
 * No module imports another module's private (underscore-prefixed) name, nor a private
   module.
 * Each module imports on its own, in a fresh interpreter.
@@ -18,7 +19,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,15 +88,19 @@ def is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def imports_of(name: str, source: str) -> Iterator[Import]:
-    """Every import of module ``name`` (whose text is ``source``) that can run."""
+def imports_of(name: str, source: str, *, typing: bool = False) -> Iterator[Import]:
+    """Every import of module ``name`` (whose text is ``source``) that can run, and with
+    ``typing`` those under ``if TYPE_CHECKING:`` too."""
     tree = ast.parse(source, filename=name)
 
     def visit(node: ast.AST, function: str | None) -> Iterator[Import]:
-        for child in ast.iter_child_nodes(node):
+        yield from among(ast.iter_child_nodes(node), function)
+
+    def among(nodes: Iterable[ast.AST], function: str | None) -> Iterator[Import]:
+        for child in nodes:
             if isinstance(child, ast.If) and is_type_checking(child.test):
-                for other in child.orelse:  # only the else branch runs
-                    yield from visit(other, function)
+                # The branches' statements themselves (an import among them, too).
+                yield from among((child.body if typing else []) + child.orelse, function)
                 continue
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 yield from visit(child, child.name if function is None else function)
@@ -240,7 +245,14 @@ def test_no_import_cycles() -> None:
 
 
 def driver_imports() -> list[Import]:
-    return [imp for imp in IMPORTS if imp.target.split(".")[0] in DRIVER]
+    """Imports of the driver, for the type checker's eyes too: a module that names the
+    driver's types outside the store has crossed the wall as well."""
+    return [
+        imp
+        for name, path in MODULES.items()
+        for imp in imports_of(name, path.read_text(encoding="utf-8"), typing=True)
+        if imp.target.split(".")[0] in DRIVER
+    ]
 
 
 def in_cli(module: str) -> bool:
