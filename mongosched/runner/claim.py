@@ -116,8 +116,6 @@ class Claim:
         self._interrupt: type[BaseException] | None = None
         self._started = time.monotonic()
         """When the claim was made (monotonic seconds): its renewals count from here."""
-        self._beat: float | None = None
-        """Seconds between its heartbeat's renewals, once a heartbeat keeps it alive."""
 
     @property
     def job_id(self) -> Any:
@@ -139,12 +137,15 @@ class Claim:
         return own if own is not None else self.task.timeout
 
     def finish(self) -> None:
-        """No more heartbeats: from here on the holder writes only its outcome. Waits
-        for a renewal in progress, so none races the outcome write."""
-        with self._lock:
-            if not self._finished:
-                self._finished = True
-                self._running.release()
+        """No more heartbeats: from here on the holder writes only its outcome. Called
+        by the one thread that ends the claim. It does not wait for a renewal in flight,
+        which may last until the lease's end on a silent server: the outcome would
+        wait as long. Such a renewal is harmless: it lands only while the job still
+        runs under this token (before the outcome), and what it finds once the claim
+        is finished is ignored (:meth:`renew`)."""
+        if not self._finished:
+            self._finished = True
+            self._running.release()
 
     def _wait_finished(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for :meth:`finish`; True once finished."""
@@ -157,7 +158,6 @@ class Claim:
     def keep_alive(self, interval: float) -> None:
         """Renew the lease every ``interval`` seconds and enforce the timeout, until the
         claim finishes or its lease is lost."""
-        self._beat = interval
         timeout = self.timeout
         deadline = None if timeout is None else self._started + timeout
         next_beat = self._started + interval
@@ -188,10 +188,7 @@ class Claim:
             now = keeper.now()
             until = now + timedelta(seconds=keeper.lease_duration)
             give_up = self.until - timedelta(seconds=stop_margin(keeper.lease_duration))
-            # No longer than a beat either: the claim's lock is held meanwhile, and the
-            # job's outcome waits for it; the next beat tries again.
-            beat = now + timedelta(seconds=self._beat or keeper.lease_duration / 3)
-            deadline = _monotonic(min(give_up, beat), now)
+            deadline = _monotonic(give_up, now)
             try:
                 # The permit first, to the same instant: the job's lease never outlives
                 # its permit, so the concurrency limit holds even when a renewal fails.
@@ -212,6 +209,8 @@ class Claim:
                     return True
                 held, cancel = False, False
                 log.warning("heartbeat for job %s failed by its lease's end: %s", self.job_id, exc)
+            if self._finished:  # meanwhile: its outcome is written, or being written
+                return True
             if not held:
                 self._lose("heartbeat found the lease gone")
                 return False

@@ -591,7 +591,7 @@ class RunnerSteps:
 
     def _decision(self, claim: Claim, result: Any, error: BaseException | None) -> Decision | None:
         """What follows an attempt's end; None when its lease was lost meanwhile."""
-        claim.finish()  # no heartbeat may race the outcome write
+        claim.finish()  # no renewal starts after this
         if claim.lost:
             log.warning(
                 "job %s (%s): finished after its lease was lost; outcome discarded (%s)",

@@ -150,3 +150,44 @@ def test_a_failed_renewal_gives_the_lease_up_just_before_its_end() -> None:
     finally:
         store.renew = renew  # type: ignore[method-assign]
     app.close()
+
+
+def test_a_finished_claim_does_not_wait_for_a_renewal_in_flight() -> None:
+    """A renewal stuck on a silent server may last until the lease's end; the job's
+    outcome must not wait that long. ``finish`` returns at once, and what the renewal
+    finds once it returns (here: the lease gone, as after the outcome landed) does not
+    mark the finished claim lost."""
+    import threading
+
+    from mongosched._core.records import Renewal
+
+    app = App("memory://")
+    task = app.task(name="t")(lambda: None)
+    task.schedule()
+    runner = app.runner(workers=1)
+    claim = runner.claim_next()
+    assert claim is not None
+    store = runner.store
+    entered, release = threading.Event(), threading.Event()
+
+    def stuck(*args: object, **kwargs: object) -> Renewal:
+        entered.set()
+        release.wait(10)
+        return Renewal(held=False)
+
+    renew, store.renew = store.renew, stuck  # type: ignore[method-assign]
+    try:
+        renewing = threading.Thread(target=claim.renew)
+        renewing.start()
+        assert entered.wait(5)
+        finishing = threading.Thread(target=claim.finish)
+        finishing.start()
+        finishing.join(1)
+        assert not finishing.is_alive(), "finish waited for the renewal in flight"
+        release.set()
+        renewing.join(5)
+        assert claim.finished and not claim.lost
+    finally:
+        release.set()
+        store.renew = renew  # type: ignore[method-assign]
+    app.close()
