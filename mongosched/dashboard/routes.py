@@ -17,10 +17,11 @@ from mongosched.dashboard.csrf import Session, refusal
 from mongosched.dashboard.data import Operations
 from mongosched.dashboard.fleet import audit_page, runners_page, schedule_edit, schedules_page
 from mongosched.dashboard.http import Request, Response, redirect
+from mongosched.dashboard.job_detail import job_page
 from mongosched.dashboard.render import Context, Markup, fmt, page
 from mongosched.dashboard.schedule_runs import backfill_action, trigger_action
 from mongosched.dashboard.static import asset
-from mongosched.dashboard.views import job_page, jobs_page, notice, overview_page
+from mongosched.dashboard.views import jobs_page, notice, overview_page
 from mongosched.errors import StoreError
 from mongosched.observe.metrics import CONTENT_TYPE
 

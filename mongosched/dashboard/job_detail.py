@@ -1,0 +1,236 @@
+"""The dashboard's page of one job (reads only): its facts, progress, arguments and
+result, each failed attempt's error, and the log records kept with it; its actions link
+to their confirmation pages (:mod:`.actions`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mongosched._core.records import ERRORS_KEPT, RETRYABLE_STATUSES, ErrorInfo, JobStatus
+from mongosched.dashboard.data import Operations
+from mongosched.dashboard.render import (
+    Context,
+    Markup,
+    ago,
+    badge,
+    code_block,
+    duration,
+    fmt,
+    join,
+    pretty,
+    stamp,
+    table,
+    when,
+)
+from mongosched.dashboard.views import link, pause_link, run_time, runner_anchor
+from mongosched.job import Job
+
+__all__ = ["job_actions", "job_page"]
+
+
+def job_actions(ctx: Context, ops: Operations, job: Job) -> Markup:
+    buttons = []
+    path = f"/jobs/{job.id}"
+    if job.status in RETRYABLE_STATUSES:
+        buttons.append(
+            fmt('<a class="button primary" href="{}">Retry…</a>', ctx.url(path + "/retry"))
+        )
+    if not job.is_finished and job.status is not JobStatus.PAUSED:
+        buttons.append(
+            fmt('<a class="button danger" href="{}">Cancel…</a>', ctx.url(path + "/cancel"))
+        )
+    if job.is_finished:
+        buttons.append(
+            fmt('<a class="button danger" href="{}">Delete…</a>', ctx.url(path + "/purge"))
+        )
+    return fmt('<div class="actions">{}</div>', join(buttons))
+
+
+def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
+    now = ops.app.now()
+    lease = job.lease
+    task = link(ctx, "/jobs", job.task, [("task", job.task)])
+    if job.label is not None:  # a Django task's path: its own filter and pause
+        paused = any(p.kind == "task" and p.name == job.label for p in ops.pauses())
+        task = fmt(
+            '{} <span class="muted small">runs as {}</span> {}',
+            link(ctx, "/jobs", job.label, [("label", job.label)]),
+            task,
+            pause_link(ctx, "task", job.label, paused=paused),
+        )
+    facts: list[tuple[str, Any]] = [
+        ("Id", fmt('<span class="mono">{}</span>', job.id)),
+        ("Task", task),
+        ("Queue", link(ctx, "/jobs", job.queue, [("queue", job.queue)])),
+        (
+            "Status",
+            badge("scheduled" if job.repeat and job.status is JobStatus.PENDING else job.status)
+            + (Markup(" ") + badge("cancel requested") if job.cancel_requested else Markup("")),
+        ),
+        ("Priority", job.priority),
+        ("Attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("Next run" if job.repeat else "Due", when(job.run_at, now)),
+        ("Created", stamp(job.created_at)),
+        ("Started", stamp(job.started_at)),
+        ("Finished", stamp(job.finished_at)),
+        ("Run time", duration(run_time(job, now))),
+        ("Updated", stamp(job.updated_at)),
+    ]
+    if job.delete_at:
+        facts.append(("Deleted after", stamp(job.delete_at)))
+    if job.dedupe_key:
+        facts.append(("Dedupe key", job.dedupe_key))
+    if job.repeat:
+        facts.append(("Repeats", _rule(job.repeat)))
+        facts.append(("Slot", stamp(job.scheduled_for)))
+    if job.repeat and not job.last_run:
+        facts.append(("Last run", "not yet"))
+    if job.last_run:
+        facts.append(
+            (
+                "Last run",
+                join([stamp(job.last_run.finished_at), Markup(" "), badge(job.last_run.status)]),
+            )
+        )
+    if lease is not None:
+        facts.append(
+            (
+                "Lease owner",
+                fmt(
+                    '<a class="mono" href="{}#{}">{}</a>',
+                    ctx.url("/runners"),
+                    runner_anchor(lease.owner),
+                    lease.owner,
+                ),
+            )
+        )
+        facts.append(("Lease until", when(lease.until, now)))
+        facts.append(("Last heartbeat", ago(lease.heartbeat_at, now)))
+    for name, value in _extra_facts(job):
+        facts.append((name, value))
+    dl = join(fmt("<dt>{}</dt><dd>{}</dd>", k, v) for k, v in facts)
+    left = [fmt('<section class="panel"><h2>Job</h2><dl class="facts">{}</dl></section>', dl)]
+    right: list[Markup] = []
+    if job.progress is not None:
+        value = job.progress.value
+        bar = (
+            fmt(
+                '<progress max="1" value="{}">{}</progress> {}',
+                f"{value:.4f}",
+                f"{value:.0%}",
+                f"{value:.0%}",
+            )
+            if value is not None
+            else Markup("")
+        )
+        left.append(
+            fmt(
+                '<section class="panel"><h2>Progress</h2><p>{} {}</p>'
+                '<p class="muted">reported {}</p></section>',
+                bar,
+                job.progress.message or "",
+                ago(job.progress.at, now),
+            )
+        )
+    right.append(
+        fmt(
+            '<section class="panel"><h2>Arguments</h2><h3>args</h3>{}<h3>kwargs</h3>{}</section>',
+            pretty(job.args),
+            pretty(job.kwargs),
+        )
+    )
+    if job.result is not None or job.status is JobStatus.COMPLETED:
+        right.append(fmt('<section class="panel"><h2>Result</h2>{}</section>', pretty(job.result)))
+    sections = [
+        fmt('<div class="grid2 detail"><div>{}</div><div>{}</div></div>', join(left), join(right))
+    ]
+    sections.extend(_error_panels(job, now))
+    if job.logs:
+        sections.append(_logs_panel(job))
+    title = job.label or job.task
+    head = fmt(
+        '<p class="crumbs">{} / <span class="mono">{}</span></p>',
+        link(ctx, "/jobs", "Jobs"),
+        job.id,
+    )
+    return title, head + job_actions(ctx, ops, job) + join(sections)
+
+
+def _error_panels(job: Job, now: Any) -> list[Markup]:
+    """Each failed attempt's error (the last one's traceback open), then the job's last
+    error where it is none of them (a cancel's, an expiry's; a job stored before jobs
+    kept their attempts' errors)."""
+    out: list[Markup] = []
+    attempts = job.errors
+    if attempts:
+        items = join(
+            fmt(
+                '<li><p><span class="muted">Attempt {} · {}</span> {}</p>'
+                "<details{}><summary>Traceback</summary>{}</details></li>",
+                a.attempt,
+                ago(a.at, now),
+                _error_text(a.error),
+                Markup(" open") if i == len(attempts) - 1 else Markup(""),
+                _traceback(a.error),
+            )
+            for i, a in enumerate(attempts)
+        )
+        out.append(
+            fmt(
+                '<section class="panel error-panel"><h2>Failed attempts</h2>'
+                '<ol class="attempts">{}</ol>{}</section>',
+                items,
+                fmt('<p class="muted small">The last {} are kept.</p>', len(attempts))
+                if len(attempts) >= ERRORS_KEPT
+                else Markup(""),
+            )
+        )
+    error = job.error
+    if error is not None and (not attempts or attempts[-1].error != error):
+        out.append(
+            fmt(
+                '<section class="panel error-panel"><h2>Error</h2><p>{}</p>{}</section>',
+                _error_text(error),
+                _traceback(error),
+            )
+        )
+    return out
+
+
+def _error_text(error: ErrorInfo) -> Markup:
+    return fmt('<strong class="mono">{}</strong>: {}', error.path, error.message)
+
+
+def _traceback(error: ErrorInfo) -> Markup:
+    if not error.traceback:
+        return Markup('<p class="muted">No traceback.</p>')
+    return code_block(error.traceback, "traceback")
+
+
+def _logs_panel(job: Job) -> Markup:
+    """The log records kept with the job (:attr:`Job.logs`), oldest first."""
+    rows = [(stamp(e.at), e.level, e.logger, e.attempt, e.message) for e in job.logs]
+    return fmt(
+        '<section class="panel flush"><h2>Logs</h2>{}</section>',
+        table(["Time (UTC)", "Level", "Logger", "Attempt", "Message"], rows, empty="", css="logs"),
+    )
+
+
+def _extra_facts(job: Job) -> list[tuple[str, Any]]:
+    """Fields newer versions add to jobs (expiry, dependencies), where present."""
+    out: list[tuple[str, Any]] = []
+    record = job.record
+    expires = getattr(record, "expires_at", None)
+    if expires is not None:
+        out.append(("Expires", stamp(expires)))
+    depends = getattr(record, "depends_on", None)
+    if depends:
+        out.append(("Depends on", ", ".join(str(d) for d in depends)))
+    return out
+
+
+def _rule(repeat: dict[str, Any]) -> str:
+    if repeat.get("cron"):
+        tz = repeat.get("timezone")
+        return f"cron {repeat['cron']}" + (f" ({tz})" if tz else "")
+    return f"every {duration(float(repeat.get('every') or 0))}"
