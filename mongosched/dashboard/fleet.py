@@ -1,14 +1,13 @@
 """The dashboard's pages about the system rather than single jobs: the repeating
-schedules (and the form that edits one at runtime) and the live runners."""
+schedules, the live runners and the audit trail (reads only; the forms that act on a
+schedule are in :mod:`.schedule_forms`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any
 
 from mongosched.dashboard.data import Operations
-from mongosched.dashboard.http import Response, redirect
 from mongosched.dashboard.render import (
     Context,
     Markup,
@@ -16,20 +15,16 @@ from mongosched.dashboard.render import (
     badge,
     duration,
     fmt,
-    join,
     stamp,
     table,
     when,
 )
 from mongosched.dashboard.views import boxed, link, pause_link, runner_anchor
-from mongosched.errors import MongoschedError
 
 __all__ = [
     "audit_page",
-    "labelled_inputs",
     "rule_text",
     "runners_page",
-    "schedule_edit",
     "schedules_page",
 ]
 
@@ -183,100 +178,3 @@ def audit_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
         kept,
     )
     return "Audit trail", note + boxed(table(headers, rows, empty="No action recorded yet."))
-
-
-# Editing a schedule ------------------------------------------------------------------------
-def schedule_edit(ops: Operations, ctx: Context) -> tuple[str, Markup, int] | Response:
-    """The form that changes a schedule's rule, timezone, priority or queue (GET), and
-    the change (POST: only the fields that differ from the schedule as shown)."""
-    request = ctx.request
-    post = request.method == "POST"
-    schedule_id = request.field("id") if post else request.arg("id")
-    row = next((r for r in ops.schedules() if str(r["id"]) == schedule_id), None)
-    if row is None:
-        return "Not found", Markup("<p>There is no such repeating schedule.</p>"), 404
-    rule = str(row["rule"])
-    every = re.fullmatch(r"every ([0-9.]+)s", rule)
-    current = {
-        "cron": "" if every else rule,
-        "every": f"{float(every[1]):g}" if every else "",
-        "timezone": "" if every else str(row.get("timezone") or "UTC"),
-        "priority": str(row.get("priority", "")),
-        "queue": str(row.get("queue") or ""),
-    }
-    values = {name: request.field(name).strip() for name in current} if post else current
-    error = None
-    if post:
-        changes: dict[str, Any] = {
-            name: value for name, value in values.items() if value != current[name] and value
-        }
-        try:
-            if "every" in changes:
-                changes["every"] = float(changes["every"])
-                changes.pop("timezone", None)
-            if "priority" in changes:
-                changes["priority"] = int(changes["priority"])
-        except ValueError:
-            error = "every must be a number of seconds, and priority a whole number"
-        if error is None and not changes:
-            error = "Nothing was changed."
-        if error is None:
-            try:
-                ops.app.update_schedule(row["id"], **changes)
-            except MongoschedError as exc:
-                error = str(exc)
-            else:
-                return redirect(ctx.url("/schedules") + "?done=edited")
-    title = f"Edit schedule {row['task']}"
-    return title, _edit_form(ctx, row, values, error), 400 if error else 200
-
-
-FIELDS = (
-    ("cron", "Cron expression", "e.g. 30 2 * * *: leave empty to run every N seconds"),
-    ("every", "Every (seconds)", "instead of a cron expression"),
-    ("timezone", "Timezone", "IANA name, with cron: e.g. Europe/Berlin"),
-    ("priority", "Priority", "1 runs before 10"),
-    ("queue", "Queue", ""),
-)
-
-
-def labelled_inputs(fields: Iterable[tuple[str, str, str]], values: dict[str, str]) -> Markup:
-    """A form's text inputs, each with its label and hint (``fields``: name, label,
-    hint), filled with ``values``."""
-    return join(
-        fmt(
-            '<label>{}<input name="{}" value="{}" autocomplete="off">'
-            '<span class="hint">{}</span></label>',
-            label,
-            name,
-            values.get(name, ""),
-            hint,
-        )
-        for name, label, hint in fields
-    )
-
-
-def _edit_form(
-    ctx: Context, row: dict[str, Any], values: dict[str, str], error: str | None
-) -> Markup:
-    problem = fmt('<div class="warning" role="alert">{}</div>', error) if error else Markup("")
-    inputs = labelled_inputs(FIELDS, values)
-    return fmt(
-        '{}<section class="panel confirm"><p>Schedule <strong>{}</strong> '
-        '(<span class="mono">{}</span>) runs <code>{}</code>. A new rule takes effect at '
-        "once: the next run is recomputed from now. A run in progress is not changed "
-        "(try again when it ends).</p>"
-        '<form method="post" action="{}" class="edit">{}'
-        '<input type="hidden" name="id" value="{}">{}'
-        '<div class="buttons"><button type="submit" class="button primary">Save changes</button> '
-        '<a class="button" href="{}">Go back</a></div></form></section>',
-        problem,
-        row["task"],
-        row["id"],
-        rule_text(str(row["rule"])),
-        ctx.url("/schedules/edit"),
-        ctx.csrf(),
-        str(row["id"]),
-        inputs,
-        ctx.url("/schedules"),
-    )

@@ -15,11 +15,11 @@ from mongosched._core.records import JobStatus
 from mongosched.dashboard.actions import JOB_ACTIONS, bulk_action, job_action, pause_action
 from mongosched.dashboard.csrf import Session, refusal
 from mongosched.dashboard.data import Operations
-from mongosched.dashboard.fleet import audit_page, runners_page, schedule_edit, schedules_page
+from mongosched.dashboard.fleet import audit_page, runners_page, schedules_page
 from mongosched.dashboard.http import Request, Response, redirect
 from mongosched.dashboard.job_detail import job_page
 from mongosched.dashboard.render import Context, Markup, fmt, page
-from mongosched.dashboard.schedule_runs import backfill_action, trigger_action
+from mongosched.dashboard.schedule_forms import backfill_action, schedule_edit, trigger_action
 from mongosched.dashboard.static import asset
 from mongosched.dashboard.views import jobs_page, notice, overview_page
 from mongosched.errors import StoreError

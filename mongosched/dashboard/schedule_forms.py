@@ -1,22 +1,32 @@
-"""The dashboard's actions that run a repeating schedule's slots on demand: run it
-once now (``/schedules/trigger``) and backfill a range of its slots
-(``/schedules/backfill``), each a confirmation form (GET) and the action (POST)."""
+"""The dashboard's forms that act on one repeating schedule: change its rule, timezone,
+priority or queue at runtime (``/schedules/edit``), run it once now
+(``/schedules/trigger``) and backfill a range of its slots (``/schedules/backfill``),
+each a form (GET) and the action (POST)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
 from mongosched.dashboard.data import Operations
-from mongosched.dashboard.fleet import labelled_inputs
+from mongosched.dashboard.fleet import rule_text
 from mongosched.dashboard.http import Response, redirect
-from mongosched.dashboard.render import Context, Markup, fmt, stamp
+from mongosched.dashboard.render import Context, Markup, fmt, join, stamp
 from mongosched.errors import MongoschedError
 
-__all__ = ["backfill_action", "trigger_action"]
+__all__ = ["backfill_action", "schedule_edit", "trigger_action"]
 
 Answer = tuple[str, Markup, int] | Response
 
+EDIT_FIELDS = (
+    ("cron", "Cron expression", "e.g. 30 2 * * *: leave empty to run every N seconds"),
+    ("every", "Every (seconds)", "instead of a cron expression"),
+    ("timezone", "Timezone", "IANA name, with cron: e.g. Europe/Berlin"),
+    ("priority", "Priority", "1 runs before 10"),
+    ("queue", "Queue", ""),
+)
 BACKFILL_FIELDS = (
     ("start", "First slot at or after", "ISO 8601, UTC unless it says: 2026-11-20T00:00"),
     ("end", "Last slot at or before", "ISO 8601, UTC unless it says"),
@@ -25,14 +35,37 @@ BACKFILL_FIELDS = (
 
 
 def _row(ops: Operations, ctx: Context) -> dict[str, Any] | None:
+    """The schedule the form is about: ``id`` in the query (GET) or the form (POST)."""
     request = ctx.request
     wanted = request.field("id") if request.method == "POST" else request.arg("id")
     return next((r for r in ops.schedules() if str(r["id"]) == wanted), None)
 
 
+def _missing() -> Answer:
+    return "Not found", Markup("<p>There is no such repeating schedule.</p>"), 404
+
+
+def labelled_inputs(fields: Iterable[tuple[str, str, str]], values: dict[str, str]) -> Markup:
+    """A form's text inputs, each with its label and hint (``fields``: name, label,
+    hint), filled with ``values``."""
+    return join(
+        fmt(
+            '<label>{}<input name="{}" value="{}" autocomplete="off">'
+            '<span class="hint">{}</span></label>',
+            label,
+            name,
+            values.get(name, ""),
+            hint,
+        )
+        for name, label, hint in fields
+    )
+
+
 def _form(
     ctx: Context, row: dict[str, Any], text: Markup, button: str, inputs: Markup, error: str | None
 ) -> Markup:
+    """The panel that says what the action does (``text``) and its form, posting back
+    to this page with the schedule's id and the CSRF field; ``error`` above it."""
     problem = fmt('<div class="warning" role="alert">{}</div>', error) if error else Markup("")
     return fmt(
         '{}<section class="panel confirm"><p>{}</p>'
@@ -51,8 +84,57 @@ def _form(
     )
 
 
-def _missing() -> Answer:
-    return "Not found", Markup("<p>There is no such repeating schedule.</p>"), 404
+def schedule_edit(ops: Operations, ctx: Context) -> Answer:
+    """The form that changes a schedule's rule, timezone, priority or queue (GET), and
+    the change (POST: only the fields that differ from the schedule as shown)."""
+    row = _row(ops, ctx)
+    if row is None:
+        return _missing()
+    request = ctx.request
+    post = request.method == "POST"
+    rule = str(row["rule"])
+    every = re.fullmatch(r"every ([0-9.]+)s", rule)
+    current = {
+        "cron": "" if every else rule,
+        "every": f"{float(every[1]):g}" if every else "",
+        "timezone": "" if every else str(row.get("timezone") or "UTC"),
+        "priority": str(row.get("priority", "")),
+        "queue": str(row.get("queue") or ""),
+    }
+    values = {name: request.field(name).strip() for name in current} if post else current
+    error = None
+    if post:
+        changes: dict[str, Any] = {
+            name: value for name, value in values.items() if value != current[name] and value
+        }
+        try:
+            if "every" in changes:
+                changes["every"] = float(changes["every"])
+                changes.pop("timezone", None)
+            if "priority" in changes:
+                changes["priority"] = int(changes["priority"])
+        except ValueError:
+            error = "every must be a number of seconds, and priority a whole number"
+        if error is None and not changes:
+            error = "Nothing was changed."
+        if error is None:
+            try:
+                ops.app.update_schedule(row["id"], **changes)
+            except MongoschedError as exc:
+                error = str(exc)
+            else:
+                return redirect(ctx.url("/schedules") + "?done=edited")
+    text = fmt(
+        'Schedule <strong>{}</strong> (<span class="mono">{}</span>) runs <code>{}</code>. '
+        "A new rule takes effect at once: the next run is recomputed from now. A run in "
+        "progress is not changed (try again when it ends).",
+        row["task"],
+        row["id"],
+        rule_text(rule),
+    )
+    inputs = labelled_inputs(EDIT_FIELDS, values)
+    title = f"Edit schedule {row['task']}"
+    return title, _form(ctx, row, text, "Save changes", inputs, error), 400 if error else 200
 
 
 def trigger_action(ops: Operations, ctx: Context) -> Answer:
