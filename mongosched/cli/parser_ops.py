@@ -1,6 +1,6 @@
 """The options of the operator's verbs (:mod:`.operations`): bulk retry, cancel and
-purge by filter, pause, resume, pauses, schedule-edit, trigger, backfill and
-workers."""
+purge by filter, pause, resume, pauses, schedule-edit, trigger, backfill, audit,
+runners and workers."""
 
 from __future__ import annotations
 
@@ -88,8 +88,13 @@ def add_operation_verbs(
     json_flag(listed)
     listed.set_defaults(run=operations.pauses)
 
-    edit = verb(commands, "schedule-edit", OPERATION_VERBS["schedule-edit"])
-    edit.add_argument("schedule", metavar="NAME", help="its task's name, or the schedule's id")
+    def schedule_verb(name: str) -> argparse.ArgumentParser:
+        """A verb about one repeating schedule, named as its first argument."""
+        sub = verb(commands, name, OPERATION_VERBS[name])
+        sub.add_argument("schedule", metavar="NAME", help="its task's name, or the schedule's id")
+        return sub
+
+    edit = schedule_verb("schedule-edit")
     rule = edit.add_mutually_exclusive_group()
     rule.add_argument("--cron", metavar="EXPR", help="a new cron rule, e.g. '*/15 * * * *'")
     rule.add_argument(
@@ -101,13 +106,11 @@ def add_operation_verbs(
     json_flag(edit)
     edit.set_defaults(run=operations.schedule_edit)
 
-    trigger = verb(commands, "trigger", OPERATION_VERBS["trigger"])
-    trigger.add_argument("schedule", metavar="NAME", help="its task's name, or the schedule's id")
+    trigger = schedule_verb("trigger")
     json_flag(trigger)
     trigger.set_defaults(run=operations.trigger)
 
-    backfill = verb(commands, "backfill", OPERATION_VERBS["backfill"])
-    backfill.add_argument("schedule", metavar="NAME", help="its task's name, or the schedule's id")
+    backfill = schedule_verb("backfill")
     for flag, what in (("--start", "the first slot"), ("--end", "the last slot")):
         backfill.add_argument(
             flag,
