@@ -57,7 +57,7 @@ from mongosched.app import App
 from mongosched.contrib.django.conf import get_app
 from mongosched.contrib.django.framework import load
 from mongosched.contrib.django.payload import loaded, normalized, stored
-from mongosched.contrib.django.taskrun import RUN_TASK, JobBackend, enqueuing
+from mongosched.contrib.django.taskrun import RUN_TASK, enqueuing
 from mongosched.errors import Fail, JobNotFound, MongoschedError, WorkerShutdown
 from mongosched.job import Job, current_job
 from mongosched.store.codec import encode_payload, encode_value
@@ -96,7 +96,7 @@ def to_mongosched_priority(priority: int) -> float:
     return int(value) if value.is_integer() else value
 
 
-class TasksBackend(BaseTaskBackend, JobBackend):  # type: ignore[misc]  # framework untyped
+class TasksBackend(BaseTaskBackend):  # type: ignore[misc]  # framework untyped
     """Django tasks backend storing tasks as mongosched jobs (see the module doc)."""
 
     supports_defer = True

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mongosched.errors import ConfigurationError, Fail
 from mongosched.events import Event
@@ -36,13 +36,14 @@ RETRY = RetryPolicy(retries=2, retry_on=())
 run cut short by a dead worker (expired lease) runs again, up to three attempts."""
 
 
-class JobBackend:
-    """A tasks backend that runs the jobs of :data:`RUN_TASK` it enqueued
-    (:class:`~.backend.TasksBackend` is one)."""
+@runtime_checkable
+class JobBackend(Protocol):
+    """What a tasks backend offers to run the jobs of :data:`RUN_TASK` it enqueued
+    (:class:`~.backend.TasksBackend` has it; :func:`run_task` refuses a backend that
+    has not)."""
 
     def run_job(self, job_id: Any) -> Any:
         """Run the Django task of the running job ``job_id``; its return value."""
-        raise NotImplementedError
 
     def created(self, job: Job, task: Any) -> None:
         """The job that enqueues ``task`` was just stored, before anything ran it (an
