@@ -26,7 +26,7 @@ from mongosched.dashboard.render import Context, Markup, fmt, hidden_fields, joi
 from mongosched.errors import MongoschedError
 from mongosched.job import Job
 
-__all__ = ["JOB_ACTIONS", "bulk_action", "job_action", "pause_action", "safe_next"]
+__all__ = ["JOB_ACTIONS", "bulk_action", "done", "job_action", "pause_action", "safe_next"]
 
 JOB_ACTIONS = ("retry", "cancel", "purge")
 
@@ -76,7 +76,7 @@ def _encoded(text: str, special: str) -> str:
     )
 
 
-def _done(ctx: Context, path: str, code: str, n: int | None = None) -> Response:
+def done(ctx: Context, path: str, code: str, n: int | None = None) -> Response:
     """See the page at ``path`` (which may carry a query), saying what was done."""
     params = query_string([("done", code)] + ([("n", str(n))] if n is not None else []))
     return redirect(ctx.url(path) + ("&" + params[1:] if "?" in path else params))
@@ -119,14 +119,14 @@ def job_action(ops: Operations, ctx: Context, job: Job, action: str) -> Page | R
 
     def retry() -> Response:
         ops.app.retry_job(job.id)
-        return _done(ctx, path, "retried")
+        return done(ctx, path, "retried")
 
     def cancel() -> Response:
-        return _done(ctx, path, str(ops.app.cancel(job.id)))
+        return done(ctx, path, str(ops.app.cancel(job.id)))
 
     def delete() -> Response:
         ops.app.delete_job(job.id)
-        return _done(ctx, "/jobs", "purged")
+        return done(ctx, "/jobs", "purged")
 
     steps: dict[str, tuple[str, Markup, str, bool, Callable[[], Response]]] = {
         "retry": (
@@ -212,7 +212,7 @@ def bulk_action(ops: Operations, ctx: Context, action: str) -> Page | Response:
     try:
         if request.method == "POST":
             n = ops.bulk(action, filters, dry_run=False)
-            return _done(ctx, back, f"bulk-{action}", n)
+            return done(ctx, back, f"bulk-{action}", n)
         count = ops.bulk(action, filters, dry_run=True)
     except MongoschedError as exc:
         return _confirm(ctx, title, Markup(""), button, back=back, error=str(exc))
@@ -281,7 +281,7 @@ def pause_action(ops: Operations, ctx: Context, resume: bool) -> Page | Response
             return _confirm(
                 ctx, title, fmt(text, what), verb, back=back, fields=fields, error=str(exc)
             )
-        return _done(ctx, back, "resumed" if resume else "paused")
+        return done(ctx, back, "resumed" if resume else "paused")
     return _confirm(
         ctx, title, fmt(text, what), f"{verb} {kind}", back=back, fields=fields, danger=not resume
     )

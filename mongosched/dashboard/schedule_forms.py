@@ -10,9 +10,10 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
+from mongosched.dashboard.actions import done
 from mongosched.dashboard.data import Operations
 from mongosched.dashboard.fleet import rule_text
-from mongosched.dashboard.http import Response, redirect
+from mongosched.dashboard.http import Response
 from mongosched.dashboard.render import Context, Markup, fmt, join, stamp
 from mongosched.errors import MongoschedError
 
@@ -123,7 +124,7 @@ def schedule_edit(ops: Operations, ctx: Context) -> Answer:
             except MongoschedError as exc:
                 error = str(exc)
             else:
-                return redirect(ctx.url("/schedules") + "?done=edited")
+                return done(ctx, "/schedules", "edited")
     text = fmt(
         'Schedule <strong>{}</strong> (<span class="mono">{}</span>) runs <code>{}</code>. '
         "A new rule takes effect at once: the next run is recomputed from now. A run in "
@@ -149,7 +150,7 @@ def trigger_action(ops: Operations, ctx: Context) -> Answer:
         except MongoschedError as exc:
             error = str(exc)
         else:
-            return redirect(ctx.url("/schedules") + "?done=triggered")
+            return done(ctx, "/schedules", "triggered")
     text = fmt(
         "Run schedule <strong>{}</strong> once now, as a job of its own. Its next run "
         "({}) does not move.",
@@ -182,7 +183,7 @@ def backfill_action(ops: Operations, ctx: Context) -> Answer:
                 error = str(exc)
             else:
                 code = "backfilled" if lanes else "backfill-empty"
-                return redirect(ctx.url("/schedules") + f"?done={code}&n={len(lanes)}")
+                return done(ctx, "/schedules", code, len(lanes))
     inputs = labelled_inputs(BACKFILL_FIELDS, values)
     text = fmt(
         "Run the slots of schedule <strong>{}</strong> (<code>{}</code>) in a range, each "
