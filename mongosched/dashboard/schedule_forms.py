@@ -173,9 +173,9 @@ def backfill_action(ops: Operations, ctx: Context) -> Answer:
         values = {name: request.field(name).strip() for name in values}
         try:
             start, end = _time(values["start"], "start"), _time(values["end"], "end")
-            at_once = int(values["at_once"] or "1")
+            at_once = _whole(values["at_once"] or "1", "at most at once")
         except ValueError as exc:
-            error = str(exc) if "time" in str(exc) else "at most at once must be a whole number"
+            error = str(exc)
         else:
             try:
                 lanes = ops.app.backfill(row["id"], start, end, at_once=at_once)
@@ -201,3 +201,10 @@ def _time(text: str, name: str) -> datetime:
     except ValueError:
         raise ValueError(f"{name}: give a time as ISO 8601, e.g. 2026-11-20T00:00") from None
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _whole(text: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number") from None

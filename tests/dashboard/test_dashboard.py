@@ -1075,6 +1075,9 @@ def test_run_a_schedule_now_and_backfill_it(
     fields = {"csrf_token": form.csrf(), "id": "schedule:tick", "at_once": "2"}
     bad = browser.post("/schedules/backfill", {**fields, "start": "yesterday", "end": "now"})
     assert bad.status == 400 and "give a time as ISO 8601" in bad.body
+    times = {"start": start.isoformat(), "end": end.isoformat()}
+    many = browser.post("/schedules/backfill", {**fields, **times, "at_once": "two"})
+    assert many.status == 400 and "at most at once must be a whole number" in many.body
     backwards = {**fields, "start": end.isoformat(), "end": start.isoformat()}
     assert "is before start" in browser.post("/schedules/backfill", backwards).body
     ok = {**fields, "start": start.isoformat(), "end": end.isoformat()}
