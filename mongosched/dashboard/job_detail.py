@@ -28,7 +28,8 @@ from mongosched.job import Job
 __all__ = ["job_actions", "job_page"]
 
 
-def job_actions(ctx: Context, ops: Operations, job: Job) -> Markup:
+def job_actions(ctx: Context, job: Job) -> Markup:
+    """The buttons to the confirmation pages of what can be done to ``job`` now."""
     buttons = []
     path = f"/jobs/{job.id}"
     if job.status in RETRYABLE_STATUSES:
@@ -153,7 +154,7 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
         link(ctx, "/jobs", "Jobs"),
         job.id,
     )
-    return title, head + job_actions(ctx, ops, job) + join(sections)
+    return title, head + job_actions(ctx, job) + join(sections)
 
 
 def _error_panels(job: Job, now: Any) -> list[Markup]:
