@@ -6,7 +6,7 @@ each a form (GET) and the action (POST)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -42,6 +42,10 @@ def _row(ops: Operations, ctx: Context) -> dict[str, Any] | None:
     return next((r for r in ops.schedules() if str(r["id"]) == wanted), None)
 
 
+class _Refused(Exception):
+    """A field the form's action cannot take: its message is shown above the form."""
+
+
 def _missing() -> Answer:
     return "Not found", Markup("<p>There is no such repeating schedule.</p>"), 404
 
@@ -60,6 +64,26 @@ def labelled_inputs(fields: Iterable[tuple[str, str, str]], values: dict[str, st
         )
         for name, label, hint in fields
     )
+
+
+def _answer(
+    ctx: Context,
+    row: dict[str, Any],
+    title: str,
+    text: Markup,
+    button: str,
+    inputs: Markup,
+    act: Callable[[], Response],
+) -> Answer:
+    """The form (GET); on POST, ``act()``'s redirect, or the form again with why it was
+    refused (a bad field, or the App's error) above it."""
+    error = None
+    if ctx.request.method == "POST":
+        try:
+            return act()
+        except (_Refused, MongoschedError) as exc:
+            error = str(exc)
+    return title, _form(ctx, row, text, button, inputs, error), 400 if error else 200
 
 
 def _form(
@@ -85,14 +109,20 @@ def _form(
     )
 
 
+def _posted(ctx: Context, values: dict[str, str]) -> dict[str, str]:
+    """The form's fields as posted (stripped), else ``values`` as first shown."""
+    request = ctx.request
+    if request.method != "POST":
+        return values
+    return {name: request.field(name).strip() for name in values}
+
+
 def schedule_edit(ops: Operations, ctx: Context) -> Answer:
     """The form that changes a schedule's rule, timezone, priority or queue (GET), and
     the change (POST: only the fields that differ from the schedule as shown)."""
     row = _row(ops, ctx)
     if row is None:
         return _missing()
-    request = ctx.request
-    post = request.method == "POST"
     rule = str(row["rule"])
     every = re.fullmatch(r"every ([0-9.]+)s", rule)
     current = {
@@ -102,9 +132,9 @@ def schedule_edit(ops: Operations, ctx: Context) -> Answer:
         "priority": str(row.get("priority", "")),
         "queue": str(row.get("queue") or ""),
     }
-    values = {name: request.field(name).strip() for name in current} if post else current
-    error = None
-    if post:
+    values = _posted(ctx, current)
+
+    def edit() -> Response:
         changes: dict[str, Any] = {
             name: value for name, value in values.items() if value != current[name] and value
         }
@@ -115,16 +145,14 @@ def schedule_edit(ops: Operations, ctx: Context) -> Answer:
             if "priority" in changes:
                 changes["priority"] = int(changes["priority"])
         except ValueError:
-            error = "every must be a number of seconds, and priority a whole number"
-        if error is None and not changes:
-            error = "Nothing was changed."
-        if error is None:
-            try:
-                ops.app.update_schedule(row["id"], **changes)
-            except MongoschedError as exc:
-                error = str(exc)
-            else:
-                return done(ctx, "/schedules", "edited")
+            raise _Refused(
+                "every must be a number of seconds, and priority a whole number"
+            ) from None
+        if not changes:
+            raise _Refused("Nothing was changed.")
+        ops.app.update_schedule(row["id"], **changes)
+        return done(ctx, "/schedules", "edited")
+
     text = fmt(
         'Schedule <strong>{}</strong> (<span class="mono">{}</span>) runs <code>{}</code>. '
         "A new rule takes effect at once: the next run is recomputed from now. A run in "
@@ -134,8 +162,7 @@ def schedule_edit(ops: Operations, ctx: Context) -> Answer:
         rule_text(rule),
     )
     inputs = labelled_inputs(EDIT_FIELDS, values)
-    title = f"Edit schedule {row['task']}"
-    return title, _form(ctx, row, text, "Save changes", inputs, error), 400 if error else 200
+    return _answer(ctx, row, f"Edit schedule {row['task']}", text, "Save changes", inputs, edit)
 
 
 def trigger_action(ops: Operations, ctx: Context) -> Answer:
@@ -143,22 +170,18 @@ def trigger_action(ops: Operations, ctx: Context) -> Answer:
     row = _row(ops, ctx)
     if row is None:
         return _missing()
-    error = None
-    if ctx.request.method == "POST":
-        try:
-            ops.app.trigger_schedule(row["id"])
-        except MongoschedError as exc:
-            error = str(exc)
-        else:
-            return done(ctx, "/schedules", "triggered")
+
+    def trigger() -> Response:
+        ops.app.trigger_schedule(row["id"])
+        return done(ctx, "/schedules", "triggered")
+
     text = fmt(
         "Run schedule <strong>{}</strong> once now, as a job of its own. Its next run "
         "({}) does not move.",
         row["task"],
         stamp(row.get("next_run")),
     )
-    title = f"Run {row['task']} now"
-    return title, _form(ctx, row, text, "Run now", Markup(""), error), 400 if error else 200
+    return _answer(ctx, row, f"Run {row['task']} now", text, "Run now", Markup(""), trigger)
 
 
 def backfill_action(ops: Operations, ctx: Context) -> Answer:
@@ -166,40 +189,30 @@ def backfill_action(ops: Operations, ctx: Context) -> Answer:
     row = _row(ops, ctx)
     if row is None:
         return _missing()
-    request = ctx.request
-    values = {"start": "", "end": "", "at_once": "1"}
-    error = None
-    if request.method == "POST":
-        values = {name: request.field(name).strip() for name in values}
-        try:
-            start, end = _time(values["start"], "start"), _time(values["end"], "end")
-            at_once = _whole(values["at_once"] or "1", "at most at once")
-        except ValueError as exc:
-            error = str(exc)
-        else:
-            try:
-                lanes = ops.app.backfill(row["id"], start, end, at_once=at_once)
-            except MongoschedError as exc:
-                error = str(exc)
-            else:
-                code = "backfilled" if lanes else "backfill-empty"
-                return done(ctx, "/schedules", code, len(lanes))
-    inputs = labelled_inputs(BACKFILL_FIELDS, values)
+    values = _posted(ctx, {"start": "", "end": "", "at_once": "1"})
+
+    def backfill() -> Response:
+        start, end = _time(values["start"], "start"), _time(values["end"], "end")
+        at_once = _whole(values["at_once"] or "1", "at most at once")
+        lanes = ops.app.backfill(row["id"], start, end, at_once=at_once)
+        code = "backfilled" if lanes else "backfill-empty"
+        return done(ctx, "/schedules", code, len(lanes))
+
     text = fmt(
         "Run the slots of schedule <strong>{}</strong> (<code>{}</code>) in a range, each "
         "once, in order, at most so many at a time. Its own slots go on as before.",
         row["task"],
         row["rule"],
     )
-    title = f"Backfill {row['task']}"
-    return title, _form(ctx, row, text, "Backfill", inputs, error), 400 if error else 200
+    inputs = labelled_inputs(BACKFILL_FIELDS, values)
+    return _answer(ctx, row, f"Backfill {row['task']}", text, "Backfill", inputs, backfill)
 
 
 def _time(text: str, name: str) -> datetime:
     try:
         value = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"{name}: give a time as ISO 8601, e.g. 2026-11-20T00:00") from None
+        raise _Refused(f"{name}: give a time as ISO 8601, e.g. 2026-11-20T00:00") from None
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
@@ -207,4 +220,4 @@ def _whole(text: str, name: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise ValueError(f"{name} must be a whole number") from None
+        raise _Refused(f"{name} must be a whole number") from None

@@ -1033,6 +1033,8 @@ def test_edit_a_schedule_at_runtime(sched: App, jobs: dict[str, Any], browser: C
     assert same.status == 400 and "Nothing was changed." in same.body
     bad = browser.post("/schedules/edit", {**fields, "every": "", "cron": "61 * * * *"})
     assert bad.status == 400 and 'value="61 * * * *"' in bad.body
+    word = browser.post("/schedules/edit", {**fields, "priority": "high"})
+    assert word.status == 400 and "priority a whole number" in word.body
     assert (
         browser.post("/schedules/edit", {"id": "schedule:tick", "cron": "5 * * * *"}).status == 403
     )
