@@ -182,16 +182,20 @@ class Operations:
         except (InvalidJobId, JobNotFound):
             return None
 
-    def resolved(self, filters: Filters) -> Filters:
+    def resolved(self, filters: Filters, *, stored: list[str], labels: list[str]) -> Filters:
         """``filters`` whose task names a label (a Django task's path, typed in the task
         box or picked from its suggestions) rather than a task: a filter by that label.
-        Reads the stored names (from indexes) only when a task is given."""
+        ``stored`` (:meth:`stored_tasks`) and ``labels``: already read for this page."""
         name = filters.task
         if name is None or filters.label is not None or name in self.app.tasks:
             return filters
-        if name in self.app.store.task_names() or name not in self.labels():
+        if name in stored or name not in labels:
             return filters
         return replace(filters, task=None, label=name)
+
+    def stored_tasks(self) -> list[str]:
+        """The tasks of stored jobs, from the store's index."""
+        return self.app.store.task_names()
 
     def labels(self) -> list[str]:
         """The labels of stored jobs (Django tasks' paths), from the store's index."""
@@ -268,13 +272,13 @@ class Operations:
         names.update(p.name for p in pauses if p.kind == "queue")
         return sorted(names)
 
-    def task_names(self, *, runners: list[RunnerInfo] | None = None) -> list[str]:
+    def task_names(self, *, runners: list[RunnerInfo], stored: list[str]) -> list[str]:
         """The tasks registered here or by a live runner, and those with jobs stored
-        (the filter's suggestions; from the store's task index, no job read).
-        ``runners``: already read for this page."""
+        (the filter's suggestions). ``runners`` and ``stored`` (:meth:`stored_tasks`):
+        already read for this page."""
         names = set(self.app.tasks)
-        names.update(self.app.store.task_names())
-        for runner in self.app.live_runners() if runners is None else runners:
+        names.update(stored)
+        for runner in runners:
             names.update(runner.tasks)
         return sorted(names)
 

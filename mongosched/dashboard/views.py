@@ -301,10 +301,21 @@ def read_page(ctx: Context) -> int:
     return max(1, min(int(value), 10**6)) if value.isdigit() else 1
 
 
-def filter_form(ctx: Context, ops: Operations, filters: Filters, sort: tuple[str, int]) -> Markup:
+def filter_form(
+    ctx: Context,
+    ops: Operations,
+    filters: Filters,
+    sort: tuple[str, int],
+    *,
+    stored: list[str],
+    labels: list[str],
+) -> Markup:
+    """The jobs page's filter, its boxes suggesting the names known (``stored``: the
+    tasks of stored jobs, and ``labels``, as read for this page)."""
     runners = ops.live_runners()  # read once for both suggestion lists
-    tasks = join(fmt('<option value="{}">', name) for name in ops.task_names(runners=runners))
-    tasks += join(fmt('<option value="{}" label="label">', name) for name in ops.labels())
+    names = ops.task_names(runners=runners, stored=stored)
+    tasks = join(fmt('<option value="{}">', name) for name in names)
+    tasks += join(fmt('<option value="{}" label="label">', name) for name in labels)
     queues = join(fmt('<option value="{}">', name) for name in ops.known_queues(runners=runners))
     statuses = join(
         fmt(
@@ -351,10 +362,13 @@ def filter_form(ctx: Context, ops: Operations, filters: Filters, sort: tuple[str
 
 
 def jobs_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
-    filters = ops.resolved(Filters.read(ctx.request.arg, ctx.request.args))
+    stored, labels = ops.stored_tasks(), ops.labels()  # for the filter and its suggestions
+    filters = ops.resolved(
+        Filters.read(ctx.request.arg, ctx.request.args), stored=stored, labels=labels
+    )
     sort = read_sort(ctx)
     page = read_page(ctx)
-    form = filter_form(ctx, ops, filters, sort)
+    form = filter_form(ctx, ops, filters, sort, stored=stored, labels=labels)
     try:
         jobs, total = ops.jobs(filters, sort, page, PER_PAGE)
     except ConfigurationError as exc:

@@ -400,6 +400,24 @@ def test_a_page_reads_the_live_runners_and_the_pauses_once(
         assert reads.count("live_runners") == 1 and reads.count("pauses") <= 1, (path, reads)
 
 
+def test_the_jobs_page_reads_the_task_names_and_labels_once(
+    sched: App, jobs: dict[str, Any], browser: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Resolving a label typed in the task box and the box's suggestions share one read
+    of each index."""
+    sched.task(name="run")(lambda: None).configure(label="app.tasks.mail").schedule()
+    reads: list[str] = []
+    for name in ("task_names", "labels"):
+        real = getattr(sched.store, name)
+        monkeypatch.setattr(
+            sched.store, name, lambda real=real, name=name: reads.append(name) or real()
+        )
+    for path in ("/jobs", "/jobs?task=boom", "/jobs?task=app.tasks.mail"):
+        reads.clear()
+        assert browser.get(path).status == 200
+        assert sorted(reads) == ["labels", "task_names"], (path, reads)
+
+
 def test_the_overview_reads_no_running_jobs(
     sched: App, jobs: dict[str, Any], browser: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
