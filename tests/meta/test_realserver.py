@@ -7,7 +7,8 @@ fails and its workaround in the test support can go: a majority write lost in a 
 call ``sweep_ttl``), a resume token refused (tests/integration/test_wake.py runs a job before the
 restart it tests), a collection scan for the claim (the query plan tests run on a real
 MongoDB only), ``$$NOW`` not compared as a date (the documented KEDA query is given
-the time on it).
+the time on it), a state change error with no topology version (the fail-point tests
+give their clients a short heartbeat interval).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any
 
 import pytest
 from pymongo import WriteConcern
-from pymongo.errors import OperationFailure
+from pymongo.errors import NotPrimaryError, OperationFailure
+from pymongo.server_type import SERVER_TYPE
 
 from mongosched.store.mongo import MongoStore
 from tests.contract.helpers import LATER, T0, add, claimed, job, sec
@@ -223,6 +225,39 @@ def test_pinned_now_in_an_expression_is_not_compared_as_a_date(db: Any) -> None:
     db.jobs.insert_many([{"at": now - timedelta(minutes=1)}, {"at": now + timedelta(hours=1)}])
     assert db.jobs.count_documents({"at": {"$lte": now}}) == 1
     assert db.jobs.count_documents({"$expr": {"$lte": ["$at", "$$NOW"]}}) == 2
+
+
+def test_pinned_a_state_change_error_of_the_fail_point_has_no_topology_version(
+    real_server: RealServer,
+) -> None:
+    """``failCommand`` with a "not primary" code (here 189, PrimarySteppedDown) answers
+    without ``topologyVersion``, where MongoDB adds the server's current one. pymongo
+    takes a MongoDB fail point's error for a stale one and goes on at once; here it
+    marks the server unknown and waits for its monitor's next reply, up to the
+    client's heartbeat interval (10 s by default, longer than the fail-point tests'
+    leases). So tests/faults/test_fail_points.py gives its clients
+    ``heartbeatFrequencyMS=500``: a one-shot fault costs what it costs on MongoDB."""
+    admin = real_server.client()
+    client = real_server.client(heartbeatFrequencyMS=10_000, serverSelectionTimeoutMS=30_000)
+    name = f"realserver_{uuid.uuid4().hex[:12]}"
+    try:
+        jobs = client[name].jobs
+        jobs.insert_one({"n": 1})
+        step_down = {"failCommands": ["find"], "errorCode": 189}
+        configure_fail_point(admin, {"times": 1}, step_down)
+        with pytest.raises(NotPrimaryError) as refused:
+            client[name].command("find", "jobs")
+        assert refused.value.details is not None
+        assert refused.value.details["code"] == 189
+        assert "topologyVersion" not in refused.value.details
+        # Not taken for stale: the server is unknown until the monitor's next reply.
+        [server] = client.topology_description.server_descriptions().values()
+        assert server.server_type == SERVER_TYPE.Unknown
+    finally:
+        configure_fail_point(admin, "off")
+        admin.drop_database(name)
+        client.close()
+        admin.close()
 
 
 def test_sweep_ttl_deletes_what_has_expired_and_nothing_else(client: Any, db: Any) -> None:
