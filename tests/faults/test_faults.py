@@ -36,11 +36,13 @@ It runs on the embedded stand-in and, with ``MONGOSCHED_TEST_URI``, on a real se
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import random
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -867,22 +869,49 @@ def unlogged() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def run_many(runs: int, seed: int) -> Counter[str]:
+def run_many(runs: int, seed: int, processes: int = 1) -> Counter[str]:
+    """Simulate ``runs`` runs seeded from ``seed``; with ``processes`` > 1, in that many
+    processes at once (each run seeded as it is in one process, so a failure's run and
+    seed replay it either way)."""
     master = random.Random(seed)
+    seeds = [master.randrange(2**32) for _ in range(runs)]
+    if processes <= 1:
+        return _run_seeds(seed, 0, seeds)
+    chunk = 250
+    totals: Counter[str] = Counter()
+    context = multiprocessing.get_context("spawn")  # the pytest process has threads
+    with ProcessPoolExecutor(processes, mp_context=context) as pool:
+        futures = [
+            pool.submit(_run_seeds, seed, first, seeds[first : first + chunk])
+            for first in range(0, runs, chunk)
+        ]
+        try:
+            for done, future in enumerate(as_completed(futures), 1):
+                totals.update(future.result())
+                if done * chunk % 1000 == 0:  # a long run says how far it got
+                    print(f"fault injection: {done * chunk} of {runs} runs", flush=True)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    return totals
+
+
+def _run_seeds(master_seed: int, first: int, seeds: list[int]) -> Counter[str]:
+    """Runs ``first``, ``first + 1``, ... with the given seeds, one after another."""
     totals: Counter[str] = Counter()
     with unlogged(), run_databases() as place:
-        for n in range(runs):
-            run_seed = master.randrange(2**32)
+        for n, run_seed in enumerate(seeds, first):
             with place(n) as (database, collection):
                 try:
                     totals.update(simulate(run_seed, database, collection))
                 except Exception as exc:  # an invariant broken, or anything unexpected
                     raise AssertionError(
-                        f"run {n} (seed {run_seed}, master seed {seed}): "
+                        f"run {n} (seed {run_seed}, master seed {master_seed}): "
                         f"{type(exc).__name__}: {exc}"
                     ) from exc
-            if runs >= 1000 and (n + 1) % 1000 == 0:  # a long run says how far it got
-                print(f"fault injection: {n + 1} of {runs} runs", flush=True)
+            if len(seeds) >= 1000 and (n + 1) % 1000 == 0:  # a long run says how far it got
+                print(f"fault injection: {n + 1} of {len(seeds)} runs", flush=True)
     return totals
 
 
@@ -943,7 +972,7 @@ def test_invariants_hold_under_randomized_faults() -> None:
 @pytest.mark.timeout(4 * 3600)  # its own limit: 20,000 runs take far longer than a test
 def test_invariants_hold_under_randomized_faults_soak() -> None:
     runs, seed = SOAK_RUNS, SEED + 1
-    report(runs, seed, run_many(runs, seed))
+    report(runs, seed, run_many(runs, seed, processes=os.cpu_count() or 1))
 
 
 class _DropFirstWrite:
