@@ -10,17 +10,19 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypedDict, TypeVar
 
+from mongosched._core import options as checks
 from mongosched._core import validate
 from mongosched._core.arguments import Binding, Parameters
+from mongosched._core.options import DEDUPE_SCOPES
 from mongosched._core.records import JobRecord, JobStatus
-from mongosched.errors import ConfigurationError, InvalidSchedule
+from mongosched.errors import ConfigurationError
 from mongosched.job import Job
 from mongosched.limits import KeySpec, RateSpec, key_spec
 from mongosched.limits import rate_limit as rate_limit_of
 from mongosched.observe import tracing
 from mongosched.observe.logs import capture_level
 from mongosched.retry import RetryPolicy
-from mongosched.schedule import Cron, Every, Misfire, Rule, Runs
+from mongosched.schedule import Rule
 from mongosched.store import schedule_id
 
 if TYPE_CHECKING:
@@ -46,8 +48,6 @@ __all__ = [
 P = ParamSpec("P")
 R = TypeVar("R")
 
-DEDUPE_SCOPES = ("active", "pending")
-DEDUPE_MODES = ("keep", "replace")
 TRANSACTION_TIMEOUT = 60.0
 """The timeout of a transactional task that sets none: MongoDB aborts a transaction
 older than this by default (its ``transactionLifetimeLimitSeconds``)."""
@@ -270,14 +270,14 @@ class Task(Generic[P, R]):
             if concurrency is None
             else validate.whole(concurrency, what=f"task {task!r}: concurrency")
         )
-        self.rule = _rule_from_options(task, repeat, cron, every, timezone)
+        self.rule = checks.rule_from_options(task, repeat, cron, every, timezone)
         if self.rule is not None:
             self.parameters.bind((), {})  # the jobs of its declared schedule pass none
-        self.misfire = _misfire(task, misfire, misfire_grace, max_catchup)
-        self.runs = _runs(task, jitter, overlap, pause_after)
+        self.misfire = checks.misfire(task, misfire, misfire_grace, max_catchup)
+        self.runs = checks.runs(task, jitter, overlap, pause_after)
         """Jitter, overlap policy and pause on failure of its repeating jobs."""
         if self.rule is not None:
-            _check_jitter(task, self.rule, self.runs)
+            checks.check_jitter(task, self.rule, self.runs)
         self.capture_logs = capture_level(capture_logs, task)
         """The level from which its jobs keep their log records (None: they keep none)."""
         self.rate_limit = rate_limit_of(rate_limit, task=task)
@@ -302,7 +302,7 @@ class Task(Generic[P, R]):
             fair_key, task=task, field="fair_key", parameters=self.parameters
         )
         """Shares claims fairly among the keys of its jobs (None: it does not)."""
-        self.fair_weights = _weights(task, fair_weights)
+        self.fair_weights = checks.fair_weights(task, fair_weights)
         if self.fair_weights and self.fair_key is None:
             raise ConfigurationError(f"task {task!r}: fair_weights needs a fair_key")
         if self.rule is not None and (self.aging is not None or self.fair_key is not None):
@@ -383,18 +383,25 @@ class Task(Generic[P, R]):
         priority = validate.priority(
             options.priority if options.priority is not None else self.priority, task=task
         )
-        due = _due_time(task, options, now)
+        due = checks.due_time(task, options.delay, options.run_at, now)
         repeat: dict[str, Any] | None = None
         slot: datetime | None = None
         if options.repeat is not None:
-            rule = _rule(task, options.repeat)
+            rule = checks.repeat_rule(task, options.repeat)
             explicit = options.delay is not None or options.run_at is not None
-            _check_jitter(task, rule, self.runs)
-            slot = _first_slot(rule, due, explicit=explicit)
+            checks.check_jitter(task, rule, self.runs)
+            slot = checks.first_slot(rule, due, explicit=explicit)
             due = self.runs.start(task, slot)
             repeat = self.repeat_document(rule)
-        key, scope, until, replace_it = _dedupe(task, options, now)
-        expires_at = _expiry(task, options.expires, now, due)
+        key, scope, until, replace_it = checks.dedupe(
+            task,
+            options.dedupe_key,
+            options.dedupe_scope,
+            options.dedupe,
+            options.dedupe_window,
+            now,
+        )
+        expires_at = checks.expiry(task, options.expires, now, due)
         timeout = validate.seconds(
             options.timeout, what=f"task {task!r}: timeout", strict=True, allow_none=True
         )
@@ -452,7 +459,7 @@ class Task(Generic[P, R]):
     def schedule_record(self, now: datetime) -> JobRecord:
         """This task's own (decorator-declared) repeating schedule, as a new job."""
         assert self.rule is not None
-        first = _first_slot(self.rule, now, explicit=False)
+        first = checks.first_slot(self.rule, now, explicit=False)
         return JobRecord(
             id=schedule_id(self.name),
             task=self.name,
@@ -549,41 +556,6 @@ def script_task_explanation(task: str, known: Iterable[str]) -> str:
     )
 
 
-def _due_time(task: str, options: BoundOptions, now: datetime) -> datetime:
-    if options.delay is not None and options.run_at is not None:
-        raise ConfigurationError(f"task {task!r}: give either delay or run_at, not both")
-    if options.run_at is not None:
-        return validate.aware_datetime(options.run_at, task=task)
-    if options.delay is not None:
-        delay = validate.seconds(options.delay, what=f"task {task!r}: delay")
-        return now + timedelta(seconds=delay)
-    return now
-
-
-def _expiry(
-    task: str, expires: timedelta | datetime | None, now: datetime, due: datetime
-) -> datetime | None:
-    """When a job expires: ``expires`` after ``now`` (a timedelta), or at an aware
-    datetime; it must be after the job is due."""
-    if expires is None:
-        return None
-    if isinstance(expires, datetime):
-        at = validate.aware_datetime(expires, task=task, what="expires")
-    elif isinstance(expires, timedelta):
-        seconds = validate.seconds(expires, what=f"task {task!r}: expires", strict=True)
-        at = now + timedelta(seconds=seconds)
-    else:
-        raise ConfigurationError(
-            f"task {task!r}: expires must be a timedelta or an aware datetime, not {expires!r}"
-        )
-    if at <= due:
-        raise ConfigurationError(
-            f"task {task!r}: expires ({at.isoformat()}) must be after the job is due "
-            f"({due.isoformat()})"
-        )
-    return at
-
-
 def _dependencies(task: str, options: BoundOptions) -> tuple[Any, ...]:
     """The ids of the jobs ``depends_on`` names (Job objects give theirs; other values
     are ids, checked by the store)."""
@@ -608,140 +580,3 @@ def _dependencies(task: str, options: BoundOptions) -> tuple[Any, ...]:
     if not ids:
         raise ConfigurationError(f"task {task!r}: depends_on is empty")
     return tuple(ids)
-
-
-def _first_slot(rule: Rule, start: datetime, *, explicit: bool) -> datetime:
-    """First run of a repeating job: an explicit start time is a slot itself for
-    ``Every`` (and the first cron slot at or after it); otherwise the next slot."""
-    if explicit:
-        if isinstance(rule, Every):
-            return start
-        return rule.next_after(start - timedelta(milliseconds=1))
-    return rule.next_after(start)
-
-
-def _dedupe(
-    task: str, options: BoundOptions, now: datetime
-) -> tuple[str | None, str | None, datetime | None, bool]:
-    """The dedupe key, its scope, the end of its throttle window and whether a new call
-    replaces the pending job (see :class:`ScheduleOptions`)."""
-    key, scope, mode = options.dedupe_key, options.dedupe_scope, options.dedupe
-    if mode not in DEDUPE_MODES:
-        raise ConfigurationError(f"task {task!r}: dedupe must be 'keep' or 'replace', not {mode!r}")
-    if key is None:
-        if options.dedupe_window is not None:
-            raise ConfigurationError(f"task {task!r}: dedupe_window needs a dedupe_key")
-        if mode == "replace":
-            raise ConfigurationError(f"task {task!r}: dedupe='replace' needs a dedupe_key")
-        return None, None, None, False
-    validate.text(key, what=f"task {task!r}: dedupe_key")
-    replace_it = mode == "replace"
-    if scope is None:
-        scope = "pending" if replace_it else "active"
-    if scope not in DEDUPE_SCOPES:
-        raise ConfigurationError(
-            f"task {task!r}: dedupe_scope must be 'active' or 'pending', not {scope!r}"
-        )
-    if replace_it and scope != "pending":
-        raise ConfigurationError(
-            f"task {task!r}: dedupe='replace' keeps the key in the 'pending' scope "
-            f"(a running job is not replaced), not {scope!r}"
-        )
-    until = None
-    if options.dedupe_window is not None:
-        window = validate.seconds(
-            options.dedupe_window, what=f"task {task!r}: dedupe_window", strict=True
-        )
-        until = now + timedelta(seconds=window)
-    return key, scope, until, replace_it
-
-
-def _weights(task: str, weights: Any) -> dict[str, float]:
-    """``fair_weights``: a mapping of fair keys to positive weights (a key not in it
-    weighs 1)."""
-    if weights is None:
-        return {}
-    if not isinstance(weights, Mapping):
-        raise ConfigurationError(
-            f"task {task!r}: fair_weights must map keys to weights, not {weights!r}"
-        )
-    checked = {}
-    for key, weight in weights.items():
-        validate.text(key, what=f"task {task!r}: fair_weights key")
-        if (
-            not isinstance(weight, (int, float))
-            or isinstance(weight, bool)
-            or not 0 < weight <= 1000
-        ):
-            raise ConfigurationError(
-                f"task {task!r}: fair_weights[{key!r}] must be a number above 0 and at "
-                f"most 1000, not {weight!r}"
-            )
-        checked[key] = float(weight)
-    return checked
-
-
-def _rule(task: str, rule: Any) -> Rule:
-    if not isinstance(rule, (Cron, Every)):
-        raise ConfigurationError(
-            f"task {task!r}: repeat must be a Cron or Every rule, not {rule!r}"
-        )
-    return rule
-
-
-def _rule_from_options(
-    task: str,
-    repeat: Rule | None,
-    cron: str | None,
-    every: float | timedelta | None,
-    timezone: str | None,
-) -> Rule | None:
-    if repeat is not None:
-        if cron is not None or every is not None or timezone is not None:
-            raise ConfigurationError(
-                f"task {task!r}: give one of repeat, cron or every (a Cron rule carries "
-                "its timezone: repeat=Cron('0 9 * * *', timezone='Europe/Berlin'))"
-            )
-        return _rule(task, repeat)
-    if cron is not None and every is not None:
-        raise ConfigurationError(f"task {task!r}: give either cron or every, not both")
-    if cron is not None:
-        return Cron(cron, timezone or "UTC", task=task)
-    if timezone is not None and every is None:
-        raise ConfigurationError(f"task {task!r}: timezone applies only with cron")
-    if every is not None:
-        if timezone is not None:
-            raise ConfigurationError(f"task {task!r}: timezone applies only with cron, not every")
-        return Every(every, task=task)
-    return None
-
-
-def _runs(
-    task: str, jitter: float | timedelta | None, overlap: str, pause_after: int | None
-) -> Runs:
-    try:
-        return Runs(jitter=jitter, overlap=overlap, pause_after=pause_after)
-    except (ConfigurationError, ValueError, TypeError) as exc:
-        raise InvalidSchedule(f"task {task!r}: {exc}") from None
-
-
-def _check_jitter(task: str, rule: Rule, runs: Runs) -> None:
-    """A jitter must be shorter than an interval, or a slot could start after the
-    next one."""
-    jitter = runs.jitter
-    if (
-        isinstance(rule, Every)
-        and isinstance(jitter, float)
-        and jitter >= rule.interval.total_seconds()
-    ):
-        raise InvalidSchedule(
-            f"task {task!r}: jitter ({jitter:g} s) must be shorter than its interval "
-            f"({rule.interval.total_seconds():g} s)"
-        )
-
-
-def _misfire(task: str, policy: str, grace: float | timedelta | None, max_catchup: int) -> Misfire:
-    try:
-        return Misfire(policy=policy, grace=grace, max_catchup=max_catchup)
-    except (ConfigurationError, ValueError, TypeError) as exc:
-        raise InvalidSchedule(f"task {task!r}: {exc}") from None
