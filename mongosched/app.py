@@ -4,30 +4,27 @@ offers their methods as its own, and gives each runner a :class:`RunnerHost`."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, ParamSpec, TypeVar, overload
 
 from mongosched._core import validate
 from mongosched._core.delegation import Delegated
 from mongosched._core.outcome import Retention
-from mongosched._core.records import JobRecord, JobStatus
-from mongosched.errors import ConfigurationError, StoreError, TaskNotRegistered, TransactionError
+from mongosched.errors import ConfigurationError, StoreError, TaskNotRegistered
 from mongosched.events import Listener, Listeners
 from mongosched.job import Job
 from mongosched.limits import RateSpec
-from mongosched.operations import triggers
 from mongosched.operations.admin import AdminOperations
-from mongosched.operations.audit import AuditTrail, checked_actor
+from mongosched.operations.audit import AuditTrail
 from mongosched.operations.bulk import BulkOperations
 from mongosched.operations.jobs import Cancellation, JobOperations
+from mongosched.operations.scheduling import SchedulingOperations
 from mongosched.retry import RetryPolicy
-from mongosched.runner import dependencies
 from mongosched.runner.host import RunnerHost
 from mongosched.runner.inprocess import InProcess
 from mongosched.runner.runner import Runner
@@ -36,7 +33,6 @@ from mongosched.schedule import Rule
 from mongosched.store import Store, in_process, open_store
 from mongosched.task import (
     SCRIPT_PREFIX,
-    JobSpec,
     Task,
     TaskOptions,
     script_task_warning,
@@ -148,7 +144,6 @@ class App:
         self._prepare_failures = 0
         self._prepare_error: StoreError | None = None
         self._lock = threading.RLock()
-        self._eager_runner: Runner | None = None
         self._in_process = InProcess(self.runner, self._forked)
         self._compose([])
 
@@ -204,6 +199,20 @@ class App:
                 schedule=schedule, reason=reason
             ),
         )
+        self._scheduling = SchedulingOperations(
+            store,
+            writable=self._writable,
+            now=now,
+            retention=retention,
+            events=events,
+            transactions=self._transactions,
+            jobs=self._jobs,
+            named=self._admin.named,
+            created=self._created,
+            audit=self.audit,
+            host=self._host,
+            eager=self.eager,
+        )
 
     # Time and storage --------------------------------------------------------------------
     def now(self) -> datetime:
@@ -257,7 +266,7 @@ class App:
         are not copied)."""
         self._lock = threading.RLock()
         self.runners = weakref.WeakSet()
-        self._eager_runner = None
+        self._scheduling.eager_runner = None
 
     # Registry -----------------------------------------------------------------------------
     @overload
@@ -401,152 +410,10 @@ class App:
         target = self.get_task(task) if isinstance(task, str) else task
         return target.schedule(*args, **kwargs)
 
-    def schedule_spec(self, spec: JobSpec) -> Job[Any]:
-        """Schedule one job made by ``task.job(...)`` (what :meth:`Task.schedule` does)."""
-        return self.schedule_bulk([spec])[0]
-
-    def schedule_bulk(self, specs: Iterable[JobSpec], *, session: Any = None) -> list[Job[Any]]:
-        """Schedule many jobs in one round trip: ``[task.job(...),
-        task.configure(delay=60).job(...), ...]``. Returns the jobs in order; where a
-        dedupe key was held, the job holding it.
-
-        ``session``: a :class:`~mongosched.transaction.Transaction` or a pymongo
-        ``ClientSession`` in a transaction (as ``configure(session=...)``): the jobs
-        exist if and only if it commits. Without one, inside ``with
-        app.transaction()`` or a transactional task, they join that transaction."""
-        now = self.now()
-        specs = list(specs)
-        for spec in specs:
-            if not isinstance(spec, JobSpec):
-                raise ConfigurationError(
-                    f"schedule_bulk takes task.job(...) specs, not {type(spec).__name__}"
-                )
-        given = [s for s in (session, *(spec.options.session for spec in specs)) if s is not None]
-        what = f"task {specs[0].task.name!r}: session" if specs else "session"
-        tx = self._transactions.of(given, what)
-        store = self._writable()
-        if tx is not None:
-            if self.eager and not tx.sees_commit:
-                raise TransactionError(
-                    "eager mode runs a job when its transaction commits, which a session of "
-                    "your own does out of mongosched's sight: use app.transaction()"
-                )
-            store = store.within(tx.handle)
-        records = [dependencies.checked(store, spec.build(now), now) for spec in specs]
-        stored = store.insert(records)
-        jobs = []
-        for record, created in stored:
-            if created and record.status is JobStatus.WAITING:
-                if tx is not None and tx.handle.deferred:  # stored at the commit
-                    tx.on_commit(functools.partial(self._link, record))
-                else:
-                    record = self._link(record, store)
-            job = Job(record, self.store)
-            jobs.append(job)
-            if not created:
-                continue
-            if self.eager and record.status is JobStatus.PENDING:
-                if tx is None:
-                    jobs[-1] = self._run_eagerly(record)
-                else:
-                    tx.on_commit(functools.partial(self._run_eagerly, record))
-            elif tx is None:
-                self._created(job)
-            else:
-                tx.on_commit(functools.partial(self._created, job))
-        return jobs
-
-    def _link(self, record: JobRecord, store: Store | None = None) -> JobRecord:
-        """A job stored waiting: resolve the dependencies that ended already (read
-        after the insert, so none that ends meanwhile is missed). ``store``: the
-        store's view of a transaction the job was stored in."""
-        store = store or self.store
-        statuses = store.link_dependencies(record.depends_on, self.now(), record.id)
-        return dependencies.resolve_new(
-            store,
-            record,
-            statuses,
-            now=self.now(),
-            retention=self.retention,
-            emit=self._jobs.announce,
-        )
-
-    def _run_eagerly(self, record: JobRecord) -> Job:
-        """Run a just-stored job here until it finishes (retries without their delays).
-        A repeating job runs once and stays pending for its next slot."""
-        self.emit("job:created", job=Job(record, self.store))
-        if self._eager_runner is None:
-            self._eager_runner = Runner(self._host, workers=1, name="eager")
-        runner = self._eager_runner
-        while True:
-            claim = runner.claim_next(job_id=record.id)
-            if claim is None:
-                break
-            decision = runner.run_claim(claim)
-            if decision is None or decision.event != "job:retry":
-                break
-        return self._jobs.require(record.id)
-
-    def trigger_schedule(self, schedule: Any, *, actor: str | None = None) -> Job[Any]:
-        """Run a repeating schedule (its id, its task or its task's name) once, now,
-        beside its slots: its next slot does not move. The run is a job of its own,
-        with the schedule's payload, queue, priority and attempts;
-        ``current_job().scheduled_for`` is the time of the trigger. ``actor``: who did
-        it, for the audit trail."""
-        checked_actor(actor, "trigger_schedule")
-        record = self._admin.named(schedule)
-        stored = triggers.trigger(self._writable(), record, self.now())
-        target = f"schedule {record.id} ({record.task})"
-        self.audit.record("trigger", target, count=1, detail=f"job {stored.id}", actor=actor)
-        return self._new_job(stored)
-
-    def backfill(
-        self,
-        schedule: Any,
-        start: datetime,
-        end: datetime,
-        *,
-        at_once: int = 1,
-        actor: str | None = None,
-    ) -> list[Job[Any]]:
-        """Run the slots of a repeating schedule (its id, its task or its task's name)
-        from ``start`` to ``end`` (both included, timezone-aware), each once, in order,
-        at most ``at_once`` at a time, as soon as runners can; its own slots go on.
-        Returns the jobs that run them (``at_once`` lanes, each running a consecutive
-        part of the range; a lane of the same range still running is returned, not
-        doubled). ``current_job().scheduled_for`` is the slot a run is for. ``actor``:
-        who did it, for the audit trail."""
-        checked_actor(actor, "backfill")
-        record = self._admin.named(schedule)
-        lanes = triggers.backfill(self._writable(), record, start, end, at_once, self.now())
-        made = sum(1 for _, created in lanes if created)
-        self.audit.record(
-            "backfill",
-            f"schedule {record.id} ({record.task})",
-            count=made,
-            detail=f"{start.isoformat()} to {end.isoformat()}, {at_once} at once",
-            actor=actor,
-        )
-        return [
-            self._new_job(lane) if created else Job(lane, self.store) for lane, created in lanes
-        ]
-
-    def _new_job(self, record: JobRecord) -> Job[Any]:
-        """A job just stored by a trigger or a backfill: announced, or in eager mode
-        run here (each slot of a backfill's job, one after another)."""
-        if not self.eager:
-            job = Job(record, self.store)
-            self._created(job)
-            return job
-        job = self._run_eagerly(record)
-        runner = self._eager_runner
-        while runner is not None and job.repeat is not None and job.status is JobStatus.PENDING:
-            claim = runner.claim_next(job_id=record.id)  # a backfill's job: its next slot
-            if claim is None:
-                break
-            runner.run_claim(claim)
-            job = self._jobs.require(record.id)
-        return job
+    schedule_spec = Delegated("_scheduling", SchedulingOperations.schedule_spec)
+    schedule_bulk = Delegated("_scheduling", SchedulingOperations.schedule_bulk)
+    trigger_schedule = Delegated("_scheduling", SchedulingOperations.trigger_schedule)
+    backfill = Delegated("_scheduling", SchedulingOperations.backfill)
 
     def _created(self, job: Job) -> None:
         self.emit("job:created", job=job)
@@ -685,7 +552,6 @@ def reconfigure(app: App, source: App) -> None:
         app._keep_audit = source._keep_audit
         app.wake = source.wake
         app._prepared, app._prepare_error = source._prepared, None
-        app._eager_runner = None
         app._compose(source._transactions.integrations)
     if previous is not app.store and all(r.store is not previous for r in app.runners):
         previous.close()

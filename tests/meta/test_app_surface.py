@@ -13,6 +13,7 @@ from mongosched._core.delegation import Delegated
 from mongosched.operations.admin import AdminOperations
 from mongosched.operations.bulk import BulkOperations
 from mongosched.operations.jobs import JobOperations
+from mongosched.operations.scheduling import SchedulingOperations
 from mongosched.runner.host import RunnerHost
 
 PLUMBING = ("attach", "detach", "emit_record", "listening", "bind_transaction", "reconfigure")
@@ -30,7 +31,9 @@ def test_a_runner_is_given_a_host_not_the_app() -> None:
     assert runner.app.tasks is app.tasks
 
 
-@pytest.mark.parametrize("operations", [JobOperations, BulkOperations, AdminOperations])
+@pytest.mark.parametrize(
+    "operations", [JobOperations, BulkOperations, AdminOperations, SchedulingOperations]
+)
 def test_the_app_offers_each_operation_with_its_signature_and_docstring(
     operations: type,
 ) -> None:

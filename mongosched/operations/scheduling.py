@@ -1,0 +1,228 @@
+"""Storing new jobs: the jobs of a scheduling call (:meth:`App.schedule_bulk`, which
+``task.schedule(...)`` comes to), a run a schedule is triggered for and the lanes of a
+backfill (:mod:`mongosched.operations.triggers`); each announced once stored, or run
+here in eager mode (:class:`SchedulingOperations`, which :class:`~mongosched.App`
+holds)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from mongosched._core.outcome import Retention
+from mongosched._core.records import JobRecord, JobStatus
+from mongosched.errors import ConfigurationError, TransactionError
+from mongosched.events import Listeners
+from mongosched.job import Job
+from mongosched.operations import triggers
+from mongosched.operations.audit import AuditTrail, checked_actor
+from mongosched.operations.jobs import JobOperations
+from mongosched.runner import dependencies
+from mongosched.runner.host import RunnerHost
+from mongosched.runner.runner import Runner
+from mongosched.store import Store
+from mongosched.task import JobSpec
+from mongosched.transaction import Transactions
+
+__all__ = ["SchedulingOperations"]
+
+
+class SchedulingOperations:
+    """Scheduling, triggers and backfills, for :class:`~mongosched.App` (whose methods
+    of the same names call these, with these docstrings).
+
+    :param store: where the jobs are.
+    :param writable: the store, prepared for writes.
+    :param now: the app's clock.
+    :param retention: how long finished jobs are kept.
+    :param events: the app's listeners.
+    :param transactions: the app's transactions (the one a call's jobs join).
+    :param jobs: the app's job operations (a job read back, a dependents' release
+        reported).
+    :param named: the repeating job a schedule argument names, as stored.
+    :param created: what follows a new job (its event, the wake-up of this process's
+        runners).
+    :param audit: the app's audit trail.
+    :param host: the app as its runners see it (eager mode runs jobs in a runner).
+    :param eager: whether jobs run here, at once (see :mod:`mongosched.testing`).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        writable: Callable[[], Store],
+        now: Callable[[], datetime],
+        retention: Retention,
+        events: Listeners,
+        transactions: Transactions,
+        jobs: JobOperations,
+        named: Callable[[Any], JobRecord],
+        created: Callable[[Job], None],
+        audit: AuditTrail,
+        host: RunnerHost,
+        eager: bool,
+    ) -> None:
+        self.store = store
+        self.writable = writable
+        self.now = now
+        self.retention = retention
+        self.events = events
+        self.transactions = transactions
+        self.jobs = jobs
+        self.named = named
+        self.created = created
+        self.audit = audit
+        self.host = host
+        self.eager = eager
+        self.eager_runner: Runner | None = None
+        """The runner of eager mode, made at its first job."""
+
+    def schedule_spec(self, spec: JobSpec) -> Job[Any]:
+        """Schedule one job made by ``task.job(...)`` (what :meth:`Task.schedule` does)."""
+        return self.schedule_bulk([spec])[0]
+
+    def schedule_bulk(self, specs: Iterable[JobSpec], *, session: Any = None) -> list[Job[Any]]:
+        """Schedule many jobs in one round trip: ``[task.job(...),
+        task.configure(delay=60).job(...), ...]``. Returns the jobs in order; where a
+        dedupe key was held, the job holding it.
+
+        ``session``: a :class:`~mongosched.transaction.Transaction` or a pymongo
+        ``ClientSession`` in a transaction (as ``configure(session=...)``): the jobs
+        exist if and only if it commits. Without one, inside ``with
+        app.transaction()`` or a transactional task, they join that transaction."""
+        now = self.now()
+        specs = list(specs)
+        for spec in specs:
+            if not isinstance(spec, JobSpec):
+                raise ConfigurationError(
+                    f"schedule_bulk takes task.job(...) specs, not {type(spec).__name__}"
+                )
+        given = [s for s in (session, *(spec.options.session for spec in specs)) if s is not None]
+        what = f"task {specs[0].task.name!r}: session" if specs else "session"
+        tx = self.transactions.of(given, what)
+        store = self.writable()
+        if tx is not None:
+            if self.eager and not tx.sees_commit:
+                raise TransactionError(
+                    "eager mode runs a job when its transaction commits, which a session of "
+                    "your own does out of mongosched's sight: use app.transaction()"
+                )
+            store = store.within(tx.handle)
+        records = [dependencies.checked(store, spec.build(now), now) for spec in specs]
+        stored = store.insert(records)
+        jobs = []
+        for record, created in stored:
+            if created and record.status is JobStatus.WAITING:
+                if tx is not None and tx.handle.deferred:  # stored at the commit
+                    tx.on_commit(functools.partial(self._link, record))
+                else:
+                    record = self._link(record, store)
+            job = Job(record, self.store)
+            jobs.append(job)
+            if not created:
+                continue
+            if self.eager and record.status is JobStatus.PENDING:
+                if tx is None:
+                    jobs[-1] = self._run_eagerly(record)
+                else:
+                    tx.on_commit(functools.partial(self._run_eagerly, record))
+            elif tx is None:
+                self.created(job)
+            else:
+                tx.on_commit(functools.partial(self.created, job))
+        return jobs
+
+    def _link(self, record: JobRecord, store: Store | None = None) -> JobRecord:
+        """A job stored waiting: resolve the dependencies that ended already (read
+        after the insert, so none that ends meanwhile is missed). ``store``: the
+        store's view of a transaction the job was stored in."""
+        store = store or self.store
+        statuses = store.link_dependencies(record.depends_on, self.now(), record.id)
+        return dependencies.resolve_new(
+            store,
+            record,
+            statuses,
+            now=self.now(),
+            retention=self.retention,
+            emit=self.jobs.announce,
+        )
+
+    def _run_eagerly(self, record: JobRecord) -> Job:
+        """Run a just-stored job here until it finishes (retries without their delays).
+        A repeating job runs once and stays pending for its next slot."""
+        self.events.emit("job:created", job=Job(record, self.store))
+        if self.eager_runner is None:
+            self.eager_runner = Runner(self.host, workers=1, name="eager")
+        runner = self.eager_runner
+        while True:
+            claim = runner.claim_next(job_id=record.id)
+            if claim is None:
+                break
+            decision = runner.run_claim(claim)
+            if decision is None or decision.event != "job:retry":
+                break
+        return self.jobs.require(record.id)
+
+    def trigger_schedule(self, schedule: Any, *, actor: str | None = None) -> Job[Any]:
+        """Run a repeating schedule (its id, its task or its task's name) once, now,
+        beside its slots: its next slot does not move. The run is a job of its own,
+        with the schedule's payload, queue, priority and attempts;
+        ``current_job().scheduled_for`` is the time of the trigger. ``actor``: who did
+        it, for the audit trail."""
+        checked_actor(actor, "trigger_schedule")
+        record = self.named(schedule)
+        stored = triggers.trigger(self.writable(), record, self.now())
+        target = f"schedule {record.id} ({record.task})"
+        self.audit.record("trigger", target, count=1, detail=f"job {stored.id}", actor=actor)
+        return self._new_job(stored)
+
+    def backfill(
+        self,
+        schedule: Any,
+        start: datetime,
+        end: datetime,
+        *,
+        at_once: int = 1,
+        actor: str | None = None,
+    ) -> list[Job[Any]]:
+        """Run the slots of a repeating schedule (its id, its task or its task's name)
+        from ``start`` to ``end`` (both included, timezone-aware), each once, in order,
+        at most ``at_once`` at a time, as soon as runners can; its own slots go on.
+        Returns the jobs that run them (``at_once`` lanes, each running a consecutive
+        part of the range; a lane of the same range still running is returned, not
+        doubled). ``current_job().scheduled_for`` is the slot a run is for. ``actor``:
+        who did it, for the audit trail."""
+        checked_actor(actor, "backfill")
+        record = self.named(schedule)
+        lanes = triggers.backfill(self.writable(), record, start, end, at_once, self.now())
+        made = sum(1 for _, created in lanes if created)
+        self.audit.record(
+            "backfill",
+            f"schedule {record.id} ({record.task})",
+            count=made,
+            detail=f"{start.isoformat()} to {end.isoformat()}, {at_once} at once",
+            actor=actor,
+        )
+        return [
+            self._new_job(lane) if created else Job(lane, self.store) for lane, created in lanes
+        ]
+
+    def _new_job(self, record: JobRecord) -> Job[Any]:
+        """A job just stored by a trigger or a backfill: announced, or in eager mode
+        run here (each slot of a backfill's job, one after another)."""
+        if not self.eager:
+            job = Job(record, self.store)
+            self.created(job)
+            return job
+        job = self._run_eagerly(record)
+        runner = self.eager_runner
+        while runner is not None and job.repeat is not None and job.status is JobStatus.PENDING:
+            claim = runner.claim_next(job_id=record.id)  # a backfill's job: its next slot
+            if claim is None:
+                break
+            runner.run_claim(claim)
+            job = self.jobs.require(record.id)
+        return job
