@@ -21,6 +21,7 @@ from mongosched.job import Job
 from mongosched.limits import RateSpec
 from mongosched.operations.admin import AdminOperations
 from mongosched.operations.audit import AuditTrail
+from mongosched.operations.base import AppParts
 from mongosched.operations.bulk import BulkOperations
 from mongosched.operations.jobs import Cancellation, JobOperations
 from mongosched.operations.scheduling import SchedulingOperations
@@ -156,32 +157,20 @@ class App:
         """The audit trail: who retried, cancelled, purged, paused, resumed or edited
         what, and when (see :mod:`mongosched.operations.audit`)."""
         self._transactions = Transactions(store, self._writable, integrations)
-        self._jobs = JobOperations(
+        parts = AppParts(
             store,
+            writable=self._writable,
             now=now,
             retention=retention,
-            tasks=self.tasks,
             events=events,
-            created=self._created,
+            tasks=self.tasks,
             audit=self.audit,
         )
+        self._jobs = JobOperations(parts, created=self._created)
         self._bulk = BulkOperations(
-            store,
-            writable=self._writable,
-            now=now,
-            retention=retention,
-            wake=self._wake,
-            release_finished=self._jobs.release_for_purge,
-            audit=self.audit,
+            parts, wake=self._wake, release_finished=self._jobs.release_for_purge
         )
-        self._admin = AdminOperations(
-            store,
-            writable=self._writable,
-            now=now,
-            events=events,
-            tasks=self.tasks,
-            audit=self.audit,
-        )
+        self._admin = AdminOperations(parts)
         self._host = RunnerHost(
             store=store,
             tasks=self.tasks,
@@ -200,16 +189,11 @@ class App:
             ),
         )
         self._scheduling = SchedulingOperations(
-            store,
-            writable=self._writable,
-            now=now,
-            retention=retention,
-            events=events,
+            parts,
             transactions=self._transactions,
             jobs=self._jobs,
             named=self._admin.named,
             created=self._created,
-            audit=self.audit,
             host=self._host,
             eager=self.eager,
         )

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from mongosched._core import deprecation, validate
@@ -31,11 +31,11 @@ from mongosched._core.records import (
     ScheduleEdit,
 )
 from mongosched.errors import ConfigurationError, InvalidJobId, JobNotFound, JobStateError
-from mongosched.events import Listeners
 from mongosched.job import Job
-from mongosched.operations.audit import AuditTrail, checked_actor
+from mongosched.operations.audit import checked_actor
+from mongosched.operations.base import Operations
 from mongosched.schedule import Cron, Every, rule_from_document
-from mongosched.store import Store, schedule_id
+from mongosched.store import schedule_id
 from mongosched.task import Task
 
 __all__ = ["STALE_AFTER", "AdminOperations", "declaration", "schedule_row"]
@@ -91,35 +91,12 @@ def schedule_row(record: JobRecord, pause: Pause | bool | None) -> dict[str, Any
     }
 
 
-class AdminOperations:
+class AdminOperations(Operations):
     """Pauses, schedules (declared, edited, listed) and live runners, for
     :class:`~mongosched.App` (whose methods of the same names call these, with these
-    docstrings).
-
-    :param store: where the jobs, pauses and runners' entries are.
-    :param writable: the store, prepared for writes.
-    :param now: the app's clock.
-    :param events: the app's listeners.
-    :param tasks: the app's registered tasks, by name (their declared schedules).
-    :param audit: the app's audit trail.
+    docstrings), on the app's parts (see
+    :class:`~mongosched.operations.base.AppParts`; its tasks declare schedules).
     """
-
-    def __init__(
-        self,
-        store: Store,
-        *,
-        writable: Callable[[], Store],
-        now: Callable[[], datetime],
-        events: Listeners,
-        tasks: Mapping[str, Any],
-        audit: AuditTrail,
-    ) -> None:
-        self.store = store
-        self.writable = writable
-        self.now = now
-        self.events = events
-        self.tasks = tasks
-        self.audit = audit
 
     # Pause and resume --------------------------------------------------------------------------
     def pause(

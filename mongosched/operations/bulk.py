@@ -21,11 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from mongosched._core import outcome, validate
 from mongosched._core.filters import JobFilters, job_query
-from mongosched._core.outcome import Retention
 from mongosched._core.records import RETRYABLE_STATUSES, JobQuery, JobStatus
 from mongosched.errors import ConfigurationError
-from mongosched.operations.audit import AuditTrail, checked_actor
-from mongosched.store import Store
+from mongosched.operations.audit import checked_actor
+from mongosched.operations.base import AppParts, Operations
 
 if TYPE_CHECKING:
     # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
@@ -44,38 +43,26 @@ CANCELLABLE = tuple(s for s in JobStatus if not s.is_final)
 PURGEABLE = tuple(s for s in JobStatus if s.is_final)
 
 
-class BulkOperations:
+class BulkOperations(Operations):
     """Retry, cancel and purge by filter, for :class:`~mongosched.App` (whose methods
     of the same names call these, with these docstrings).
 
-    :param store: where the jobs are.
-    :param writable: the store, prepared for writes.
-    :param now: the app's clock.
-    :param retention: how long finished jobs are kept.
+    :param app: the app's parts (see :class:`~mongosched.operations.base.AppParts`).
     :param wake: wakes this process's runners (jobs were made pending).
     :param release_finished: releases the dependents of jobs that finished by a time
         (a purge deletes them after).
-    :param audit: the app's audit trail.
     """
 
     def __init__(
         self,
-        store: Store,
+        app: AppParts,
         *,
-        writable: Callable[[], Store],
-        now: Callable[[], datetime],
-        retention: Retention,
         wake: Callable[[], None],
         release_finished: Callable[[datetime], None],
-        audit: AuditTrail,
     ) -> None:
-        self.store = store
-        self.writable = writable
-        self.now = now
-        self.retention = retention
+        super().__init__(app)
         self.wake = wake
         self.release_finished = release_finished
-        self.audit = audit
 
     def retry_jobs(
         self,

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from mongosched._core import outcome, validate
 from mongosched._core.filters import JobFilters, job_query, statuses
-from mongosched._core.outcome import Retention
 from mongosched._core.records import (
     RETRYABLE_STATUSES,
     SORTABLE,
@@ -23,11 +22,10 @@ from mongosched._core.records import (
     PendingChanges,
 )
 from mongosched.errors import ConfigurationError, JobNotFound, JobStateError
-from mongosched.events import Listeners
 from mongosched.job import Job
-from mongosched.operations.audit import AuditTrail, checked_actor
+from mongosched.operations.audit import checked_actor
+from mongosched.operations.base import AppParts, Operations
 from mongosched.runner import dependencies
-from mongosched.store import Store
 
 if TYPE_CHECKING:
     # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
@@ -53,39 +51,19 @@ class Cancellation(str, enum.Enum):
         return self.value
 
 
-class JobOperations:
+class JobOperations(Operations):
     """Queries and control of stored jobs, for :class:`~mongosched.App` (whose methods
-    of the same names call these, with these docstrings).
+    of the same names call these, with these docstrings). Its tasks check new
+    arguments, and name the due tasks no runner knows.
 
-    :param store: where the jobs are.
-    :param now: the app's clock.
-    :param retention: how long finished jobs are kept.
-    :param tasks: the app's registered tasks, by name (to check new arguments, and to
-        name the due tasks no runner knows).
-    :param events: the app's listeners.
+    :param app: the app's parts (see :class:`~mongosched.operations.base.AppParts`).
     :param created: what follows a job made pending again (its event, the wake-up of
         this process's runners).
-    :param audit: the app's audit trail.
     """
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        now: Callable[[], datetime],
-        retention: Retention,
-        tasks: Mapping[str, Any],
-        events: Listeners,
-        created: Callable[[Job], None],
-        audit: AuditTrail,
-    ) -> None:
-        self.store = store
-        self.now = now
-        self.retention = retention
-        self.tasks = tasks
-        self.events = events
+    def __init__(self, app: AppParts, *, created: Callable[[Job], None]) -> None:
+        super().__init__(app)
         self.created = created
-        self.audit = audit
 
     def announce(self, event: str, record: JobRecord) -> None:
         """Send ``event`` about a stored job (what a dependents' release reports)."""

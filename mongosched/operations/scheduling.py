@@ -11,13 +11,12 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from mongosched._core.outcome import Retention
 from mongosched._core.records import JobRecord, JobStatus
 from mongosched.errors import ConfigurationError, TransactionError
-from mongosched.events import Listeners
 from mongosched.job import Job
 from mongosched.operations import triggers
-from mongosched.operations.audit import AuditTrail, checked_actor
+from mongosched.operations.audit import checked_actor
+from mongosched.operations.base import AppParts, Operations
 from mongosched.operations.jobs import JobOperations
 from mongosched.runner import dependencies
 from mongosched.runner.host import RunnerHost
@@ -29,52 +28,37 @@ from mongosched.transaction import Transactions
 __all__ = ["SchedulingOperations"]
 
 
-class SchedulingOperations:
+class SchedulingOperations(Operations):
     """Scheduling, triggers and backfills, for :class:`~mongosched.App` (whose methods
     of the same names call these, with these docstrings).
 
-    :param store: where the jobs are.
-    :param writable: the store, prepared for writes.
-    :param now: the app's clock.
-    :param retention: how long finished jobs are kept.
-    :param events: the app's listeners.
+    :param app: the app's parts (see :class:`~mongosched.operations.base.AppParts`).
     :param transactions: the app's transactions (the one a call's jobs join).
     :param jobs: the app's job operations (a job read back, a dependents' release
         reported).
     :param named: the repeating job a schedule argument names, as stored.
     :param created: what follows a new job (its event, the wake-up of this process's
         runners).
-    :param audit: the app's audit trail.
     :param host: the app as its runners see it (eager mode runs jobs in a runner).
     :param eager: whether jobs run here, at once (see :mod:`mongosched.testing`).
     """
 
     def __init__(
         self,
-        store: Store,
+        app: AppParts,
         *,
-        writable: Callable[[], Store],
-        now: Callable[[], datetime],
-        retention: Retention,
-        events: Listeners,
         transactions: Transactions,
         jobs: JobOperations,
         named: Callable[[Any], JobRecord],
         created: Callable[[Job], None],
-        audit: AuditTrail,
         host: RunnerHost,
         eager: bool,
     ) -> None:
-        self.store = store
-        self.writable = writable
-        self.now = now
-        self.retention = retention
-        self.events = events
+        super().__init__(app)
         self.transactions = transactions
         self.jobs = jobs
         self.named = named
         self.created = created
-        self.audit = audit
         self.host = host
         self.eager = eager
         self.eager_runner: Runner | None = None
