@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 from mongosched._core import validate
 from mongosched._core.records import AuditEntry
-from mongosched.errors import ConfigurationError, StoreError
+from mongosched.errors import StoreError
 from mongosched.store import Store
 
 __all__ = ["AuditTrail", "local_actor"]
@@ -95,8 +95,7 @@ class AuditTrail:
         """Within the block, in this thread, actions are recorded as done by ``actor``
         through ``via`` (``cli``, ``dashboard``, ...) unless they name an actor."""
         for value, name in ((actor, "actor"), (via, "via")):
-            if not isinstance(value, str) or not value:
-                raise ConfigurationError(f"audit: {name} must be a non-empty str, not {value!r}")
+            validate.text(value, what=f"audit: {name}")
         token = _acting.set((actor, via))
         try:
             yield
@@ -106,7 +105,7 @@ class AuditTrail:
 
 def checked_actor(actor: object, what: str) -> str | None:
     """``actor`` as an operation got it (None: not given). Raises
-    :class:`~mongosched.errors.ConfigurationError` for anything but a non-empty str."""
-    if actor is None or (isinstance(actor, str) and actor):
-        return actor
-    raise ConfigurationError(f"{what}: actor must be a non-empty str, not {actor!r}")
+    :class:`~mongosched.errors.ConfigurationError` for anything but a non-empty str
+    that can be stored (checked before the operation acts, as its entry is written
+    after)."""
+    return None if actor is None else validate.text(actor, what=f"{what}: actor")

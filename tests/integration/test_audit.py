@@ -80,19 +80,29 @@ def test_front_ends_say_who_acts_unless_an_actor_is_given(
     with pytest.raises(ConfigurationError, match="audit: actor must be a non-empty str"):
         with app.audit.acting("", "cli"):
             pass
+    with pytest.raises(ConfigurationError, match=r"audit: via '\\ud800' cannot be stored"):
+        with app.audit.acting("alice", "\ud800"):  # UTF-8 cannot encode it: never stored
+            pass
 
 
-@pytest.mark.parametrize("bad", ["", 42])
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ("", "must be a non-empty str"),
+        (42, "must be a non-empty str"),
+        ("\ud800", r"'\\ud800' cannot be stored"),  # a lone surrogate: UTF-8 cannot encode it
+    ],
+)
 def test_a_bad_actor_is_refused_before_anything_is_done(
-    make_app: Callable[..., App], clock: FakeClock, bad: object
+    make_app: Callable[..., App], clock: FakeClock, bad: object, why: str
 ) -> None:
     app = busy(make_app, clock)
     job = app.get_task("ok").configure(delay=60).schedule()
-    with pytest.raises(ConfigurationError, match="cancel: actor must be a non-empty str"):
+    with pytest.raises(ConfigurationError, match=f"cancel: actor {why}"):
         app.cancel(job, actor=bad)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="pause: actor must be a non-empty str"):
+    with pytest.raises(ConfigurationError, match=f"pause: actor {why}"):
         app.pause(queue="q", actor=bad)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="purge_jobs: actor must be a non-empty str"):
+    with pytest.raises(ConfigurationError, match=f"purge_jobs: actor {why}"):
         app.purge_jobs(task="ok", actor=bad)  # type: ignore[arg-type]
     assert job.refresh().status.value == "pending" and app.pauses() == []
     assert app.audit.entries() == []
