@@ -176,7 +176,7 @@ class AdminOperations(Operations):
             return kind, validate.queue(value, task="*"), None
         if kind == "task":
             return kind, validate.text(value, what=f"{what}: task", expected="a task name"), None
-        record = self._schedule(value)
+        record = self.named(value)
         return kind, str(record.id), record
 
     # Schedules ---------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ class AdminOperations(Operations):
         :meth:`ensure_schedules` logs that it replaced the edit. Returns the schedule's
         row as :meth:`schedules` lists it. ``actor``: who did it, for the audit trail."""
         checked_actor(actor, "update_schedule")
-        record = self._schedule(schedule)
+        record = self.named(schedule)
         if all(v is None for v in (cron, every, timezone, priority, queue)):
             raise ConfigurationError(
                 f"update_schedule: schedule {record.id} ({record.task}): give at least one "
@@ -359,12 +359,8 @@ class AdminOperations(Operations):
         )
 
     def named(self, schedule: Any) -> JobRecord:
-        """The repeating job ``schedule`` names (see :meth:`_schedule`), as stored."""
-        return self._schedule(schedule)
-
-    def _schedule(self, schedule: Any) -> JobRecord:
-        """The repeating job ``schedule`` names: a :class:`Job`, its id, or a task or
-        its name (its declared schedule, or its only repeating job)."""
+        """The repeating job ``schedule`` names, as stored: a :class:`Job`, its id, or
+        a task or its name (its declared schedule, or its only repeating job)."""
         if isinstance(schedule, Job):
             schedule = schedule.id
         elif isinstance(schedule, Task):

@@ -137,7 +137,7 @@ class SchedulingOperations(Operations):
     def _run_eagerly(self, record: JobRecord) -> Job:
         """Run a just-stored job here until it finishes (retries without their delays).
         A repeating job runs once and stays pending for its next slot."""
-        self.events.emit("job:created", job=Job(record, self.store))
+        self.jobs.announce("job:created", record)
         if self.eager_runner is None:
             self.eager_runner = Runner(self.host, workers=1, name="eager")
         runner = self.eager_runner
