@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from mongosched._core import validate
 from mongosched._core.records import JobRecord, evolved
 from mongosched.errors import ConfigurationError
 from mongosched.schedule import Rule, rule_from_document, slots_between
@@ -81,8 +82,7 @@ def backfill_lanes(
     included), at most ``at_once`` at a time; none when no slot lies in the range."""
     assert schedule.repeat is not None
     where = f"backfill of {schedule.id} ({schedule.task})"
-    if isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 1:
-        raise ConfigurationError(f"{where}: at_once must be an int >= 1, not {at_once!r}")
+    validate.whole(at_once, what=f"{where}: at_once")
     if end < start:
         raise ConfigurationError(f"{where}: end {end} is before start {start}")
     rule: Rule = rule_from_document(schedule.repeat)
