@@ -195,7 +195,7 @@ class App:
             named=self._admin.named,
             created=self._created,
             host=self._host,
-            eager=self.eager,
+            eager=lambda: self.eager,
         )
 
     # Time and storage --------------------------------------------------------------------

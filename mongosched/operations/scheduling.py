@@ -40,7 +40,8 @@ class SchedulingOperations(Operations):
     :param created: what follows a new job (its event, the wake-up of this process's
         runners).
     :param host: the app as its runners see it (eager mode runs jobs in a runner).
-    :param eager: whether jobs run here, at once (see :mod:`mongosched.testing`).
+    :param eager: whether jobs run here, at once (the app's ``eager``, read at each
+        call; see :mod:`mongosched.testing`).
     """
 
     def __init__(
@@ -52,7 +53,7 @@ class SchedulingOperations(Operations):
         named: Callable[[Any], JobRecord],
         created: Callable[[Job], None],
         host: RunnerHost,
-        eager: bool,
+        eager: Callable[[], bool],
     ) -> None:
         super().__init__(app)
         self.transactions = transactions
@@ -89,7 +90,7 @@ class SchedulingOperations(Operations):
         tx = self.transactions.of(given, what)
         store = self.writable()
         if tx is not None:
-            if self.eager and not tx.sees_commit:
+            if self.eager() and not tx.sees_commit:
                 raise TransactionError(
                     "eager mode runs a job when its transaction commits, which a session of "
                     "your own does out of mongosched's sight: use app.transaction()"
@@ -108,7 +109,7 @@ class SchedulingOperations(Operations):
             jobs.append(job)
             if not created:
                 continue
-            if self.eager and record.status is JobStatus.PENDING:
+            if self.eager() and record.status is JobStatus.PENDING:
                 if tx is None:
                     jobs[-1] = self._run_eagerly(record)
                 else:
@@ -197,7 +198,7 @@ class SchedulingOperations(Operations):
     def _new_job(self, record: JobRecord) -> Job[Any]:
         """A job just stored by a trigger or a backfill: announced, or in eager mode
         run here (each slot of a backfill's job, one after another)."""
-        if not self.eager:
+        if not self.eager():
             job = Job(record, self.store)
             self.created(job)
             return job

@@ -433,6 +433,18 @@ def test_eager_mode_runs_a_dependent_once_its_dependencies_completed(
     assert a.status is b.status is JobStatus.COMPLETED and b.result == 4
 
 
+def test_eager_mode_follows_the_apps_eager_attribute(make_app: Callable[..., App]) -> None:
+    """``app.eager`` is read at each call, not when the app was made."""
+    app = make_app()
+    step = app.task(name="step")(lambda x: x * 2)
+    assert step.schedule(1).status is JobStatus.PENDING
+    app.eager = True
+    done = step.schedule(2)
+    assert done.status is JobStatus.COMPLETED and done.result == 4
+    app.eager = False
+    assert step.schedule(3).status is JobStatus.PENDING
+
+
 def test_a_crash_between_a_settle_and_its_release_is_repaired(flow: App, clock: FakeClock) -> None:
     """The runner settled the dependency, then died before releasing its dependents:
     the reaper's sweep finishes the release."""
