@@ -100,11 +100,7 @@ class MongoOperations:
         fence = {"_id": {"$in": list(ids)}, "status": {"$in": [s.value for s in statuses]}}
         # Most jobs have no dedupe key to hold again and no slot to restart: one write.
         plain = {**fence, "dedupe_key": {"$exists": False}, "repeat": {"$exists": False}}
-        update = retry_update(now, False, {})
-        result = self.connection.retrying(
-            "retry", lambda _: self.connection.jobs.update_many(plain, update)
-        )
-        retried = int(result.modified_count)
+        retried = self._update_many("retry", plain, retry_update(now, False, {}))
         others = [{"dedupe_key": {"$exists": True}}, {"repeat": {"$exists": True}}]
         special = {**fence, "$or": others}
         rest = self.connection.retrying(
@@ -256,28 +252,19 @@ class MongoOperations:
         if ids is not None:
             query["_id"] = {"$in": list(ids)}
         update = {"$set": {"status": PAUSED, "updated_at": ms(now)}}
-        result = self.connection.retrying(
-            "pause", lambda _: self.connection.jobs.update_many(query, update)
-        )
-        return int(result.modified_count)
+        return self._update_many("pause", query, update)
 
     def release_label(self, label: str, now: datetime) -> int:
         query = {"label": label, "status": PAUSED}
         update = {"$set": revised({"status": PENDING, "updated_at": ms(now)})}
-        result = self.connection.retrying(
-            "resume", lambda _: self.connection.jobs.update_many(query, update)
-        )
-        return int(result.modified_count)
+        return self._update_many("resume", query, update)
 
     def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
         if not ids:
             return 0
         query = {"_id": {"$in": list(ids)}, "status": PENDING, "repeat": {"$exists": True}}
         update = {"$set": {"status": PAUSED, "updated_at": ms(now)}}
-        result = self.connection.retrying(
-            "pause", lambda _: self.connection.jobs.update_many(query, update)
-        )
-        return int(result.modified_count)
+        return self._update_many("pause", query, update)
 
     def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
         doc = self.connection.retrying(
