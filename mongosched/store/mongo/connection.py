@@ -16,13 +16,13 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pymongo
-from pymongo import ReadPreference, WriteConcern
+from pymongo import ReadPreference, ReturnDocument, WriteConcern
 from pymongo.collection import Collection
 from pymongo.errors import (
     BulkWriteError,
@@ -314,6 +314,18 @@ class MongoConnection:
                 attempt += 1
                 log.debug("%s: %s; retrying (attempt %d)", what, _first_line(exc), attempt)
                 time.sleep(pause)
+
+    def modify(
+        self, what: str, query: Mapping[str, Any], update: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """The job ``query`` matches as it is after ``update`` (one retried
+        ``findAndModify``), or None when none matches."""
+        return self.retrying(
+            what,
+            lambda _: self.jobs.find_one_and_update(
+                query, update, return_document=ReturnDocument.AFTER
+            ),
+        )
 
     def unreachable(self, exc: BaseException) -> str:
         """Why a call could not reach the server: where it tried, for how long, what the

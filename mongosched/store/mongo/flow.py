@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from pymongo import ReturnDocument
-
 from mongosched._core.records import JobRecord, JobStatus, Settlement
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import FINAL, UNSTARTED, WAITING, ms, to_record
@@ -80,12 +78,7 @@ class MongoFlow:
         update = settle_update(job.id, settlement, {})
 
         def write(query: dict[str, Any], change: dict[str, Any]) -> dict[str, Any] | None:
-            return self.connection.retrying(
-                "release dependent",
-                lambda _: self.connection.jobs.find_one_and_update(
-                    {**waiting, **query}, change, return_document=ReturnDocument.AFTER
-                ),
-            )
+            return self.connection.modify("release dependent", {**waiting, **query}, change)
 
         if settlement.status.is_final:
             doc = write({"waiting_for": dependency}, update)

@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from pymongo import ASCENDING, DESCENDING, ReturnDocument
+from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
 from mongosched._core import ranks
@@ -231,13 +231,7 @@ class MongoJobs:
         if unset:
             update["$unset"] = unset
         query = {"_id": holder["_id"], "status": PENDING, name: doc.get(name)}
-        replaced: dict[str, Any] | None = self.connection.retrying(
-            "insert",
-            lambda _: self.connection.jobs.find_one_and_update(
-                query, update, return_document=ReturnDocument.AFTER
-            ),
-        )
-        return replaced
+        return self.connection.modify("insert", query, update)
 
     def _window_holder(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
         """The job whose throttle window holds ``doc``'s dedupe key, if that window is
@@ -362,25 +356,14 @@ class MongoJobs:
     # Control by users ---------------------------------------------------------------------------
     def cancel_pending(self, job_id: Any, settlement: Settlement) -> JobRecord | None:
         update = settle_update(job_id, settlement, {})
-        doc = self.connection.retrying(
-            "cancel",
-            lambda _: self.connection.jobs.find_one_and_update(
-                {"_id": job_id, "status": {"$in": UNSTARTED}},
-                update,
-                return_document=ReturnDocument.AFTER,
-            ),
+        doc = self.connection.modify(
+            "cancel", {"_id": job_id, "status": {"$in": UNSTARTED}}, update
         )
         return None if doc is None else to_record(doc)
 
     def request_cancel(self, job_id: Any, now: datetime) -> JobRecord | None:
-        doc = self.connection.retrying(
-            "cancel",
-            lambda _: self.connection.jobs.find_one_and_update(
-                {"_id": job_id, "status": RUNNING},
-                {"$set": {"cancel_requested": True, "updated_at": now}},
-                return_document=ReturnDocument.AFTER,
-            ),
-        )
+        update = {"$set": {"cancel_requested": True, "updated_at": now}}
+        doc = self.connection.modify("cancel", {"_id": job_id, "status": RUNNING}, update)
         return None if doc is None else to_record(doc)
 
     def update_pending(
@@ -392,14 +375,8 @@ class MongoJobs:
             kwargs = job.kwargs if changes.kwargs is None else changes.kwargs
             codec.encode_payload(job.task, args, kwargs)
             fields.update(args=list(args), kwargs=dict(kwargs))
-        doc = self.connection.retrying(
-            "update",
-            lambda _: self.connection.jobs.find_one_and_update(
-                {"_id": job.id, "status": PENDING},
-                {"$set": revised(fields)},
-                return_document=ReturnDocument.AFTER,
-            ),
-        )
+        update = {"$set": revised(fields)}
+        doc = self.connection.modify("update", {"_id": job.id, "status": PENDING}, update)
         return None if doc is None else to_record(doc)
 
     def retry_finished(self, job_id: Any, status: JobStatus, now: datetime) -> JobRecord | None:
@@ -410,14 +387,7 @@ class MongoJobs:
             return None
         update = retry_update(now, bool(current.get("repeat")), dedupe_hold(to_record(current)))
         try:
-            doc = self.connection.retrying(
-                "retry",
-                lambda _: self.connection.jobs.find_one_and_update(
-                    {"_id": job_id, "status": status.value},
-                    update,
-                    return_document=ReturnDocument.AFTER,
-                ),
-            )
+            doc = self.connection.modify("retry", {"_id": job_id, "status": status.value}, update)
         except DuplicateKeyError:
             raise JobStateError(
                 f"job {job_id} ({current['task']}): dedupe key {current.get('dedupe_key')!r} "

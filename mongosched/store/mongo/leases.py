@@ -238,12 +238,7 @@ class MongoLeases:
         }
 
         def write(update: dict[str, Any], condition: Mapping[str, Any]) -> dict[str, Any] | None:
-            return self.connection.retrying(
-                "reap",
-                lambda _: self.connection.jobs.find_one_and_update(
-                    {**fence, **condition}, update, return_document=ReturnDocument.AFTER
-                ),
-            )
+            return self.connection.modify("reap", {**fence, **condition}, update)
 
         return self._settle(job, settlement, write)
 

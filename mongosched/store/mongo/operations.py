@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from bson import ObjectId
-from pymongo import ReturnDocument
 from pymongo.errors import DuplicateKeyError
 
 from mongosched._core.records import (
@@ -267,14 +266,8 @@ class MongoOperations:
         return self._update_many("pause", query, update)
 
     def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
-        doc = self.connection.retrying(
-            "resume",
-            lambda _: self.connection.jobs.find_one_and_update(
-                {"_id": job_id, "status": PAUSED},
-                {"$set": revised({"status": PENDING, "updated_at": ms(now)})},
-                return_document=ReturnDocument.AFTER,
-            ),
-        )
+        update = {"$set": revised({"status": PENDING, "updated_at": ms(now)})}
+        doc = self.connection.modify("resume", {"_id": job_id, "status": PAUSED}, update)
         return None if doc is None else to_record(doc)
 
     def update_schedule(
@@ -292,12 +285,7 @@ class MongoOperations:
             "status": {"$in": [s.value for s in IDLE_SCHEDULE_STATUSES]},
             "updated_at": ms(job.updated_at),
         }
-        doc = self.connection.retrying(
-            "edit schedule",
-            lambda _: self.connection.jobs.find_one_and_update(
-                fence, {"$set": revised(fields)}, return_document=ReturnDocument.AFTER
-            ),
-        )
+        doc = self.connection.modify("edit schedule", fence, {"$set": revised(fields)})
         return None if doc is None else to_record(doc)
 
     # Live runners -------------------------------------------------------------------------------
