@@ -99,7 +99,7 @@ class MongoStore:
         self.update_pending = jobs.update_pending
         self.retry_finished = jobs.retry_finished
         self.purge = jobs.purge
-        # Claims, the holder's writes, the reaper's
+        # The holder's writes, the reaper's
         leases = MongoLeases(connection)
         self.renew = leases.renew
         self.record_slot = leases.record_slot
@@ -108,7 +108,7 @@ class MongoStore:
         self.leases_expired = leases.leases_expired
         self.reap = leases.reap
         self.quarantine = leases.quarantine
-        # Many at once
+        # Claims, one job or many; settlements many at once
         batches = MongoBatches(connection, leases)
         self.claim = batches.claim
         self.claim_batch = batches.claim_batch

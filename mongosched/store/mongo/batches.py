@@ -1,6 +1,10 @@
-"""Claims and settlements in batches, for :class:`~mongosched.store.mongo.MongoStore`
-(a part of it, over the single claims and settlements of
-:mod:`~mongosched.store.mongo.leases`).
+"""Claims, one job or many, and settlements in batches, for
+:class:`~mongosched.store.mongo.MongoStore` (a part of it, over the single settlements
+of :mod:`~mongosched.store.mongo.leases`).
+
+A single claim is one ``findAndModify`` (:meth:`MongoBatches.claim`), tagged with a
+token made before the call, so that a claim whose reply was lost is found again by its
+token.
 
 A batched claim takes up to ``limit`` due jobs in two round trips whatever the limit
 (up to three jobs: one round trip each, one at a time):
@@ -46,6 +50,8 @@ import logging
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+
+from pymongo import ReturnDocument
 
 from mongosched._core import ranks, transitions
 from mongosched._core.records import JobRecord, Settlement
@@ -275,7 +281,7 @@ class MongoBatches:
         results, claimed = patiently(patience, self._write, settling, claiming)
         if tasks and limit < BATCH_FROM and not ranked:  # fewer round trips one at a time
             while len(claimed) < limit:
-                record = self.leases.claim(
+                record = self.claim(
                     owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=lease_duration
                 )
                 if record is None:
@@ -294,9 +300,10 @@ class MongoBatches:
         job_id: Any = None,
         ranked: Sequence[str] = (),
     ) -> JobRecord | None:
-        """One job: a single ``findAndModify`` (:meth:`MongoLeases.claim`), or, when
-        ``tasks`` include ranked ones, a batch of one (two finds merged: see
-        :meth:`_candidates`)."""
+        """One job: a single ``findAndModify``, or, when ``tasks`` include ranked ones,
+        a batch of one (two finds merged: see :meth:`_candidates`)."""
+        if not tasks:
+            return None
         if job_id is None and ranked and any(task in ranked for task in tasks):
             claimed = self.claim_batch(
                 owner=owner,
@@ -308,14 +315,27 @@ class MongoBatches:
                 ranked=ranked,
             )
             return claimed[0] if claimed else None
-        return self.leases.claim(
-            owner=owner,
-            tasks=tasks,
-            queues=queues,
-            now=now,
-            lease_duration=lease_duration,
-            job_id=job_id,
-        )
+        token = codec.new_token()
+        query = claim_query(tasks, queues, now, job_id)
+        update = claim_update(owner, token, now, lease_duration)
+
+        def attempt(n: int) -> dict[str, Any] | None:
+            if n > 0:  # the last try may have landed: look for our token first
+                mine = self.connection.jobs.find_one({"lease.token": token, "status": RUNNING})
+                if mine is not None:
+                    return mine
+            return self.connection.jobs.find_one_and_update(
+                query, update, sort=CLAIM_SORT, return_document=ReturnDocument.AFTER
+            )
+
+        doc = self.connection.retrying("claim", attempt)
+        if doc is None:
+            return None
+        try:
+            return to_record(doc, check=True)
+        except MalformedJob as exc:  # failed alone; the caller claims again
+            self.leases.fail_malformed({"_id": doc["_id"], "lease.token": token}, str(exc), now)
+            return None
 
     def _candidates(
         self,

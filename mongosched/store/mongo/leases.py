@@ -1,14 +1,15 @@
 """A lease's life on MongoDB, one job at a time (a part of
-:class:`~mongosched.store.mongo.MongoStore`): the claim, the holder's fenced writes
-(renewals, its slot, progress, its settlement) and the reaper's settlement of a lease
-that ran out. The filters and updates are :mod:`~mongosched.store.mongo.updates`'s;
-:mod:`~mongosched.store.mongo.batches` claims and settles many at once over these.
+:class:`~mongosched.store.mongo.MongoStore`): the holder's fenced writes (renewals, its
+slot, progress, its settlement) and the reaper's settlement of a lease that ran out.
+The filters and updates are :mod:`~mongosched.store.mongo.updates`'s;
+:mod:`~mongosched.store.mongo.batches` claims (one job or many) and settles many at
+once over these.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -19,10 +20,8 @@ from mongosched._core.records import JobRecord, Renewal, Settlement
 from mongosched.errors import MalformedJob
 from mongosched.store import codec
 from mongosched.store.mongo.connection import MongoConnection, by_deadline, patiently
-from mongosched.store.mongo.documents import CLAIM_SORT, PENDING, RUNNING, ms, to_record
+from mongosched.store.mongo.documents import PENDING, RUNNING, ms, to_record
 from mongosched.store.mongo.updates import (
-    claim_query,
-    claim_update,
     dedupe_hold,
     malformed_update,
     set_also,
@@ -36,44 +35,10 @@ log = logging.getLogger("mongosched.store")
 
 
 class MongoLeases:
-    """Claims, the lease holder's writes, and the reaper's."""
+    """The lease holder's writes, and the reaper's."""
 
     def __init__(self, connection: MongoConnection) -> None:
         self.connection = connection
-
-    def claim(
-        self,
-        *,
-        owner: str,
-        tasks: Sequence[str],
-        queues: Sequence[str] | None,
-        now: datetime,
-        lease_duration: float,
-        job_id: Any = None,
-    ) -> JobRecord | None:
-        if not tasks:
-            return None
-        token = codec.new_token()
-        query = claim_query(tasks, queues, now, job_id)
-        update = claim_update(owner, token, now, lease_duration)
-
-        def attempt(n: int) -> dict[str, Any] | None:
-            if n > 0:  # the last try may have landed: look for our token first
-                mine = self.connection.jobs.find_one({"lease.token": token, "status": RUNNING})
-                if mine is not None:
-                    return mine
-            return self.connection.jobs.find_one_and_update(
-                query, update, sort=CLAIM_SORT, return_document=ReturnDocument.AFTER
-            )
-
-        doc = self.connection.retrying("claim", attempt)
-        if doc is None:
-            return None
-        try:
-            return to_record(doc, check=True)
-        except MalformedJob as exc:  # failed alone; the caller claims again
-            self.fail_malformed({"_id": doc["_id"], "lease.token": token}, str(exc), now)
-            return None
 
     def renew(
         self,
