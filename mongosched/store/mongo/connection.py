@@ -268,17 +268,14 @@ class MongoConnection:
 
     # Plumbing -------------------------------------------------------------------------------
     def retrying(self, what: str, op: Callable[[int], T]) -> T:
-        """Run ``op(attempt)``; after a :func:`transient` error run it again (attempt >
-        0), up to ``retries`` more times while ``connect_timeout`` allows (a server that
-        cannot be reached costs one timeout, not one per retry), and within
-        :func:`patiently` for as long as its patience lasts. ``op`` must be safe to
-        repeat. Driver errors leave as :class:`StoreUnavailable` (transient) or
-        :class:`StoreError`. In a transaction's view, ``op`` runs once
-        (:meth:`MongoTransaction.once`)."""
+        """Run ``op(attempt)``, and again (attempt > 0) after an error while
+        :meth:`_again` allows. ``op`` must be safe to repeat. Driver errors leave as
+        :class:`StoreUnavailable` (transient) or :class:`StoreError`. In a transaction's
+        view, ``op`` runs once (:meth:`MongoTransaction.once`)."""
         if self.transaction is not None:
             return self.transaction.once(what, op)
         attempt = 0
-        deadline = time.monotonic() + self.connect_timeout
+        usual_end = time.monotonic() + self.connect_timeout
         by = _by.get()
         while True:
             try:
@@ -292,21 +289,10 @@ class MongoConnection:
             except (DuplicateKeyError, BulkWriteError):
                 raise  # the callers resolve these
             except PyMongoError as exc:
-                refused = not transient(exc)
-                patience = _patience.get()
-                if refused and not isinstance(exc, OperationFailure):
-                    patience = None  # not the server's refusal: this side's mistake
                 pause = min(self.retry_pause * (attempt + 1), MAX_PAUSE)
-                until = time.monotonic() + pause
-                usual = not refused and attempt < self.retries and until < deadline
-                usual = usual and not isinstance(exc, ServerSelectionTimeoutError)
-                # With patience (an outcome write) a refusal is repeated too: giving the
-                # write up runs a finished job again, and the write is fenced. Nothing
-                # is repeated past a deadline.
-                over = not usual and (patience is None or until >= patience())
-                if over or (by is not None and until >= by):
+                if not self._again(exc, attempt, time.monotonic() + pause, usual_end, by):
                     log.debug("%s: %s", what, exc)
-                    if refused:
+                    if not transient(exc):
                         raise StoreError(
                             f"MongoDB refused a request ({what}): {_first_line(exc)}"
                         ) from exc
@@ -314,6 +300,28 @@ class MongoConnection:
                 attempt += 1
                 log.debug("%s: %s; retrying (attempt %d)", what, _first_line(exc), attempt)
                 time.sleep(pause)
+
+    def _again(
+        self, exc: PyMongoError, attempt: int, until: float, usual_end: float, by: float | None
+    ) -> bool:
+        """Whether a call that met ``exc`` runs again once its pause ends at ``until``.
+        Never past ``by`` (:func:`by_deadline`). Usually, after a :func:`transient` error,
+        up to ``retries`` more times within ``connect_timeout`` (``usual_end``: a server
+        that cannot be reached costs one timeout, not one per retry). Within
+        :func:`patiently` (an outcome write), after any error the server gave, until its
+        patience runs out: giving the write up runs a finished job again, and the write
+        is fenced. Not after an error of this side's own (a driver error that is no
+        server's refusal)."""
+        if by is not None and until >= by:
+            return False
+        refused = not transient(exc)
+        if not refused and attempt < self.retries and until < usual_end:
+            if not isinstance(exc, ServerSelectionTimeoutError):
+                return True
+        patience = _patience.get()
+        if patience is None or (refused and not isinstance(exc, OperationFailure)):
+            return False
+        return until < patience()
 
     def modify(
         self, what: str, query: Mapping[str, Any], update: Mapping[str, Any]
