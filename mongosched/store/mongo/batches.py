@@ -349,29 +349,19 @@ class MongoBatches:
         """The first ``limit`` due jobs of ``tasks`` in claim order: one find on the
         claim index; with ``ranked`` tasks, a second on the ranked one (sorted by rank),
         and the two merged by :func:`~mongosched._core.ranks.claim_key`."""
-        if not ranked:
+
+        def find(where: dict[str, Any], sort: list[tuple[str, int]]) -> list[dict[str, Any]]:
             return self.connection.retrying(
                 "claim",
-                lambda _: commands.find_batch(
-                    self.connection.jobs, query, sort=CLAIM_SORT, limit=limit
-                ),
+                lambda _: commands.find_batch(self.connection.jobs, where, sort=sort, limit=limit),
             )
+
+        if not ranked:
+            return find(query, CLAIM_SORT)
         plain = [task for task in tasks if task not in ranked]
-        by_rank = {**claim_query(ranked, queues, now), **RANKED}
-        docs = self.connection.retrying(
-            "claim",
-            lambda _: commands.find_batch(
-                self.connection.jobs, by_rank, sort=RANK_SORT, limit=limit
-            ),
-        )
+        docs = find({**claim_query(ranked, queues, now), **RANKED}, RANK_SORT)
         if plain:
-            by_priority = claim_query(plain, queues, now)
-            docs += self.connection.retrying(
-                "claim",
-                lambda _: commands.find_batch(
-                    self.connection.jobs, by_priority, sort=CLAIM_SORT, limit=limit
-                ),
-            )
+            docs += find(claim_query(plain, queues, now), CLAIM_SORT)
         docs.sort(key=lambda doc: _claim_key(doc, now))
         return docs[:limit]
 
