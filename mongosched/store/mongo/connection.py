@@ -51,7 +51,7 @@ from mongosched.store.patience import Patience
 if TYPE_CHECKING:
     from mongosched.store.mongo.transactions import MongoTransaction
 
-__all__ = ["MongoConnection", "by_deadline", "patiently", "redact", "transient"]
+__all__ = ["MongoConnection", "patiently", "redact", "transient"]
 
 log = logging.getLogger("mongosched.store")
 
@@ -85,7 +85,6 @@ MIN_TIMEOUT = 0.001
 """The least time pymongo is given for an attempt (its zero means no limit)."""
 
 _patience: ContextVar[Patience | None] = ContextVar("mongosched_patience", default=None)
-_by: ContextVar[float | None] = ContextVar("mongosched_by", default=None)
 
 
 def transient(exc: PyMongoError) -> bool:
@@ -267,16 +266,20 @@ class MongoConnection:
         return view
 
     # Plumbing -------------------------------------------------------------------------------
-    def retrying(self, what: str, op: Callable[[int], T]) -> T:
+    def retrying(self, what: str, op: Callable[[int], T], by: float | None = None) -> T:
         """Run ``op(attempt)``, and again (attempt > 0) after an error while
         :meth:`_again` allows. ``op`` must be safe to repeat. Driver errors leave as
         :class:`StoreUnavailable` (transient) or :class:`StoreError`. In a transaction's
-        view, ``op`` runs once (:meth:`MongoTransaction.once`)."""
+        view, ``op`` runs once (:meth:`MongoTransaction.once`).
+
+        ``by`` (a :func:`time.monotonic` time; None: none) is a deadline no attempt
+        outlasts and none starts after: the driver gives an attempt up when it comes,
+        and the error leaves as :class:`StoreUnavailable`. A lease's renewal has one:
+        its holder learns in time that the lease is lost."""
         if self.transaction is not None:
             return self.transaction.once(what, op)
         attempt = 0
         usual_end = time.monotonic() + self.connect_timeout
-        by = _by.get()
         while True:
             try:
                 if by is None:
@@ -305,7 +308,7 @@ class MongoConnection:
         self, exc: PyMongoError, attempt: int, until: float, usual_end: float, by: float | None
     ) -> bool:
         """Whether a call that met ``exc`` runs again once its pause ends at ``until``.
-        Never past ``by`` (:func:`by_deadline`). Usually, after a :func:`transient` error,
+        Never past ``by`` (:meth:`retrying`). Usually, after a :func:`transient` error,
         up to ``retries`` more times within ``connect_timeout`` (``usual_end``: a server
         that cannot be reached costs one timeout, not one per retry). Within
         :func:`patiently` (an outcome write), after any error the server gave, until its
@@ -409,20 +412,6 @@ def patiently(patience: Patience | None, call: Callable[..., T], *args: Any) -> 
         return call(*args)
     finally:
         _patience.reset(token)
-
-
-def by_deadline(deadline: float | None, call: Callable[..., T], *args: Any) -> T:
-    """``call(*args)``, in which no attempt outlasts ``deadline`` (a
-    :func:`time.monotonic` time; None: no deadline) and none starts after it: the driver
-    gives an attempt up when it comes, and the error leaves as :class:`StoreUnavailable`.
-    A lease's renewal has this deadline: its holder learns in time that it is lost."""
-    if deadline is None:
-        return call(*args)
-    token = _by.set(deadline)
-    try:
-        return call(*args)
-    finally:
-        _by.reset(token)
 
 
 _connections: weakref.WeakSet[MongoConnection] = weakref.WeakSet()

@@ -19,7 +19,7 @@ from pymongo.errors import DuplicateKeyError
 from mongosched._core.records import JobRecord, Renewal, Settlement
 from mongosched.errors import MalformedJob
 from mongosched.store import codec
-from mongosched.store.mongo.connection import MongoConnection, by_deadline, patiently
+from mongosched.store.mongo.connection import MongoConnection, patiently
 from mongosched.store.mongo.documents import PENDING, RUNNING, ms, to_record
 from mongosched.store.mongo.updates import (
     dedupe_hold,
@@ -48,9 +48,7 @@ class MongoLeases:
         until: datetime,
         deadline: float | None = None,
     ) -> Renewal:
-        doc = by_deadline(
-            deadline,
-            self.connection.retrying,
+        doc = self.connection.retrying(
             "heartbeat",
             lambda _: self.connection.jobs.find_one_and_update(
                 {"_id": job_id, "lease.token": token, "status": RUNNING},
@@ -58,6 +56,7 @@ class MongoLeases:
                 projection={"cancel_requested": True},
                 return_document=ReturnDocument.AFTER,
             ),
+            by=deadline,
         )
         if doc is None:
             return Renewal(held=False)

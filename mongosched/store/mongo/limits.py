@@ -19,7 +19,7 @@ from pymongo.errors import DuplicateKeyError
 
 from mongosched._core.records import Admission
 from mongosched.limits import IDLE
-from mongosched.store.mongo.connection import MongoConnection, by_deadline
+from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import aware, ms
 
 __all__ = ["MongoLimits", "limit_id"]
@@ -137,14 +137,13 @@ class MongoLimits:
         self, task: str, key: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool:
         until = ms(until)
-        result = by_deadline(
-            deadline,
-            self.connection.retrying,
+        result = self.connection.retrying(
             "renew slot",
             lambda _: self.connection.limits.update_one(
                 {"_id": limit_id("concurrency", task, key), "holders.k": token},
                 {"$set": {"holders.$.until": until}, "$max": {"expire_at": until + IDLE}},
             ),
+            by=deadline,
         )
         return bool(result.matched_count)
 

@@ -10,7 +10,7 @@ from typing import Any
 from pymongo.errors import BulkWriteError
 
 from mongosched.errors import StoreError
-from mongosched.store.mongo.connection import MongoConnection, by_deadline
+from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import ms
 
 __all__ = ["MongoPermits"]
@@ -74,13 +74,12 @@ class MongoPermits:
     def renew_permit(
         self, task: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool:
-        result = by_deadline(
-            deadline,
-            self.connection.retrying,
+        result = self.connection.retrying(
             "renew permit",
             lambda _: self.connection.permits.update_one(
                 {"task": task, "token": token}, {"$set": {"until": ms(until)}}
             ),
+            by=deadline,
         )
         return bool(result.matched_count)
 
