@@ -502,7 +502,7 @@ def to_document(job: JobRecord) -> dict[str, Any]:
         doc["concurrency_key"] = job.concurrency_key
     if job.label is not None:
         doc["label"] = job.label
-    # Ranked jobs (their rank is set by the insert: see MongoStore._rank).
+    # Ranked jobs (their rank is set by the insert: see MongoJobs._rank).
     if job.aging is not None:
         doc["aging"] = job.aging
     if job.fair_key is not None:
