@@ -20,7 +20,9 @@ def test_prepare_is_idempotent(store: Store) -> None:
 
 def test_a_closed_store_can_be_used_again(store: Store) -> None:
     queued = add(store, job())[0]
+    assert store.count(JobQuery()) == 1  # the listings' collection, made before the close
     store.close()
+    assert store.count(JobQuery()) == 1
     assert store.get(queued.id) == queued
     running = claimed(store)
     store.close()

@@ -240,18 +240,20 @@ class MongoConnection:
         with self._lock:
             if self._client is not None:
                 self._client.close()
-            self._client = None
-            self._database = self._given_database
-            self._jobs = self._permits = self._pauses = self._runners = self._limits = None
-            self._audit = None
+            self._forget()
 
     def after_fork(self) -> None:
         """In a forked child: the parent's client does not survive a fork."""
         self._lock = threading.Lock()
+        self._forget()
+
+    def _forget(self) -> None:
+        """Drop the client and every collection made from it (each is made again, from
+        a new client, when next used)."""
         self._client = None
         self._database = self._given_database
-        self._jobs = self._permits = self._pauses = self._runners = self._limits = None
-        self._audit = None
+        self._jobs = self._queries = self._permits = self._pauses = None
+        self._runners = self._limits = self._audit = None
 
     def within(self, transaction: MongoTransaction) -> MongoConnection:
         """This connection as seen from inside ``transaction``: its job, permit and
