@@ -177,11 +177,8 @@ class MongoJobs:
                 (doc["task"], name, doc[name]) for name in (*fields, WINDOW_FIELD) if name in doc
             ]
             holder = next((held[key] for key in keys if key in held), None)
-            for name in fields:
-                if holder is None:
-                    holder = self.connection.retrying(
-                        "insert", self._finder({"task": doc["task"], name: doc[name]})
-                    )
+            if holder is None:
+                holder = self._key_holder(doc)
             if holder is not None and doc.get("dedupe_replace"):
                 holder = self._replace_pending(doc, holder) or holder
             if holder is None and WINDOW_FIELD in doc:
@@ -206,17 +203,22 @@ class MongoJobs:
         )
         if own is not None:
             return own
+        holder = self._key_holder(doc)
+        if holder is not None:
+            # Replaced, or claimed meanwhile: its key is free, insert again.
+            return self._replace_pending(doc, holder) if doc.get("dedupe_replace") else holder
+        return self._window_holder(doc) if WINDOW_FIELD in doc else None
+
+    def _key_holder(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The job that holds the dedupe key ``doc`` would hold (its scope's field), if
+        any."""
         for name in DEDUPE_FIELDS.values():
             if name in doc:
-                holder = self.connection.retrying(
-                    "insert", self._finder({"task": doc["task"], name: doc[name]})
-                )
+                query = {"task": doc["task"], name: doc[name]}
+                holder = self.connection.retrying("insert", self._finder(query))
                 if holder is not None:
-                    # Replaced, or claimed meanwhile: its key is free, insert again.
-                    return (
-                        self._replace_pending(doc, holder) if doc.get("dedupe_replace") else holder
-                    )
-        return self._window_holder(doc) if WINDOW_FIELD in doc else None
+                    return holder
+        return None
 
     def _replace_pending(
         self, doc: Mapping[str, Any], holder: Mapping[str, Any]
