@@ -32,10 +32,10 @@ from typing import Any
 
 import pytest
 
+from tests.support.processes import LoggedProcess
 from tests.support.realserver import RealServer, missing
 from tests.support.waiting import wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
 LEASE = 1.5
 JOBS = 8
 WORK = 5.0
@@ -102,47 +102,14 @@ def namespace() -> Iterator[Namespace]:
         subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
 
 
-class Worker:
+class Worker(LoggedProcess):
     """``tests.support.partition_app`` in a process of its own (in ``namespace``, if
     given); always stopped."""
 
     def __init__(self, name: str, uri: str, runs: Path, log: Path, prefix: list[str]) -> None:
-        self.name, self.log_path = name, log
-        self._log = log.open("wb")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [
-                *prefix,
-                sys.executable,
-                "-m",
-                "tests.support.partition_app",
-                uri,
-                str(runs),
-                "--workers",
-                str(JOBS // 2),
-                "--lease",
-                str(LEASE),
-                "--name",
-                name,
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
+        app = ["tests.support.partition_app", uri, str(runs), "--name", name]
+        args = [*app, "--workers", str(JOBS // 2), "--lease", str(LEASE)]
+        super().__init__(name, args, log, prefix=prefix)
 
 
 def read_runs(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -159,6 +126,11 @@ def read_runs(path: Path) -> dict[str, list[dict[str, Any]]]:
             else:
                 run["end"], run["reason"] = event["t"], event["reason"]
     return {job: sorted(by.values(), key=lambda r: r["start"]) for job, by in runs.items()}
+
+
+def runs_of(path: Path, pid: int) -> list[dict[str, Any]]:
+    """The runs in ``path`` of the worker process ``pid``."""
+    return [run for runs in read_runs(path).values() for run in runs if run["pid"] == pid]
 
 
 @pytest.mark.timeout(180)
@@ -191,27 +163,14 @@ def test_a_partitioned_holder_stops_by_its_lease_end_and_none_of_its_writes_land
             message="worker B completing every job",
         )
         namespace.heal()
+
         # A's runs were told their leases were lost; now that A reaches the server
         # again, its writes for them (outcomes, renewals) are tried and must not land.
-        wait_for(
-            lambda: (
-                sum(
-                    1
-                    for r in read_runs(runs_file).values()
-                    for run in r
-                    if run["pid"] == a.proc.pid
-                )
-                == JOBS // 2
-                and all(
-                    run["end"] is not None
-                    for r in read_runs(runs_file).values()
-                    for run in r
-                    if run["pid"] == a.proc.pid
-                )
-            ),
-            timeout=30,
-            message="A's runs ending",
-        )
+        def a_runs_ended() -> bool:
+            cut_off = runs_of(runs_file, a.pid)
+            return len(cut_off) == JOBS // 2 and all(run["end"] is not None for run in cut_off)
+
+        wait_for(a_runs_ended, timeout=30, message="A's runs ending")
         wait_for(lambda: "lease" in a.log(), timeout=30, message="A noticing its lost leases")
 
         runs = read_runs(runs_file)
@@ -219,7 +178,7 @@ def test_a_partitioned_holder_stops_by_its_lease_end_and_none_of_its_writes_land
             record = job.refresh()
             assert record.status.value == "completed", record
             pid, token = str(record.result).split(":")
-            assert int(pid) == b.proc.pid, f"{job.id}: the outcome of A's run landed"
+            assert int(pid) == b.pid, f"{job.id}: the outcome of A's run landed"
             job_runs = runs[str(job.id)]
             assert job_runs[-1]["token"] == token
             for first, second in zip(job_runs, job_runs[1:], strict=False):
@@ -227,7 +186,7 @@ def test_a_partitioned_holder_stops_by_its_lease_end_and_none_of_its_writes_land
                 assert first["end"] <= second["start"], (
                     f"job {job.id} ran twice at once: {first} and {second}"
                 )
-        cut_off = [run for r in runs.values() for run in r if run["pid"] == a.proc.pid]
+        cut_off = runs_of(runs_file, a.pid)
         assert len(cut_off) == JOBS // 2
         assert all(run["reason"] == "lease_lost" for run in cut_off), cut_off
     except BaseException:

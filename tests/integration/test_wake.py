@@ -13,9 +13,6 @@ figures are printed by bench/wake.py, not asserted here.
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -35,6 +32,7 @@ from mongosched.runner.runner import Runner
 from mongosched.store import DueHint, Store
 from tests.contract.helpers import T0, add, job, sec
 from tests.support import worker_app
+from tests.support.processes import LoggedProcess
 from tests.support.server import MockServer
 from tests.support.waiting import wait_for
 from tests.support.watching import Hints
@@ -44,7 +42,6 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["tests.support.server_fixtures"]  # shared_db: SecantusDB
 
-ROOT = Path(__file__).resolve().parents[2]
 LONG_POLL = 30.0
 PROMPT = 4.0  # seconds: well under LONG_POLL, with room for a loaded machine (2 cores, shared)
 
@@ -103,28 +100,21 @@ def test_a_job_scheduled_by_another_process_starts_at_once(
     shared_db: SharedDatabase, tmp_path: Path
 ) -> None:
     uri = shared_db.uri()
-    log = tmp_path / "worker.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.worker_app", uri, "--poll", str(LONG_POLL)],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    worker = LoggedProcess(
+        "worker", ["tests.support.worker_app", uri, "--poll", str(LONG_POLL)], tmp_path / "log"
+    )
     app = worker_app.build(uri, 1.5, LONG_POLL)
     try:
         # A job scheduled before its stream is open is claimed when it opens ("claim now").
-        wait_for(lambda: "started" in log.read_text(), 30, message="the worker to start")
+        wait_for(lambda: "started" in worker.log(), 30, message="the worker to start")
         runs = worker_app.side_collection(uri)
         for n in range(3):
             before = time.time()
             job_id = app.get_task("record").schedule().id
             run = wait_for(lambda i=job_id: runs.find_one({"job": i}), 20, message=f"run {n}")
-            assert run["start"] - before < PROMPT, log.read_text()[-2000:]
+            assert run["start"] - before < PROMPT, worker.log()[-2000:]
     finally:
-        proc.terminate()
-        proc.wait(30)
+        worker.stop(30)
         app.close()
 
 

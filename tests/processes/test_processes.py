@@ -11,10 +11,7 @@ are counted independently of job status. Run with ``-s`` to see the figures.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -28,6 +25,7 @@ from pymongo.errors import AutoReconnect, BulkWriteError, DuplicateKeyError
 
 from mongosched import App
 from tests.support import worker_app
+from tests.support.processes import LoggedProcess
 from tests.support.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -36,45 +34,18 @@ if TYPE_CHECKING:
 # The fixtures shared_db (SecantusDB) and standin_db (the wire-protocol stand-in).
 pytest_plugins = ["tests.support.server_fixtures"]
 
-ROOT = Path(__file__).resolve().parents[2]
 LEASE = 1.5
 
 
 # Worker processes -----------------------------------------------------------------------------
-class Worker:
+class Worker(LoggedProcess):
+    """``python -m tests.support.worker_app``: always stopped."""
+
     def __init__(
         self, name: str, uri: str, log: Path, workers: int, lease: float, *extra: str
     ) -> None:
-        self.name = name
-        self.log_path = log
-        self._log = log.open("wb")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.support.worker_app",
-                uri,
-                "--workers",
-                str(workers),
-                "--lease",
-                str(lease),
-                "--name",
-                name,
-                *extra,
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        args = ["--workers", str(workers), "--lease", str(lease), "--name", name, *extra]
+        super().__init__(name, ["tests.support.worker_app", uri, *args], log)
 
     def ready(self) -> bool:
         assert self.proc.poll() is None, f"worker {self.name} exited:\n{self.log()[-3000:]}"
@@ -83,16 +54,6 @@ class Worker:
     def started(self) -> bool:
         assert self.proc.poll() is None, f"worker {self.name} exited:\n{self.log()[-3000:]}"
         return " started: " in self.log()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self._log.close()
 
 
 @contextmanager

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ import pytest
 from mongosched.cli.verbs import child_command
 from mongosched.runner.supervisor import ENV_INDEX, ENV_SUPERVISOR, Supervisor
 from tests.processes.test_processes import LEASE, connected, overlaps, runs_by_job, scheduler
+from tests.support.processes import LoggedProcess
 from tests.support.waiting import wait_for
 
 if TYPE_CHECKING:
@@ -33,26 +33,18 @@ if TYPE_CHECKING:
 
 pytest_plugins = ["tests.support.server_fixtures"]
 
-ROOT = Path(__file__).resolve().parents[2]
 STARTED = re.compile(r"process (\d+)/\d+ started \(pid (\d+)\)")
 
 
-class Supervised:
+class Supervised(LoggedProcess):
     """``python -m mongosched worker tests.support.supervised_app:app --processes N``."""
 
     def __init__(self, shared: SharedDatabase, log: Path, processes: int, threads: int) -> None:
-        self.log_path = log
-        self._log = log.open("wb")
         env = {
-            **os.environ,
-            "PYTHONPATH": str(ROOT),
-            "PYTHONUNBUFFERED": "1",
             "MONGOSCHED_TEST_WORKER_URI": shared.uri(),
             "MONGOSCHED_TEST_WORKER_LEASE": str(LEASE),
         }
         command = [
-            sys.executable,
-            "-m",
             "mongosched",
             "worker",
             "tests.support.supervised_app:app",
@@ -63,12 +55,7 @@ class Supervised:
             "--shutdown-timeout",
             "10",
         ]
-        self.proc = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        super().__init__("supervisor", command, log, env=env)
 
     def children(self) -> list[tuple[int, int]]:
         """(slot, pid) of every child started so far, in order."""
@@ -78,18 +65,11 @@ class Supervised:
         assert self.proc.poll() is None, f"supervisor exited:\n{self.log()[-3000:]}"
         return self.log().count(" started: ")
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+    def stop(self, timeout: float = 30) -> None:
+        super().stop(timeout)
         for _, pid in self.children():
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        self._log.close()
 
 
 def alive(pid: int) -> bool:

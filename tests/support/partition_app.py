@@ -1,25 +1,25 @@
 """A worker for tests/faults/test_partition.py, run on either side of a network partition.
 
 Run as ``python -m tests.support.partition_app URI RUNS_FILE [--workers N] [--lease S]
-[--name NAME]``. It registers ``partition.work(seconds)``: a task that works for
-``seconds`` in short steps and stops early once its context is cancelled (its lease lost,
-which is how a holder cut off from the database learns it must stop). Each run appends a
-``start`` and an ``end`` line of JSON to RUNS_FILE, a local file: both sides of the
-partition share this machine's file system and clock, and neither line depends on the
-database, so the record survives the partition. The run returns ``PID:TOKEN``, so the
-job's stored result names the run whose outcome landed.
+[--name NAME]`` (tests.support.processes.worker_arguments). It registers
+``partition.work(seconds)``: a task that works for ``seconds`` in short steps and stops
+early once its context is cancelled (its lease lost, which is how a holder cut off from
+the database learns it must stop). Each run appends a ``start`` and an ``end`` line of
+JSON to RUNS_FILE, a local file: both sides of the partition share this machine's file
+system and clock, and neither line depends on the database, so the record survives the
+partition. The run returns ``PID:TOKEN``, so the job's stored result names the run whose
+outcome landed.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
 import time
 from typing import Any
 
 from mongosched import App, RetryPolicy, current_job
+from tests.support.processes import run_worker, worker_arguments
 
 STEP = 0.01
 """Seconds between the task's looks at its context."""
@@ -54,20 +54,10 @@ def build(uri: str, runs_file: str, lease: float) -> App:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="tests.support.partition_app")
-    parser.add_argument("uri")
+    parser = worker_arguments("tests.support.partition_app")
     parser.add_argument("runs_file")
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--lease", type=float, default=1.5)
-    parser.add_argument("--name", default=None)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s {args.name} %(levelname)s %(name)s: %(message)s",
-    )
-    app = build(args.uri, args.runs_file, args.lease)
-    print(f"worker {args.name} pid {os.getpid()} ready", flush=True)
-    app.run_worker(workers=args.workers, name=args.name)
+    run_worker(args, lambda: build(args.uri, args.runs_file, args.lease))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,6 @@ stored result names the run whose outcome landed.
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
 import threading
 import time
@@ -32,6 +30,7 @@ import pymongo
 from pymongo.errors import DuplicateKeyError, PyMongoError
 
 from mongosched import App, RetryPolicy, current_job
+from tests.support.processes import run_worker, worker_arguments
 
 RUNS = "runs"
 
@@ -131,23 +130,10 @@ def build(uri: str, lease: float, poll: float) -> App:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="tests.support.worker_app")
-    parser.add_argument("uri")
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--lease", type=float, default=1.5)
+    parser = worker_arguments("tests.support.worker_app")
     parser.add_argument("--poll", type=float, default=0.05)
-    parser.add_argument("--name", default=None)
-    parser.add_argument("--gate", default=None, help="start the runner once this file exists")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s {args.name or os.getpid()} %(levelname)s %(name)s: %(message)s",
-    )
-    app = build(args.uri, args.lease, args.poll)
-    print(f"worker {args.name} pid {os.getpid()} ready", flush=True)
-    while args.gate and not os.path.exists(args.gate):
-        time.sleep(0.01)
-    app.run_worker(workers=args.workers, name=args.name)
+    run_worker(args, lambda: build(args.uri, args.lease, args.poll))
 
 
 if __name__ == "__main__":
