@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from mongosched import App  # noqa: E402
 from mongosched.testing import FakeClock, drain  # noqa: E402
+from tests.support.fairness import aging_stream  # noqa: E402
 
 
 class Stores:
@@ -110,22 +111,9 @@ def weights(stores: Stores, starts_counted: int) -> dict[str, Any]:
 def aging(stores: Stores, mode: str) -> dict[str, Any]:
     clock = FakeClock()
     app = stores.app(clock=clock, **({"aging": 60} if mode == "app" else {}))
-    t0 = clock()
-    started: list[float] = []
-    report_options = {"aging": 60} if mode == "task" else {}
-    report = app.task(name="report", priority=9, **report_options)(
-        lambda: started.append((clock() - t0).total_seconds() / 60)
-    )
-    urgent = app.task(name="urgent", priority=1)(lambda: None)
-    report.schedule()
-    for _ in range(60):
-        urgent.schedule()
-        urgent.schedule()
-        drain(app, limit=1)
-        clock.advance(minutes=1)
-        if started:
-            break
-    return {"aging": mode, "report_waited_min": started[0] if started else None}
+    started = aging_stream(app, clock, 60, report_aging=60 if mode == "task" else None)
+    report = started["report"]
+    return {"aging": mode, "report_waited_min": report[0] if report else None}
 
 
 def main() -> None:

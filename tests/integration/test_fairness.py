@@ -13,6 +13,7 @@ from mongosched.errors import ConfigurationError
 from mongosched.store.memory import MemoryStore
 from mongosched.testing import FakeClock, drain
 from tests.conftest import TEST_URI
+from tests.support.fairness import aging_stream
 from tests.support.waiting import wait_for
 
 
@@ -60,35 +61,12 @@ def test_weights_share_the_starts(make_app: Callable[..., App]) -> None:
     assert 2.7 <= ratio <= 3.3, ratio
 
 
-def run_stream(
-    app: App, clock: FakeClock, report_aging: float | None = None
-) -> dict[str, list[float]]:
-    """A priority-9 report due at minute 0, then two priority-1 jobs a minute while one
-    job a minute runs: 20 minutes. The minutes each kind started at."""
-    started: dict[str, list[float]] = {"report": [], "urgent": []}
-    t0 = clock()
-
-    def record(kind: str) -> None:
-        started[kind].append((clock() - t0).total_seconds() / 60)
-
-    aging = {} if report_aging is None else {"aging": report_aging}
-    report = app.task(name="report", priority=9, **aging)(lambda: record("report"))
-    urgent = app.task(name="urgent", priority=1)(lambda: record("urgent"))
-    report.schedule()
-    for _ in range(20):
-        urgent.schedule()
-        urgent.schedule()
-        drain(app, limit=1)
-        clock.advance(minutes=1)
-    return started
-
-
 def test_an_aging_job_runs_once_its_priority_rose_to_the_stream(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
     """Only the report ages, a level a minute: at minute 8 it is at priority 1 and the
     oldest there, so it runs, although priority-1 work arrives faster than it runs."""
-    started = run_stream(make_app(clock=clock), clock, report_aging=60)
+    started = aging_stream(make_app(clock=clock), clock, 20, report_aging=60)
     assert started["report"] == [8.0], started
 
 
@@ -99,7 +77,7 @@ def test_with_the_app_aging_every_job_a_level_counts_as_an_interval(
     minute of waiting: the report is served as if due 8 minutes later, after the 16
     urgent jobs due before that (not at minute 8), yet it never starves."""
     app = make_app(clock=clock, aging=timedelta(minutes=1))
-    started = run_stream(app, clock)
+    started = aging_stream(app, clock, 20)
     assert app.get_task("report").aging == 60.0  # the app's default
     assert started["report"] == [16.0], started
 
@@ -107,7 +85,7 @@ def test_with_the_app_aging_every_job_a_level_counts_as_an_interval(
 def test_without_aging_the_stream_starves_it(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
-    started = run_stream(make_app(clock=clock), clock)
+    started = aging_stream(make_app(clock=clock), clock, 20)
     assert started["report"] == [] and len(started["urgent"]) == 20
 
 
