@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
 
 from mongosched import App, Event, JobStatus
+from mongosched._core.records import Renewal
+from mongosched.errors import StoreError
+from mongosched.runner.claim import Claim, stop_margin
+from mongosched.testing import FakeClock
 from tests.support.stalls import LostHeartbeats
 from tests.support.tasks import Recorder
 from tests.support.waiting import wait_for
@@ -116,40 +122,40 @@ def test_heartbeat_threads_renew_long_jobs_and_never_touch_short_ones(
     assert {job.refresh().status for job in longs} == {JobStatus.COMPLETED}
 
 
+@contextmanager
+def one_claim(renew: Callable[..., object], clock: FakeClock | None = None) -> Iterator[Claim]:
+    """A runner's claim on the one job of an in-memory app; its store's ``renew`` is
+    ``renew`` until the block ends, then the app is closed."""
+    app = App("memory://", clock=clock)
+    app.task(name="t")(lambda: None).schedule()
+    claim = app.runner(workers=1).claim_next()
+    assert claim is not None
+    store = claim.keeper.store
+    original, store.renew = store.renew, renew  # type: ignore[method-assign]
+    try:
+        yield claim
+    finally:
+        store.renew = original  # type: ignore[method-assign]
+        app.close()
+
+
 def test_a_failed_renewal_gives_the_lease_up_just_before_its_end() -> None:
     """A renewal that fails (the database unreachable) while the lease still holds is
     retried at the next beat; once the lease is within its stop margin of its end
     (another runner may take the job the instant after ``until``), the claim gives it up
     and cancels its run (and gives up its concurrency slot), so the run has stopped
     before anyone else can start the job."""
-    from datetime import timedelta
-
-    from mongosched.errors import StoreError
-    from mongosched.runner.claim import stop_margin
-    from mongosched.testing import FakeClock
-
-    clock = FakeClock()
-    app = App("memory://", clock=clock)
-    task = app.task(name="t")(lambda: None)
-    task.schedule()
-    runner = app.runner(workers=1)
-    claim = runner.claim_next()
-    assert claim is not None
-    store = runner.store
 
     def unreachable(*args: object, **kwargs: object) -> object:
         raise StoreError("injected: unreachable")
 
-    renew, store.renew = store.renew, unreachable  # type: ignore[method-assign]
-    give_up = claim.until - timedelta(seconds=stop_margin(app.lease_duration))
-    try:
+    clock = FakeClock()
+    with one_claim(unreachable, clock) as claim:
+        give_up = claim.until - timedelta(seconds=stop_margin(claim.keeper.lease_duration))
         clock.set(give_up - timedelta(milliseconds=1))
         assert claim.renew() and not claim.lost  # the lease still holds: retried later
         clock.set(give_up)
         assert not claim.renew() and claim.lost  # its end is near: given up
-    finally:
-        store.renew = renew  # type: ignore[method-assign]
-    app.close()
 
 
 def test_a_finished_claim_does_not_wait_for_a_renewal_in_flight() -> None:
@@ -157,17 +163,6 @@ def test_a_finished_claim_does_not_wait_for_a_renewal_in_flight() -> None:
     outcome must not wait that long. ``finish`` returns at once, and what the renewal
     finds once it returns (here: the lease gone, as after the outcome landed) does not
     mark the finished claim lost."""
-    import threading
-
-    from mongosched._core.records import Renewal
-
-    app = App("memory://")
-    task = app.task(name="t")(lambda: None)
-    task.schedule()
-    runner = app.runner(workers=1)
-    claim = runner.claim_next()
-    assert claim is not None
-    store = runner.store
     entered, release = threading.Event(), threading.Event()
 
     def stuck(*args: object, **kwargs: object) -> Renewal:
@@ -175,19 +170,17 @@ def test_a_finished_claim_does_not_wait_for_a_renewal_in_flight() -> None:
         release.wait(10)
         return Renewal(held=False)
 
-    renew, store.renew = store.renew, stuck  # type: ignore[method-assign]
-    try:
-        renewing = threading.Thread(target=claim.renew)
-        renewing.start()
-        assert entered.wait(5)
-        finishing = threading.Thread(target=claim.finish)
-        finishing.start()
-        finishing.join(1)
-        assert not finishing.is_alive(), "finish waited for the renewal in flight"
-        release.set()
-        renewing.join(5)
-        assert claim.finished and not claim.lost
-    finally:
-        release.set()
-        store.renew = renew  # type: ignore[method-assign]
-    app.close()
+    with one_claim(stuck) as claim:
+        try:
+            renewing = threading.Thread(target=claim.renew)
+            renewing.start()
+            assert entered.wait(5)
+            finishing = threading.Thread(target=claim.finish)
+            finishing.start()
+            finishing.join(1)
+            assert not finishing.is_alive(), "finish waited for the renewal in flight"
+            release.set()
+            renewing.join(5)
+            assert claim.finished and not claim.lost
+        finally:
+            release.set()
