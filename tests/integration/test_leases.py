@@ -8,10 +8,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
+import pytest
+
 from mongosched import App, Event, JobStatus
 from mongosched._core.records import Renewal
 from mongosched.errors import StoreError
-from mongosched.runner.claim import Claim, stop_margin
+from mongosched.runner.claim import Claim
 from mongosched.testing import FakeClock
 from tests.support.stalls import LostHeartbeats
 from tests.support.tasks import Recorder
@@ -123,10 +125,12 @@ def test_heartbeat_threads_renew_long_jobs_and_never_touch_short_ones(
 
 
 @contextmanager
-def one_claim(renew: Callable[..., object], clock: FakeClock | None = None) -> Iterator[Claim]:
-    """A runner's claim on the one job of an in-memory app; its store's ``renew`` is
-    ``renew`` until the block ends, then the app is closed."""
-    app = App("memory://", clock=clock)
+def one_claim(
+    renew: Callable[..., object], clock: FakeClock | None = None, lease: float = 30.0
+) -> Iterator[Claim]:
+    """A runner's claim (under a ``lease``-second lease) on the one job of an in-memory
+    app; its store's ``renew`` is ``renew`` until the block ends, then the app is closed."""
+    app = App("memory://", clock=clock, lease_duration=lease)
     app.task(name="t")(lambda: None).schedule()
     claim = app.runner(workers=1).claim_next()
     assert claim is not None
@@ -139,23 +143,27 @@ def one_claim(renew: Callable[..., object], clock: FakeClock | None = None) -> I
         app.close()
 
 
-def test_a_failed_renewal_gives_the_lease_up_just_before_its_end() -> None:
+@pytest.mark.parametrize(("lease", "margin"), [(30.0, 1.0), (1.5, 0.15)])
+def test_a_failed_renewal_gives_the_lease_up_just_before_its_end(
+    lease: float, margin: float
+) -> None:
     """A renewal that fails (the database unreachable) while the lease still holds is
-    retried at the next beat; once the lease is within its stop margin of its end
-    (another runner may take the job the instant after ``until``), the claim gives it up
-    and cancels its run (and gives up its concurrency slot), so the run has stopped
-    before anyone else can start the job."""
+    retried at the next beat; once the lease is within its stop margin of its end (a
+    tenth of the lease, at most a second: another runner may take the job the instant
+    after ``until``), the claim gives it up and cancels its run (and gives up its
+    concurrency slot), so the run has stopped before anyone else can start the job."""
 
     def unreachable(*args: object, **kwargs: object) -> object:
         raise StoreError("injected: unreachable")
 
     clock = FakeClock()
-    with one_claim(unreachable, clock) as claim:
-        give_up = claim.until - timedelta(seconds=stop_margin(claim.keeper.lease_duration))
+    with one_claim(unreachable, clock, lease) as claim:
+        give_up = claim.until - timedelta(seconds=margin)
         clock.set(give_up - timedelta(milliseconds=1))
         assert claim.renew() and not claim.lost  # the lease still holds: retried later
         clock.set(give_up)
         assert not claim.renew() and claim.lost  # its end is near: given up
+        assert claim.ctx.cancel_reason == "lease_lost"  # and its run told to stop
 
 
 def test_a_finished_claim_does_not_wait_for_a_renewal_in_flight() -> None:
