@@ -124,7 +124,7 @@ def read_runs(path: Path) -> dict[str, list[dict[str, Any]]]:
             if event["event"] == "start":
                 run["start"] = event["t"]
             else:
-                run["end"], run["reason"] = event["t"], event["reason"]
+                run.update(end=event["t"], reason=event["reason"], until=event["until"])
     return {job: sorted(by.values(), key=lambda r: r["start"]) for job, by in runs.items()}
 
 
@@ -189,6 +189,11 @@ def test_a_partitioned_holder_stops_by_its_lease_end_and_none_of_its_writes_land
         cut_off = runs_of(runs_file, a.pid)
         assert len(cut_off) == JOBS // 2
         assert all(run["reason"] == "lease_lost" for run in cut_off), cut_off
+        # Each stopped by its lease's end as A knew it, not only before B's run began
+        # (which a holder giving up only at that end may still win, B being slower).
+        assert all(run["end"] < run["until"] for run in cut_off), cut_off
+        margins = [round(run["until"] - run["end"], 3) for run in cut_off]
+        print(f"\nA's runs stopped these seconds before their leases' ends: {margins}")
     except BaseException:
         for worker in (a, b):
             if worker is not None:

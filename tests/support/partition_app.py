@@ -7,7 +7,8 @@ early once its context is cancelled (its lease lost, which is how a holder cut o
 the database learns it must stop). Each run appends a ``start`` and an ``end`` line of
 JSON to RUNS_FILE, a local file: both sides of the partition share this machine's file
 system and clock, and neither line depends on the database, so the record survives the
-partition. The run returns ``PID:TOKEN``, so the job's stored result names the run whose
+partition; the ``end`` line holds the lease's end as the run's holder last knew it.
+The run returns ``PID:TOKEN``, so the job's stored result names the run whose
 outcome landed.
 """
 
@@ -38,16 +39,17 @@ def build(uri: str, runs_file: str, lease: float) -> App:
     def work(seconds: float) -> str:
         ctx = current_job()
         assert ctx is not None
-        token = getattr(getattr(ctx, "_lease", None), "token", "")
+        lease = getattr(ctx, "_lease", None)  # the runner's claim
+        token = getattr(lease, "token", "")
         run = {"job": str(ctx.id), "token": token, "pid": os.getpid()}
         _append(runs_file, {**run, "event": "start", "t": time.time()})
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and not ctx.is_cancelled():
             time.sleep(STEP)
-        _append(
-            runs_file,
-            {**run, "event": "end", "t": time.time(), "reason": ctx.cancel_reason},
-        )
+        # The lease's end as this holder last knew it (renewals move it on).
+        until = lease.until.timestamp() if lease is not None else None
+        end = {"event": "end", "t": time.time(), "reason": ctx.cancel_reason, "until": until}
+        _append(runs_file, {**run, **end})
         return f"{os.getpid()}:{token}"
 
     return app
