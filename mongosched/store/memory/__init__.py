@@ -5,7 +5,7 @@ results and repeat rules as BSON bytes, decoded afresh for every record it retur
 no caller can change a stored job through what it was given. Every method runs under
 one lock per store: each is one atomic step, as on the server.
 
-Claims and the reaper read ordered indexes (:mod:`.memory_index`), never scan: a claim
+Claims and the reaper read ordered indexes (:mod:`.index`), never scan: a claim
 costs O(buckets + log n) whatever the backlog. Every change that moves a job gives it a
 new version and pushes a fresh index entry; older entries stop counting.
 """
@@ -38,14 +38,15 @@ from mongosched._core.records import (
 from mongosched.errors import ConfigurationError, JobStateError
 from mongosched.store import codec
 from mongosched.store.memory.batches import MemoryBatches
-from mongosched.store.memory.flow import FlowIndex, MemoryFlow
-from mongosched.store.memory.index import JobIndexes
-from mongosched.store.memory.jobs import (
+from mongosched.store.memory.flow import MemoryFlow
+from mongosched.store.memory.index import FlowIndex, JobIndexes
+from mongosched.store.memory.limits import Limits
+from mongosched.store.memory.operations import MemoryOperations
+from mongosched.store.memory.permits import MemoryPermits, Permits
+from mongosched.store.memory.stored import (
     PENDING,
     RUNNING,
     WAITING,
-    MemoryPermits,
-    Permits,
     StoredJob,
     decode_value,
     encode_result,
@@ -56,8 +57,6 @@ from mongosched.store.memory.jobs import (
     purgeable,
     sort_key,
 )
-from mongosched.store.memory.limits import Limits
-from mongosched.store.memory.operations import MemoryOperations
 from mongosched.store.memory.transactions import MemoryTransactions
 from mongosched.store.memory.watch import DueWatchers, MemoryDueWatch
 from mongosched.store.patience import Patience
@@ -364,8 +363,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
         if self._holder(job) is not None:
             r = job.record
             raise JobStateError(
-                f"job {job.id} ({r.task}): dedupe key {r.dedupe_key!r} is held by another "
-                "job now"
+                f"job {job.id} ({r.task}): dedupe key {r.dedupe_key!r} is held by another job now"
             )
         self._write(job, transitions.retried(job.record, now), hold=True)
 
@@ -496,9 +494,7 @@ class MemoryStore(MemoryTransactions, MemoryFlow, MemoryBatches, MemoryOperation
             jobs = itertools.chain.from_iterable(self._by_status[s].values() for s in statuses)
         return [j for j in jobs if matches(j, query)]
 
-    def _start(
-        self, job: StoredJob, owner: str, now: datetime, lease_duration: float
-    ) -> JobRecord:
+    def _start(self, job: StoredJob, owner: str, now: datetime, lease_duration: float) -> JobRecord:
         """Claim ``job``: running under a fresh lease, its attempt counted."""
         token = codec.new_token()
         # Releases a pending-scope key, indexes the lease.

@@ -12,7 +12,7 @@ from typing import Any
 from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import SerializationError
 from mongosched.store.memory.index import JobIndexes
-from mongosched.store.memory.jobs import StoredJob, encode_result, ms
+from mongosched.store.memory.stored import StoredJob, encode_result, ms
 from mongosched.store.patience import Patience
 
 __all__ = ["MemoryBatches"]
@@ -25,9 +25,7 @@ class MemoryBatches:
     _indexes: JobIndexes
 
     # What MemoryStore defines (one job at a time, under the lock).
-    def _start(
-        self, job: StoredJob, owner: str, now: datetime, lease_duration: float
-    ) -> JobRecord:
+    def _start(self, job: StoredJob, owner: str, now: datetime, lease_duration: float) -> JobRecord:
         raise NotImplementedError
 
     def _settle_locked(

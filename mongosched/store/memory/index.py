@@ -8,7 +8,12 @@ carries the version its job had when it was pushed, and counts only while its jo
 that version and the index's status. Stale heads are popped when looked at, and an index
 grown to twice its live size (plus a margin) is rebuilt, so garbage costs amortised O(1)
 per write. Finding the first due job looks at one head per non-empty bucket of the tasks
-and queues asked for: O(buckets + log n). The caller holds the store's lock.
+and queues asked for: O(buckets + log n).
+
+Flow control has indexes of its own (:class:`FlowIndex`), so that its sweeps do not
+scan either: a heap of expiring jobs, the waiting jobs by what they wait for, the
+finished jobs still marked as having dependents, what is waited for but no longer
+exists. The caller holds the store's lock.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from datetime import datetime
 from typing import Any
 
 from mongosched._core import ranks
-from mongosched._core.records import JobStatus
-from mongosched.store.memory.jobs import PENDING, RUNNING, Entry, StoredJob
+from mongosched._core.records import UNSTARTED_STATUSES as UNSTARTED
+from mongosched._core.records import JobStatus, evolved
+from mongosched.store.memory.stored import PENDING, RUNNING, Entry, StoredJob, sort_key
 
-__all__ = ["JobIndexes"]
+__all__ = ["FlowIndex", "JobIndexes"]
 
 log = logging.getLogger("mongosched.store")
 
@@ -213,3 +219,119 @@ class JobIndexes:
             if not by_queue:
                 del self._claims[task]
         return found
+
+
+class FlowIndex:
+    """The flow-control indexes over a store's jobs (kept current by :meth:`track`)."""
+
+    def __init__(self, jobs: dict[Any, StoredJob]) -> None:
+        self._jobs = jobs
+        self._expiring: list[Entry] = []
+        self._expiring_cap = SLACK
+        self._waiting: dict[Any, set[Any]] = {}  # dependency -> jobs waiting for it
+        self._registered: dict[Any, tuple[Any, ...]] = {}  # job -> what it is filed under
+        self._stranded: set[Any] = set()  # waiting for nothing any more
+        self._flagged: set[Any] = set()  # marked as having dependents
+        self._unlinked: set[Any] = set()  # waiting, dependencies not yet linked
+        self._gone: set[Any] = set()  # waited for, but no such job (any more)
+
+    def track(self, job: StoredJob) -> None:
+        """After a change of ``job`` (under a new version)."""
+        r = job.record
+        self._gone.discard(r.id)
+        if r.expires_at is not None and r.status in UNSTARTED:
+            heapq.heappush(self._expiring, (r.expires_at, job.seq, job.version, r.id))
+            if len(self._expiring) > self._expiring_cap:
+                self._rebuild_expiring()
+        waits = r.waiting_for if r.status is JobStatus.WAITING else ()
+        old = self._registered.get(job.id, ())
+        if old != waits:
+            for dep in set(old) - set(waits):
+                self._waiting.get(dep, set()).discard(job.id)
+                if not self._waiting.get(dep, True):
+                    del self._waiting[dep]
+                    self._gone.discard(dep)
+            for dep in waits:
+                self._waiting.setdefault(dep, set()).add(job.id)
+                if dep not in self._jobs:
+                    self._gone.add(dep)
+            if waits:
+                self._registered[job.id] = tuple(waits)
+            else:
+                self._registered.pop(job.id, None)
+        if r.status is JobStatus.WAITING and not r.waiting_for:
+            self._stranded.add(job.id)
+        else:
+            self._stranded.discard(job.id)
+        if r.has_dependents:
+            self._flagged.add(job.id)
+        else:
+            self._flagged.discard(job.id)
+        if job.unlinked and r.status is JobStatus.WAITING:
+            self._unlinked.add(job.id)
+        else:
+            self._unlinked.discard(job.id)
+
+    def forget(self, job: StoredJob) -> None:
+        """``job`` was deleted."""
+        job.record = evolved(job.record, status=JobStatus.CANCELLED, has_dependents=False)
+        job.unlinked = False
+        self.track(job)
+        if job.id in self._waiting:  # jobs wait for it still
+            self._gone.add(job.id)
+
+    def _rebuild_expiring(self) -> None:
+        self._expiring = sorted(
+            (j.record.expires_at, j.seq, j.version, j.id)
+            for j in self._jobs.values()
+            if j.record.expires_at is not None and j.record.status in UNSTARTED
+        )
+        self._expiring_cap = 2 * len(self._expiring) + SLACK
+
+    def start_deadlines_due(self, now: datetime, limit: int) -> list[StoredJob]:
+        heap, found = self._expiring, list[Entry]()
+        while heap and len(found) < limit and heap[0][0] <= now:
+            entry = heapq.heappop(heap)
+            job = self._jobs.get(entry[3])
+            if job is not None and job.version == entry[2] and job.record.status in UNSTARTED:
+                found.append(entry)
+        for entry in found:  # they stay until settled
+            heapq.heappush(heap, entry)
+        return [self._jobs[entry[3]] for entry in found]
+
+    def dependents(self, job_id: Any, limit: int) -> list[StoredJob]:
+        jobs = [self._jobs[i] for i in self._waiting.get(job_id, ()) if i in self._jobs]
+        return sorted(jobs, key=lambda j: j.seq)[:limit]
+
+    def stranded(self, limit: int) -> list[StoredJob]:
+        return [self._jobs[i] for i in list(self._stranded)[:limit] if i in self._jobs]
+
+    def orphaned(self, after: Any, limit: int) -> list[tuple[StoredJob, tuple[Any, ...]]]:
+        start = None if after is None else sort_key(after)
+        found = {
+            self._jobs[i]
+            for dep in self._gone
+            for i in self._waiting.get(dep, ())
+            if i in self._jobs and (start is None or sort_key(i) > start)
+        }
+        jobs = sorted(found, key=lambda j: sort_key(j.id))[:limit]
+        return [(j, tuple(d for d in j.record.waiting_for if d in self._gone)) for j in jobs]
+
+    def unlinked(self, before: datetime, limit: int) -> list[StoredJob]:
+        jobs = [
+            j
+            for i in self._unlinked
+            if (j := self._jobs.get(i)) is not None and j.record.created_at < before
+        ]
+        return sorted(jobs, key=lambda j: j.seq)[:limit]
+
+    def unreleased(self, before: datetime, limit: int) -> list[StoredJob]:
+        jobs = [
+            j
+            for i in self._flagged
+            if (j := self._jobs.get(i)) is not None
+            and j.record.status.is_final
+            and j.record.finished_at is not None
+            and j.record.finished_at < before
+        ]
+        return sorted(jobs, key=lambda j: (j.record.finished_at, j.seq))[:limit]

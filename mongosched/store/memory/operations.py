@@ -31,7 +31,7 @@ from mongosched._core.records import (
 from mongosched.errors import JobStateError
 from mongosched.store import codec
 from mongosched.store.memory.index import JobIndexes
-from mongosched.store.memory.jobs import (
+from mongosched.store.memory.stored import (
     PAUSED,
     PENDING,
     RUNNING,

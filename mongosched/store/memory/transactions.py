@@ -19,7 +19,7 @@ from mongosched._core.records import DEDUPE_SCOPE_STATUSES as SCOPE_STATUSES
 from mongosched._core.records import JobRecord, JobStatus, Settlement
 from mongosched.errors import StoreError, TransactionConflict, TransactionError
 from mongosched.store import codec
-from mongosched.store.memory.jobs import StoredJob, encode_result
+from mongosched.store.memory.stored import StoredJob, encode_result
 
 if TYPE_CHECKING:
     from mongosched.store.memory import MemoryStore
