@@ -123,7 +123,7 @@ def test_a_forked_child_can_use_a_store_whose_lock_a_parent_thread_held(name: st
     held, release = threading.Event(), threading.Event()
 
     def hold_the_lock() -> None:
-        with store._lock:
+        with store.table.lock:
             held.set()
             release.wait(30)
 

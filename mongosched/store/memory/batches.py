@@ -4,15 +4,14 @@ store's lock, as its MongoDB counterpart is a fixed number of round trips."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import SerializationError
-from mongosched.store.memory.index import JobIndexes
-from mongosched.store.memory.stored import StoredJob, encode_result, ms
+from mongosched.store.memory.stored import PENDING, encode_result, ms
+from mongosched.store.memory.table import MemoryTable
 from mongosched.store.patience import Patience
 
 __all__ = ["MemoryBatches"]
@@ -21,21 +20,33 @@ __all__ = ["MemoryBatches"]
 class MemoryBatches:
     """Batched claims and settlements, in memory."""
 
-    _lock: threading.Lock
-    _indexes: JobIndexes
+    def __init__(self, table: MemoryTable) -> None:
+        self._table = table
 
-    # What MemoryStore defines (one job at a time, under the lock).
-    def _start(self, job: StoredJob, owner: str, now: datetime, lease_duration: float) -> JobRecord:
-        raise NotImplementedError
-
-    def _settle_locked(
+    def claim(
         self,
-        claimed: JobRecord,
-        settlement: Settlement,
-        result: bytes | None,
-        expired_before: datetime | None = None,
+        *,
+        owner: str,
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        lease_duration: float,
+        job_id: Any = None,
+        ranked: Sequence[str] = (),
     ) -> JobRecord | None:
-        raise NotImplementedError
+        if not tasks:  # ranked jobs are known by their rank: ``ranked`` is not needed
+            return None
+        now = ms(now)
+        with self._table.lock:
+            if job_id is not None:
+                job = self._table.find(job_id, PENDING)
+                if job is None or job.record.task not in tasks:
+                    return None
+            else:
+                job = self._table.indexes.take_first_due(tasks, queues, now)
+                if job is None:
+                    return None
+            return self._table.start(job, owner, now, lease_duration)
 
     def claim_batch(
         self,
@@ -52,12 +63,12 @@ class MemoryBatches:
             return []
         now = ms(now)
         claimed: list[JobRecord] = []
-        with self._lock:
+        with self._table.lock:
             while len(claimed) < limit:
-                job = self._indexes.take_first_due(tasks, queues, now)
+                job = self._table.indexes.take_first_due(tasks, queues, now)
                 if job is None:
                     break
-                claimed.append(self._start(job, owner, now, lease_duration))
+                claimed.append(self._table.start(job, owner, now, lease_duration))
         return claimed
 
     def settle_many(
@@ -72,10 +83,10 @@ class MemoryBatches:
             except SerializationError as exc:
                 encoded.append(None)
                 results.append(exc)
-        with self._lock:
+        with self._table.lock:
             for n, (job, settlement) in enumerate(items):
                 if results[n] is None:
-                    results[n] = self._settle_locked(job, settlement, encoded[n])
+                    results[n] = self._table.settle_locked(job, settlement, encoded[n])
         return results
 
     def settle_and_claim(

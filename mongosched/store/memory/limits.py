@@ -1,7 +1,8 @@
 """Flow-control limits of the in-memory store: rate logs and keyed concurrency slots,
-as :mod:`mongosched.store.mongo.limits` keeps them in MongoDB. The caller holds the store's
-lock. Idle entries are pruned (as a TTL index deletes idle documents), amortised over
-the writes: storage stays bounded by the keys in use."""
+as :mod:`mongosched.store.mongo.limits` keeps them in MongoDB (:class:`Limits`, used
+under the store's lock by :class:`MemoryLimits`). Idle entries are pruned (as a TTL
+index deletes idle documents), amortised over the writes: storage stays bounded by the
+keys in use."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from datetime import datetime, timedelta
 
 from mongosched._core.records import Admission
 from mongosched.limits import IDLE
+from mongosched.store.memory.stored import ms
+from mongosched.store.memory.table import MemoryTable
 
-__all__ = ["Limits"]
+__all__ = ["Limits", "MemoryLimits"]
 
 
 Key = tuple[str, str, str | None]  # (kind, task, key)
@@ -118,3 +121,39 @@ class Limits:
         entry = self._entries.get(("concurrency", task, key))
         if entry is not None:
             entry.holders.pop(token, None)
+
+
+class MemoryLimits:
+    """Rate limits and keyed concurrency of :class:`~mongosched.store.memory.MemoryStore`
+    (part of it, as :class:`~mongosched.store.mongo.limits.MongoLimits` is of the MongoDB
+    store), each operation one step under the store's lock."""
+
+    def __init__(self, table: MemoryTable) -> None:
+        self._table = table
+        self._limits = Limits()
+
+    def take_rate(
+        self, task: str, key: str | None, count: int, window: timedelta, token: str, now: datetime
+    ) -> Admission:
+        with self._table.lock:
+            return self._limits.take_rate(task, key, count, window, token, ms(now))
+
+    def return_rate(self, task: str, key: str | None, token: str) -> None:
+        with self._table.lock:
+            self._limits.return_rate(task, key, token)
+
+    def take_slot(
+        self, task: str, key: str, limit: int, token: str, now: datetime, until: datetime
+    ) -> Admission:
+        with self._table.lock:
+            return self._limits.take_slot(task, key, limit, token, ms(now), ms(until))
+
+    def renew_slot(
+        self, task: str, key: str, token: str, until: datetime, deadline: float | None = None
+    ) -> bool:
+        with self._table.lock:
+            return self._limits.renew_slot(task, key, token, ms(until))
+
+    def release_slot(self, task: str, key: str, token: str) -> None:
+        with self._table.lock:
+            self._limits.release_slot(task, key, token)

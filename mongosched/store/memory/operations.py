@@ -8,7 +8,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -30,7 +29,6 @@ from mongosched._core.records import (
 )
 from mongosched.errors import JobStateError
 from mongosched.store import codec
-from mongosched.store.memory.index import JobIndexes
 from mongosched.store.memory.stored import (
     PAUSED,
     PENDING,
@@ -41,6 +39,7 @@ from mongosched.store.memory.stored import (
     purgeable,
     sort_key,
 )
+from mongosched.store.memory.table import MemoryTable
 
 __all__ = ["MemoryOperations"]
 
@@ -50,42 +49,24 @@ log = logging.getLogger("mongosched.store")
 class MemoryOperations:
     """Bulk writes, pauses, schedule edits and the runner registry, in memory."""
 
-    _lock: threading.Lock
-    _jobs: dict[Any, StoredJob]
-    _by_status: dict[JobStatus, dict[Any, StoredJob]]
-    _indexes: JobIndexes
-
-    def __init__(self) -> None:
+    def __init__(self, table: MemoryTable) -> None:
+        self._table = table
         self._pauses: dict[tuple[str, str], Pause] = {}
         self._runners: dict[str, tuple[RunnerInfo, datetime]] = {}
         self._audit: list[tuple[AuditEntry, datetime | None, int]] = []
         self._audit_seq = itertools.count()
 
-    # What MemoryStore defines (one job at a time, under the lock).
-    def _find(self, job_id: Any, status: JobStatus | None = None) -> StoredJob | None:
-        raise NotImplementedError
-
-    def _retry(self, job: StoredJob, now: datetime) -> None:
-        raise NotImplementedError
-
-    def _settle(self, job: StoredJob, settlement: Settlement, result: bytes | None) -> None:
-        raise NotImplementedError
-
-    def _write(self, job: StoredJob, record: JobRecord, hold: bool = False) -> None:
-        raise NotImplementedError
-
-    def _delete(self, job: StoredJob) -> None:
-        raise NotImplementedError
-
     # Bulk operations -------------------------------------------------------------------------
     def select_ids(self, query: JobQuery, *, after: Any = None, limit: int = 500) -> list[Any]:
         start = None if after is None else sort_key(after)
-        with self._lock:
+        with self._table.lock:
             if query.statuses is None:
-                jobs: Iterable[StoredJob] = self._jobs.values()
+                jobs: Iterable[StoredJob] = self._table.jobs.values()
             else:
                 statuses = {JobStatus(s) for s in query.statuses}
-                jobs = itertools.chain.from_iterable(self._by_status[s].values() for s in statuses)
+                jobs = itertools.chain.from_iterable(
+                    self._table.by_status[s].values() for s in statuses
+                )
             found = []
             for job in jobs:
                 key = sort_key(job.id)
@@ -95,13 +76,13 @@ class MemoryOperations:
 
     def retry_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus], now: datetime) -> int:
         wanted, now, retried = set(statuses), ms(now), 0
-        with self._lock:
+        with self._table.lock:
             for job_id in ids:
-                job = self._find(job_id)
+                job = self._table.find(job_id)
                 if job is None or job.record.status not in wanted or not job.record.status.is_final:
                     continue
                 try:
-                    self._retry(job, now)
+                    self._table.retry(job, now)
                 except JobStateError as exc:
                     log.warning("%s; not retried", exc)
                     continue
@@ -110,13 +91,13 @@ class MemoryOperations:
 
     def cancel_many(self, ids: Sequence[Any], settlement: Settlement) -> tuple[int, int]:
         cancelled = requested = 0
-        with self._lock:
+        with self._table.lock:
             for job_id in ids:
-                job = self._find(job_id)
+                job = self._table.find(job_id)
                 if job is None:
                     continue
                 if job.record.status in OPEN_STATUSES:
-                    self._settle(job, settlement, None)
+                    self._table.settle(job, settlement, None)
                     cancelled += 1
                 elif job.record.status is RUNNING and not job.record.cancel_requested:
                     job.record = transitions.cancel_requested(job.record, settlement.now)
@@ -126,21 +107,21 @@ class MemoryOperations:
     def purge_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus]) -> int:
         final = {s for s in statuses if s.is_final}
         deleted = 0
-        with self._lock:
+        with self._table.lock:
             for job_id in ids:
-                job = self._find(job_id)
+                job = self._table.find(job_id)
                 if job is None or job.record.status not in final or not purgeable(job):
                     continue
-                self._delete(job)
+                self._table.delete(job)
                 deleted += 1
         return deleted
 
     def finished_counts(self, since: datetime, bucket: float) -> dict[tuple[int, JobStatus], int]:
         since = ms(since)
         counts: dict[tuple[int, JobStatus], int] = {}
-        with self._lock:
+        with self._table.lock:
             for status in (JobStatus.COMPLETED, JobStatus.FAILED):
-                for job in self._by_status[status].values():
+                for job in self._table.by_status[status].values():
                     finished = job.record.finished_at
                     if finished is not None and finished >= since:
                         key = (int((finished - since).total_seconds() // bucket), status)
@@ -149,8 +130,8 @@ class MemoryOperations:
 
     def open_counts(self) -> dict[tuple[str, str, JobStatus], int]:
         counts: dict[tuple[str, str, JobStatus], int] = {}
-        with self._lock:
-            for status, jobs in self._by_status.items():
+        with self._table.lock:
+            for status, jobs in self._table.by_status.items():
                 if status.is_final:
                     continue
                 for job in jobs.values():
@@ -161,8 +142,8 @@ class MemoryOperations:
     def backlog(self, now: datetime) -> dict[str, QueueBacklog]:
         now = ms(now)
         found: dict[str, QueueBacklog] = {}
-        with self._lock:
-            for stored in self._by_status[PENDING].values():
+        with self._table.lock:
+            for stored in self._table.by_status[PENDING].values():
                 job = stored.record
                 if job.run_at <= now:
                     seen = found.get(job.queue)
@@ -175,7 +156,7 @@ class MemoryOperations:
 
     # Pauses and schedule edits -----------------------------------------------------------------
     def add_pause(self, pause: Pause) -> bool:
-        with self._lock:
+        with self._table.lock:
             key = (pause.kind, pause.name)
             if key in self._pauses:
                 return False
@@ -183,68 +164,68 @@ class MemoryOperations:
             return True
 
     def remove_pause(self, kind: str, name: str) -> bool:
-        with self._lock:
+        with self._table.lock:
             return self._pauses.pop((kind, name), None) is not None
 
     def pauses(self) -> list[Pause]:
-        with self._lock:
+        with self._table.lock:
             return [self._pauses[key] for key in sorted(self._pauses)]
 
     def pending_queues(self) -> list[str]:
-        with self._lock:
-            return self._indexes.pending_queues()
+        with self._table.lock:
+            return self._table.indexes.pending_queues()
 
     def task_names(self) -> list[str]:
         # No index by task here: the table is read (a memory:// store holds one
         # process's jobs, for demos and tests).
-        with self._lock:
-            return sorted({job.record.task for job in self._jobs.values()})
+        with self._table.lock:
+            return sorted({job.record.task for job in self._table.jobs.values()})
 
     def labels(self) -> list[str]:
-        with self._lock:
-            labels = (job.record.label for job in self._jobs.values())
+        with self._table.lock:
+            labels = (job.record.label for job in self._table.jobs.values())
             return sorted({label for label in labels if label is not None})
 
     def hold_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
-        with self._lock:
+        with self._table.lock:
             chosen = [
                 job
-                for job in self._jobs.values()
+                for job in self._table.jobs.values()
                 if job.record.label == label
                 and job.record.status is PENDING
                 and (ids is None or job.id in ids)
             ]
             for job in chosen:
-                self._write(job, transitions.paused(job.record, now))
+                self._table.write(job, transitions.paused(job.record, now))
             return len(chosen)
 
     def release_label(self, label: str, now: datetime) -> int:
-        with self._lock:
+        with self._table.lock:
             chosen = [
                 job
-                for job in self._jobs.values()
+                for job in self._table.jobs.values()
                 if job.record.label == label and job.record.status is PAUSED
             ]
             for job in chosen:
-                self._write(job, transitions.resumed(job.record, now), hold=True)
+                self._table.write(job, transitions.resumed(job.record, now), hold=True)
             return len(chosen)
 
     def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
         held = 0
-        with self._lock:
+        with self._table.lock:
             for job_id in ids:
-                job = self._find(job_id, PENDING)
+                job = self._table.find(job_id, PENDING)
                 if job is not None and job.repeat is not None:
-                    self._write(job, transitions.paused(job.record, now))
+                    self._table.write(job, transitions.paused(job.record, now))
                     held += 1
         return held
 
     def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
-        with self._lock:
-            job = self._find(job_id, PAUSED)
+        with self._table.lock:
+            job = self._table.find(job_id, PAUSED)
             if job is None:
                 return None
-            self._write(job, transitions.resumed(job.record, now), hold=True)
+            self._table.write(job, transitions.resumed(job.record, now), hold=True)
             return job.snapshot()
 
     def update_schedule(
@@ -253,8 +234,8 @@ class MemoryOperations:
         repeat = None
         if changes.repeat is not None:  # checked before anything is written
             repeat = codec.encode_value(job.task, "repeat", dict(changes.repeat))
-        with self._lock:
-            stored = self._find(job.id)
+        with self._table.lock:
+            stored = self._table.find(job.id)
             if (
                 stored is None
                 or stored.record.status not in IDLE_SCHEDULE_STATUSES
@@ -263,22 +244,22 @@ class MemoryOperations:
                 return None
             if repeat is not None:
                 stored.repeat = repeat
-            self._write(stored, transitions.schedule_edited(stored.record, changes, now))
+            self._table.write(stored, transitions.schedule_edited(stored.record, changes, now))
             return stored.snapshot()
 
     # Live runners -------------------------------------------------------------------------------
     def save_runner(self, runner: RunnerInfo, expire_at: datetime) -> None:
-        with self._lock:
+        with self._table.lock:
             self._runners[runner.id] = (runner, ms(expire_at))
 
     def remove_runner(self, runner_id: str) -> None:
-        with self._lock:
+        with self._table.lock:
             self._runners.pop(runner_id, None)
 
     # The audit trail -----------------------------------------------------------------------
     def record_audit(self, entry: AuditEntry, expire_at: datetime | None) -> None:
         kept = replace(entry, at=ms(entry.at))
-        with self._lock:
+        with self._table.lock:
             until = None if expire_at is None else ms(expire_at)
             self._audit.append((kept, until, next(self._audit_seq)))
             if len(self._audit) % 1000 == 0:  # now and then, forget what expired
@@ -287,14 +268,14 @@ class MemoryOperations:
 
     def audit_entries(self, now: datetime, limit: int = 100) -> list[AuditEntry]:
         now = ms(now)
-        with self._lock:
+        with self._table.lock:
             live = [(e.at, seq, e) for e, until, seq in self._audit if until is None or until > now]
         live.sort(key=lambda item: (item[0], item[1]), reverse=True)
         return [e for _, _, e in live[: limit or None]]
 
     def runners(self, now: datetime) -> list[RunnerInfo]:
         now = ms(now)
-        with self._lock:
+        with self._table.lock:
             for runner_id, (_, expire_at) in list(self._runners.items()):
                 if expire_at <= now:  # as the TTL index would have deleted it
                     del self._runners[runner_id]

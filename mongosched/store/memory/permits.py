@@ -4,12 +4,12 @@ the store's lock."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from mongosched.store.memory.stored import ms
+from mongosched.store.memory.table import MemoryTable
 
 __all__ = ["MemoryPermits", "Permit", "Permits"]
 
@@ -74,11 +74,12 @@ class MemoryPermits:
     """Concurrency permits of :class:`~mongosched.store.memory.MemoryStore` (part of
     it), each operation one step under the store's lock."""
 
-    _lock: threading.Lock
-    _permits: Permits
+    def __init__(self, table: MemoryTable) -> None:
+        self._table = table
+        self._permits = Permits()
 
     def ensure_permits(self, task: str, limit: int) -> None:
-        with self._lock:
+        with self._table.lock:
             self._permits.ensure(task, limit)
 
     def take_permit(
@@ -91,19 +92,19 @@ class MemoryPermits:
         now: datetime,
         until: datetime,
     ) -> bool:
-        with self._lock:
+        with self._table.lock:
             return self._permits.take(task, limit, token, job_id, owner, ms(now), ms(until))
 
     def renew_permit(
         self, task: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool:
-        with self._lock:
+        with self._table.lock:
             return self._permits.renew(task, token, ms(until))
 
     def release_permit(self, task: str, token: str) -> None:
-        with self._lock:
+        with self._table.lock:
             self._permits.release(task, token)
 
     def permit_holders(self, task: str, now: datetime) -> int:
-        with self._lock:
+        with self._table.lock:
             return self._permits.holders(task, ms(now))

@@ -1,4 +1,4 @@
-"""Transactions on ``memory://`` (part of ``MemoryStore``): the jobs scheduled in one
+"""Transactions on ``memory://`` (a part of ``MemoryStore``): the jobs scheduled in one
 are held by it and stored when it commits, all at once or none.
 
 There is no database session and no isolation of anything else: a memory
@@ -10,19 +10,16 @@ with the jobs held, under the store's lock, or neither does.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mongosched._core.records import DEDUPE_SCOPE_STATUSES as SCOPE_STATUSES
 from mongosched._core.records import JobRecord, JobStatus, Settlement
 from mongosched.errors import StoreError, TransactionConflict, TransactionError
 from mongosched.store import codec
 from mongosched.store.memory.stored import StoredJob, encode_result
-
-if TYPE_CHECKING:
-    from mongosched.store.memory import MemoryStore
+from mongosched.store.memory.table import MemoryTable
 
 __all__ = ["MemoryTransaction", "MemoryTransactions", "StagedStore"]
 
@@ -33,8 +30,8 @@ class MemoryTransaction:
     deferred = True
     session = None
 
-    def __init__(self, store: MemoryTransactions) -> None:
-        self.store = store
+    def __init__(self, table: MemoryTable) -> None:
+        self.table = table
         self.staged: list[StoredJob] = []
         self.open = True
 
@@ -44,7 +41,36 @@ class MemoryTransaction:
 
     def commit(self) -> None:
         if self.open:
-            self.store.commit_staged(self, None)
+            self.commit_with(None)
+
+    def commit_with(self, outcome: tuple[JobRecord, Settlement] | None) -> JobRecord | None:
+        """Store what the transaction holds, with ``outcome`` (a job and its settlement,
+        fenced on its lease) if given, in one step: all of it, or nothing when the
+        outcome's lease no longer holds (None) or a held job's dedupe key was taken
+        meanwhile (:class:`~mongosched.errors.TransactionConflict`). Ends the
+        transaction either way (committed, or aborted by the caller)."""
+        if not self.open:
+            raise TransactionError("the transaction has ended: it cannot commit")
+        table = self.table
+        result = None if outcome is None else encode_result(outcome[0].task, outcome[1])
+        with table.lock:
+            for job in self.staged:
+                holder = table.holder(job)
+                r = job.record
+                if holder is not None and job.key and r.status in SCOPE_STATUSES[job.key[0]]:
+                    raise TransactionConflict(
+                        f"job {job.id} ({r.task}): dedupe key {r.dedupe_key!r} was taken "
+                        "since it was scheduled in the transaction; run it again"
+                    )
+            stored = None
+            if outcome is not None:
+                stored = table.settle_locked(outcome[0], outcome[1], result)
+                if stored is None:
+                    return None
+            for job in self.staged:
+                table.put(job)
+        self.open, self.staged = False, []
+        return stored
 
     def abort(self) -> None:
         self.open = False
@@ -58,12 +84,14 @@ class MemoryTransaction:
 
 
 class MemoryTransactions:
-    """``begin``, ``join`` and ``within`` of the memory store."""
+    """``begin`` and ``join`` of the memory store (its ``within`` makes a
+    :class:`StagedStore`)."""
 
-    _lock: threading.Lock
+    def __init__(self, table: MemoryTable) -> None:
+        self._table = table
 
     def begin(self) -> MemoryTransaction:
-        return MemoryTransaction(self)
+        return MemoryTransaction(self._table)
 
     def join(self, session: Any) -> MemoryTransaction:
         raise TransactionError(
@@ -71,61 +99,28 @@ class MemoryTransactions:
             "app.with_transaction), which works on every store"
         )
 
-    def within(self, transaction: Any) -> Any:
-        if not isinstance(transaction, MemoryTransaction) or transaction.store is not self:
-            raise TransactionError(f"not a transaction of this store: {transaction!r}")
-        return StagedStore(self, transaction)  # type: ignore[arg-type]  # a MemoryStore
-
-    def commit_staged(
-        self, transaction: MemoryTransaction, outcome: tuple[JobRecord, Settlement] | None
-    ) -> JobRecord | None:
-        """Store what ``transaction`` holds, with ``outcome`` (a job and its settlement,
-        fenced on its lease) if given, in one step: all of it, or nothing when the
-        outcome's lease no longer holds (None) or a held job's dedupe key was taken
-        meanwhile (:class:`~mongosched.errors.TransactionConflict`). Ends the
-        transaction either way (committed, or aborted by the caller)."""
-        store: MemoryStore = self  # type: ignore[assignment]
-        if not transaction.open:
-            raise TransactionError("the transaction has ended: it cannot commit")
-        result = None if outcome is None else encode_result(outcome[0].task, outcome[1])
-        with self._lock:
-            for job in transaction.staged:
-                holder = store._holder(job)
-                r = job.record
-                if holder is not None and job.key and r.status in SCOPE_STATUSES[job.key[0]]:
-                    raise TransactionConflict(
-                        f"job {job.id} ({r.task}): dedupe key {r.dedupe_key!r} was taken "
-                        "since it was scheduled in the transaction; run it again"
-                    )
-            stored = None
-            if outcome is not None:
-                stored = store._settle_locked(outcome[0], outcome[1], result)
-                if stored is None:
-                    return None
-            for job in transaction.staged:
-                store._put(job)
-        transaction.open, transaction.staged = False, []
-        return stored
-
 
 class StagedStore:
     """The memory store as a transaction sees it: new jobs are held (ids made, dedupe
     keys looked up in the store and among the jobs held), a job's outcome is the
     last write. Scheduling and outcomes only: anything else raises."""
 
-    def __init__(self, store: MemoryStore, transaction: MemoryTransaction) -> None:
-        self.store = store
+    def __init__(
+        self, transaction: MemoryTransaction, get: Callable[[Any], JobRecord | None]
+    ) -> None:
         self.transaction = transaction
+        self.table = transaction.table
+        self._get_stored = get
 
     def parse_id(self, value: Any) -> Any:
-        return self.store.parse_id(value)
+        return codec.parse_id(value)
 
     def _held(self, job_id: Any) -> StoredJob | None:
         return next((j for j in self.transaction.staged if j.id == job_id), None)
 
     def get(self, job_id: Any) -> JobRecord | None:
         held = self._held(job_id)
-        return held.snapshot() if held is not None else self.store.get(job_id)
+        return held.snapshot() if held is not None else self._get_stored(job_id)
 
     def link_dependencies(
         self, job_ids: Sequence[Any], now: datetime, dependent: Any = None
@@ -142,11 +137,11 @@ class StagedStore:
     def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
         if not self.transaction.open:
             raise TransactionError("the transaction has ended: nothing can be scheduled in it")
-        store = self.store
-        encoded = [store._encode(job) for job in jobs]
+        table = self.table
+        encoded = [table.encode(job) for job in jobs]
         results: list[tuple[JobRecord, bool]] = []
         for record, data in zip(jobs, encoded, strict=True):
-            job = store._stored(record, data, codec.new_id() if record.id is None else record.id)
+            job = table.stored(record, data, codec.new_id() if record.id is None else record.id)
             holder = self._holder(job)
             if holder is not None and job.record.dedupe_replace:
                 raise StoreError(
@@ -171,14 +166,14 @@ class StagedStore:
                 or job.record.dedupe_until is not None
             ):
                 return held.snapshot()
-        with self.store._lock:
-            holder = self.store._holder(job)
+        with self.table.lock:
+            holder = self.table.holder(job)
             if holder is None or job.record.status not in SCOPE_STATUSES[job.key[0]]:
-                holder = self.store._window_holder(job)
+                holder = self.table.window_holder(job)
             return None if holder is None else holder.snapshot()
 
     def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
-        return self.store.commit_staged(self.transaction, (job, settlement))
+        return self.transaction.commit_with((job, settlement))
 
     def __getattr__(self, name: str) -> Any:
         raise StoreError(
