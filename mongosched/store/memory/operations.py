@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -33,8 +33,6 @@ from mongosched.store.memory.stored import (
     PAUSED,
     PENDING,
     RUNNING,
-    StoredJob,
-    matches,
     ms,
     purgeable,
     sort_key,
@@ -60,18 +58,8 @@ class MemoryOperations:
     def select_ids(self, query: JobQuery, *, after: Any = None, limit: int = 500) -> list[Any]:
         start = None if after is None else sort_key(after)
         with self._table.lock:
-            if query.statuses is None:
-                jobs: Iterable[StoredJob] = self._table.jobs.values()
-            else:
-                statuses = {JobStatus(s) for s in query.statuses}
-                jobs = itertools.chain.from_iterable(
-                    self._table.by_status[s].values() for s in statuses
-                )
-            found = []
-            for job in jobs:
-                key = sort_key(job.id)
-                if (start is None or key > start) and matches(job, query):
-                    found.append((key, job.id))
+            keyed = [(sort_key(job.id), job.id) for job in self._table.select(query)]
+        found = [kv for kv in keyed if start is None or kv[0] > start]
         return [job_id for _, job_id in heapq.nsmallest(limit, found, key=lambda kv: kv[0])]
 
     def retry_many(self, ids: Sequence[Any], statuses: Sequence[JobStatus], now: datetime) -> int:
