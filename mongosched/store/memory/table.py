@@ -125,8 +125,8 @@ class MemoryTable:
     def put(self, job: StoredJob) -> tuple[StoredJob, bool]:
         """Add a new job: ``(it, True)``, or ``(the holder, False)`` if another job
         holds its dedupe key."""
-        holder = self.holder(job)
-        if holder is not None and job.key and job.record.status in SCOPE_STATUSES[job.key[0]]:
+        holder = self.rival(job)
+        if holder is not None:
             if job.record.dedupe_replace and holder.record.status is PENDING:
                 holder.record = transitions.replaced(holder.record, job.record)
                 holder.payload = job.payload
@@ -241,6 +241,13 @@ class MemoryTable:
         scope, key = job.key
         held = self.keys[scope].get(key)
         return None if held is None or held == job.id else self.jobs.get(held)
+
+    def rival(self, job: StoredJob) -> StoredJob | None:
+        """Another job holding ``job``'s dedupe key, if ``job`` has a status the key's
+        scope counts (one outside it does not contend for the key)."""
+        if job.key is None or job.record.status not in SCOPE_STATUSES[job.key[0]]:
+            return None
+        return self.holder(job)
 
     def rank(self, job: JobRecord) -> float:
         """A new ranked job's rank (see :mod:`mongosched._core.ranks`); a fair one's

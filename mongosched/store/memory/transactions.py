@@ -55,9 +55,8 @@ class MemoryTransaction:
         result = None if outcome is None else encode_result(outcome[0].task, outcome[1])
         with table.lock:
             for job in self.staged:
-                holder = table.holder(job)
-                r = job.record
-                if holder is not None and job.key and r.status in SCOPE_STATUSES[job.key[0]]:
+                if table.rival(job) is not None:
+                    r = job.record
                     raise TransactionConflict(
                         f"job {job.id} ({r.task}): dedupe key {r.dedupe_key!r} was taken "
                         "since it was scheduled in the transaction; run it again"
@@ -167,8 +166,8 @@ class StagedStore:
             ):
                 return held.snapshot()
         with self.table.lock:
-            holder = self.table.holder(job)
-            if holder is None or job.record.status not in SCOPE_STATUSES[job.key[0]]:
+            holder = self.table.rival(job)
+            if holder is None:
                 holder = self.table.window_holder(job)
             return None if holder is None else holder.snapshot()
 
