@@ -199,6 +199,7 @@ class RunnerSteps:
             for claim in claims:
                 claim.finish()
                 self._release_permit(claim)
+                self.gate.release(claim, started=True)
 
     def _run(
         self, claim: Claim, call: Callable[[], tuple[Any, BaseException | None]] | None = None

@@ -529,3 +529,17 @@ def test_with_a_backlog_outcomes_are_announced_in_workers_and_all_before_stop_re
     completed = app.count_jobs(status="completed")
     assert running == 0 and completed == runner.finished == runner.claimed
     assert threads and all(name.startswith("mongosched-worker") for name in threads), threads
+
+
+def test_run_claims_gives_back_a_keyed_concurrency_slot(make_app: Callable[..., App]) -> None:
+    """A job run by :meth:`run_claims` releases what its claim held, as :meth:`run_claim`
+    does: its key's slot is free for the next job of that key at once."""
+    app = make_app(lease_duration=30.0)
+    app.task(name="keyed", concurrency=1, concurrency_key="tenant")(lambda tenant: tenant)
+    first, second = (app.tasks["keyed"].schedule("t1") for _ in range(2))
+    runner = app.runner(workers=1)
+    claim = runner.claim_next(job_id=first.id)
+    assert claim is not None and claim.slot_key is not None
+    assert runner.run_claims([claim])[0] is not None
+    assert first.refresh().status is JobStatus.COMPLETED
+    assert runner.claim_next(job_id=second.id) is not None  # the key's slot is free
