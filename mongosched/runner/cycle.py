@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import socket
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -17,11 +15,7 @@ from typing import Any
 from mongosched._core import outcome, spawn, validate
 from mongosched._core.outcome import Decision, Ending
 from mongosched._core.records import JobQuery, JobRecord, JobStatus, Settlement, evolved
-from mongosched.errors import (
-    ConfigurationError,
-    SerializationError,
-    StoreError,
-)
+from mongosched.errors import SerializationError, StoreError
 from mongosched.job import Job
 from mongosched.observe import logs, tracing
 from mongosched.retry import RetryPolicy
@@ -32,6 +26,7 @@ from mongosched.runner.limiter import Gate
 from mongosched.runner.outcomes import Leased, LeaseEnd, Settler
 from mongosched.runner.pauses import PauseSet
 from mongosched.runner.reaper import Reaper
+from mongosched.runner.settings import RunnerSettings
 from mongosched.runner.transactional import TransactionalRun
 from mongosched.schedule import Runs
 from mongosched.store import Patience
@@ -41,8 +36,6 @@ __all__ = ["RunnerSteps"]
 log = logging.getLogger("mongosched.runner")
 
 NEVER_RETRY = RetryPolicy(retries=0)
-GATHER = 0.002
-"""Seconds a batch waits for more of its kind (see :attr:`RunnerSteps.gather`)."""
 
 
 class RunnerSteps:
@@ -64,29 +57,26 @@ class RunnerSteps:
         self.app = app
         self._ranked_of: tuple[int, list[str]] = (-1, [])
         self.store = app.store
-        self.workers = validate.whole(workers, what="Runner: workers")
-        if isinstance(queues, str):
-            raise ConfigurationError("Runner: queues must be a list of names, not a str")
-        self.queues = None if queues is None else [validate.queue(q, task="*") for q in queues]
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
-        validate.text(self.name, what="Runner: name")
-        self.lease_duration = _duration(lease_duration, app.lease_duration, "lease_duration")
-        self.poll_interval = _duration(poll_interval, app.poll_interval, "poll_interval")
-        third = self.lease_duration / 3
-        self.heartbeat_interval = _duration(heartbeat_interval, third, "heartbeat_interval")
-        if self.heartbeat_interval > third:
-            raise ConfigurationError(
-                f"Runner: heartbeat_interval ({self.heartbeat_interval:g} s) must be at most a "
-                f"third of lease_duration ({self.lease_duration:g} s), or leases expire "
-                "between heartbeats"
-            )
-        self.reap_interval = _duration(reap_interval, third, "reap_interval")
+        settings = RunnerSettings(
+            app,
+            workers=workers,
+            queues=queues,
+            name=name,
+            lease_duration=lease_duration,
+            poll_interval=poll_interval,
+            heartbeat_interval=heartbeat_interval,
+            reap_interval=reap_interval,
+        )
+        self.settings = settings
+        self.workers = settings.workers
+        self.queues = settings.queues
+        self.name = settings.name
+        self.lease_duration = settings.lease_duration
+        self.poll_interval = settings.poll_interval
+        self.heartbeat_interval = settings.heartbeat_interval
+        self.reap_interval = settings.reap_interval
+        self.gather = settings.gather
         self._saturated: dict[str, float] = {}
-        self.gather = GATHER
-        """Seconds a batch waits for more of its kind while there is work: a batched
-        claim for more workers to free, a finishing job for others running beside it to
-        finish too, so one write records them all. Never when idle: a lone job is
-        claimed and recorded at once."""
         self.settler = Settler(self.store, gather=self.gather, patience=self._patience)
         """Writes outcomes: alone, or in one bulk write when several finish at once."""
         self.gate = Gate(self.store, self.poll_interval)
@@ -683,8 +673,3 @@ class RunnerSteps:
             )
         except Exception as exc:  # its rule no longer computes: it fails alone
             return outcome.uncomputable(claim.record, exc, now, retention)
-
-
-def _duration(value: float | None, default: float, name: str) -> float:
-    chosen = default if value is None else value
-    return validate.seconds(chosen, what=f"Runner: {name}", strict=True)
