@@ -132,7 +132,7 @@ def run(uri: str, counting: Counting, jobs: int, workers: int, scenario: Scenari
     row = {c: round(counts.get(c, 0) / jobs, 2) for c in CATEGORIES}
     path = sum(counts.get(c, 0) for c in ("claims", "limits", "permits", "give-backs"))
     row["claim path"] = round(path / jobs, 2)
-    row["held back"] = runner.gate.held_back
+    row["held back"] = runner.claimer.gate.held_back
     row["seconds"] = round(elapsed, 1)
     return {"scenario": name, **row}
 

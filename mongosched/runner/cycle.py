@@ -9,22 +9,21 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from mongosched._core import outcome, spawn, validate
+from mongosched._core import outcome, spawn
 from mongosched._core.outcome import Decision, Ending
 from mongosched._core.records import JobQuery, JobRecord, JobStatus, Settlement, evolved
-from mongosched.errors import SerializationError, StoreError
+from mongosched.errors import SerializationError
 from mongosched.job import Job
 from mongosched.observe import logs, tracing
 from mongosched.retry import RetryPolicy
 from mongosched.runner import dependencies
 from mongosched.runner.claim import Claim
+from mongosched.runner.claimer import Claimer
 from mongosched.runner.host import RunnerHost
-from mongosched.runner.limiter import Gate
 from mongosched.runner.outcomes import Leased, LeaseEnd, Settler
-from mongosched.runner.pauses import PauseSet
 from mongosched.runner.reaper import Reaper
 from mongosched.runner.settings import RunnerSettings
 from mongosched.runner.transactional import TransactionalRun
@@ -53,9 +52,9 @@ class RunnerSteps:
         poll_interval: float | None = None,
         heartbeat_interval: float | None = None,
         reap_interval: float | None = None,
+        settler: Settler | None = None,
     ) -> None:
         self.app = app
-        self._ranked_of: tuple[int, list[str]] = (-1, [])
         self.store = app.store
         settings = RunnerSettings(
             app,
@@ -76,17 +75,20 @@ class RunnerSteps:
         self.heartbeat_interval = settings.heartbeat_interval
         self.reap_interval = settings.reap_interval
         self.gather = settings.gather
-        self._saturated: dict[str, float] = {}
-        self.settler = Settler(self.store, gather=self.gather, patience=self._patience)
+        self.settler = settler or Settler(self.store, gather=self.gather, patience=self._patience)
         """Writes outcomes: alone, or in one bulk write when several finish at once."""
-        self.gate = Gate(self.store, self.poll_interval)
-        """Flow-control limits at claim time (rate limits, keyed concurrency)."""
-        self.claimed = 0
         self.stop_by = math.inf
         """When a stop's deadline falls (a :func:`time.monotonic` time): no holder's
         write retries past it (see :meth:`_patience`)."""
-        self.pause_set = PauseSet(self.store, self.poll_interval)
-        """What is paused, as this runner last read it (once per poll interval)."""
+        self.claimer = Claimer(
+            app,
+            settings,
+            keeper=self,
+            settler=self.settler,
+            settle_held=self._settle_held,
+            settle_unrun=self._settle_unrun,
+        )
+        """Claims jobs and admits them (the pause set and the flow-control gate)."""
         self.reaper = Reaper(
             app,
             lease_duration=self.lease_duration,
@@ -127,22 +129,14 @@ class RunnerSteps:
         """Claim the next due job of this runner's tasks and queues (or the pending job
         ``job_id``, due or not). None when there is none, or when it was given back
         because its task's concurrency permits are all taken."""
-        return self._take(job_id)[0]
+        return self.claimer.take(job_id)[0]
 
     def claim_batch(self, limit: int) -> list[Claim]:
         """Claim up to ``limit`` due jobs of this runner's tasks and queues at once (in a
         few round trips whatever ``limit``), in claim order; fewer when fewer are due.
         With ``limit`` 1, as :meth:`claim_next`. When it raises, the jobs it had claimed
         are given back, uncounted (nobody else would run them)."""
-        limit = validate.whole(limit, what="claim_batch: limit")
-        claims: list[Claim] = []
-        try:
-            self._take_batch(limit, claims)
-        except BaseException:
-            for claim in claims:
-                self._give_back_or_leave(claim)
-            raise
-        return claims
+        return self.claimer.claim_batch(limit)
 
     def run_claim(self, claim: Claim) -> Decision | None:
         """Run a claimed job in this thread and record its outcome; returns the
@@ -157,9 +151,7 @@ class RunnerSteps:
             ran = self._run(claim)
             return None if ran is None else self._conclude(claim, *ran)
         finally:
-            claim.finish()
-            self._release_permit(claim)
-            self.gate.release(claim, started=True)
+            self.claimer.release(claim, started=True)
 
     def run_claims(self, claims: Sequence[Claim]) -> list[Decision | None]:
         """Run several claimed jobs in this thread, one after another, then record
@@ -187,9 +179,7 @@ class RunnerSteps:
             return decisions
         finally:
             for claim in claims:
-                claim.finish()
-                self._release_permit(claim)
-                self.gate.release(claim, started=True)
+                self.claimer.release(claim, started=True)
 
     def _run(
         self, claim: Claim, call: Callable[[], tuple[Any, BaseException | None]] | None = None
@@ -229,13 +219,18 @@ class RunnerSteps:
         self.sweep()
         ran = 0
         while ran < limit:
-            claim, claimed = self._take()
+            claim, claimed = self.claimer.take()
             if not claimed:
                 break
             if claim is not None:
                 self.run_claim(claim)
                 ran += 1
         return ran
+
+    @property
+    def claimed(self) -> int:
+        """Jobs this runner claimed and admitted (those given back are not counted)."""
+        return self.claimer.claimed
 
     def reap(self) -> int:
         """Give back jobs whose lease expired (see :meth:`Reaper.reap
@@ -267,189 +262,7 @@ class RunnerSteps:
             now, retention = self.app.now(), self.app.retention
             dependencies.release(self.store, stored, now=now, retention=retention, emit=self._emit)
 
-    # Claiming ---------------------------------------------------------------------------------
-    # A claim is three steps: which tasks and queues may be claimed from now (_scope),
-    # the store's claim, and what happens to each job claimed before it runs (_admit).
-
-    @property
-    def _ranked(self) -> list[str]:
-        """The registered tasks whose jobs are claimed by rank (they age, or share
-        fairly): none for most apps, and then a claim is one find as before. Looked
-        at again only when a task is registered."""
-        tasks = self.app.tasks
-        if self._ranked_of[0] != len(tasks):
-            self._ranked_of = (len(tasks), [name for name, task in tasks.items() if task.ranked])
-        return self._ranked_of[1]
-
-    def _claimable(self) -> list[str]:
-        """Registered tasks, less the paused ones and those whose concurrency permits
-        were all taken a moment ago. (A task's jobs may sit in any queue: the claim
-        filters on queues.) Reads the pause set once per poll interval."""
-        now = time.monotonic()
-        self.pause_set.refresh(every_queue=self.queues is None)
-        names = [name for name in self.app.tasks if self._saturated.get(name, 0.0) <= now]
-        return self.gate.claimable(self.pause_set.claimable_tasks(names), self.app.now())
-
-    def _scope(self) -> tuple[list[str], Sequence[str] | None]:
-        """The tasks and queues a claim may take jobs of, now (not paused)."""
-        return self._claimable(), self.pause_set.claimable_queues(self.queues)
-
-    def _take(
-        self, job_id: Any = None, scope: tuple[list[str], Sequence[str] | None] | None = None
-    ) -> tuple[Claim | None, bool]:
-        """One claim: ``(claim, True)``; ``(None, True)`` when the job was given back
-        (see :meth:`_admit`); ``(None, False)`` when nothing is due. ``scope``: the
-        tasks and queues, when the caller has just read them (:meth:`_scope`)."""
-        now = self.app.now()
-        if job_id is not None:
-            tasks, queues = list(self.app.tasks), None
-        else:
-            tasks, queues = scope or self._scope()
-        record = self.store.claim(
-            owner=self.name,
-            tasks=tasks,
-            queues=queues,
-            now=now,
-            lease_duration=self.lease_duration,
-            job_id=job_id,
-            ranked=self._ranked,
-        )
-        if record is None:
-            return None, False
-        return self._admit(record, now, by_id=job_id is not None), True
-
-    def _take_batch(self, limit: int, claims: list[Claim]) -> int:
-        """Up to ``limit`` claims at once, added to ``claims`` as each is admitted, so
-        that the caller holds every claim taken whatever fails after it (and runs it, or
-        gives it back). Returns the jobs claimed, counting those given back. Jobs of
-        tasks with a concurrency or rate limit are claimed one at a time (a batch would
-        take more than their limits allow, only to give them back): when such tasks may
-        be claimed, the last place is a single claim over every task, so they are not
-        starved."""
-        if limit <= 1 and not self.settler.queued:
-            claim, taken = self._take()
-            if claim is not None:
-                claims.append(claim)
-            return int(taken)
-        tasks, queues = self._scope()
-        unlimited = [name for name in tasks if not self.app.tasks[name].limited]
-        single = len(unlimited) < len(tasks)
-        now = self.app.now()
-        records: list[JobRecord] = []
-
-        def settle_and_claim(
-            outcomes: list[tuple[JobRecord, Settlement]], patience: Patience | None
-        ) -> Any:
-            settled, got = self.store.settle_and_claim(
-                outcomes,
-                owner=self.name,
-                tasks=unlimited,
-                queues=queues,
-                now=now,
-                lease_duration=self.lease_duration,
-                limit=limit - single,
-                patience=patience,
-                ranked=self._ranked,
-            )
-            records.extend(got)  # held from here on, whatever fails next
-            return settled
-
-        try:
-            self.settler.write_with(settle_and_claim)  # with the outcomes just finished
-        finally:
-            self._admit_all(records, now, claims)
-        claimed = len(records)
-        if single:
-            claim, taken = self._take(scope=(tasks, queues))
-            claimed += int(taken)
-            if claim is not None:
-                claims.append(claim)
-        return claimed
-
-    def _admit_all(self, records: list[JobRecord], now: datetime, claims: list[Claim]) -> None:
-        """Admit each job a batched claim took, adding the claims to ``claims``: one
-        whose admission fails is given back (see :meth:`_admit`) and the others go on."""
-        for record in records:
-            try:
-                claim = self._admit(record, now)
-            except StoreError as exc:
-                log.warning("job %s (%s): not admitted: %s", record.id, record.task, exc)
-                continue
-            except Exception:
-                log.exception("job %s (%s): not admitted", record.id, record.task)
-                continue
-            if claim is not None:
-                claims.append(claim)
-
-    def _admit(self, record: JobRecord, now: datetime, by_id: bool = False) -> Claim | None:
-        """A claimed job, about to run: its :class:`Claim`, or None when it was given
-        back (its schedule was paused since the pauses were read, its lease would end
-        before the first heartbeat, or its task's concurrency permits are all held, or
-        a flow-control limit is saturated) or ended unrun (past its expiry).
-        ``by_id``: claimed by its id (pauses do not apply). Whatever fails on the way,
-        the job is given back (uncounted) before the error leaves: a claim taken is
-        run or given back, never dropped."""
-        claim = Claim(self, record, self.app.tasks[record.task])
-        try:
-            return self._admitted(claim, now, by_id)
-        except BaseException:
-            self._give_back_or_leave(claim)
-            raise
-
-    def _admitted(self, claim: Claim, now: datetime, by_id: bool) -> Claim | None:
-        """The checks of :meth:`_admit`."""
-        record, task = claim.record, claim.task
-        arrived = self.app.now()  # the claim's reply: what the checks below go by
-        if outcome.is_expired(record, arrived):
-            self._settle_unrun(claim, outcome.expired(record, arrived, self.app.retention))
-            return None
-        if not by_id and self.pause_set.holds(record.id):  # paused since we read
-            self._give_back(claim)
-            self.store.hold_schedules([record.id], arrived)
-            return None
-        label = record.label
-        if not by_id and label is not None and self.pause_set.holds_label(label):
-            self._give_back(claim)  # scheduled since the pause: held as it held the others
-            self.store.hold_label(label, arrived, ids=[record.id])
-            return None
-        if arrived + timedelta(seconds=self.heartbeat_interval) >= claim.until:
-            # The reply came so late that the lease ran out (or will before the first
-            # heartbeat can renew it): another runner may take the job; never run it.
-            log.warning(
-                "job %s (%s): the claim's reply arrived at %s, too late for its lease "
-                "(until %s); giving it back",
-                claim.job_id,
-                task.name,
-                arrived,
-                claim.until,
-                extra=logs.fields(record),
-            )
-            self._give_back(claim)
-            return None
-        if task.concurrency is not None and task.concurrency_key is None:
-            if not self.store.take_permit(
-                task.name, task.concurrency, claim.token, claim.job_id, self.name, now, claim.until
-            ):
-                self._give_back(claim)
-                self._saturated[task.name] = time.monotonic() + self.poll_interval
-                return None
-            claim.has_permit = True
-        held = self.gate.admit(claim, now)  # the start counts at the claim (started_at)
-        if held is not None:  # a flow-control limit is saturated
-            self._give_back(claim, held)
-            return None
-        self.claimed += 1
-        return claim
-
-    def _give_back(self, claim: Claim, settlement: Settlement | None = None) -> None:
-        """A claim that will not run: pending again, uncounted, in its place in line
-        (or as ``settlement`` says: held back by a limit)."""
-        claim.finish()
-        self._release_permit(claim)
-        self.gate.release(claim, started=False)
-        back = settlement or outcome.given_back(claim.record, self.app.now())
-        self._settle_held(claim, back)
-
+    # Jobs that do not run to an outcome ------------------------------------------------------
     def _settle_held(self, claim: Claim, settlement: Settlement) -> JobRecord | None:
         """Write ``settlement`` for a claim that does not run to an outcome (given back,
         ended unrun), at once and alone, with its lease's patience."""
@@ -463,20 +276,6 @@ class RunnerSteps:
         deadline (what is not written by then is left to the leases' expiry)."""
         return LeaseEnd(self, held)
 
-    def _give_back_or_leave(self, claim: Claim) -> None:
-        """Give back a claim that will not run, after something else failed; if that
-        fails too, its job is left to run again once its lease expires (and says so)."""
-        try:
-            self._give_back(claim)
-        except Exception as exc:
-            log.warning(
-                "job %s (%s): could not give it back (%s); it runs again once its lease expires",
-                claim.job_id,
-                claim.task.name,
-                exc,
-                extra=logs.fields(claim.record),
-            )
-
     def _settle_unrun(self, claim: Claim, decision: Decision) -> None:
         """A claimed job that ends without running (expired): write the decision."""
         record = claim.record
@@ -486,14 +285,6 @@ class RunnerSteps:
             log.info("job %s (%s): %s", record.id, record.task, decision.error)
             self._emit(decision.event, stored)
             self._release_dependents(stored)
-
-    def _release_permit(self, claim: Claim) -> None:
-        if claim.has_permit:
-            claim.has_permit = False
-            try:
-                self.store.release_permit(claim.task.name, claim.token)
-            except StoreError as exc:  # the permit's lease expires on its own
-                log.warning("could not release a permit of %s: %s", claim.task.name, exc)
 
     # Running one job ---------------------------------------------------------------------------
     def _start_slot(self, claim: Claim) -> bool:

@@ -263,7 +263,7 @@ class Dispatcher:
         asked = self._held
         claims: list[Claim] = []
         try:
-            claimed = self.steps._take_batch(asked, claims)
+            claimed = self.steps.claimer.take_batch(asked, claims)
             # A backlog: two claims in a row found all they asked for (one alone does
             # not say so: a lone job is claimed alone, and so is the next one).
             full = claimed >= asked

@@ -102,6 +102,7 @@ from mongosched.runner.dispatcher import Dispatcher
 from mongosched.runner.host import RunnerHost
 from mongosched.runner.outcomes import Settler
 from mongosched.runner.presence import Registration
+from mongosched.runner.settings import GATHER
 from mongosched.runner.wakeup import WakeWatcher, wake_mode
 
 __all__ = ["Runner", "RunnerHost"]
@@ -141,6 +142,15 @@ class Runner(RunnerSteps):
         shutdown_timeout: float = 30.0,
         wake: str | None = None,
     ) -> None:
+        settler = Settler(
+            app.store,
+            gather=GATHER,
+            company=self._in_flight_others,
+            # The dispatcher is made below, with the steps this settler is part of.
+            claiming=lambda: self.dispatcher.claiming(),
+            run_soon=self._run_soon,
+            patience=self._patience,
+        )
         super().__init__(
             app,
             workers=workers,
@@ -150,6 +160,7 @@ class Runner(RunnerSteps):
             poll_interval=poll_interval,
             heartbeat_interval=heartbeat_interval,
             reap_interval=reap_interval,
+            settler=settler,
         )
         self.shutdown_timeout = validate.seconds(shutdown_timeout, what="Runner: shutdown_timeout")
         self.wake_mode = wake_mode(
@@ -173,16 +184,6 @@ class Runner(RunnerSteps):
             submit=self._submit,
         )
         """The thread that claims jobs and hands them to workers."""
-        self.settler = Settler(
-            self.store,
-            gather=self.gather,
-            company=self._in_flight_others,
-            claiming=self.dispatcher.claiming,
-            run_soon=self._run_soon,
-            patience=self._patience,
-        )
-        """Writes outcomes: alone, together when several finish at once, or with the
-        next batched claim (the steps' settler, given this runner's threads)."""
 
     # Lifecycle -------------------------------------------------------------------------------
     @property
@@ -423,7 +424,7 @@ class Runner(RunnerSteps):
             self._heartbeats.forget(claim)
             self._forget(claim)
             self._free.release()
-            self._give_back_or_leave(claim)
+            self.claimer.give_back_or_leave(claim)
 
     def _work(self, claim: Claim) -> None:
         try:

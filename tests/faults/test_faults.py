@@ -396,7 +396,7 @@ def act_finish_many(
         finally:
             runner.store.settle_many = settle_many  # type: ignore[method-assign]
         admitted: list[Claim] = []
-        runner._admit_all(records, now, admitted)  # (one that fails is given back)
+        runner.claimer.admit_all(records, now, admitted)  # (one that fails is given back)
         w.stats["outcomes written with claims"] += 1
         holding(w, holders[0].worker, admitted, now, claim)
         return

@@ -187,23 +187,23 @@ def test_a_claim_whose_admission_fails_is_given_back_and_the_others_run(failure:
     app.task(name="free")(lambda: None)
     jobs = app.schedule_bulk(app.tasks["free"].job() for _ in range(4))
     runner = app.runner(workers=4)
-    admit = runner.gate.admit
+    admit = runner.claimer.gate.admit
 
     def failing(claim: Any, now: Any) -> Any:
         if claim.job_id == jobs[1].id:
             raise failure
         return admit(claim, now)
 
-    runner.gate.admit = failing  # type: ignore[method-assign]
+    runner.claimer.gate.admit = failing  # type: ignore[method-assign]
     claims = runner.claim_batch(4)
     assert [c.job_id for c in claims] == [jobs[0].id, jobs[2].id, jobs[3].id]
     back = jobs[1].refresh()
     assert back.status is JobStatus.PENDING and back.attempts == 0
-    runner.gate.admit = admit  # type: ignore[method-assign]
+    runner.claimer.gate.admit = admit  # type: ignore[method-assign]
     for claim in claims:
         runner.run_claim(claim)
     # A single claim too: its job is given back, and the error reaches the caller.
-    runner.gate.admit = failing  # type: ignore[method-assign]
+    runner.claimer.gate.admit = failing  # type: ignore[method-assign]
     with pytest.raises(type(failure)):
         runner.claim_next()
     assert back.refresh().status is JobStatus.PENDING and back.attempts == 0

@@ -151,12 +151,12 @@ def test_a_saturated_task_costs_no_claim_until_its_window_frees(
         task.schedule()
     runner = flow.runner(workers=1)
     assert runner.run_until_idle() == 1
-    assert runner.gate.held_back == 1  # one claim found the window full
+    assert runner.claimer.gate.held_back == 1  # one claim found the window full
     for _ in range(5):
         other.schedule()
         clock.advance(seconds=1)
         assert runner.run_until_idle() == 1
-    assert runner.gate.held_back == 1  # the saturated task was left out of every claim
+    assert runner.claimer.gate.held_back == 1  # the saturated task was left out of every claim
     clock.advance(seconds=60)
     assert runner.run_until_idle() == 1
 

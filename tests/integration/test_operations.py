@@ -230,7 +230,7 @@ def test_a_running_runner_stops_claiming_within_a_poll_interval(
     wait_for(lambda: done == [1])
     app.pause(queue="default")
     # every runner reads the pause set at most one poll interval later
-    wait_for(lambda: runner.pause_set.queues == {"default"})
+    wait_for(lambda: runner.claimer.pause_set.queues == {"default"})
     for n in range(5):
         app.schedule("t", n + 2)
     assert not wait_for_quiet(lambda: len(done) > 1, 0.3)
