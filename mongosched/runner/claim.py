@@ -37,7 +37,7 @@ log = logging.getLogger("mongosched.runner")
 
 
 class LeaseKeeper(Protocol):
-    """What a claim needs from the runner that holds it."""
+    """What a claim needs from the runner that holds it (its steps)."""
 
     @property
     def name(self) -> str: ...

@@ -1,12 +1,13 @@
 """The steps of a runner, synchronous, in the calling thread: claim the next job, run
-a claim, run until idle, reap. The threaded :class:`~mongosched.runner.runner.Runner` is built
-on them, and so are eager mode and :func:`mongosched.testing.drain`.
+a claim, run until idle, reap. Each :class:`~mongosched.runner.runner.Runner` holds its
+steps (:attr:`Runner.steps <mongosched.runner.runner.Runner.steps>`): its workers run
+claims with them, and eager mode and :func:`mongosched.testing.drain` call them in the
+caller's thread.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -23,7 +24,7 @@ from mongosched.runner import dependencies
 from mongosched.runner.claim import Claim
 from mongosched.runner.claimer import Claimer
 from mongosched.runner.host import RunnerHost
-from mongosched.runner.outcomes import Leased, LeaseEnd, Settler
+from mongosched.runner.outcomes import Leased, Settler
 from mongosched.runner.reaper import Reaper
 from mongosched.runner.settings import RunnerSettings
 from mongosched.runner.transactional import TransactionalRun
@@ -36,55 +37,55 @@ log = logging.getLogger("mongosched.runner")
 
 NEVER_RETRY = RetryPolicy(retries=0)
 
+Defer = Callable[[Claim, Decision, float], bool]
+"""Leaves a claim's outcome to the next batched claim's write, if one is coming: True
+when it did (see :meth:`RunnerSteps._conclude`)."""
+
+
+def _never_defer(claim: Claim, decision: Decision, seconds: float) -> bool:
+    return False
+
 
 class RunnerSteps:
-    """A runner's configuration and its synchronous steps (see the module; the
-    parameters are :class:`~mongosched.runner.runner.Runner`'s)."""
+    """A runner's synchronous steps (see the module).
+
+    :param app: the app as the runner sees it.
+    :param settings: the runner's.
+    :param runner: the runner its events name.
+    :param settler: writes outcomes (with the runner's threads: together, or deferred
+        to a batched claim).
+    :param patience: how long a write for some leases retries a transient error.
+    :param defer: leaves an outcome to the next batched claim (a runner's workers do;
+        by default never).
+    """
 
     def __init__(
         self,
         app: RunnerHost,
+        settings: RunnerSettings,
         *,
-        workers: int = 4,
-        queues: Sequence[str] | None = None,
-        name: str | None = None,
-        lease_duration: float | None = None,
-        poll_interval: float | None = None,
-        heartbeat_interval: float | None = None,
-        reap_interval: float | None = None,
-        settler: Settler | None = None,
+        runner: object,
+        settler: Settler,
+        patience: Callable[[Sequence[Leased]], Patience],
+        defer: Defer = _never_defer,
     ) -> None:
         self.app = app
         self.store = app.store
-        settings = RunnerSettings(
-            app,
-            workers=workers,
-            queues=queues,
-            name=name,
-            lease_duration=lease_duration,
-            poll_interval=poll_interval,
-            heartbeat_interval=heartbeat_interval,
-            reap_interval=reap_interval,
-        )
         self.settings = settings
-        self.workers = settings.workers
-        self.queues = settings.queues
         self.name = settings.name
         self.lease_duration = settings.lease_duration
-        self.poll_interval = settings.poll_interval
-        self.heartbeat_interval = settings.heartbeat_interval
-        self.reap_interval = settings.reap_interval
-        self.gather = settings.gather
-        self.settler = settler or Settler(self.store, gather=self.gather, patience=self._patience)
-        """Writes outcomes: alone, or in one bulk write when several finish at once."""
-        self.stop_by = math.inf
-        """When a stop's deadline falls (a :func:`time.monotonic` time): no holder's
-        write retries past it (see :meth:`_patience`)."""
+        self.runner = runner
+        self.settler = settler
+        self._patience = patience
+        """How long a holder's write (an outcome, a claim given back) retries a
+        transient database error (see :meth:`Runner._patience
+        <mongosched.runner.runner.Runner._patience>`)."""
+        self._defer = defer
         self.claimer = Claimer(
             app,
             settings,
             keeper=self,
-            settler=self.settler,
+            settler=settler,
             settle_held=self._settle_held,
             settle_unrun=self._settle_unrun,
         )
@@ -117,9 +118,9 @@ class RunnerSteps:
         return Job(record, self.store)
 
     def prepare(self) -> None:
-        """Indexes, decorator-declared schedules and concurrency permits (what
-        :meth:`start` does before it claims; the app prepares its store once)."""
-        self.app.ensure_schedules(queues=self.queues)
+        """Indexes, decorator-declared schedules and concurrency permits (what a
+        runner's dispatcher does before it claims; the app prepares its store once)."""
+        self.app.ensure_schedules(queues=self.settings.queues)
         for task in self.app.tasks.values():
             if task.concurrency is not None and task.concurrency_key is None:
                 self.store.ensure_permits(task.name, task.concurrency)
@@ -173,7 +174,7 @@ class RunnerSteps:
             for (n, decision), stored in zip(todo, results, strict=True):
                 claim, seconds = claims[n], ran[n][2]  # type: ignore[index]
                 if isinstance(stored, SerializationError):  # its result cannot be stored
-                    decisions[n] = self._after_write(claim, decision, seconds, None, stored)
+                    decisions[n] = self.after_write(claim, decision, seconds, None, stored)
                 else:
                     decisions[n] = self._announce(claim, decision, stored, seconds)
             return decisions
@@ -227,11 +228,6 @@ class RunnerSteps:
                 ran += 1
         return ran
 
-    @property
-    def claimed(self) -> int:
-        """Jobs this runner claimed and admitted (those given back are not counted)."""
-        return self.claimer.claimed
-
     def reap(self) -> int:
         """Give back jobs whose lease expired (see :meth:`Reaper.reap
         <mongosched.runner.reaper.Reaper.reap>`); returns how many were reaped."""
@@ -247,14 +243,7 @@ class RunnerSteps:
         """Send ``event`` about the job ``record`` is (made a :class:`Job` only for
         listeners)."""
         if self.app.listening(event):
-            self.app.emit(event, job=self._job(record), error=error, runner=self)
-
-    def _defer(self, claim: Claim, decision: Decision, seconds: float) -> bool:
-        """Leave ``claim``'s outcome to the next batched claim's write, if one is
-        coming: True when it was (announced after that write: see
-        :class:`~mongosched.runner.outcomes.Settler`).
-        Only a runner's workers do; here, never."""
-        return False
+            self.app.emit(event, job=self._job(record), error=error, runner=self.runner)
 
     def _release_dependents(self, stored: JobRecord) -> None:
         """A job this runner settled is final: release the jobs waiting for it."""
@@ -267,14 +256,6 @@ class RunnerSteps:
         """Write ``settlement`` for a claim that does not run to an outcome (given back,
         ended unrun), at once and alone, with its lease's patience."""
         return self.store.settle(claim.record, settlement, self._patience((claim,)))
-
-    def _patience(self, held: Sequence[Leased]) -> Patience:
-        """How long a holder's write (an outcome, a claim given back) retries a
-        transient database error: until the last of the leases of ``held`` ends
-        (nothing renews them during the write; until then no other holder can have the
-        job, and the write stays fenced on its token anyway), or the runner's stop
-        deadline (what is not written by then is left to the leases' expiry)."""
-        return LeaseEnd(self, held)
 
     def _settle_unrun(self, claim: Claim, decision: Decision) -> None:
         """A claimed job that ends without running (expired): write the decision."""
@@ -343,7 +324,7 @@ class RunnerSteps:
         self, claim: Claim, result: Any, error: BaseException | None, seconds: float
     ) -> Decision | None:
         """Record how one attempt ended, fenced on the lease token: now, or deferred
-        to the next batched claim's write (:meth:`_defer`), and announce it after."""
+        to the next batched claim's write (its ``defer``), and announce it after."""
         decision = self._decision(claim, result, error)
         if decision is None or self._defer(claim, decision, seconds):
             return decision
@@ -352,9 +333,9 @@ class RunnerSteps:
             stored, failure = settled, None
         except SerializationError as exc:
             stored, failure = None, exc
-        return self._after_write(claim, decision, seconds, stored, failure)
+        return self.after_write(claim, decision, seconds, stored, failure)
 
-    def _after_write(
+    def after_write(
         self,
         claim: Claim,
         decision: Decision,
@@ -436,7 +417,8 @@ class RunnerSteps:
             extra=logs.fields(record),
         )
         if self.app.listening("schedule:missed"):
-            self.app.emit("schedule:missed", job=self._job(record), runner=self, missed=count)
+            job = self._job(record)
+            self.app.emit("schedule:missed", job=job, runner=self.runner, missed=count)
 
     def _decide_safely(
         self,

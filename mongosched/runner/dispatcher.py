@@ -50,6 +50,7 @@ class Dispatcher:
         submit: Callable[[Claim], None],
     ) -> None:
         self.steps = steps
+        self.settings = steps.settings
         self.registration = registration
         self._free = free
         self._stopping = stopping
@@ -119,7 +120,7 @@ class Dispatcher:
     def _idle_wait(self) -> float:
         """How long an idle dispatcher waits: a poll interval, or less when a job this
         process scheduled becomes due sooner."""
-        poll_interval = self.steps.poll_interval
+        poll_interval = self.settings.poll_interval
         with self._due_lock:
             due = self._next_due
             if due is None:
@@ -135,7 +136,7 @@ class Dispatcher:
         database answers again. Retries stay a poll interval (at most a second) apart
         whatever wakes them, so wake-ups during an outage never make a busy loop; the
         backoff itself keeps doubling while the database fails."""
-        spacing = min(backoff, self.steps.poll_interval, 1.0)
+        spacing = min(backoff, self.settings.poll_interval, 1.0)
         if self._stopping.wait(spacing):
             return
         self._wake.wait(backoff - spacing)  # a stop sets it too
@@ -148,7 +149,7 @@ class Dispatcher:
                 self._loop()
         except BaseException as exc:  # never expected: say so where operators look
             self.last_error = f"dispatcher died: {type(exc).__name__}: {exc}"
-            log.critical("runner %s: %s; this runner claims nothing more", self.steps.name, exc)
+            log.critical("runner %s: %s; this runner claims nothing more", self.settings.name, exc)
             raise
         finally:  # the runner's entry is the dispatcher's: it refreshes it, and removes it
             self.registration.remove()
@@ -162,10 +163,10 @@ class Dispatcher:
                 self.check_clock()
             except StoreError as exc:
                 self.last_error = f"database: {exc}"
-                backoff = min(max(backoff * 2, steps.poll_interval), 30.0)
+                backoff = min(max(backoff * 2, self.settings.poll_interval), 30.0)
                 log.warning(
                     "runner %s: waiting for the database (%s); retrying in %.1f s",
-                    steps.name,
+                    self.settings.name,
                     exc,
                     backoff,
                 )
@@ -185,13 +186,13 @@ class Dispatcher:
         if offset is None:
             return None
         seconds = offset.total_seconds()
-        lease = self.steps.lease_duration
+        lease = self.settings.lease_duration
         if abs(seconds) > max(1.0, lease / 10):
             log.warning(
                 "runner %s: this host's clock is %.1f s %s the MongoDB server's; leases "
                 "compare times written by many hosts, so keep clocks in sync (NTP): the "
                 "difference must stay well below the lease duration (%g s)",
-                self.steps.name,
+                self.settings.name,
                 abs(seconds),
                 "behind" if seconds > 0 else "ahead of",
                 lease,
@@ -205,9 +206,9 @@ class Dispatcher:
             self._stop_batching()
 
     def _until_stopped(self) -> None:
-        steps, backoff = self.steps, 0.0
+        backoff = 0.0
         while not self._stopping.is_set():
-            if not self._free.acquire(timeout=steps.poll_interval):
+            if not self._free.acquire(timeout=self.settings.poll_interval):
                 self._maintain_safely()
                 continue
             self._held = 1
@@ -218,9 +219,12 @@ class Dispatcher:
                 self._release_held()
                 self._stop_batching()
                 self.last_error = f"database: {exc}"
-                backoff = min(max(backoff * 2, steps.poll_interval), 30.0)
+                backoff = min(max(backoff * 2, self.settings.poll_interval), 30.0)
                 log.warning(
-                    "runner %s: database error (%s); retrying in %.1f s", steps.name, exc, backoff
+                    "runner %s: database error (%s); retrying in %.1f s",
+                    self.settings.name,
+                    exc,
+                    backoff,
                 )
                 self._back_off(backoff)
                 continue
@@ -228,12 +232,12 @@ class Dispatcher:
                 self._release_held()
                 self._stop_batching()
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("runner %s: unexpected error in the dispatcher", steps.name)
-                self._stopping.wait(steps.poll_interval)
+                log.exception("runner %s: unexpected error in the dispatcher", self.settings.name)
+                self._stopping.wait(self.settings.poll_interval)
                 continue
             self.last_poll = time.monotonic()
             if backoff:
-                log.info("runner %s: database reachable again", steps.name)
+                log.info("runner %s: database reachable again", self.settings.name)
                 backoff = 0.0
                 self.last_error = None
             if not claimed:
@@ -253,9 +257,9 @@ class Dispatcher:
         if self._stopping.is_set():
             self._release_held()
             return False
-        workers = self.steps.workers
+        workers = self.settings.workers
         if self._batching:
-            deadline = time.monotonic() + self.steps.gather
+            deadline = time.monotonic() + self.settings.gather
             while self._held < workers:
                 if not self._free.acquire(timeout=max(0.0, deadline - time.monotonic())):
                     break
@@ -297,9 +301,9 @@ class Dispatcher:
         try:
             self._maintain()
         except StoreError as exc:
-            log.warning("runner %s: maintenance failed: %s", self.steps.name, exc)
+            log.warning("runner %s: maintenance failed: %s", self.settings.name, exc)
         except Exception:
-            log.exception("runner %s: maintenance failed", self.steps.name)
+            log.exception("runner %s: maintenance failed", self.settings.name)
 
     def _maintain(self) -> None:
         """Periodic work: refresh the runner's entry (every few seconds), reap expired
@@ -307,7 +311,7 @@ class Dispatcher:
         steps = self.steps
         self.registration.refresh()
         clock = time.monotonic()
-        if clock - self._last_reap >= steps.reap_interval:
+        if clock - self._last_reap >= self.settings.reap_interval:
             self._last_reap = clock
             steps.reap()
             steps.sweep()

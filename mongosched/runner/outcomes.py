@@ -64,7 +64,7 @@ class Leased(Protocol):
 
 
 class Holder(Protocol):
-    """Who holds leases and writes for them (a runner's steps)."""
+    """Who holds leases and writes for them (a runner)."""
 
     @property
     def stop_by(self) -> float:

@@ -24,11 +24,11 @@ dispatcher        the dispatcher's state           its own (reads       claims (
                   (``_held``, ``_batching``,       ``_next_due``);      with the deferred
                   ``_full_rounds``,                ``_idle`` (adds a    outcomes), admis-
                   ``last_poll``, ``last_error``),  claim); the          sions (permits,
-                  the steps' ``claimed`` and       settler's (writes    limits, give backs),
-                  ``_saturated``, the gate's,      the deferred         reaps and sweeps,
-                  the pause set's and the          outcomes); the       the runner's entry,
-                  reaper's state, the runner's     heartbeats' (hands   the flush of
-                  entry (``registration``: it      them a claim); a     deferred outcomes.
+                  the claimer's (``claimed``,      settler's (writes    limits, give backs),
+                  ``_saturated``, its gate's and   the deferred         reaps and sweeps,
+                  pause set's), the reaper's       outcomes); the       the runner's entry,
+                  state, the runner's entry        heartbeats' (hands   the flush of
+                  (``registration``: it            them a claim); a     deferred outcomes.
                   refreshes and removes it)        claim's (give        Never runs a job's
                                                    backs)               function nor waits
                                                                         for one; runs
@@ -100,17 +100,18 @@ from mongosched.runner.claim import Claim, Heartbeats
 from mongosched.runner.cycle import RunnerSteps
 from mongosched.runner.dispatcher import Dispatcher
 from mongosched.runner.host import RunnerHost
-from mongosched.runner.outcomes import Settler
+from mongosched.runner.outcomes import Leased, LeaseEnd, Settler
 from mongosched.runner.presence import Registration
-from mongosched.runner.settings import GATHER
+from mongosched.runner.settings import RunnerSettings
 from mongosched.runner.wakeup import WakeWatcher, wake_mode
+from mongosched.store import Patience
 
 __all__ = ["Runner", "RunnerHost"]
 
 log = logging.getLogger("mongosched.runner")
 
 
-class Runner(RunnerSteps):
+class Runner:
     """Runs an app's jobs. Make one with :meth:`App.runner`.
 
     :param workers: worker threads (jobs run at once by this runner).
@@ -142,16 +143,7 @@ class Runner(RunnerSteps):
         shutdown_timeout: float = 30.0,
         wake: str | None = None,
     ) -> None:
-        settler = Settler(
-            app.store,
-            gather=GATHER,
-            company=self._in_flight_others,
-            # The dispatcher is made below, with the steps this settler is part of.
-            claiming=lambda: self.dispatcher.claiming(),
-            run_soon=self._run_soon,
-            patience=self._patience,
-        )
-        super().__init__(
+        settings = RunnerSettings(
             app,
             workers=workers,
             queues=queues,
@@ -160,12 +152,23 @@ class Runner(RunnerSteps):
             poll_interval=poll_interval,
             heartbeat_interval=heartbeat_interval,
             reap_interval=reap_interval,
-            settler=settler,
         )
+        self.app = app
+        self.store = app.store
+        self.name = settings.name
+        self.workers = settings.workers
+        self.queues = settings.queues
+        self.lease_duration = settings.lease_duration
+        self.poll_interval = settings.poll_interval
+        self.heartbeat_interval = settings.heartbeat_interval
+        self.reap_interval = settings.reap_interval
         self.shutdown_timeout = validate.seconds(shutdown_timeout, what="Runner: shutdown_timeout")
         self.wake_mode = wake_mode(
             getattr(app, "wake", "auto") if wake is None else wake, what="Runner"
         )
+        self.stop_by = math.inf
+        """When a stop's deadline falls (a :func:`time.monotonic` time): no holder's
+        write retries past it (see :meth:`_patience`)."""
         self._watcher: WakeWatcher | None = None
         self._free = threading.Semaphore(self.workers)
         self._stopping = threading.Event()
@@ -174,16 +177,83 @@ class Runner(RunnerSteps):
         self._pool: ThreadPoolExecutor | None = None
         self._heartbeats: Heartbeats | None = None
         self.finished = 0
+        self.settler = Settler(
+            self.store,
+            gather=settings.gather,
+            company=self._in_flight_others,
+            # The dispatcher is made below, with the steps this settler is part of.
+            claiming=lambda: self.dispatcher.claiming(),
+            run_soon=self._run_soon,
+            patience=self._patience,
+        )
+        """Writes outcomes: alone, together when several finish at once, or with the
+        next batched claim."""
+        self.steps = RunnerSteps(
+            app,
+            settings,
+            runner=self,
+            settler=self.settler,
+            patience=self._patience,
+            defer=self._defer,
+        )
+        """The synchronous steps its threads take (claim, run a claim, reap)."""
+        self.claimer = self.steps.claimer
+        """Claims jobs and admits them (the pause set and the flow-control gate)."""
+        self.reaper = self.steps.reaper
+        """Reaps expired leases and sweeps."""
         self.registration = Registration(self.store, self)
         """This runner's entry in the registry of live runners (:meth:`App.live_runners`)."""
         self.dispatcher = Dispatcher(
-            self,
+            self.steps,
             registration=self.registration,
             free=self._free,
             stopping=self._stopping,
             submit=self._submit,
         )
         """The thread that claims jobs and hands them to workers."""
+
+    # Steps in the caller's thread ------------------------------------------------------------
+    # (Not started, a runner has no threads: eager mode, drain and tests call these.)
+    def now(self) -> datetime:
+        return self.app.now()
+
+    @property
+    def claimed(self) -> int:
+        """Jobs this runner claimed and admitted (those given back are not counted)."""
+        return self.claimer.claimed
+
+    def prepare(self) -> None:
+        """See :meth:`RunnerSteps.prepare <mongosched.runner.cycle.RunnerSteps.prepare>`."""
+        self.steps.prepare()
+
+    def claim_next(self, *, job_id: Any = None) -> Claim | None:
+        """See :meth:`RunnerSteps.claim_next <mongosched.runner.cycle.RunnerSteps.claim_next>`."""
+        return self.steps.claim_next(job_id=job_id)
+
+    def claim_batch(self, limit: int) -> list[Claim]:
+        """See :meth:`RunnerSteps.claim_batch <mongosched.runner.cycle.RunnerSteps.claim_batch>`."""
+        return self.steps.claim_batch(limit)
+
+    def run_claim(self, claim: Claim) -> Decision | None:
+        """See :meth:`RunnerSteps.run_claim <mongosched.runner.cycle.RunnerSteps.run_claim>`."""
+        return self.steps.run_claim(claim)
+
+    def run_claims(self, claims: Sequence[Claim]) -> list[Decision | None]:
+        """See :meth:`RunnerSteps.run_claims <mongosched.runner.cycle.RunnerSteps.run_claims>`."""
+        return self.steps.run_claims(claims)
+
+    def run_until_idle(self, *, limit: int = 10_000) -> int:
+        """See :meth:`RunnerSteps.run_until_idle
+        <mongosched.runner.cycle.RunnerSteps.run_until_idle>`."""
+        return self.steps.run_until_idle(limit=limit)
+
+    def reap(self) -> int:
+        """See :meth:`RunnerSteps.reap <mongosched.runner.cycle.RunnerSteps.reap>`."""
+        return self.steps.reap()
+
+    def sweep(self) -> int:
+        """See :meth:`RunnerSteps.sweep <mongosched.runner.cycle.RunnerSteps.sweep>`."""
+        return self.steps.sweep()
 
     # Lifecycle -------------------------------------------------------------------------------
     @property
@@ -366,6 +436,14 @@ class Runner(RunnerSteps):
         with self._idle:
             return len(self._claims) - 1
 
+    def _patience(self, held: Sequence[Leased]) -> Patience:
+        """How long a holder's write (an outcome, a claim given back) retries a
+        transient database error: until the last of the leases of ``held`` ends
+        (nothing renews them during the write; until then no other holder can have the
+        job, and the write stays fenced on its token anyway), or the runner's stop
+        deadline (what is not written by then is left to the leases' expiry)."""
+        return LeaseEnd(self, held)
+
     def _defer(self, claim: Claim, decision: Decision, seconds: float) -> bool:
         """With a backlog, ``claim``'s outcome waits for the next batched claim, and
         its worker's place is freed at once, so that the claim can be made (and carry
@@ -389,11 +467,11 @@ class Runner(RunnerSteps):
         failure: BaseException | None,
     ) -> None:
         """A deferred outcome was written (found ``stored``, or raised ``failure``):
-        finish it as a worker finishes its own (:meth:`_after_write`), and it is done."""
+        finish it as a worker finishes its own (:meth:`RunnerSteps.after_write
+        <mongosched.runner.cycle.RunnerSteps.after_write>`), and it is done."""
         try:
-            self._logging_errors(
-                claim, self._after_write, claim, decision, seconds, stored, failure
-            )
+            after_write = self.steps.after_write
+            self._logging_errors(claim, after_write, claim, decision, seconds, stored, failure)
         finally:
             self._done(claim)
 
@@ -428,7 +506,7 @@ class Runner(RunnerSteps):
 
     def _work(self, claim: Claim) -> None:
         try:
-            self._logging_errors(claim, self.run_claim, claim)
+            self._logging_errors(claim, self.steps.run_claim, claim)
         finally:
             if not claim.deferred:  # (else after its write)
                 self._done(claim)

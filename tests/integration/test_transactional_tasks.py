@@ -203,7 +203,8 @@ def test_the_heartbeat_leaves_the_job_alone_while_its_transaction_runs(
         renewals.append(args)
         return original(*args)
 
-    runner.store = app.store = _Spy(app.store, renew=counting)  # type: ignore[assignment]
+    spy = _Spy(app.store, renew=counting)
+    runner.steps.store = app.store = spy  # type: ignore[assignment]
     job = ledger.pay.schedule("a")
     runner.start()
     try:
