@@ -1,16 +1,21 @@
 """The runner: claims due jobs, runs them on a thread pool, keeps their leases alive.
 
 A :class:`Runner` is made of objects, each given its collaborators when it is made:
-its :class:`~mongosched.runner.dispatcher.Dispatcher` (one thread that claims a job
-only when a worker thread is free, submits it to a
+its checked options (:class:`~mongosched.runner.settings.RunnerSettings`); the
+:class:`~mongosched.runner.outcomes.Settler` that writes outcomes; its synchronous
+steps (:class:`~mongosched.runner.cycle.RunnerSteps`: run a claim, write and announce
+its outcome), which hold the :class:`~mongosched.runner.claimer.Claimer` (claims and
+admits jobs) and the :class:`~mongosched.runner.reaper.Reaper` (expired leases, the
+sweep); its :class:`~mongosched.runner.dispatcher.Dispatcher` (one thread that claims
+a job only when a worker thread is free, submits it to a
 :class:`~concurrent.futures.ThreadPoolExecutor`, re-polls at once after a claim and
 waits ``poll_interval`` when there was nothing to do, and between claims reaps and
-sweeps with the :class:`~mongosched.runner.reaper.Reaper`), the worker pool, the
-:class:`~mongosched.runner.claim.Heartbeats` that keep each claim's lease alive, the
-:class:`~mongosched.runner.outcomes.Settler` that writes outcomes, and a
-:class:`~mongosched.runner.wakeup.WakeWatcher` that wakes the dispatcher when a job
-becomes due elsewhere. What they do with each job is the synchronous steps of
-:mod:`mongosched.runner.cycle`, public on the runner too.
+sweeps); the worker pool; the :class:`~mongosched.runner.claim.Heartbeats` that keep
+each claim's lease alive; and a :class:`~mongosched.runner.wakeup.WakeWatcher` that
+wakes the dispatcher when a job becomes due elsewhere. The runner itself keeps what
+spans its threads: the claims in flight, the free workers' places, the stop.
+Its workers run claims with those steps; its public steps (:meth:`Runner.claim_next`,
+:meth:`Runner.run_claim`, ...) run them in the caller's thread.
 
 Which thread owns what: each piece of a runner's state is either owned by one kind of
 thread (only it changes it; others may read a single value of it, a moment old, as
@@ -28,9 +33,9 @@ dispatcher        the dispatcher's state           its own (reads       claims (
                   ``_saturated``, its gate's and   the deferred         reaps and sweeps,
                   pause set's), the reaper's       outcomes); the       the runner's entry,
                   state, the runner's entry        heartbeats' (hands   the flush of
-                  (``registration``: it            them a claim); a     deferred outcomes.
-                  refreshes and removes it)        claim's (give        Never runs a job's
-                                                   backs)               function nor waits
+                  (``registration``: it            them a claim)        deferred outcomes.
+                  refreshes and removes it)                             Never runs a job's
+                                                                        function nor waits
                                                                         for one; runs
                                                                         listeners only for
                                                                         jobs it ends itself
