@@ -18,20 +18,20 @@ GATHER = 0.002
 
 class RunnerSettings:
     """The checked options of a :class:`~mongosched.runner.runner.Runner` (its
-    parameters say what each means); the app gives the defaults. Never changed once
-    made."""
+    parameters say what each means, and give the defaults; None: the app's, or a third
+    of the lease). Never changed once made."""
 
     def __init__(
         self,
         app: RunnerHost,
         *,
-        workers: int = 4,
-        queues: Sequence[str] | None = None,
-        name: str | None = None,
-        lease_duration: float | None = None,
-        poll_interval: float | None = None,
-        heartbeat_interval: float | None = None,
-        reap_interval: float | None = None,
+        workers: int,
+        queues: Sequence[str] | None,
+        name: str | None,
+        lease_duration: float | None,
+        poll_interval: float | None,
+        heartbeat_interval: float | None,
+        reap_interval: float | None,
     ) -> None:
         self.workers = validate.whole(workers, what="Runner: workers")
         if isinstance(queues, str):
