@@ -31,7 +31,8 @@ log = logging.getLogger("mongosched.runner")
 class Dispatcher:
     """The claiming loop of one runner (see the module).
 
-    :param steps: the runner's synchronous steps (prepare, claim and admit, reap).
+    :param steps: the runner's synchronous steps: its settings, the preparation, the
+        claimer and settler a claim uses, the reaper's passes.
     :param registration: the runner's entry among the live runners, which the
         dispatcher refreshes and, when it ends, removes.
     :param free: one place per worker thread that is free; the dispatcher takes one
