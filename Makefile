@@ -50,6 +50,7 @@ test: venv lint typecheck django6 py310 unit docs
 
 lint: venv
 	$(BIN)/ruff check mongosched tests bench examples
+	$(BIN)/ruff format --check mongosched tests bench examples
 
 typecheck: venv
 	$(BIN)/mypy

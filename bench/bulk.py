@@ -88,7 +88,9 @@ def fill(app: App, n: int, stand_in: bool) -> None:
     ]
     if isinstance(app.store, MemoryStore):
         errors = [ErrorInfo("ValueError" if i % 2 else "KeyError", "boom") for i in range(n)]
-        app.store.insert([replace(r, error=e, finished_at=now) for r, e in zip(records, errors, strict=True)])
+        app.store.insert(
+            [replace(r, error=e, finished_at=now) for r, e in zip(records, errors, strict=True)]
+        )
         return
     if not stand_in:
         app.ensure_indexes()
@@ -117,9 +119,7 @@ def measure(
         commands.counts.clear()
         commands.largest_write = 0
     started = time.perf_counter()
-    retried = app.retry_jobs(
-        task="bench.flaky", error_type="ValueError", batch_size=args.batch
-    )
+    retried = app.retry_jobs(task="bench.flaky", error_type="ValueError", batch_size=args.batch)
     retry_s = time.perf_counter() - started
     assert counted == matching and retried == matching, (counted, retried)
     assert app.count_jobs(status="pending") == matching

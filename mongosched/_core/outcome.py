@@ -360,9 +360,7 @@ def _decide(
         return Decision("job:retry", given_back(job, now))
     if ending is Ending.SUCCESS:
         if job.repeat:
-            return _next_slot(
-                "job:success", job, now, retention, slot, JobStatus.COMPLETED, result
-            )
+            return _next_slot("job:success", job, now, retention, slot, JobStatus.COMPLETED, result)
         # The usual case: its on_cancel made at once (see decide()), not added after.
         on_cancel = cancelled(now, retention, result=result)
         done = finished(

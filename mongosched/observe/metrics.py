@@ -270,9 +270,7 @@ def _store_families(app: App) -> Iterator[Family]:
         )
 
 
-def _counter(
-    name: str, text: str, values: Mapping[str, int], label: str = "task"
-) -> Family:
+def _counter(name: str, text: str, values: Mapping[str, int], label: str = "task") -> Family:
     samples = [(f"{name}_total", {label: t}, float(n)) for t, n in sorted(values.items())]
     return Family(name, "counter", text, list(samples))
 

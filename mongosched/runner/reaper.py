@@ -26,6 +26,7 @@ __all__ = ["Reaper"]
 
 log = logging.getLogger("mongosched.runner")
 
+
 class Reaper:
     """Reaps expired leases and sweeps (see the module).
 

@@ -94,7 +94,9 @@ def test_no_write_concern_is_sent_when_the_store_leaves_it_to_the_server(
 ) -> None:
     add(mongo_store, *[job(args=(n,)) for n in range(3)])
     store = MongoStore(
-        database=mongo_store.connection.database, collection=mongo_store.connection.collection_name, write_concern=None
+        database=mongo_store.connection.database,
+        collection=mongo_store.connection.collection_name,
+        write_concern=None,
     )
     with sending(store) as sent:
         assert len(batch(store, 4)) == 3

@@ -76,7 +76,11 @@ def test_front_ends_say_who_acts_unless_an_actor_is_given(
         app.resume(task="ok", actor="bob")
     app.pause(task="ok")
     got = [(e.actor, e.via, e.detail) for e in reversed(app.audit.entries())]
-    assert got == [("alice", "dashboard", None), ("bob", "dashboard", None), (local_actor(), "api", None)]
+    assert got == [
+        ("alice", "dashboard", None),
+        ("bob", "dashboard", None),
+        (local_actor(), "api", None),
+    ]
     with pytest.raises(ConfigurationError, match="audit: actor must be a non-empty str"):
         with app.audit.acting("", "cli"):
             pass

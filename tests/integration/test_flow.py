@@ -572,7 +572,9 @@ def test_the_dependents_of_a_job_deleted_before_their_release_end_by_the_repair(
     parent = step.schedule("parent")
     child = step.configure(depends_on=parent, on_dependency_failure=on_failure).schedule("c")
     settle_unreleased(app, clock, parent)
-    app.store.connection.jobs.delete_one({"_id": parent.id})  # as the TTL monitor does, if it is short
+    app.store.connection.jobs.delete_one(
+        {"_id": parent.id}
+    )  # as the TTL monitor does, if it is short
     runner = app.runner(workers=1, lease_duration=5)
     runner.sweep()  # the first page: jobs waiting for the blocker, which exists
     assert child.refresh().status is JobStatus.WAITING

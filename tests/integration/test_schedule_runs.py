@@ -165,9 +165,7 @@ def test_a_schedule_pauses_itself_after_failed_runs_in_a_row(
     assert schedule["paused_reason"] == reason
     assert [(p.kind, p.reason) for p in apps[0].pauses()] == [("schedule", reason)]
     assert [e.pause.reason if e.pause else None for e in events] == [reason]
-    assert 'mongosched_schedule_pauses_total{schedule="schedule:tick"} 1' in render(
-        apps[0]
-    )
+    assert 'mongosched_schedule_pauses_total{schedule="schedule:tick"} 1' in render(apps[0])
     clock.advance(hours=1)
     assert drain_all(apps) == 0  # paused: nothing runs
     apps[0].resume(schedule="tick")
@@ -305,7 +303,9 @@ def test_eager_mode_runs_a_trigger_and_each_slot_of_a_backfill_at_once(
 
 
 def test_a_jitter_as_long_as_the_interval_is_refused(app: App) -> None:
-    with pytest.raises(InvalidSchedule, match="jitter \\(60 s\\) must be shorter than its interval"):
+    with pytest.raises(
+        InvalidSchedule, match="jitter \\(60 s\\) must be shorter than its interval"
+    ):
         app.task(name="t", every=60, jitter=60)(lambda: None)
     with pytest.raises(InvalidSchedule, match="task 't2': overlap must be one of"):
         app.task(name="t2", cron="* * * * *", overlap="queue")(lambda: None)

@@ -166,7 +166,9 @@ def inject(
     """Wrap a MongoStore's collections; returns the wrappers (set ``enabled`` to switch).
     ``late`` and ``meanwhile`` act on the job collection's writes."""
     store.connection.retry_pause = 0.0
-    store.connection.jobs = FaultyCollection(store.connection.jobs, rng, rate, late, late_rate, meanwhile, meanwhile_rate)
+    store.connection.jobs = FaultyCollection(
+        store.connection.jobs, rng, rate, late, late_rate, meanwhile, meanwhile_rate
+    )
     store.connection.permits = FaultyCollection(store.connection.permits, rng, rate)
     store.connection.limits = FaultyCollection(store.connection.limits, rng, rate)
     return [store.connection.jobs, store.connection.permits, store.connection.limits]
