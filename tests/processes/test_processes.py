@@ -243,7 +243,7 @@ def _pings(db: Any) -> bool:
     "jobs",
     [
         pytest.param(200, id="200-jobs"),
-        pytest.param(1000, id="1000-jobs", marks=[pytest.mark.soak, pytest.mark.timeout(900)]),
+        pytest.param(1000, id="1000-jobs", marks=[pytest.mark.soak, pytest.mark.timeout(1800)]),
     ],
 )
 def test_three_worker_processes_run_every_job_exactly_once(
@@ -259,9 +259,13 @@ def test_three_worker_processes_run_every_job_exactly_once(
         t0 = time.monotonic()
         task = app.get_task("record")
         scheduled = app.schedule_bulk([task.job() for _ in range(jobs)])
+        # SecantusDB's planner scans and sorts the whole collection for each claim
+        # (tests/meta/test_realserver.py pins it): about 0.15 s of its one core per
+        # claim with 1,000 jobs pending, against 0.03 s with 200. So the wait grows
+        # with the backlog; on MongoDB the claim index keeps a claim's cost flat.
         wait_for(
             lambda: count_status(db, "completed") == jobs,
-            timeout=300,
+            timeout=max(300, 1.5 * jobs),
             interval=0.2,
             message=f"{jobs} jobs completed",
         )
