@@ -193,7 +193,6 @@ class App:
             transactions=self._transactions,
             jobs=self._jobs,
             named=self._admin.named,
-            created=self._created,
             host=self._host,
             eager=lambda: self.eager,
         )

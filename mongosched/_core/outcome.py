@@ -258,7 +258,8 @@ def expired(job: JobRecord, now: datetime, retention: Retention) -> Decision:
     :class:`~mongosched.errors.JobExpired` error saying when it expired and whether it
     ever ran. Found at claim (a claimed job is settled so instead of running) or by
     the reaper's sweep of pending and waiting jobs."""
-    runs = job.attempts - 1 if job.status is JobStatus.RUNNING else job.attempts
+    claimed = job.status is JobStatus.RUNNING  # the claim counted an attempt that never ran
+    runs = max(0, job.attempts - 1) if claimed else job.attempts
     when = job.expires_at.isoformat() if job.expires_at else "?"
     error = JobExpired(
         f"job {job.id} ({job.task}) had not started by its expiry {when}; it never ran"
@@ -268,8 +269,8 @@ def expired(job: JobRecord, now: datetime, retention: Retention) -> Decision:
     )
     info = error_info(error, with_traceback=False)
     settlement = finished(JobStatus.EXPIRED, now, retention, error=info)
-    if job.status is JobStatus.RUNNING:  # claimed: the claim counted no run
-        settlement = replace(settlement, attempts=max(0, job.attempts - 1))
+    if claimed:
+        settlement = replace(settlement, attempts=runs)
     return Decision("job:expired", settlement, error)
 
 

@@ -35,10 +35,9 @@ class SchedulingOperations(Operations):
     :param app: the app's parts (see :class:`~mongosched.operations.base.AppParts`).
     :param transactions: the app's transactions (the one a call's jobs join).
     :param jobs: the app's job operations (a job read back, a dependents' release
-        reported).
-    :param named: the repeating job a schedule argument names, as stored.
-    :param created: what follows a new job (its event, the wake-up of this process's
+        reported, what follows a new job: its event, the wake-up of this process's
         runners).
+    :param named: the repeating job a schedule argument names, as stored.
     :param host: the app as its runners see it (eager mode runs jobs in a runner).
     :param eager: whether jobs run here, at once (the app's ``eager``, read at each
         call; see :mod:`mongosched.testing`).
@@ -51,7 +50,6 @@ class SchedulingOperations(Operations):
         transactions: Transactions,
         jobs: JobOperations,
         named: Callable[[Any], JobRecord],
-        created: Callable[[Job], None],
         host: RunnerHost,
         eager: Callable[[], bool],
     ) -> None:
@@ -59,7 +57,6 @@ class SchedulingOperations(Operations):
         self.transactions = transactions
         self.jobs = jobs
         self.named = named
-        self.created = created
         self.host = host
         self.eager = eager
         self.eager_runner: Runner | None = None
@@ -115,9 +112,9 @@ class SchedulingOperations(Operations):
                 else:
                     tx.on_commit(functools.partial(self._run_eagerly, record))
             elif tx is None:
-                self.created(job)
+                self.jobs.created(job)
             else:
-                tx.on_commit(functools.partial(self.created, job))
+                tx.on_commit(functools.partial(self.jobs.created, job))
         return jobs
 
     def _link(self, record: JobRecord, store: Store | None = None) -> JobRecord:
@@ -200,7 +197,7 @@ class SchedulingOperations(Operations):
         run here (each slot of a backfill's job, one after another)."""
         if not self.eager():
             job = Job(record, self.store)
-            self.created(job)
+            self.jobs.created(job)
             return job
         job = self._run_eagerly(record)
         runner = self.eager_runner
