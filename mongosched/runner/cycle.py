@@ -42,10 +42,6 @@ Defer = Callable[[Claim, Decision, float], bool]
 when it did (see :meth:`RunnerSteps._conclude`)."""
 
 
-def _never_defer(claim: Claim, decision: Decision, seconds: float) -> bool:
-    return False
-
-
 class RunnerSteps:
     """A runner's synchronous steps (see the module).
 
@@ -55,8 +51,7 @@ class RunnerSteps:
     :param settler: writes outcomes (with the runner's threads: together, or deferred
         to a batched claim).
     :param patience: how long a write for some leases retries a transient error.
-    :param defer: leaves an outcome to the next batched claim (a runner's workers do;
-        by default never).
+    :param defer: leaves an outcome to the next batched claim, when one is coming.
     """
 
     def __init__(
@@ -67,7 +62,7 @@ class RunnerSteps:
         runner: object,
         settler: Settler,
         patience: Callable[[Sequence[Leased]], Patience],
-        defer: Defer = _never_defer,
+        defer: Defer,
     ) -> None:
         self.app = app
         self.store = app.store

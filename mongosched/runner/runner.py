@@ -204,8 +204,6 @@ class Runner:
         """The synchronous steps its threads take (claim, run a claim, reap)."""
         self.claimer = self.steps.claimer
         """Claims jobs and admits them (the pause set and the flow-control gate)."""
-        self.reaper = self.steps.reaper
-        """Reaps expired leases and sweeps."""
         self.registration = Registration(self.store, self)
         """This runner's entry in the registry of live runners (:meth:`App.live_runners`)."""
         self.dispatcher = Dispatcher(
