@@ -10,7 +10,7 @@ from typing import Any
 
 from mongosched._core import transitions
 from mongosched._core.records import JobRecord, Renewal, Settlement
-from mongosched.store.memory.stored import ms
+from mongosched.store.memory.stored import encode_result, ms
 from mongosched.store.memory.table import MemoryTable
 from mongosched.store.patience import Patience
 
@@ -57,7 +57,7 @@ class MemoryLeases:
     def settle(
         self, job: JobRecord, settlement: Settlement, patience: Patience | None = None
     ) -> JobRecord | None:
-        return self._table.settle_if(job, settlement, expired_before=None)
+        return self._settle_if(job, settlement, expired_before=None)
 
     def leases_expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:
         now = ms(now)
@@ -65,7 +65,16 @@ class MemoryLeases:
             return [job.snapshot() for job in self._table.indexes.leases_expired(now, limit)]
 
     def reap(self, job: JobRecord, now: datetime, settlement: Settlement) -> JobRecord | None:
-        return self._table.settle_if(job, settlement, expired_before=ms(now))
+        return self._settle_if(job, settlement, expired_before=ms(now))
+
+    def _settle_if(
+        self, claimed: JobRecord, settlement: Settlement, expired_before: datetime | None
+    ) -> JobRecord | None:
+        """Apply ``settlement`` if the lease ``claimed`` came with still holds the job
+        (and, for the reaper, ran out before ``expired_before``)."""
+        result = encode_result(claimed.task, settlement)  # raises before any write
+        with self._table.lock:
+            return self._table.settle_locked(claimed, settlement, result, expired_before)
 
     def quarantine(self, now: datetime, limit: int = 100) -> list[str]:
         """Nothing to do: every job here was made from a well-formed record."""

@@ -27,7 +27,6 @@ from mongosched.store.memory.stored import (
     RUNNING,
     WAITING,
     StoredJob,
-    encode_result,
     matches,
     ms,
     ms_in,
@@ -40,7 +39,7 @@ __all__ = ["MemoryTable"]
 
 class MemoryTable:
     """One store's jobs, maps and indexes, and the lock every part takes to use them.
-    All methods but :meth:`encode` and :meth:`settle_if` expect the lock held."""
+    All methods but :meth:`encode` expect the lock held."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -173,15 +172,6 @@ class MemoryTable:
             return None
         lease = job.record.lease
         return job if lease is not None and lease.token == token else None
-
-    def settle_if(
-        self, claimed: JobRecord, settlement: Settlement, expired_before: datetime | None
-    ) -> JobRecord | None:
-        """Apply ``settlement`` if the lease ``claimed`` came with still holds the job
-        (and, for the reaper, ran out before ``expired_before``)."""
-        result = encode_result(claimed.task, settlement)  # raises before any write
-        with self.lock:
-            return self.settle_locked(claimed, settlement, result, expired_before)
 
     def settle_locked(
         self,
