@@ -23,16 +23,23 @@ from mongosched.dashboard.views import boxed, link, pause_link, runner_anchor
 
 __all__ = [
     "audit_page",
+    "every_seconds",
     "rule_text",
     "runners_page",
     "schedules_page",
 ]
 
 
+def every_seconds(rule: str) -> float | None:
+    """The seconds of a schedule row's ``every 3600.0s`` rule; None for a cron rule."""
+    match = re.fullmatch(r"every ([0-9.]+)s", rule)
+    return float(match[1]) if match else None
+
+
 def rule_text(rule: str) -> str:
     """``every 3600.0s`` as ``every 1 h``; a cron rule as it is."""
-    match = re.fullmatch(r"every ([0-9.]+)s", rule)
-    return f"every {duration(float(match[1]))}" if match else rule
+    every = every_seconds(rule)
+    return rule if every is None else f"every {duration(every)}"
 
 
 # Schedules, runners -----------------------------------------------------------------------

@@ -5,14 +5,13 @@ each a form (GET) and the action (POST)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from typing import Any
 
 from mongosched.dashboard.actions import done
 from mongosched.dashboard.data import Operations
-from mongosched.dashboard.fleet import rule_text
+from mongosched.dashboard.fleet import every_seconds, rule_text
 from mongosched.dashboard.http import Response
 from mongosched.dashboard.render import Context, Markup, fmt, join, stamp
 from mongosched.errors import MongoschedError
@@ -124,11 +123,11 @@ def schedule_edit(ops: Operations, ctx: Context) -> Answer:
     if row is None:
         return _missing()
     rule = str(row["rule"])
-    every = re.fullmatch(r"every ([0-9.]+)s", rule)
+    every = every_seconds(rule)
     current = {
-        "cron": "" if every else rule,
-        "every": f"{float(every[1]):g}" if every else "",
-        "timezone": "" if every else str(row.get("timezone") or "UTC"),
+        "cron": rule if every is None else "",
+        "every": "" if every is None else f"{every:g}",
+        "timezone": str(row.get("timezone") or "UTC") if every is None else "",
         "priority": str(row.get("priority", "")),
         "queue": str(row.get("queue") or ""),
     }
