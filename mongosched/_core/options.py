@@ -5,13 +5,15 @@ a repeating job). Pure: each function names the task in the error it raises."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from mongosched._core import validate
 from mongosched.errors import ConfigurationError, InvalidSchedule
 from mongosched.schedule import Cron, Every, Misfire, Rule, Runs
+
+T = TypeVar("T")
 
 __all__ = [
     "DEDUPE_MODES",
@@ -182,8 +184,15 @@ def rule_from_options(
 def runs(
     task: str, jitter: float | timedelta | None, overlap: str, pause_after: int | None
 ) -> Runs:
+    return _schedule_part(
+        task, lambda: Runs(jitter=jitter, overlap=overlap, pause_after=pause_after)
+    )
+
+
+def _schedule_part(task: str, make: Callable[[], T]) -> T:
+    """``make()``, its refusal raised as the task's :class:`InvalidSchedule`."""
     try:
-        return Runs(jitter=jitter, overlap=overlap, pause_after=pause_after)
+        return make()
     except (ConfigurationError, ValueError, TypeError) as exc:
         raise InvalidSchedule(f"task {task!r}: {exc}") from None
 
@@ -204,7 +213,6 @@ def check_jitter(task: str, rule: Rule, runs: Runs) -> None:
 
 
 def misfire(task: str, policy: str, grace: float | timedelta | None, max_catchup: int) -> Misfire:
-    try:
-        return Misfire(policy=policy, grace=grace, max_catchup=max_catchup)
-    except (ConfigurationError, ValueError, TypeError) as exc:
-        raise InvalidSchedule(f"task {task!r}: {exc}") from None
+    return _schedule_part(
+        task, lambda: Misfire(policy=policy, grace=grace, max_catchup=max_catchup)
+    )
