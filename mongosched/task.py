@@ -360,6 +360,17 @@ class Task(Generic[P, R]):
         when the job is scheduled."""
         return ConfiguredTask(self, BoundOptions().merged(options))
 
+    def after(self, delay: float | timedelta) -> ConfiguredTask[P, R]:
+        """The task bound to run ``delay`` (seconds or a timedelta) after it is
+        scheduled: ``send_email.after(60).schedule(42)``, short for
+        ``configure(delay=60)``."""
+        return self.configure().after(delay)
+
+    def at(self, when: datetime) -> ConfiguredTask[P, R]:
+        """The task bound to run at ``when`` (an aware datetime):
+        ``report.at(midnight).schedule()``, short for ``configure(run_at=when)``."""
+        return self.configure().at(when)
+
     def job(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         """A job to pass to :meth:`App.schedule_bulk` (every argument is payload; bind
         options with ``task.configure(...).job(...)``)."""
@@ -499,6 +510,16 @@ class ConfiguredTask(Generic[P, R]):
     def configure(self, **options: Unpack[ScheduleOptions]) -> ConfiguredTask[P, R]:
         """More options bound over these (a later value wins)."""
         return ConfiguredTask(self.task, self.options.merged(options))
+
+    def after(self, delay: float | timedelta) -> ConfiguredTask[P, R]:
+        """These options, due ``delay`` (seconds or a timedelta) after scheduling (a
+        ``run_at`` bound before is dropped); checked when the job is scheduled."""
+        return ConfiguredTask(self.task, replace(self.options, delay=delay, run_at=None))
+
+    def at(self, when: datetime) -> ConfiguredTask[P, R]:
+        """These options, due at ``when`` (an aware datetime; a ``delay`` bound before
+        is dropped); checked when the job is scheduled."""
+        return ConfiguredTask(self.task, replace(self.options, run_at=when, delay=None))
 
     def job(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         """A job with these options, to pass to :meth:`App.schedule_bulk`."""

@@ -62,10 +62,23 @@ def load_app(path: str) -> App:
             ) from None
     if not isinstance(target, App):
         raise CommandError(
-            f"app path {path!r} names a {type(target).__name__}, not a mongosched App",
+            f"app path {path!r} names a {type(target).__name__}, not a mongosched App"
+            + _instead(target, module_name, attribute or "app"),
             EXIT_CONNECT,
         )
     return target
+
+
+def _instead(target: object, module: str, attribute: str) -> str:
+    """What to run instead, for an app path naming a framework's extension (Flask's
+    ``MongoSched``) rather than its App."""
+    kind = type(target)
+    if kind.__module__ != "mongosched.contrib.flask" or kind.__name__ != "MongoSched":
+        return ""
+    return (
+        f": for a Flask app, run `flask --app {module} mongosched worker`, "
+        f"or, where the module makes its Flask app on import, {module}:{attribute}.app"
+    )
 
 
 def redact(uri: str) -> str:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
 import click
@@ -123,6 +124,14 @@ class SchedTask(Generic[P, R]):
     def configure(self, **options: Unpack[ScheduleOptions]) -> ConfiguredTask[P, R]:
         """As :meth:`mongosched.Task.configure`: the scheduling options."""
         return self.task.configure(**options)
+
+    def after(self, delay: float | timedelta) -> ConfiguredTask[P, R]:
+        """As :meth:`mongosched.Task.after`: due ``delay`` after scheduling."""
+        return self.task.after(delay)
+
+    def at(self, when: datetime) -> ConfiguredTask[P, R]:
+        """As :meth:`mongosched.Task.at`: due at ``when``."""
+        return self.task.at(when)
 
     def job(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         return self.task.job(*args, **kwargs)

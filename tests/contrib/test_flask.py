@@ -256,7 +256,7 @@ def test_testing_recipes_of_the_docs() -> None:
     later_app = create_app({"MONGOSCHED_URI": "memory://", "MONGOSCHED_CLOCK": clock})
     with later_app.app_context():
         assert sched.app.count_jobs() == 0  # a new store for each app
-        job = add.configure(delay=timedelta(days=1)).schedule(2, 3)
+        job = add.after(timedelta(days=1)).schedule(2, 3)
         assert drain(sched.app) == 0
         clock.advance(days=1)
         assert drain(sched.app) == 1 and job.refresh().result == 5
@@ -492,3 +492,17 @@ def test_run_in_process_after_fork() -> None:
             client.drop_database(name)
             client.close()
     assert done.returncode == 0, done.stderr
+
+
+def test_worker_given_the_extension_says_what_to_run_instead() -> None:
+    """``mongosched worker site:sched`` names the Flask extension, not an App: the
+    error says which command, or which app path, works."""
+    from mongosched.cli.connect import load_app
+    from mongosched.cli.exits import CommandError
+
+    with pytest.raises(CommandError) as caught:
+        load_app("tests.support.flask_site:sched")
+    message = str(caught.value)
+    assert "names a MongoSched, not a mongosched App" in message
+    assert "flask --app tests.support.flask_site mongosched worker" in message
+    assert "tests.support.flask_site:sched.app" in message

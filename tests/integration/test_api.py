@@ -66,6 +66,30 @@ def test_schedule_stores_a_pending_job_with_defaults_and_overrides(app: App) -> 
     assert app.get_job(str(job.id)) == stored  # hex string ids work too
 
 
+def test_after_and_at_set_when_a_job_runs(app: App) -> None:
+    """``task.after(delay)`` and ``task.at(when)``: the short form of ``configure``'s
+    ``delay`` and ``run_at``; the later one wins, and bad values fail at schedule."""
+
+    @app.task(name="emails.later")
+    def send(user_id: int) -> None: ...
+
+    start = app.now()
+    soon = send.after(30).schedule(1)
+    assert timedelta(seconds=29) < soon.run_at - start < timedelta(seconds=31)
+    assert soon.args == [1]
+    hour = send.after(timedelta(hours=1)).schedule(2)
+    assert timedelta(minutes=59) < hour.run_at - start < timedelta(minutes=61)
+    when = datetime(2030, 5, 1, 12, tzinfo=timezone.utc)
+    assert send.at(when).schedule(3).run_at == when
+    assert send.configure(priority=2).after(5).at(when).schedule(4).run_at == when
+    moved = send.at(when).after(10).schedule(5)
+    assert moved.priority == 5 and moved.run_at < when
+    with pytest.raises(ConfigurationError, match="emails.later.*delay"):
+        send.after(-1).schedule(6)
+    with pytest.raises(ConfigurationError, match="emails.later"):
+        send.at(datetime(2030, 5, 1)).schedule(7)  # naive
+
+
 def test_unknown_task_name_is_refused(app: App) -> None:
     @app.task(name="known")
     def known() -> None: ...
