@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from mongosched._core import deprecation
 from mongosched._core.records import (
     AttemptError,
+    AttemptRecord,
     ErrorInfo,
     JobStatus,
     LastRun,
@@ -79,6 +80,7 @@ __all__ = [
     "App",
     "ArgumentError",
     "AttemptError",
+    "AttemptRecord",
     "Cancellation",
     "ConfigurationError",
     "Cron",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, cast
 from mongosched._core import deprecation, validate
 from mongosched._core.records import (
     AttemptError,
+    AttemptRecord,
     ErrorInfo,
     JobRecord,
     JobStatus,
@@ -40,6 +41,7 @@ else:
 
 __all__ = [
     "AttemptError",
+    "AttemptRecord",
     "ErrorInfo",
     "LogEntry",
     "Job",
@@ -147,6 +149,13 @@ class Job(Generic[R]):
         time), oldest first: the last ten. A cancel's or an expiry's error is only
         :attr:`error`."""
         return self._record.errors
+
+    @property
+    def history(self) -> tuple[AttemptRecord, ...]:
+        """Its attempts that ended, oldest first (the last twenty, across retries): each
+        with its number, the runner that ran it (``runner``, ``host``, ``pid``), when it
+        started and ended, and the status it left the job in (``pending``: retried)."""
+        return self._record.history
 
     @property
     def progress(self) -> Progress | None:
@@ -270,6 +279,8 @@ class Job(Generic[R]):
         if self._record.last_run is not None:
             data["last_run"]["status"] = self._record.last_run.status.value
         data["args"] = list(self._record.args)
+        for attempt in data["history"]:
+            attempt["status"] = attempt["status"].value
         return data
 
     def refresh(self) -> Job[R]:

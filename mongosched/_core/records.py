@@ -22,7 +22,10 @@ __all__ = [
     "OPEN_STATUSES",
     "RETRYABLE_STATUSES",
     "SCHEDULE_ID_PREFIX",
+    "ATTEMPTS_KEPT",
     "AttemptError",
+    "AttemptRecord",
+    "ended_attempt",
     "UNSTARTED_STATUSES",
     "is_schedule_id",
     "schedule_id",
@@ -45,6 +48,7 @@ __all__ = [
     "ScheduleChanges",
     "assembled",
     "evolved",
+    "kept_attempts",
     "kept_errors",
     "ScheduleEdit",
     "Settlement",
@@ -208,12 +212,61 @@ def kept_errors(
 
 @dataclass(frozen=True)
 class LeaseInfo:
-    """Who holds a running job, under which token, and until when."""
+    """Who holds a running job (its runner's id, and the host and process id of that
+    runner where the store kept them), under which token, and until when."""
 
     owner: str
     token: str
     until: datetime
     heartbeat_at: datetime
+    host: str | None = None
+    pid: int | None = None
+
+
+ATTEMPTS_KEPT = 20
+"""How many of its ended attempts a job keeps (:attr:`JobRecord.history`): the last."""
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt of a job that ended: which attempt (of its occurrence), the runner
+    that held it (id, host, process id; None where not kept), when it started and
+    ended, and the status the job was left in (``pending``: to be retried)."""
+
+    attempt: int
+    runner: str
+    host: str | None
+    pid: int | None
+    started_at: datetime
+    ended_at: datetime
+    status: JobStatus
+
+
+def ended_attempt(job: JobRecord, settlement: Settlement) -> AttemptRecord | None:
+    """The attempt that ``settlement`` ends, as the running ``job`` holds it (None:
+    the job holds no lease, or the claim is given back uncounted)."""
+    lease = job.lease
+    if lease is None or job.started_at is None:
+        return None
+    if settlement.attempts is not None and settlement.attempts < job.attempts:
+        return None  # given back uncounted: it never ran
+    return AttemptRecord(
+        attempt=job.attempts,
+        runner=lease.owner,
+        host=lease.host,
+        pid=lease.pid,
+        started_at=job.started_at,
+        ended_at=settlement.now,
+        status=settlement.status,
+    )
+
+
+def kept_attempts(
+    history: tuple[AttemptRecord, ...], new: AttemptRecord | None
+) -> tuple[AttemptRecord, ...]:
+    """A job's ``history`` after a write adds ``new`` (None: unchanged): the last
+    :data:`ATTEMPTS_KEPT`."""
+    return history if new is None else (*history, new)[-ATTEMPTS_KEPT:]
 
 
 @dataclass(frozen=True)
@@ -350,6 +403,9 @@ class JobRecord:
     rank: float | None = None
     """A ranked job's place in claim order (see :func:`effective_priority`), set by the
     store when the job is inserted (None: an ordinary job, by priority and due time)."""
+    history: tuple[AttemptRecord, ...] = ()
+    """Its attempts that ended, oldest first, with who ran each (the last
+    :data:`ATTEMPTS_KEPT`; across retries by operators)."""
     logs: tuple[LogEntry, ...] = ()
     """What the current occurrence's attempts logged (a capped number; see
     :mod:`mongosched.observe.logs`)."""
@@ -489,6 +545,8 @@ class AuditEntry:
     target: str
     count: int | None = None
     detail: str | None = None
+    job: Any = None
+    """The id of the one job it was done to (None: several, or none)."""
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,10 @@ from mongosched._core.records import (
     ScheduleChanges,
     ScheduleEdit,
     Settlement,
+    ended_attempt,
     evolved,
     is_schedule_id,
+    kept_attempts,
     kept_errors,
 )
 
@@ -90,16 +92,24 @@ def may_expire(job_id: Any) -> bool:
 
 
 def claimed(
-    job: JobRecord, owner: str, token: str, now: datetime, lease_duration: float
+    job: JobRecord,
+    owner: str,
+    token: str,
+    now: datetime,
+    lease_duration: float,
+    where: tuple[str, int] | None = None,
 ) -> JobRecord:
     """A pending job claimed: running under ``token``'s lease until ``now +
-    lease_duration``, its attempt counted (a pending-scope dedupe key is let go)."""
+    lease_duration``, its attempt counted (a pending-scope dedupe key is let go);
+    ``where``: the claiming runner's host and process id, kept in the lease."""
     now = ms(now)
     until = ms(now + timedelta(seconds=lease_duration))
+    host, pid = where if where is not None else (None, None)
+    lease = LeaseInfo(owner=owner, token=token, until=until, heartbeat_at=now, host=host, pid=pid)
     return evolved(
         job,
         status=JobStatus.RUNNING,
-        lease=LeaseInfo(owner=owner, token=token, until=until, heartbeat_at=now),
+        lease=lease,
         started_at=now,
         updated_at=now,
         attempts=job.attempts + 1,
@@ -129,8 +139,9 @@ def settled(job: JobRecord, settlement: Settlement, result: Any = None) -> JobRe
     result as the store gives it back). The lease goes; no dependency is waited for
     any more; a final status records ``finished_at`` and, but for a declared schedule
     (:func:`may_expire`), ``delete_at``; a failed attempt's error joins ``errors``
-    (the last :data:`ERRORS_KEPT`); log entries given replace the job's. What is not
-    given stays as it was."""
+    (the last :data:`ERRORS_KEPT`), and the attempt it ends joins ``history`` (see
+    :func:`ended_attempt`); log entries given replace the job's. What is not given
+    stays as it was."""
     s = settlement
     now = ms(s.now)
     final = s.status.is_final
@@ -163,6 +174,7 @@ def settled(job: JobRecord, settlement: Settlement, result: Any = None) -> JobRe
         finished_at=now if final else job.finished_at,
         delete_at=ms(s.delete_at) if expires and s.delete_at is not None else job.delete_at,
         errors=job.errors if error is None else kept_errors(job.errors, error),
+        history=kept_attempts(job.history, ended_attempt(job, evolved(s, now=now))),
         logs=job.logs if s.logs is None else tuple(evolved(e, at=ms(e.at)) for e in s.logs),
     )
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from mongosched._core.records import AttemptRecord
 from mongosched.job import Job
 
 __all__ = [
@@ -92,6 +93,16 @@ def job_json(job: Job) -> dict[str, Any]:
     """A job as the JSON of ``jobs list`` and ``jobs show``: its id first."""
     data = job.to_dict()
     return {"id": data.pop("id"), **data}
+
+
+def ran(attempt: AttemptRecord) -> str:
+    """Who ran an attempt, when, and how it ended, on one line."""
+    where = f" on {attempt.host}" if attempt.host else ""
+    pid = f" pid {attempt.pid}" if attempt.pid is not None else ""
+    return (
+        f"{cell(attempt.started_at)} to {cell(attempt.ended_at)}  {attempt.status.value}  "
+        f"runner {attempt.runner}{where}{pid}"
+    )
 
 
 def cell(value: Any) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from mongosched._core.records import JobQuery, JobStatus
 from mongosched.app import App, Cancellation
 from mongosched.cli.exits import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CommandError
-from mongosched.cli.output import cell, job_json, listing, out, print_json, table, to_json
+from mongosched.cli.output import cell, job_json, listing, out, print_json, ran, table, to_json
 from mongosched.job import Job
 from mongosched.observe import metrics
 from mongosched.runner.supervisor import ENV_INDEX, Supervisor, watch_supervisor
@@ -176,6 +176,7 @@ def jobs_show(app: App, args: argparse.Namespace) -> int:
         ("result", to_json(job.result) if completed else None),
         ("error", error and str(error)),
         *((f"attempt {a.attempt}", f"{cell(a.at)}  {a.error}") for a in job.errors),
+        *((f"ran {a.attempt}", ran(a)) for a in job.history),
     ]
     width = max(len(name) for name, _ in fields) + 1
     for name, value in fields:

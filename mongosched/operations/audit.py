@@ -20,6 +20,7 @@ import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from typing import Any
 
 from mongosched._core import validate
 from mongosched._core.records import AuditEntry
@@ -67,28 +68,32 @@ class AuditTrail:
         count: int | None = None,
         detail: str | None = None,
         actor: str | None = None,
+        job: Any = None,
     ) -> AuditEntry:
         """Keep that ``action`` was done to ``target``, on ``count`` jobs (None where it
         does not apply), by ``actor`` (default: as :meth:`acting` says, else this
-        process's ``user@host``). Returns the entry kept. An entry the store cannot
-        write is logged at ERROR, not raised: the action it records is done."""
+        process's ``user@host``); ``job``: the id of the one job it was done to, which
+        links the entry and the job both ways (:meth:`entries`, the dashboard). Returns
+        the entry kept. An entry the store cannot write is logged at ERROR, not raised:
+        the action it records is done."""
         acting = _acting.get()
         who = checked_actor(actor, action)
         if who is None:
             who = acting[0] if acting is not None else local_actor()
         via = acting[1] if acting is not None else "api"
         now = self.now()
-        entry = AuditEntry(now, who, via, action, target, count, detail)
+        entry = AuditEntry(now, who, via, action, target, count, detail, job)
         try:
             self.store.record_audit(entry, None if self.keep is None else now + self.keep)
         except StoreError as exc:
             log.error("audit: could not record %s of %s by %s: %s", action, target, who, exc)
         return entry
 
-    def entries(self, *, limit: int = 100) -> list[AuditEntry]:
-        """The entries kept, newest first (``limit=0``: all of them)."""
+    def entries(self, *, limit: int = 100, job: Any = None) -> list[AuditEntry]:
+        """The entries kept, newest first (``limit=0``: all of them); with ``job``, only
+        those of that one job (by its id)."""
         validate.whole(limit, what="audit entries: limit", minimum=0)
-        return self.store.audit_entries(self.now(), limit)
+        return self.store.audit_entries(self.now(), limit, job)
 
     @contextmanager
     def acting(self, actor: str, via: str) -> Iterator[None]:

@@ -133,7 +133,9 @@ class JobOperations(Operations):
         job_id = self._parse_id(job_id)
         done = self._cancel(job_id)
         count = 0 if done is Cancellation.ALREADY_FINISHED else 1
-        self.audit.record("cancel", f"job {job_id}", count=count, detail=done.value, actor=actor)
+        self.audit.record(
+            "cancel", f"job {job_id}", count=count, detail=done.value, actor=actor, job=job_id
+        )
         return done
 
     def _cancel(self, job_id: Any) -> Cancellation:
@@ -215,7 +217,12 @@ class JobOperations(Operations):
             )
         detail = ", ".join(sorted(changes))
         self.audit.record(
-            "update", f"job {current.id} ({name})", count=1, detail=detail, actor=actor
+            "update",
+            f"job {current.id} ({name})",
+            count=1,
+            detail=detail,
+            actor=actor,
+            job=current.id,
         )
         return Job(record, self.store)
 
@@ -235,7 +242,7 @@ class JobOperations(Operations):
             raise JobStateError(f"job {job.id} ({job.task}) changed status; not retried")
         result = Job(record, self.store)
         self.created(result)
-        self.audit.record("retry", f"job {job.id} ({job.task})", count=1, actor=actor)
+        self.audit.record("retry", f"job {job.id} ({job.task})", count=1, actor=actor, job=job.id)
         return result
 
     def delete_job(self, job_id: Any, *, actor: str | None = None) -> None:
@@ -261,7 +268,9 @@ class JobOperations(Operations):
                 )
             if self.store.purge_many([job.id], [job.status]):
                 log.info("job %s (%s) deleted", job.id, job.task)
-                self.audit.record("delete", f"job {job.id} ({job.task})", count=1, actor=actor)
+                self.audit.record(
+                    "delete", f"job {job.id} ({job.task})", count=1, actor=actor, job=job.id
+                )
                 return
         raise JobStateError(f"job {job.id} ({job.task}) changed or stays; not deleted")
 

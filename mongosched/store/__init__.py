@@ -425,9 +425,9 @@ class Store(Protocol):
         """Keep ``entry`` until ``expire_at`` (None: for good). Safe to repeat: a
         repeated call after a network error keeps it once."""
 
-    def audit_entries(self, now: datetime, limit: int = 100) -> list[AuditEntry]:
+    def audit_entries(self, now: datetime, limit: int = 100, job: Any = None) -> list[AuditEntry]:
         """The entries kept and not expired at ``now``, newest first (``limit=0``:
-        all of them)."""
+        all of them); with ``job``, only those whose ``job`` is that id."""
 
     # Concurrency permits ----------------------------------------------------------------------
     def ensure_permits(self, task: str, limit: int) -> None:

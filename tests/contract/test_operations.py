@@ -389,7 +389,8 @@ def test_a_jobs_trace_context_is_stored_as_given(store: Store) -> None:
 
 def test_the_audit_trail_keeps_entries_newest_first_until_they_expire(store: Store) -> None:
     assert store.audit_entries(T0) == []
-    first = AuditEntry(T0, "alice@web-1", "cli", "retry", "job 1 (t)", 1)
+    job_id = add(store, job())[0].id
+    first = AuditEntry(T0, "alice@web-1", "cli", "retry", f"job {job_id} (t)", 1, job=job_id)
     second = AuditEntry(T0, "bob", "dashboard", "purge", "status=failed", 250, None)
     third = AuditEntry(
         T0 + sec(1), "ops", "api", "schedule_edit", "schedule:nightly", None, "cron 0 3 * * *"
@@ -401,3 +402,5 @@ def test_the_audit_trail_keeps_entries_newest_first_until_they_expire(store: Sto
     assert store.audit_entries(T0, limit=2) == [third, second]
     assert store.audit_entries(T0 + sec(30)) == [second, first]  # expired at exactly then
     assert store.audit_entries(T0 + sec(61), limit=0) == [second]
+    assert store.audit_entries(T0, job=job_id) == [first]  # one job's entries
+    assert store.audit_entries(T0, job=add(store, job())[0].id) == []

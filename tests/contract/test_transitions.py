@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from mongosched._core import outcome, transitions
+from mongosched._core.transitions import ms
 from mongosched._core.records import (
+    AttemptRecord,
     ErrorInfo,
     JobRecord,
     JobStatus,
@@ -24,6 +26,7 @@ from mongosched._core.records import (
     evolved,
 )
 from mongosched.store import Store
+from mongosched.store.claimant import here
 
 from .helpers import (
     LATER,
@@ -80,7 +83,7 @@ def test_a_claim(store: Store) -> None:
         store,
         stored.id,
         write,
-        lambda before: transitions.claimed(before, "me", token(got[0]), NOW, LEASE),
+        lambda before: transitions.claimed(before, "me", token(got[0]), NOW, LEASE, here()),
     )
 
 
@@ -96,7 +99,7 @@ def test_a_batched_claim(store: Store) -> None:
         store,
         stored[0].id,
         write,
-        lambda before: transitions.claimed(before, "me", token(got[0]), NOW, LEASE),
+        lambda before: transitions.claimed(before, "me", token(got[0]), NOW, LEASE, here()),
     )
 
 
@@ -418,4 +421,33 @@ def test_a_debounce_replaces_the_pending_job(store: Store) -> None:
         stored.id,
         lambda: store.insert([later])[0][0],
         lambda before: transitions.replaced(before, later),
+    )
+
+
+def test_each_ended_attempt_keeps_who_ran_it_and_when(store: Store) -> None:
+    """A claim keeps the runner's host and process id in the lease; each attempt that
+    ends (retried, reaped, completed) joins the job's history with its runner, host,
+    pid, start, end and the status it left; a claim given back unrun adds none."""
+    host, pid = here()
+    add(store, job(max_attempts=3))
+    first = claimed(store, now=NOW)
+    assert first.lease is not None and (first.lease.host, first.lease.pid) == (host, pid)
+    store.settle(first, raised(first, NOW + sec(1)))
+    second = claimed(store, now=NOW + sec(2))
+    store.settle(second, given_back(second, NOW + sec(3)))
+    second = claimed(store, now=NOW + sec(4))
+    store.reap(second, NOW + sec(4 + LEASE + 1), lapsed(second, NOW + sec(4 + LEASE + 1)))
+    third = claimed(store, now=NOW + sec(60))
+    done = store.settle(third, succeeded(third, NOW + sec(61)))
+    assert done is not None and done == store.get(first.id)
+    started = [ms(NOW), ms(NOW + sec(4)), ms(NOW + sec(60))]
+    ended = [ms(NOW + sec(1)), ms(NOW + sec(4 + LEASE + 1)), ms(NOW + sec(61))]
+    assert done.history == tuple(
+        AttemptRecord(n, "me", host, pid, s, e, status)
+        for n, s, e, status in zip(
+            (1, 2, 3),
+            started,
+            ended,
+            (JobStatus.PENDING, JobStatus.PENDING, JobStatus.COMPLETED),
+        )
     )

@@ -254,10 +254,14 @@ class MemoryOperations:
                 latest = max(e.at for e, _, _ in self._audit)
                 self._audit = [a for a in self._audit if a[1] is None or a[1] > latest]
 
-    def audit_entries(self, now: datetime, limit: int = 100) -> list[AuditEntry]:
+    def audit_entries(self, now: datetime, limit: int = 100, job: Any = None) -> list[AuditEntry]:
         now = ms(now)
         with self._table.lock:
-            live = [(e.at, seq, e) for e, until, seq in self._audit if until is None or until > now]
+            live = [
+                (e.at, seq, e)
+                for e, until, seq in self._audit
+                if (until is None or until > now) and (job is None or e.job == job)
+            ]
         live.sort(key=lambda item: (item[0], item[1]), reverse=True)
         return [e for _, _, e in live[: limit or None]]
 

@@ -21,6 +21,7 @@ from mongosched._core.records import DEDUPE_SCOPE_STATUSES as SCOPE_STATUSES
 from mongosched._core.records import JobQuery, JobRecord, JobStatus, Settlement, evolved
 from mongosched.errors import JobStateError
 from mongosched.store import codec
+from mongosched.store.claimant import here
 from mongosched.store.memory.index import FlowIndex, JobIndexes
 from mongosched.store.memory.stored import (
     PENDING,
@@ -162,7 +163,7 @@ class MemoryTable:
         """Claim ``job``: running under a fresh lease, its attempt counted."""
         token = codec.new_token()
         # Releases a pending-scope key, indexes the lease.
-        self.write(job, transitions.claimed(job.record, owner, token, now, lease_duration))
+        self.write(job, transitions.claimed(job.record, owner, token, now, lease_duration, here()))
         return job.snapshot()
 
     def holding(self, job_id: Any, token: str) -> StoredJob | None:

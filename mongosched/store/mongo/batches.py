@@ -130,7 +130,8 @@ class _Settling:
             token = job.lease.token if job.lease is not None else ""
             write = codec.new_token()
             update = set_also(
-                settle_update(job.id, settlement, dedupe_hold(job), encoded), {"last_write": write}
+                settle_update(job.id, settlement, dedupe_hold(job), encoded, job),
+                {"last_write": write},
             )
             fence = {"_id": job.id, "lease.token": token, "status": RUNNING}
             fence.update(unchanged_since_claim(job))

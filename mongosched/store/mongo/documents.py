@@ -18,6 +18,7 @@ from mongosched._core.records import (
     FINAL_STATUSES,
     UNSTARTED_STATUSES,
     AttemptError,
+    AttemptRecord,
     ErrorInfo,
     JobQuery,
     JobRecord,
@@ -51,8 +52,10 @@ __all__ = [
     "UNSTARTED",
     "WAITING",
     "RUNNING",
+    "attempt_document",
     "attempt_error_document",
     "attempt_errors",
+    "attempt_history",
     "aware",
     "check_document",
     "edit_document",
@@ -194,6 +197,11 @@ AUDIT_INDEXES: list[Index] = [
     # after its expire_at.
     ([("at", -1), ("_id", -1)], {"name": "at"}),
     ([("expire_at", 1)], {"name": "expire_at", "expireAfterSeconds": 0}),
+    # A job's entries (its page links to them), newest first; only entries of one job.
+    (
+        [("job", 1), ("at", -1)],
+        {"name": "job", "partialFilterExpression": {"job": {"$exists": True}}},
+    ),
 ]
 
 PERMIT_INDEXES: list[Index] = [
@@ -255,6 +263,42 @@ def attempt_errors(docs: Any) -> tuple[AttemptError, ...]:
         error = error_record(doc.get("error")) if isinstance(doc, Mapping) else None
         if error is not None:
             out.append(AttemptError(int(doc.get("attempt") or 0), aware(doc.get("at")), error))
+    return tuple(out)
+
+
+def attempt_document(attempt: AttemptRecord) -> dict[str, Any]:
+    return {
+        "attempt": attempt.attempt,
+        "runner": attempt.runner,
+        "host": attempt.host,
+        "pid": attempt.pid,
+        "started_at": ms(attempt.started_at),
+        "ended_at": ms(attempt.ended_at),
+        "status": attempt.status.value,
+    }
+
+
+def attempt_history(docs: Any) -> tuple[AttemptRecord, ...]:
+    """A job's ``history`` (a list of :func:`attempt_document`; absent: none). An entry
+    that is not one is skipped: the history only informs."""
+    if not isinstance(docs, list):
+        return ()
+    out = []
+    for doc in docs:
+        if not isinstance(doc, Mapping) or doc.get("status") not in STATUSES:
+            continue
+        pid = doc.get("pid")
+        out.append(
+            AttemptRecord(
+                attempt=int(doc.get("attempt") or 0),
+                runner=str(doc.get("runner") or ""),
+                host=None if doc.get("host") is None else str(doc["host"]),
+                pid=pid if isinstance(pid, int) else None,
+                started_at=aware(doc.get("started_at")),
+                ended_at=aware(doc.get("ended_at")),
+                status=JobStatus(doc["status"]),
+            )
+        )
     return tuple(out)
 
 
@@ -389,6 +433,8 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
                 token=lease.get("token"),
                 until=aware(lease.get("until")),
                 heartbeat_at=aware(lease.get("heartbeat_at")),
+                host=lease.get("host"),
+                pid=lease.get("pid"),
             ),
             "repeat": get("repeat") or None,
             "scheduled_for": aware(get("scheduled_for")),
@@ -429,6 +475,7 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
             "concurrency_key": get("concurrency_key"),
             "label": get("label"),
             "errors": attempt_errors(get("errors")),
+            "history": attempt_history(get("history")),
             "aging": get("aging"),
             "fair_key": get("fair_key"),
             "fair_weight": get("fair_weight", 1.0),

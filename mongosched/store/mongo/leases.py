@@ -142,7 +142,7 @@ class MongoLeases:
         result: bytes | None = None,
     ) -> JobRecord | None:
         try:
-            doc = write(settle_update(job.id, settlement, dedupe_hold(job), result), condition)
+            doc = write(settle_update(job.id, settlement, dedupe_hold(job), result, job), condition)
         except DuplicateKeyError:
             log.info(
                 "job %s (%s): its dedupe key %r is held by another job; it waits without it",
@@ -150,7 +150,7 @@ class MongoLeases:
                 job.task,
                 job.dedupe_key,
             )
-            doc = write(settle_update(job.id, settlement, {}, result), condition)
+            doc = write(settle_update(job.id, settlement, {}, result, job), condition)
         return None if doc is None else to_record(doc)
 
     def leases_expired(self, now: datetime, limit: int = 100) -> list[JobRecord]:

@@ -329,6 +329,8 @@ class MongoOperations:
             "count": entry.count,
             "detail": entry.detail,
         }
+        if entry.job is not None:
+            doc["job"] = entry.job
         if expire_at is not None:
             doc["expire_at"] = ms(expire_at)
         audit = self.connection.audit_collection
@@ -336,8 +338,10 @@ class MongoOperations:
             "audit", lambda _: audit.replace_one({"_id": doc["_id"]}, doc, upsert=True)
         )
 
-    def audit_entries(self, now: datetime, limit: int = 100) -> list[AuditEntry]:
-        query = {"$or": [{"expire_at": {"$gt": ms(now)}}, {"expire_at": None}]}
+    def audit_entries(self, now: datetime, limit: int = 100, job: Any = None) -> list[AuditEntry]:
+        query: dict[str, Any] = {"$or": [{"expire_at": {"$gt": ms(now)}}, {"expire_at": None}]}
+        if job is not None:
+            query["job"] = job
         sort = [("at", -1), ("_id", -1)]
         audit = self.connection.audit_collection
         docs = self.connection.retrying(
@@ -352,6 +356,7 @@ class MongoOperations:
                 target=str(d.get("target", "")),
                 count=d.get("count"),
                 detail=d.get("detail"),
+                job=d.get("job"),
             )
             for d in docs
         ]

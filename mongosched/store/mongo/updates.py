@@ -16,6 +16,7 @@ import bson
 from bson.raw_bson import RawBSONDocument
 
 from mongosched._core.records import (
+    ATTEMPTS_KEPT,
     ERRORS_KEPT,
     ErrorInfo,
     JobRecord,
@@ -23,13 +24,16 @@ from mongosched._core.records import (
     PendingChanges,
     ScheduleChanges,
     Settlement,
+    ended_attempt,
 )
 from mongosched._core.transitions import may_expire
+from mongosched.store.claimant import here
 from mongosched.store.codec import CODEC_OPTIONS, new_token
 from mongosched.store.mongo.documents import (
     DEDUPE_FIELDS,
     PENDING,
     RUNNING,
+    attempt_document,
     attempt_error_document,
     error_document,
     last_run_document,
@@ -77,13 +81,17 @@ def claim_query(
 
 def claim_update(owner: str, token: str, now: datetime, lease_duration: float) -> dict[str, Any]:
     """The update of a claim: running under a lease ``token`` until ``now +
-    lease_duration``, the attempt counted, a pending-scope dedupe key released."""
+    lease_duration`` (kept with this process's host and id), the attempt counted, a
+    pending-scope dedupe key released."""
     now = ms(now)
+    host, pid = here()
     lease = {
         "owner": owner,
         "token": token,
         "until": ms(now + timedelta(seconds=lease_duration)),
         "heartbeat_at": now,
+        "host": host,
+        "pid": pid,
     }
     return {
         "$set": {"status": RUNNING, "lease": lease, "started_at": now, "updated_at": now},
@@ -178,10 +186,12 @@ def settle_update(
     settlement: Settlement,
     restore: Mapping[str, Any],
     result: bytes | None = None,
+    held: JobRecord | None = None,
 ) -> dict[str, Any]:
     """The update that applies ``settlement`` to job ``job_id``, as
     :func:`~mongosched._core.transitions.settled` says (``restore``: dedupe fields to
-    hold again when the job goes back to pending).
+    hold again when the job goes back to pending; ``held``: the job as its lease's
+    holder claimed it, whose attempt this ends).
     ``result``: the settlement's result as :func:`codec.encode_value` encoded it (for
     the size check), written as it is, not encoded again."""
     s = settlement
@@ -217,9 +227,15 @@ def settle_update(
         fields.update(restore)
         update["$unset"] = {}
     update["$unset"].update(waiting_for="", unlinked="")  # a waiting job released or ended
+    push: dict[str, Any] = {}
     if s.attempt_error is not None:  # the last ERRORS_KEPT, oldest first
         entry = attempt_error_document(s.attempt_error)
-        update["$push"] = {"errors": {"$each": [entry], "$slice": -ERRORS_KEPT}}
+        push["errors"] = {"$each": [entry], "$slice": -ERRORS_KEPT}
+    ended = None if held is None else ended_attempt(held, s)
+    if ended is not None:  # the last ATTEMPTS_KEPT, oldest first
+        push["history"] = {"$each": [attempt_document(ended)], "$slice": -ATTEMPTS_KEPT}
+    if push:
+        update["$push"] = push
     if result is not None:
         update["$set"] = with_encoded(fields, "result", result)
     return update
