@@ -160,7 +160,13 @@ AUDIT_LIMIT = 200
 
 
 def audit_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
-    entries = ops.app.audit.entries(limit=AUDIT_LIMIT)
+    """The newest entries; with ``?job=ID``, that job's only. An entry of one job links
+    to the job's page."""
+    wanted = ctx.request.arg("job")
+    job = ops.job(wanted) if wanted else None
+    entries = ops.app.audit.entries(
+        limit=AUDIT_LIMIT, job=None if not wanted else job.id if job is not None else wanted
+    )
     rows = [
         [
             stamp(e.at),
@@ -168,7 +174,7 @@ def audit_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
             e.via,
             e.action,
             "" if e.count is None else f"{e.count:,}",
-            e.target,
+            e.target if e.job is None else link(ctx, f"/jobs/{e.job}", e.target),
             e.detail or "",
         ]
         for e in entries
@@ -184,4 +190,11 @@ def audit_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
         AUDIT_LIMIT,
         kept,
     )
+    if wanted:
+        note = fmt(
+            '<p class="crumbs">{} / job <span class="mono">{}</span> · {}</p>',
+            link(ctx, "/audit", "Audit trail"),
+            wanted,
+            link(ctx, f"/jobs/{wanted}", "its page"),
+        )
     return "Audit trail", note + boxed(table(headers, rows, empty="No action recorded yet."))

@@ -1,12 +1,21 @@
 """The dashboard's page of one job (reads only): its facts, progress, arguments and
-result, each failed attempt's error, and the log records kept with it; its actions link
-to their confirmation pages (:mod:`.actions`)."""
+result, its runs (the attempts each operator's retry started, who ran each attempt and
+its error), and the log records kept with it; its actions link to their confirmation
+pages (:mod:`.actions`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from mongosched._core.records import ERRORS_KEPT, RETRYABLE_STATUSES, ErrorInfo, JobStatus
+from mongosched._core.records import (
+    ERRORS_KEPT,
+    RETRYABLE_STATUSES,
+    AuditEntry,
+    ErrorInfo,
+    JobStatus,
+)
 from mongosched.dashboard.data import Operations
 from mongosched.dashboard.render import (
     Context,
@@ -26,6 +35,9 @@ from mongosched.dashboard.views import link, pause_link, run_time, runner_anchor
 from mongosched.job import Job
 
 __all__ = ["job_actions", "job_page"]
+
+AUDIT_KEPT = 100
+"""A job's audit entries its page reads (the newest)."""
 
 
 def job_actions(ctx: Context, job: Job) -> Markup:
@@ -145,7 +157,10 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
     sections = [
         fmt('<div class="grid2 detail"><div>{}</div><div>{}</div></div>', join(left), join(right))
     ]
-    sections.extend(_error_panels(job, now))
+    runs, told = _runs_panel(ops, ctx, job, now)
+    if runs is not None:
+        sections.append(runs)
+    sections.extend(_error_panels(job, now, told))
     if job.logs:
         sections.append(_logs_panel(job))
     title = job.label or job.task
@@ -157,12 +172,148 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
     return title, head + job_actions(ctx, job) + join(sections)
 
 
-def _error_panels(job: Job, now: Any) -> list[Markup]:
-    """Each failed attempt's error (the last one's traceback open), then the job's last
-    error where it is none of them (a cancel's, an expiry's; a job stored before jobs
-    kept their attempts' errors)."""
+@dataclass(frozen=True)
+class _Attempt:
+    """An attempt as the runs panel shows it: ended (from :attr:`Job.history`) or
+    running now (from the lease; no end, no status)."""
+
+    attempt: int
+    runner: str
+    host: str | None
+    pid: int | None
+    started_at: datetime
+    ended_at: datetime | None = None
+    status: JobStatus | None = None
+
+
+@dataclass
+class _Run:
+    """Attempts run one after another, and the operator action that started them (None:
+    the job as scheduled, or a repeating job's next occurrence)."""
+
+    started_by: AuditEntry | None
+    attempts: list[_Attempt] = field(default_factory=list)
+
+
+def _runs(job: Job, retries: list[AuditEntry]) -> list[_Run]:
+    """The job's attempts grouped into runs: attempts count from one again after an
+    operator's retry (``retries``, oldest first) and at a repeating job's next
+    occurrence. A run is told as started by the retry made between the previous run's
+    end and its start (none: an occurrence). A retry that has not run yet ends the list
+    with an empty run."""
+    attempts = [
+        _Attempt(a.attempt, a.runner, a.host, a.pid, a.started_at, a.ended_at, a.status)
+        for a in job.history
+    ]
+    lease = job.lease
+    if job.status is JobStatus.RUNNING and lease is not None and job.started_at is not None:
+        attempts.append(_Attempt(job.attempts, lease.owner, lease.host, lease.pid, job.started_at))
+    runs: list[_Run] = []
+    unused = list(retries)
+    for a in attempts:
+        if runs and a.attempt > runs[-1].attempts[-1].attempt:
+            runs[-1].attempts.append(a)
+            continue
+        by = None
+        if runs:
+            ended = runs[-1].attempts[-1].ended_at or a.started_at
+            by = next((e for e in unused if ended <= e.at <= a.started_at), None)
+            unused = unused if by is None else unused[unused.index(by) + 1 :]
+        runs.append(_Run(by, [a]))
+    last = attempts[-1].ended_at if attempts else None
+    runs.extend(_Run(e) for e in unused if last is not None and e.at >= last)
+    return runs
+
+
+def _runs_panel(
+    ops: Operations, ctx: Context, job: Job, now: datetime
+) -> tuple[Markup | None, set[tuple[int, datetime]]]:
+    """The job's attempts as runs, each headed by who started it and when (linked to
+    the audit trail), each attempt with its runner, host, process, times and error.
+    Also the failed attempts it told of (attempt, time), which the failed-attempts
+    panel leaves out. None when the job kept no ended attempt and none runs."""
+    entries = ops.app.audit.entries(limit=AUDIT_KEPT, job=job.id)
+    retries = sorted((e for e in entries if e.action == "retry"), key=lambda e: e.at)
+    runs = _runs(job, retries)
+    if not runs:
+        return None, set()
+    errors = {(e.attempt, e.at): e.error for e in job.errors}
+    told: set[tuple[int, datetime]] = set()
+    audit = ctx.url("/audit", [("job", str(job.id))])
+    items = []
+    for n, run in enumerate(runs, 1):
+        by = run.started_by
+        if by is not None:
+            head = fmt(
+                'Run {} · retried by <strong>{}</strong> via {} {} · <a href="{}">audit</a>',
+                n,
+                by.actor,
+                by.via,
+                ago(by.at, now),
+                audit,
+            )
+        elif n == 1:
+            head = fmt("Run {} · as scheduled {}", n, ago(job.created_at, now))
+        else:
+            head = fmt("Run {} · next occurrence", n)
+        rows = []
+        for a in run.attempts:
+            error = None if a.ended_at is None else errors.get((a.attempt, a.ended_at))
+            if error is not None and a.ended_at is not None:
+                told.add((a.attempt, a.ended_at))
+            rows.append(_attempt_item(ctx, a, error, now))
+        if not rows:
+            rows.append(Markup('<li class="muted">Not run yet.</li>'))
+        items.append(
+            fmt('<li><p class="run-head">{}</p><ol class="attempts">{}</ol></li>', head, join(rows))
+        )
+    link_audit = (
+        fmt(' <a class="small" href="{}">its audit trail</a>', audit) if entries else Markup("")
+    )
+    panel = fmt(
+        '<section class="panel runs"><h2>Runs{}</h2><ol class="runs">{}</ol></section>',
+        link_audit,
+        join(items),
+    )
+    return panel, told
+
+
+def _attempt_item(ctx: Context, a: _Attempt, error: ErrorInfo | None, now: datetime) -> Markup:
+    where = fmt(
+        'runner <a class="mono" href="{}#{}">{}</a>{}{}',
+        ctx.url("/runners"),
+        runner_anchor(a.runner),
+        a.runner,
+        fmt(" on <strong>{}</strong>", a.host) if a.host else Markup(""),
+        fmt(" pid {}", a.pid) if a.pid is not None else Markup(""),
+    )
+    if a.ended_at is None:
+        status, took = badge("running"), fmt("since {}", stamp(a.started_at))
+    else:
+        status = badge("retried" if a.status is JobStatus.PENDING else a.status)
+        took = fmt(
+            "{} → {} ({})",
+            stamp(a.started_at),
+            stamp(a.ended_at),
+            duration((a.ended_at - a.started_at).total_seconds()),
+        )
+    line = fmt("<p>Attempt {} {} · {} · {}</p>", a.attempt, status, where, took)
+    if error is None:
+        return fmt('<li class="attempt">{}</li>', line)
+    return fmt(
+        '<li class="attempt">{}<p>{}</p><details><summary>Traceback</summary>{}</details></li>',
+        line,
+        _error_text(error),
+        _traceback(error),
+    )
+
+
+def _error_panels(job: Job, now: Any, told: set[tuple[int, datetime]]) -> list[Markup]:
+    """Each failed attempt's error the runs panel did not tell (the last one's traceback
+    open), then the job's last error where it is none of them (a cancel's, an
+    expiry's; a job stored before jobs kept their attempts)."""
     out: list[Markup] = []
-    attempts = job.errors
+    attempts = tuple(a for a in job.errors if (a.attempt, a.at) not in told)
     if attempts:
         items = join(
             fmt(
@@ -187,7 +338,7 @@ def _error_panels(job: Job, now: Any) -> list[Markup]:
             )
         )
     error = job.error
-    if error is not None and (not attempts or attempts[-1].error != error):
+    if error is not None and (not job.errors or job.errors[-1].error != error):
         out.append(
             fmt(
                 '<section class="panel error-panel"><h2>Error</h2><p>{}</p>{}</section>',

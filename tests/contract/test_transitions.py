@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from mongosched._core import outcome, transitions
-from mongosched._core.transitions import ms
 from mongosched._core.records import (
     AttemptRecord,
     ErrorInfo,
@@ -25,6 +24,7 @@ from mongosched._core.records import (
     ScheduleEdit,
     evolved,
 )
+from mongosched._core.transitions import ms
 from mongosched.store import Store
 from mongosched.store.claimant import here
 
@@ -449,5 +449,6 @@ def test_each_ended_attempt_keeps_who_ran_it_and_when(store: Store) -> None:
             started,
             ended,
             (JobStatus.PENDING, JobStatus.PENDING, JobStatus.COMPLETED),
+            strict=True,
         )
     )

@@ -19,6 +19,7 @@ from mongosched.dashboard import StandaloneDashboard
 from mongosched.dashboard.actions import safe_next
 from mongosched.dashboard.auth import COOKIE, TokenAuth
 from mongosched.dashboard.http import Request, mounted_request
+from mongosched.dashboard.views import runner_anchor
 from mongosched.testing import FakeClock, drain
 from tests.support.dashboard import (
     NEXT_TARGETS,
@@ -716,7 +717,8 @@ def test_a_job_shows_the_error_of_each_attempt(sched: App, browser: Client) -> N
     job = flaky.schedule(3)
     drain(sched)
     body = browser.get(f"/jobs/{job.id}").body
-    panel = body[body.index("<h2>Failed attempts</h2>") :]
+    assert "<h2>Failed attempts</h2>" not in body  # each told with its attempt, in its run
+    panel = body[body.index("<h2>Runs") :]
     found = re.findall(r"Attempt (\d)\b.*?<strong class=\"mono\">([\w.]+)</strong>: ([^<]*)", panel)
     assert found == [
         ("1", "builtins.ValueError", "attempt 1 &lt;of 3&gt;"),
@@ -861,7 +863,56 @@ def test_the_audit_page_lists_actions_with_who_did_them(
     rows = re.findall(r"<tr>(.*?)</tr>", body.split("<tbody>", 1)[1])
     assert len(rows) == 4
     assert "api-user &lt;b&gt;" in rows[0] and "<td>queue other</td>" in rows[0]
-    assert f"<td>job {job.id} (boom)</td>" in rows[3] and "<td>retry</td>" in rows[3]
+    assert f'<a href="/jobs/{job.id}">job {job.id} (boom)</a>' in rows[3]
+    assert "<td>retry</td>" in rows[3]
+
+
+def test_a_job_page_groups_attempts_into_runs_by_who_retried_and_links_the_audit(
+    sched: App, browser: Client
+) -> None:
+    """Each operator's retry starts a run, headed by who did it, through what and when;
+    each attempt says which runner, host and process ran it, and its error. The job
+    links to its audit entries, which link back to it."""
+
+    @sched.task(name="twice", retry=RetryPolicy(retries=1, delay=0))
+    def twice() -> None:
+        raise ValueError(f"attempt {current_job().attempt}")  # type: ignore[union-attr]
+
+    job = twice.schedule()
+    drain(sched)
+    with sched.audit.acting("alice@laptop", "cli"):
+        sched.retry_job(job.id)
+    drain(sched)
+    confirm = browser.get(f"/jobs/{job.id}/retry")
+    browser.post(f"/jobs/{job.id}/retry", {"csrf_token": confirm.csrf()})
+    body = browser.get(f"/jobs/{job.id}").body
+    panel = body[body.index("<h2>Runs") : body.index("</section>", body.index("<h2>Runs"))]
+    heads = re.findall(r'<p class="run-head">(.*?)</p>', panel)
+    text = [re.sub(r"<[^>]+>", "", h) for h in heads]
+    assert len(text) == 3
+    assert text[0].startswith("Run 1 · as scheduled ")
+    assert text[1].startswith("Run 2 · retried by alice@laptop via cli ")
+    assert text[2].startswith("Run 3 · retried by dashboard token via dashboard ")
+    runs = panel.split('<p class="run-head">')[1:]
+    assert [re.findall(r"Attempt (\d) <span class=\"badge s-(\w+)\"", r) for r in runs] == [
+        [("1", "retried"), ("2", "failed")],
+        [("1", "retried"), ("2", "failed")],
+        [],
+    ]
+    assert "Not run yet." in runs[2]
+    history = sched.get_job(job.id).history  # type: ignore[union-attr]
+    assert len(history) == 4 and all(a.pid is not None and a.host for a in history)
+    first = history[0]
+    assert f"on <strong>{first.host}</strong> pid {first.pid}" in runs[0]
+    assert f"#{runner_anchor(first.runner)}" in runs[0]
+    assert runs[1].count('<strong class="mono">builtins.ValueError</strong>') == 2
+    audit = f'href="/audit?job={job.id}"'
+    assert audit in heads[1] and audit in heads[2] and "its audit trail" in panel
+    trail = browser.get(f"/audit?job={job.id}").body
+    rows = re.findall(r"<tr>(.*?)</tr>", trail.split("<tbody>", 1)[1])
+    assert len(rows) == 2 and "alice@laptop" in rows[1] and "dashboard token" in rows[0]
+    assert all(f'<a href="/jobs/{job.id}">' in row for row in rows)
+    assert f'href="/jobs/{job.id}">its page</a>' in trail
 
 
 def test_bulk_retry_by_the_filter_shows_the_dry_run_count_first(
