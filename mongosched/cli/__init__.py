@@ -67,21 +67,28 @@ __all__ = ["build_parser", "check_connection", "load_app", "main", "parse_durati
 log = logging.getLogger("mongosched")
 
 
-def _configure_logging(level: str) -> Callable[[], None]:
+def _configure_logging(level: str, tasks: bool | None = None) -> Callable[[], None]:
     """Send the ``mongosched`` logs to stderr at ``level``, unless logging is already set
-    up (a framework, pytest); returns a function that undoes it."""
-    previous = log.level
+    up (a framework, pytest); returns a function that undoes it. For a worker
+    (``tasks`` not None) every logger logs at ``level``, so that what its tasks log is
+    kept with their jobs, and, with ``tasks``, printed too."""
+    root = logging.getLogger()
+    target = root if tasks else log
+    previous = (log.level, root.level)
     handler: logging.Handler | None = None
-    if not log.handlers and not logging.getLogger().handlers:
+    if not log.handlers and not root.handlers:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        log.addHandler(handler)
+        target.addHandler(handler)
+        if tasks is not None:
+            root.setLevel(level)
     log.setLevel(level)
 
     def undo() -> None:
-        log.setLevel(previous)
+        log.setLevel(previous[0])
+        root.setLevel(previous[1])
         if handler is not None:
-            log.removeHandler(handler)
+            target.removeHandler(handler)
 
     return undo
 
@@ -117,7 +124,7 @@ def main(
     args.argv = list(sys.argv[1:] if argv is None else argv)
     args.framework = app is not None
     level = args.log_level or ("INFO" if args.verb in ("worker", "dashboard") else "WARNING")
-    undo_logging = _configure_logging(level)
+    undo_logging = _configure_logging(level, getattr(args, "task_logs", None))
     chosen: App | None = None
     made_here = False
     try:

@@ -290,6 +290,14 @@ def build_parser(
         metavar="HOST",
         help="address the metrics endpoint binds (default 0.0.0.0: every interface)",
     )
+    worker.add_argument(
+        "--task-logs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="print what tasks log, at --log-level, with the worker's own lines (they "
+        "are kept with each job either way; default: on; --no-task-logs: only the "
+        "worker's own lines)",
+    )
     worker.set_defaults(run=verbs.worker)
 
     jobs = verb(commands, "jobs", VERBS["jobs"])

@@ -899,3 +899,41 @@ def test_worker_runs_jobs_and_stops_gracefully_on_sigterm(
     assert "wake poll" in log
     assert "stopped" in log
     assert "Traceback" not in log
+
+
+@pytest.mark.parametrize("shown", [True, False])
+def test_worker_prints_what_tasks_log_and_keeps_it_with_the_job(
+    shared_db: SharedDatabase, tmp_path: Path, shown: bool
+) -> None:
+    """A task's ``log.info`` reaches the worker's stderr (as Celery's, RQ's and Huey's
+    workers print them), unless ``--no-task-logs``; the job keeps it either way."""
+    log_path = tmp_path / "worker.log"
+    command = [sys.executable, "-m", "mongosched", "worker", "tests.support.cli_app:app",
+               "--poll-interval", "0.05", "--wake", "poll"]  # fmt: skip
+    if not shown:
+        command.append("--no-task-logs")
+    uri = shared_db.uri()
+    with log_path.open("w") as log_file:
+        worker = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env={**os.environ, "MONGOSCHED_CLI_TEST_URI": uri},
+            stdout=subprocess.DEVNULL,
+            stderr=log_file,
+        )
+    try:
+        app = App(uri)
+        app.task(name="cli.chatty")(lambda n: n)
+        job = app.schedule("cli.chatty", 7).wait(timeout=30)
+        assert job.status is JobStatus.COMPLETED
+        assert [(e.logger, e.message) for e in job.logs] == [("shop.tasks", "chatty says 7")]
+        app.close()
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=20) == 0
+        printed = log_path.read_text()
+        assert ("INFO shop.tasks: chatty says 7" in printed) is shown, printed
+        assert "mongosched" in printed  # the worker's own lines either way
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()

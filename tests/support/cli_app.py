@@ -9,6 +9,7 @@ starting runner schedules one ``cli.work`` job: it writes ``started`` to
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
@@ -30,6 +31,13 @@ def work(directory: str) -> str:
     with progress.open("a") as file:
         file.write("done\n")
     return "done"
+
+
+@app.task(name="cli.chatty")
+def chatty(n: int) -> int:
+    """Logs a line at INFO with the task's own logger (not the package's)."""
+    logging.getLogger("shop.tasks").info("chatty says %d", n)
+    return n
 
 
 def _schedule_work(event: Event) -> None:
