@@ -3,7 +3,15 @@ and ship it with a task whose writes commit with its job's completion.
 
     MONGODB_URI="mongodb://localhost/shop?replicaSet=rs0" python examples/transactions_pymongo.py
 
-Transactions need a replica set (a single-node one will do) or a sharded cluster.
+runs the jobs in this process. To run them in a worker instead, comment out the
+``drain(app)`` line and, from the repository's root, start
+
+    MONGODB_URI=... mongosched worker examples.transactions_pymongo:app
+
+The tasks are named (``name=``): run as a script, an unnamed task would be
+``__main__.ship`` here and ``examples.transactions_pymongo.ship`` in the worker, which
+would then leave the jobs pending. Transactions need a replica set (a single-node one
+will do) or a sharded cluster.
 """
 
 from __future__ import annotations
@@ -22,13 +30,13 @@ db = client.get_default_database()
 app = App(database=db)  # the app's writes use your client, so they can join your sessions
 
 
-@app.task
+@app.task(name="shop.send_receipt")
 def send_receipt(order_id: str) -> None:
     order = db.orders.find_one({"_id": order_id})
     print(f"receipt for {order_id}: {order['total'] if order else 'no such order'}")
 
 
-@app.task(transactional=True)
+@app.task(name="shop.ship", transactional=True)
 def ship(order_id: str) -> None:
     job = current_job()
     session = job.session if job else None  # commits with the job's completion
@@ -53,5 +61,5 @@ if __name__ == "__main__":
         if name not in db.list_collection_names():
             db.create_collection(name)
     place_order("order-1", 42)
-    drain(app)  # a worker would: mongosched worker examples.transactions_pymongo:app
+    drain(app)  # runs the jobs here; or leave it out and run a worker (see above)
     print(db.orders.find_one({"_id": "order-1"}))

@@ -31,8 +31,14 @@ def shop(tx_uri: str, tx_database: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_the_pymongo_recipe_commits_the_order_with_its_jobs_or_nothing(
     shop: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    recipe = runpy.run_path(str(EXAMPLES / "transactions_pymongo.py"))
+    recipe = runpy.run_path(str(EXAMPLES / "transactions_pymongo.py"), run_name="__main__")
     app, place_order = recipe["app"], recipe["place_order"]
+    drained = app.get_jobs(limit=0)  # the script's own run, as a user runs it
+    assert [j.status for j in drained] == [JobStatus.COMPLETED] * 2
+    app.purge(status="completed")
+    shop.orders.delete_many({})
+    shop.shipments.delete_many({})
+    capsys.readouterr()
     place_order("order-1", 42)
     assert shop.orders.count_documents({}) == 1 and app.count_jobs() == 2
     with pytest.raises(DuplicateKeyError):  # the same order again: it all aborts
@@ -84,3 +90,15 @@ def test_the_readmes_transaction_example_runs_as_written(shop: Any) -> None:
     drain(app)
     assert all(job.status is JobStatus.COMPLETED for job in app.get_jobs(limit=0))
     assert app.count_jobs() == 2
+
+
+def test_the_pymongo_recipe_names_its_tasks_as_a_worker_importing_it_does(shop: Any) -> None:
+    """Run as a script, the recipe's tasks keep the names that ``mongosched worker
+    examples.transactions_pymongo:app`` registers, so that worker runs its jobs (an
+    unnamed task would be ``__main__.ship`` in the script: the worker leaves it
+    pending)."""
+    recipe = str(EXAMPLES / "transactions_pymongo.py")
+    script = runpy.run_path(recipe, run_name="__main__")
+    imported = runpy.run_path(recipe, run_name="examples.transactions_pymongo")
+    names = sorted(script["app"].tasks)
+    assert names == sorted(imported["app"].tasks) == ["shop.send_receipt", "shop.ship"]
