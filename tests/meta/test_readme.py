@@ -8,7 +8,10 @@ The rules the docs follow (docs/contributing.rst, "Code in the docs"):
 * a block whose first line is ``# NAME.py`` is that file: it also runs as module
   ``NAME``, which later blocks import (``from myapp import create_app``);
 * the ``test_*`` functions a block defines are called (their parameters are the
-  fixtures of that name the page defined): a test recipe must pass;
+  fixtures of that name the page defined, in the block or a ``# conftest.py`` block):
+  a test recipe must pass; a block that is a file pytest collects no tests from
+  (``# conftest.py``, ``# myapp.py``: only ``test_*.py`` and ``*_test.py`` are) must
+  define none, since copied as written it would pass without running them;
 * a block preceded by the comment ``.. not-runnable: REASON`` is left out (kept few:
   a fragment of a Django project, a server's configuration).
 
@@ -76,12 +79,15 @@ def python_blocks(page: Path) -> list[Block]:
     return blocks
 
 
-def _call_tests(namespace: dict[str, Any], called: set[str]) -> None:
+def _call_tests(
+    namespace: dict[str, Any], called: set[str], fixtures: dict[str, Any] | None = None
+) -> None:
     """Call the ``test_*`` functions defined so far and not yet called, each parameter
-    given by the page's fixture of that name."""
+    given by the page's fixture of that name (in ``namespace``, else in ``fixtures``:
+    a ``# conftest.py`` block's)."""
 
     def value(name: str, test: str) -> Any:
-        fixture = namespace.get(name)
+        fixture = namespace.get(name, (fixtures or {}).get(name))
         assert fixture is not None, f"{test}: no fixture {name!r} on the page"
         function: Callable[..., Any] = getattr(fixture, "__wrapped__", fixture)
         return function(*(value(p, test) for p in inspect.signature(function).parameters))
@@ -110,6 +116,7 @@ def run_page(page: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """Run the page's runnable blocks (see the module); returns the page's namespace."""
     namespace: dict[str, Any] = {"__name__": f"docs_{page.stem.replace('-', '_')}"}
     called: set[str] = set()
+    conftest: dict[str, Any] = {}
     for block in python_blocks(page):
         if block.not_runnable:
             continue
@@ -118,11 +125,49 @@ def run_page(page: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
             module = types.ModuleType(block.module)
             monkeypatch.setitem(sys.modules, block.module, module)
             exec(code, module.__dict__)
-            _call_tests(module.__dict__, called)
+            uncollected = never_collected(block.module, module.__dict__)
+            assert not uncollected, (
+                f"{page.name}:{block.line}: pytest collects no tests from "
+                f"{block.module}.py, so {', '.join(uncollected)} would never run: "
+                "put tests in a test_*.py block"
+            )
+            if block.module == "conftest":
+                conftest.update(module.__dict__)
+            _call_tests(module.__dict__, called, conftest)
         else:
             exec(code, namespace)
-        _call_tests(namespace, called)
+        _call_tests(namespace, called, conftest)
     return namespace
+
+
+def never_collected(module: str, defined: dict[str, Any]) -> list[str]:
+    """The test functions a docs block defines in a file that pytest, as configured by
+    default, collects no tests from (only ``test_*.py`` and ``*_test.py``)."""
+    if module.startswith("test_") or module.endswith("_test"):
+        return []
+    return sorted(n for n, v in defined.items() if n.startswith("test_") and callable(v))
+
+
+def test_tests_in_a_file_pytest_never_collects_fail_the_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``# conftest.py`` block defining a test (a test copied there passes as "1
+    passed" without running) fails; the same test in a ``# test_*.py`` block runs, with
+    the conftest's fixtures."""
+    ran: list[int] = []
+    monkeypatch.setitem(sys.modules, "docs_ran", types.SimpleNamespace(ran=ran))
+    page = tmp_path / "page.rst"
+    fixture = "import pytest\n\n    @pytest.fixture\n    def n():\n        return 7\n"
+    test = "from docs_ran import ran\n\n    def test_n(n):\n        ran.append(n)\n"
+    page.write_text(f".. code-block:: python\n\n    # conftest.py\n    {fixture}\n    {test}\n")
+    with pytest.raises(AssertionError, match=r"no tests from conftest.py, so test_n would"):
+        run_page(page, monkeypatch)
+    page.write_text(
+        f".. code-block:: python\n\n    # conftest.py\n    {fixture}\n"
+        f".. code-block:: python\n\n    # test_page.py\n    {test}\n"
+    )
+    run_page(page, monkeypatch)
+    assert ran == [7]
 
 
 @pytest.mark.parametrize(
