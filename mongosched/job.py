@@ -144,6 +144,25 @@ class Job(Generic[R]):
         return self._record.label
 
     @property
+    def call(self) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments it shows with: its own; for a labelled job (a Django task's),
+        those of the code its task runs on its behalf (the ``args`` and ``kwargs`` it
+        passes on), as the dashboard and ``jobs show`` show them."""
+        kwargs = self._record.kwargs
+        inner_args, inner_kwargs = kwargs.get("args"), kwargs.get("kwargs")
+        if self.label is not None and isinstance(inner_args, list):
+            return list(inner_args), dict(inner_kwargs) if isinstance(inner_kwargs, dict) else {}
+        return list(self._record.args), dict(kwargs)
+
+    @property
+    def label_priority(self) -> int | None:
+        """For a labelled job whose framework has priorities of its own (a Django
+        task's: -100 .. 100, higher first), that priority; None otherwise. What orders
+        the job's claims is :attr:`priority`, mongosched's, mapped from it."""
+        value = self._record.kwargs.get("django_priority") if self.label is not None else None
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    @property
     def errors(self) -> tuple[AttemptError, ...]:
         """The errors of its attempts that failed (each with the attempt's number and
         time), oldest first: the last ten. A cancel's or an expiry's error is only

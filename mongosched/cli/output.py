@@ -92,7 +92,9 @@ def print_json(value: Any) -> None:
 def job_json(job: Job) -> dict[str, Any]:
     """A job as the JSON of ``jobs list`` and ``jobs show``: its id first."""
     data = job.to_dict()
-    return {"id": data.pop("id"), **data}
+    args, kwargs = job.call
+    shown = {"call": {"args": args, "kwargs": kwargs}, "label_priority": job.label_priority}
+    return {"id": data.pop("id"), **data, **(shown if job.label is not None else {})}
 
 
 def ran(attempt: AttemptRecord) -> str:

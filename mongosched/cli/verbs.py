@@ -138,7 +138,7 @@ def jobs_list(app: App, args: argparse.Namespace) -> int:
             job.label or job.task,  # a Django task's job: its path
             job.status,
             job.queue,
-            job.priority,
+            job.priority if job.label_priority is None else f"{job.label_priority} (Django)",
             f"{job.attempts}/{job.max_attempts}",
             job.run_at,
             job.updated_at,
@@ -160,10 +160,10 @@ def jobs_show(app: App, args: argparse.Namespace) -> int:
         ("label", job.label),
         ("status", f"{job.status}{' (cancel requested)' if job.cancel_requested else ''}"),
         ("queue", job.queue),
-        ("priority", job.priority),
+        ("priority", _priority(job)),
         ("attempts", f"{job.attempts}/{job.max_attempts}"),
-        ("args", to_json(job.args)),
-        ("kwargs", to_json(job.kwargs)),
+        ("args", to_json(job.call[0])),
+        ("kwargs", to_json(job.call[1])),
         ("repeat", job.repeat and to_json(job.repeat)),
         ("dedupe key", job.dedupe_key),
         ("run at", job.run_at),
@@ -194,6 +194,13 @@ def jobs_show(app: App, args: argparse.Namespace) -> int:
             for line in more:
                 out(f"      {line}")
     return EXIT_OK
+
+
+def _priority(job: Job) -> str:
+    """Its priority; a Django task's own first (higher runs first)."""
+    if job.label_priority is None:
+        return f"{job.priority:g}"
+    return f"{job.label_priority} (Django priority; mongosched priority {job.priority:g})"
 
 
 def jobs_cancel(app: App, args: argparse.Namespace) -> int:

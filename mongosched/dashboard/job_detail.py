@@ -80,7 +80,7 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
             badge("scheduled" if job.repeat and job.status is JobStatus.PENDING else job.status)
             + (Markup(" ") + badge("cancel requested") if job.cancel_requested else Markup("")),
         ),
-        ("Priority", job.priority),
+        ("Priority", _priority(job)),
         ("Attempts", f"{job.attempts} of {job.max_attempts}"),
         ("Next run" if job.repeat else "Due", when(job.run_at, now)),
         ("Created", stamp(job.created_at)),
@@ -145,11 +145,24 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
                 ago(job.progress.at, now),
             )
         )
+    args, kwargs = job.call
+    passed = (
+        fmt(
+            '<p class="muted small">{}\'s own, which <span class="mono">{}</span> passes on.</p>'
+            "<details><summary>As stored</summary>{}</details>",
+            job.label,
+            job.task,
+            pretty(job.kwargs),
+        )
+        if job.label is not None and (args, kwargs) != (list(job.args), dict(job.kwargs))
+        else Markup("")
+    )
     right.append(
         fmt(
-            '<section class="panel"><h2>Arguments</h2><h3>args</h3>{}<h3>kwargs</h3>{}</section>',
-            pretty(job.args),
-            pretty(job.kwargs),
+            '<section class="panel"><h2>Arguments</h2>{}<h3>args</h3>{}<h3>kwargs</h3>{}</section>',
+            passed,
+            pretty(args),
+            pretty(kwargs),
         )
     )
     if job.result is not None or job.status is JobStatus.COMPLETED:
@@ -379,6 +392,17 @@ def _extra_facts(job: Job) -> list[tuple[str, Any]]:
     if depends:
         out.append(("Depends on", ", ".join(str(d) for d in depends)))
     return out
+
+
+def _priority(job: Job) -> Any:
+    """Its priority; a Django task's own too (its scale differs: higher runs first)."""
+    if job.label_priority is None:
+        return job.priority
+    return fmt(
+        '{} <span class="muted small">(Django priority; runs at mongosched priority {})</span>',
+        job.label_priority,
+        f"{job.priority:g}",
+    )
 
 
 def _rule(repeat: dict[str, Any]) -> str:

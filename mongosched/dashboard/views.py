@@ -444,8 +444,9 @@ def _task_cell(ctx: Context, job: Job) -> Any:
     if job.label is None:
         return job.task
     return fmt(
-        '{}<br><span class="muted small">{}</span>',
+        '{}<br><span class="muted small cut" title="{}">{}</span>',
         link(ctx, "/jobs", job.label, [("label", job.label)]),
+        job.task,
         job.task,
     )
 
@@ -457,9 +458,11 @@ is the cell's tooltip, and on the job's page)."""
 
 
 def _arguments(job: Job) -> Markup:
-    """The call's arguments as text, ``"a", 2, key=3``, cut to :data:`ARGS_CHARS`."""
-    parts = [_compact(a) for a in job.args]
-    parts += [f"{key}={_compact(value)}" for key, value in job.kwargs.items()]
+    """The call's arguments (:attr:`Job.call`: a Django task's own) as text, ``"a", 2,
+    key=3``, cut to :data:`ARGS_CHARS`."""
+    args, kwargs = job.call
+    parts = [_compact(a) for a in args]
+    parts += [f"{key}={_compact(value)}" for key, value in kwargs.items()]
     text = ", ".join(parts)
     return fmt('<span class="args" title="{}">{}</span>', text, _cut(text, ARGS_CHARS))
 

@@ -630,7 +630,7 @@ def test_labelled_jobs_show_filter_and_pause_by_their_label(
     listing = browser.get("/jobs?task=run").body
     row = next(r for r in re.findall(r"<tr><td>.*?</tr>", listing) if str(mail.id) in r)
     assert '<a href="/jobs?label=app.tasks.mail">app.tasks.mail</a>' in row
-    assert '<span class="muted small">run</span>' in row
+    assert '<span class="muted small cut" title="run">run</span>' in row
     names = re.search(r'<datalist id="task-names">(.*?)</datalist>', listing)
     assert names and {"app.tasks.mail", "run"} <= set(re.findall(r'value="([^"]*)"', names[1]))
     # Typed in the task box, or followed from a link: the label's jobs alone.

@@ -107,3 +107,28 @@ def test_the_admin_index_links_to_the_dashboard(app: App) -> None:
     client.force_login(user("admin", staff=True))
     body = client.get("/admin/").content.decode()
     assert f'href="{PREFIX}"' in body and "Job dashboard" in body
+
+
+def test_a_django_task_shows_its_own_arguments_and_priority(app: App) -> None:
+    """A Django task's job runs under mongosched's run_task, which passes on the task's
+    arguments: the list and the page show the task's own (``6, b=7``, not the
+    wrapper's ``path=..., args=[6]``) and its Django priority."""
+    from django.test import Client
+
+    from tests.djangoproject.testapp.tasks import multiply
+
+    result = multiply.using(priority=10).enqueue(6, b=7)
+    client = Client()
+    client.force_login(user("operator", staff=True))
+    listing = client.get(f"{PREFIX}jobs").content.decode()
+    row = next(r for r in re.findall(r"<tr>(.*?)</tr>", listing) if result.id in r)
+    args = re.search(r'<span class="args" title="([^"]*)">', row)
+    assert args is not None and args[1] == "6, b=7"
+    page = client.get(f"{PREFIX}jobs/{result.id}").content.decode()
+    arguments = page[page.index("<h2>Arguments</h2>") :]
+    assert re.search(r"<h3>args</h3><pre class=\"code\">\[\s*6\s*\]</pre>", arguments)
+    assert re.search(r"<h3>kwargs</h3><pre class=\"code\">\{\s*&quot;b&quot;: 7\s*\}", arguments)
+    assert "<details><summary>As stored</summary>" in arguments  # the wrapper's, folded
+    priority = re.search(r"<dt>Priority</dt><dd>(.*?)</dd>", page)
+    assert priority is not None
+    assert priority[1].startswith("10 <span") and "mongosched priority 4.6" in priority[1]
