@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mongosched import App, RetryPolicy, __version__, current_job  # noqa: E402
+from mongosched import App, JobStatus, RetryPolicy, __version__, current_job  # noqa: E402
 from mongosched._core.records import RunnerInfo  # noqa: E402
 from mongosched.dashboard import StandaloneDashboard  # noqa: E402
 from mongosched.testing import FakeClock, drain  # noqa: E402
@@ -85,13 +85,20 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
     # What Django's tasks framework enqueues (mongosched.contrib.django): one task,
     # each job labelled with the Django task's path.
     @app.task(name="mongosched.contrib.django.run_task", retry=0)
-    def run_task(path: str, args: list[Any], kwargs: dict[str, Any], backend: str) -> None:
+    def run_task(
+        path: str, args: list[Any], kwargs: dict[str, Any], backend: str, **_: Any
+    ) -> None:
         if path.endswith("sync_inventory") and rng.random() < 0.15:
             raise ConnectionError("erp.example.net refused the connection")
 
     def django(path: str, *args: Any) -> None:
-        run_task.configure(label=f"shop.tasks.{path}").schedule(
-            path=f"shop.tasks.{path}", args=list(args), kwargs={}, backend="default"
+        run_task.configure(label=f"shop.tasks.{path}", priority=4.6).schedule(
+            path=f"shop.tasks.{path}",
+            args=list(args),
+            kwargs={"notify": True},
+            backend="default",
+            django_priority=10,
+            run_after=None,
         )
 
     app.ensure_schedules()
@@ -176,9 +183,26 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
     app.pause(task="shop.tasks.send_receipt")
     failed = app.get_jobs(task="webhooks.deliver", status="failed", limit=1)
     django_job = app.get_jobs(label="shop.tasks.sync_inventory", status="failed", limit=1)
+    done = app.get_jobs(task="billing.charge", status="completed", limit=1)
+    # A webhook that failed, retried by an operator from the command line and then from
+    # the dashboard: its page shows three runs and who started each.
+    retried = None
+    if failed:
+        retried = failed[0]
+        clock.advance(minutes=3)
+        with app.audit.acting("alice@ops-laptop", "cli"):
+            app.retry_job(retried.id)
+        while retried.refresh().status is not JobStatus.FAILED:  # 4 attempts, backing off
+            drain(app)
+            clock.advance(seconds=90)
+        with app.audit.acting("bob", "dashboard"):
+            app.retry_job(retried.id)
+        drain(app)
     return app, clock, {
         "failed": failed[0] if failed else None,
         "django": django_job[0] if django_job else None,
+        "retried": retried,
+        "done": done[0] if done else None,
     }
 
 
@@ -205,6 +229,9 @@ def main() -> int:
             ("jobs", "jobs?status=failed"),
             ("job", f"jobs/{found['failed'].id}" if found["failed"] else "jobs"),
             ("job-django", f"jobs/{found['django'].id}" if found["django"] else "jobs"),
+            ("job-retried", f"jobs/{found['retried'].id}" if found["retried"] else "jobs"),
+            ("job-completed", f"jobs/{found['done'].id}" if found["done"] else "jobs"),
+            ("jobs-django", "jobs?label=shop.tasks.sync_inventory"),
             ("schedules", "schedules"),
             ("workers", "runners"),
             ("schedule-edit", "schedules/edit?id=schedule:reports.daily"),
@@ -212,8 +239,11 @@ def main() -> int:
         if callable(getattr(app, "retry_jobs", None)):
             shots.append(("confirm", "bulk/retry?task=billing.charge&status=failed"))
         for name, path in shots:
+            # The jobs lists at 1,400 px: what the widest rows must fit.
+            wide = name.startswith("jobs")
+            page.set_viewport_size({"width": 1400 if wide else 1280, "height": 860})
             page.goto(base + path)
-            page.screenshot(path=str(OUT / f"dashboard-{name}.png"), full_page=name != "jobs")
+            page.screenshot(path=str(OUT / f"dashboard-{name}.png"), full_page=not wide)
             print(f"docs/images/dashboard-{name}.png")  # noqa: T201 - a script
         browser.close()
     return 0

@@ -251,7 +251,13 @@ def _runs_panel(
     if not runs:
         return None, set()
     errors = {(e.attempt, e.at): e.error for e in job.errors}
-    told: set[tuple[int, datetime]] = set()
+    told = {
+        (a.attempt, a.ended_at)
+        for run in runs
+        for a in run.attempts
+        if a.ended_at is not None and (a.attempt, a.ended_at) in errors
+    }
+    last = max(told, key=lambda key: key[1], default=None)  # its traceback open
     audit = ctx.url("/audit", [("job", str(job.id))])
     items = []
     for n, run in enumerate(runs, 1):
@@ -271,10 +277,9 @@ def _runs_panel(
             head = fmt("Run {} · next occurrence", n)
         rows = []
         for a in run.attempts:
-            error = None if a.ended_at is None else errors.get((a.attempt, a.ended_at))
-            if error is not None and a.ended_at is not None:
-                told.add((a.attempt, a.ended_at))
-            rows.append(_attempt_item(ctx, a, error, now))
+            key = (a.attempt, a.ended_at)
+            error = errors.get(key) if key in told else None
+            rows.append(_attempt_item(ctx, a, error, open_=key == last))
         if not rows:
             rows.append(Markup('<li class="muted">Not run yet.</li>'))
         items.append(
@@ -291,7 +296,7 @@ def _runs_panel(
     return panel, told
 
 
-def _attempt_item(ctx: Context, a: _Attempt, error: ErrorInfo | None, now: datetime) -> Markup:
+def _attempt_item(ctx: Context, a: _Attempt, error: ErrorInfo | None, *, open_: bool) -> Markup:
     where = fmt(
         'runner <a class="mono" href="{}#{}">{}</a>{}{}',
         ctx.url("/runners"),
@@ -314,9 +319,10 @@ def _attempt_item(ctx: Context, a: _Attempt, error: ErrorInfo | None, now: datet
     if error is None:
         return fmt('<li class="attempt">{}</li>', line)
     return fmt(
-        '<li class="attempt">{}<p>{}</p><details><summary>Traceback</summary>{}</details></li>',
+        '<li class="attempt">{}<p>{}</p><details{}><summary>Traceback</summary>{}</details></li>',
         line,
         _error_text(error),
+        Markup(" open") if open_ else Markup(""),
         _traceback(error),
     )
 

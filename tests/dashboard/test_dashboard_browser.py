@@ -268,10 +268,10 @@ def test_a_jobs_page_lists_the_error_of_each_attempt(
     page.goto(f"{base}jobs/{job.id}")
     items = page.locator("ol.attempts > li")
     assert items.count() == 3
-    assert [items.nth(i).locator("p").inner_text().split(" · ")[0] for i in range(3)] == [
-        "Attempt 1",
-        "Attempt 2",
-        "Attempt 3",
+    assert [items.nth(i).locator("p").first.inner_text().split(" · ")[0] for i in range(3)] == [
+        "Attempt 1 retried",
+        "Attempt 2 retried",
+        "Attempt 3 failed",
     ]
     assert "ValueError: attempt 2" in items.nth(1).inner_text()
     # Only the last traceback is open; a click opens another.
@@ -279,6 +279,103 @@ def test_a_jobs_page_lists_the_error_of_each_attempt(
     assert not items.nth(0).locator("pre.traceback").is_visible()
     items.nth(0).locator("summary").click()
     assert "attempt 1" in items.nth(0).locator("pre.traceback").inner_text()
+
+
+def test_a_retried_job_shows_its_runs_and_who_started_each(
+    signed_in: Any, base: str, shared: App
+) -> None:
+    """After an operator's retry (from the command line) and one from the dashboard, the
+    job's page shows three runs, each headed by who started it; each attempt names
+    its runner, host and pid; the audit link leads to the job's entries and back."""
+
+    @shared.task(name="twice", retry=RetryPolicy(retries=1, delay=0))
+    def twice() -> None:
+        raise ConnectionError(f"503 on attempt {current_job().attempt}")  # type: ignore[union-attr]
+
+    job = twice.schedule()
+    drain(shared)
+    with shared.audit.acting("alice@ops-laptop", "cli"):
+        shared.retry_job(job.id)
+    drain(shared)
+    page = signed_in
+    page.goto(f"{base}jobs/{job.id}")
+    page.locator(".actions a", has_text="Retry").click()
+    page.click("form button.primary")
+    drain(shared)
+    page.goto(f"{base}jobs/{job.id}")
+    heads = page.locator("ol.runs p.run-head").all_inner_texts()
+    assert len(heads) == 3
+    assert heads[0].startswith("Run 1 · as scheduled")
+    assert heads[1].startswith("Run 2 · retried by alice@ops-laptop via cli")
+    assert heads[2].startswith("Run 3 · retried by dashboard token via dashboard")
+    runs = page.locator("ol.runs > li")
+    attempts = runs.nth(1).locator("ol.attempts > li")
+    assert attempts.count() == 2
+    first = shared.get_job(job.id).history[2]  # type: ignore[union-attr]
+    line = attempts.nth(0).locator("p").first.inner_text()
+    assert f"runner {first.runner} on {first.host} pid {first.pid}" in line
+    assert "ConnectionError: 503 on attempt 2" in attempts.nth(1).inner_text()
+    runs.nth(1).locator("a", has_text="audit").click()
+    rows = page.locator("table tbody tr")
+    assert rows.count() == 2
+    assert "alice@ops-laptop" in rows.nth(1).inner_text()
+    rows.nth(1).locator("a").click()
+    assert page.url == f"{base}jobs/{job.id}"
+
+
+def test_a_completed_job_shows_who_ran_it(signed_in: Any, base: str, shared: App) -> None:
+    @shared.task(name="done-by")
+    def done_by() -> int:
+        return 1
+
+    job = done_by.schedule()
+    drain(shared)
+    ran = shared.get_job(job.id).history  # type: ignore[union-attr]
+    assert len(ran) == 1 and ran[0].pid is not None
+    page = signed_in
+    page.goto(f"{base}jobs/{job.id}")
+    line = page.locator("ol.runs ol.attempts > li p").first.inner_text()
+    assert line.startswith("Attempt 1 completed · ")
+    assert f"runner {ran[0].runner} on {ran[0].host} pid {ran[0].pid}" in line
+    page.locator("ol.attempts a.mono").first.click()
+    assert page.locator("h1").inner_text() == "Runners"
+
+
+def test_a_django_task_shows_its_own_call_and_the_list_fits_a_narrow_screen(
+    signed_in: Any, base: str, shared: App
+) -> None:
+    """A Django task's job (as mongosched.contrib.django enqueues it) shows the task's own
+    arguments and Django priority; at 1,400 px the jobs list shows its last column."""
+    run = shared.task(name="mongosched.contrib.django.run_task")(lambda **kw: None)
+    path = "shop.tasks.resize_product_image_for_the_storefront_gallery"
+    job = run.configure(label=path, priority=4.6).schedule(
+        path=path,
+        args=[42, "uploads/very/long/path/to/a/product/image/that/goes/on/and/on.jpg"],
+        kwargs={"width": 1280, "formats": ["webp", "avif", "jpeg"]},
+        backend="default",
+        django_priority=10,
+        run_after=None,
+    )
+    page = signed_in
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(f"{base}jobs?label={path}")
+    row = page.locator("table.jobs tbody tr").first
+    args = row.locator(".args")
+    assert args.get_attribute("title") == (
+        '42, "uploads/very/long/path/to/a/product/image/that/goes/on/and/on.jpg", '
+        'width=1280, formats=["webp","avif","jpeg"]'
+    )
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1400, f"the jobs list is {width} px wide"
+    error_cell = row.locator("td").last.bounding_box()
+    assert error_cell is not None and error_cell["x"] + error_cell["width"] <= 1400
+    page.goto(f"{base}jobs/{job.id}")
+    priority = page.locator("dl.facts dt:has-text('Priority') + dd").inner_text()
+    assert priority.startswith("10 (Django priority; runs at mongosched priority 4.6)")
+    panel = page.locator("section.panel", has=page.locator("h2", has_text="Arguments"))
+    codes = panel.locator("> pre.code").all_inner_texts()
+    assert '"uploads/very' in codes[0] and "42" in codes[0] and '"width": 1280' in codes[1]
+    assert not panel.locator("details pre").is_visible()  # the wrapper, folded
 
 
 def test_labelled_jobs_are_shown_filtered_and_paused_by_label(
