@@ -227,7 +227,6 @@ def main() -> int:
         shots = [
             ("overview", "?window=1h"),
             ("jobs", "jobs?status=failed"),
-            ("job", f"jobs/{found['failed'].id}" if found["failed"] else "jobs"),
             ("job-django", f"jobs/{found['django'].id}" if found["django"] else "jobs"),
             ("job-retried", f"jobs/{found['retried'].id}" if found["retried"] else "jobs"),
             ("job-completed", f"jobs/{found['done'].id}" if found["done"] else "jobs"),

@@ -31,7 +31,7 @@ from mongosched.runner.inprocess import InProcess
 from mongosched.runner.runner import Runner
 from mongosched.runner.wakeup import wake_mode
 from mongosched.schedule import Rule
-from mongosched.store import Store, in_process, open_store
+from mongosched.store import Database, Store, in_process, open_store
 from mongosched.task import (
     SCRIPT_PREFIX,
     Task,
@@ -211,6 +211,15 @@ class App:
             raise ConfigurationError("App: clock must return a timezone-aware datetime")
         value = value.astimezone(timezone.utc)
         return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+    @property
+    def database(self) -> Database | None:
+        """The pymongo ``Database`` the app stores its jobs in: the one given as
+        ``database=``, or the URI's (its client made by the app, ``tz_aware``, connected
+        at first use); None on ``memory://``. Your own writes through it can join the
+        app's transactions (``session=tx.session``, ``current_job().session`` in a
+        ``transactional=True`` task: see :doc:`/transactions`)."""
+        return self.store.database()
 
     def ensure_indexes(self) -> None:
         """Prepare the store for writes now (indexes; otherwise done on the first write)."""

@@ -53,12 +53,17 @@ from mongosched.store.patience import Patience
 
 if TYPE_CHECKING:
     from pymongo.client_session import ClientSession as Session
+    from pymongo.database import Database as _Database
+
+    Database = _Database[dict[str, Any]]
 else:
     Session = Any
+    Database = Any
 """The driver's session a MongoDB transaction runs in (pymongo's ``ClientSession``),
 named here so that only the store names the driver."""
 
 __all__ = [
+    "Database",
     "DueHint",
     "DueWatch",
     "Patience",
@@ -131,6 +136,11 @@ class Store(Protocol):
     def watch_due(self, queues: Sequence[str] | None) -> DueWatch:
         """Watch for jobs of ``queues`` (None: every queue) becoming pending, anywhere
         (not started until iterated; see :class:`DueWatch`)."""
+
+    def database(self) -> Database | None:
+        """The pymongo ``Database`` the jobs are in (its client connected lazily), for
+        the application's own writes, in its transactions; None for a store that is
+        not MongoDB's."""
 
     # Transactions --------------------------------------------------------------------------
     def begin(self) -> StoreTransaction:

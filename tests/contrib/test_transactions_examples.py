@@ -76,20 +76,31 @@ def readme_block() -> str:
     return "\n".join(line[4:] for line in block.splitlines())
 
 
-def test_the_readmes_transaction_example_runs_as_written(shop: Any) -> None:
+def test_the_readmes_transaction_example_runs_as_written(shop: Any, tx_uri: str) -> None:
     """The README's block (run on ``memory://`` by tests/meta/test_readme.py) on a server:
     the job scheduled in the transaction exists once it commits, and the transactional
     task completes in a transaction of its own."""
     from mongosched import App, current_job
 
-    app = App(database=shop)
+    app = App(database_uri(tx_uri, shop.name))  # as the README's: made from a URI
+    assert app.database is not None and app.database.name == shop.name
     namespace = {"app": app, "current_job": current_job}
     exec(compile(readme_block(), "README.rst", "exec"), namespace)
     assert [job.task for job in app.get_jobs(limit=0)] == ["orders.receipt"]
+    assert shop.orders.find_one({"_id": "A-1"}) == {"_id": "A-1", "total": 42}
     namespace["ship"].schedule("A-1")
     drain(app)
     assert all(job.status is JobStatus.COMPLETED for job in app.get_jobs(limit=0))
     assert app.count_jobs() == 2
+    assert shop.orders.find_one({"_id": "A-1"})["shipped"] is True
+    app.close()
+
+
+def test_an_apps_database_is_the_one_it_was_given_or_none_in_memory(shop: Any) -> None:
+    from mongosched import App
+
+    assert App("memory://").database is None
+    assert App(database=shop).database is shop
 
 
 def test_the_pymongo_recipe_names_its_tasks_as_a_worker_importing_it_does(shop: Any) -> None:

@@ -61,6 +61,11 @@ def _nothing() -> None:
     """Nothing to do: the indexes always exist, and nothing is held to release."""
 
 
+def _no_database() -> None:
+    """No pymongo database: the jobs are in this process."""
+    return None
+
+
 def _no_offset(local_now: Callable[[], datetime]) -> timedelta | None:
     """No clock but this process's own."""
     return None
@@ -83,6 +88,7 @@ class MemoryStore:
         self.watch_due: Callable[[Sequence[str] | None], MemoryDueWatch] = table.watchers.watch
         # Transactions
         transactions = MemoryTransactions(table)
+        self.database = _no_database
         self.begin = transactions.begin
         self.join = transactions.join
         # Scheduling, reads, and users' changes to one job

@@ -80,6 +80,7 @@ class MongoStore:
         self.parse_id = codec.parse_id
         # Transactions
         transactions = MongoTransactions(connection)
+        self.database = lambda: connection.database
         self.begin = transactions.begin
         self.join = transactions.join
         # Scheduling, reads, and users' changes to one job
