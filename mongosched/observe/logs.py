@@ -281,8 +281,8 @@ def _level(decision: Decision) -> int:
 
 def log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
     """Log what became of a run, with the job's fields: one line each, but a job that
-    failed for good logs its traceback (once, at ERROR). Nothing is built when the
-    level is off."""
+    failed for good logs its traceback (once, at ERROR; where its error was raised).
+    Nothing is built when the level is off."""
     level = _level(decision)
     if not _runner_log.isEnabledFor(level):  # the usual case at volume: no fields to build
         return
@@ -319,6 +319,10 @@ def log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
             record.max_attempts,
             type(error).__name__,
             error,
-            exc_info=None if error is None else (type(error), error, error.__traceback__),
+            # A traceback only where the error was raised: one the runner made (a
+            # timeout, a lost lease) would print as a lone line without its header.
+            exc_info=None
+            if error is None or error.__traceback__ is None
+            else (type(error), error, error.__traceback__),
             extra=extra,
         )

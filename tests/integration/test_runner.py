@@ -170,6 +170,32 @@ def test_a_final_failure_logs_its_traceback_once_and_a_retry_one_short_line(
     assert 'raise ValueError("nope")' in caplog.text
 
 
+def test_a_timeout_logs_one_line_without_a_lone_exception_line(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A timeout's error is made by the runner, never raised: its final line has no
+    traceback to print, so none is attached (it printed a stray
+    ``mongosched.errors.JobTimeout: ...`` line with no ``Traceback`` header)."""
+
+    @app.task(name="stuck", timeout=0.2, retry=0)
+    def stuck() -> None:
+        job = current_job()
+        while job is not None and not job.is_cancelled():
+            time.sleep(0.01)
+
+    job = stuck.schedule()
+    with caplog.at_level(logging.INFO, logger="mongosched"):
+        runner = app.runner(workers=1, poll_interval=0.02).start()
+        try:
+            assert job.wait(timeout=10).status is JobStatus.FAILED
+        finally:
+            runner.stop(timeout=5)
+    final = [r for r in caplog.records if "(stuck) failed on attempt" in r.getMessage()]
+    assert len(final) == 1 and final[0].exc_info is None
+    assert "JobTimeout: task 'stuck' exceeded its timeout" in final[0].getMessage()
+    assert "\nmongosched.errors.JobTimeout" not in caplog.text
+
+
 def test_fail_and_unlisted_exceptions_do_not_retry(app: App) -> None:
     @app.task(name="give_up", retry=4)
     def give_up() -> None:
