@@ -937,3 +937,34 @@ def test_worker_prints_what_tasks_log_and_keeps_it_with_the_job(
         if worker.poll() is None:
             worker.kill()
             worker.wait()
+
+
+def test_the_readmes_first_job_runs_in_a_separate_worker(
+    shared_db: SharedDatabase, tmp_path: Path
+) -> None:
+    """The README's quick start across processes, as written: ``mongosched worker
+    examples.hello:app`` in one process, ``python -m examples.hello Ann`` in another,
+    which prints the result and the worker's pid."""
+    uri = shared_db.uri()
+    env = {**os.environ, "MONGOSCHED_URI": uri}
+    log_path = tmp_path / "worker.log"
+    with log_path.open("w") as log_file:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "mongosched", "worker", "examples.hello:app"],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log_file,
+        )  # fmt: skip
+    try:
+        hello = subprocess.run(
+            [sys.executable, "-m", "examples.hello", "Ann"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert hello.returncode == 0, hello.stderr
+        last = hello.stdout.strip().splitlines()[-1]
+        assert last.startswith("completed by runner ") and f"pid {worker.pid}:" in last
+        assert last.endswith(f"hello, Ann (from process {worker.pid})")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=20) == 0, log_path.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
