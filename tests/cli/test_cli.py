@@ -8,6 +8,7 @@ SecantusDB test server, or the real server with ``MONGOSCHED_TEST_URI``)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -822,13 +823,9 @@ def test_worker_waits_for_a_database_that_is_not_up_yet(
     assert given_up.returncode == 4
     assert_one_line_error(given_up.stderr, "cannot reach MongoDB at 127.0.0.1:", "within 0.5 s")
     log_path = tmp_path / "worker.log"
-    with log_path.open("w") as log_file:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "mongosched", "worker", "tests.support.cli_app:app",
-             "--poll-interval", "0.05", "--wake", "poll"],
-            cwd=REPO, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=log_file,
-        )  # fmt: skip
-    try:
+    command = [sys.executable, "-m", "mongosched", "worker", "tests.support.cli_app:app",
+               "--poll-interval", "0.05", "--wake", "poll"]  # fmt: skip
+    with worker_process(command, env, log_path) as worker:
         wait_for(
             lambda: log_path.read_text().count("waiting for the database") >= 3,
             timeout=20,
@@ -842,12 +839,6 @@ def test_worker_waits_for_a_database_that_is_not_up_yet(
         job = app.schedule("cli.work", str(tmp_path))
         assert job.wait(timeout=20).status is JobStatus.COMPLETED
         app.close()
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=20) == 0, log_path.read_text()
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
 
 
 def test_worker_runs_jobs_and_stops_gracefully_on_sigterm(
@@ -913,26 +904,31 @@ def test_worker_prints_what_tasks_log_and_keeps_it_with_the_job(
     if not shown:
         command.append("--no-task-logs")
     uri = shared_db.uri()
-    with log_path.open("w") as log_file:
-        worker = subprocess.Popen(
-            command,
-            cwd=REPO,
-            env={**os.environ, "MONGOSCHED_CLI_TEST_URI": uri},
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-        )
-    try:
+    with worker_process(command, {"MONGOSCHED_CLI_TEST_URI": uri}, log_path):
         app = App(uri)
         app.task(name="cli.chatty")(lambda n: n)
         job = app.schedule("cli.chatty", 7).wait(timeout=30)
         assert job.status is JobStatus.COMPLETED
         assert [(e.logger, e.message) for e in job.logs] == [("shop.tasks", "chatty says 7")]
         app.close()
+    printed = log_path.read_text()
+    assert ("INFO shop.tasks: chatty says 7" in printed) is shown, printed
+    assert "mongosched" in printed  # the worker's own lines either way
+
+
+@contextlib.contextmanager
+def worker_process(command: list[str], env: dict[str, str], log_path: Path) -> Iterator[Any]:
+    """``command`` (a worker) running from the repository, its stderr in ``log_path``;
+    stopped with SIGTERM after the block, which it must obey (exit 0), or killed."""
+    with log_path.open("w") as log_file:
+        worker = subprocess.Popen(
+            command, cwd=REPO, env={**os.environ, **env},
+            stdout=subprocess.DEVNULL, stderr=log_file,
+        )  # fmt: skip
+    try:
+        yield worker
         worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=20) == 0
-        printed = log_path.read_text()
-        assert ("INFO shop.tasks: chatty says 7" in printed) is shown, printed
-        assert "mongosched" in printed  # the worker's own lines either way
+        assert worker.wait(timeout=20) == 0, log_path.read_text()
     finally:
         if worker.poll() is None:
             worker.kill()
@@ -945,26 +941,14 @@ def test_the_readmes_first_job_runs_in_a_separate_worker(
     """The README's quick start across processes, as written: ``mongosched worker
     examples.hello:app`` in one process, ``python -m examples.hello Ann`` in another,
     which prints the result and the worker's pid."""
-    uri = shared_db.uri()
-    env = {**os.environ, "MONGOSCHED_URI": uri}
-    log_path = tmp_path / "worker.log"
-    with log_path.open("w") as log_file:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "mongosched", "worker", "examples.hello:app"],
-            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log_file,
-        )  # fmt: skip
-    try:
+    env = {"MONGOSCHED_URI": shared_db.uri()}
+    command = [sys.executable, "-m", "mongosched", "worker", "examples.hello:app"]
+    with worker_process(command, env, tmp_path / "worker.log") as worker:
         hello = subprocess.run(
             [sys.executable, "-m", "examples.hello", "Ann"],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+            cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert hello.returncode == 0, hello.stderr
         last = hello.stdout.strip().splitlines()[-1]
         assert last.startswith("completed by runner ") and f"pid {worker.pid}:" in last
         assert last.endswith(f"hello, Ann (from process {worker.pid})")
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=20) == 0, log_path.read_text()
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
