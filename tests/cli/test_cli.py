@@ -213,6 +213,36 @@ def test_jobs_list_shows_and_filters_labelled_jobs_by_their_label(
     assert (shown["task"], shown["label"]) == ("cli.add", "app.tasks.mail")
 
 
+def test_jobs_show_who_ran_each_attempt_and_a_django_tasks_own_call(
+    sched: App, cli: Callable[..., Run]
+) -> None:
+    """``jobs show`` says, for each attempt that ended, which runner, host and pid ran
+    it, when and how it ended (``--json``: ``history``); a Django task's job shows its
+    own arguments and Django priority (``call``, ``label_priority``)."""
+    done = sched.schedule("cli.add", 1, 2)
+    drain(sched)
+    ran = done.refresh().history
+    assert len(ran) == 1 and ran[0].pid is not None
+    shown = cli("jobs", "show", str(done.id), app=sched).fields()
+    assert shown["ran 1"].endswith(f"completed  runner drain on {ran[0].host} pid {ran[0].pid}")
+    history = cli("jobs", "show", str(done.id), "--json", app=sched).json()["history"]
+    assert [(h["attempt"], h["runner"], h["pid"], h["status"]) for h in history] == [
+        (1, "drain", ran[0].pid, "completed")
+    ]
+    wrapped = sched.task(name="mongosched.contrib.django.run_task")(lambda **kw: None)
+    django = wrapped.configure(label="shop.tasks.resize", priority=4.6).schedule(
+        path="shop.tasks.resize", args=[42], kwargs={"width": 640}, django_priority=10
+    )
+    shown = cli("jobs", "show", str(django.id), app=sched).fields()
+    assert (shown["args"], shown["kwargs"]) == ("[42]", '{"width": 640}')
+    assert shown["priority"] == "10 (Django priority; mongosched priority 4.6)"
+    data = cli("jobs", "show", str(django.id), "--json", app=sched).json()
+    assert data["call"] == {"args": [42], "kwargs": {"width": 640}}
+    assert data["label_priority"] == 10 and data["kwargs"]["path"] == "shop.tasks.resize"
+    row = cli("jobs", "list", "--label", "shop.tasks.resize", app=sched).out.splitlines()[1]
+    assert "10 (Django)" in row
+
+
 def test_jobs_list_says_when_there_is_nothing(sched: App, cli: Callable[..., Run]) -> None:
     run = cli("jobs", "list", app=sched)
     assert (run.code, run.out.strip()) == (0, "no jobs")
