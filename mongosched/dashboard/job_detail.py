@@ -273,8 +273,14 @@ def _runs_panel(
             )
         elif n == 1:
             head = fmt("Run {} · as scheduled {}", n, ago(job.created_at, now))
-        else:
+        elif job.repeat:
             head = fmt("Run {} · next occurrence", n)
+        else:  # a retry of many jobs at once (by a filter), or an entry no longer kept
+            head = fmt(
+                'Run {} · retried · <a href="{}">the audit trail</a> says by whom',
+                n,
+                ctx.url("/audit"),
+            )
         rows = []
         for a in run.attempts:
             key = (a.attempt, a.ended_at)

@@ -913,6 +913,13 @@ def test_a_job_page_groups_attempts_into_runs_by_who_retried_and_links_the_audit
     assert len(rows) == 2 and "alice@laptop" in rows[1] and "dashboard token" in rows[0]
     assert all(f'<a href="/jobs/{job.id}">' in row for row in rows)
     assert f'href="/jobs/{job.id}">its page</a>' in trail
+    # A retry of many jobs by a filter keeps no job's id: the run says where to look.
+    drain(sched)
+    sched.retry_jobs(task="twice")
+    drain(sched)
+    heads = re.findall(r'<p class="run-head">(.*?)</p>', browser.get(f"/jobs/{job.id}").body)
+    assert len(heads) == 4
+    assert re.sub(r"<[^>]+>", "", heads[3]) == "Run 4 · retried · the audit trail says by whom"
 
 
 def test_bulk_retry_by_the_filter_shows_the_dry_run_count_first(
