@@ -67,6 +67,26 @@ def check_configure(app: App) -> None:
     send.configure(priority=1).job(1, langg="fr")  # type: ignore[call-arg]
 
 
+def check_after_at_and_database(app: App, sched: MongoSched) -> None:
+    @app.task
+    def send(user_id: int, lang: str = "en") -> str:
+        return f"{user_id}: {lang}"
+
+    assert_type(send.after(60).schedule(1), Job[str])
+    assert_type(send.after(timedelta(hours=1)).schedule(1, lang="de"), Job[str])
+    assert_type(send.at(datetime.now(timezone.utc)).job(2), JobSpec)
+    assert_type(
+        send.configure(priority=1).after(5).at(datetime.now(timezone.utc)).schedule(3), Job[str]
+    )
+    send.after("soon")  # type: ignore[arg-type]
+    send.at("2030-01-01")  # type: ignore[arg-type]
+    send.after(5).schedule("not-an-int")  # type: ignore[arg-type]
+    database = app.database
+    if database is not None:
+        database.orders.insert_one({"_id": 1})
+    app.database.orders.insert_one({})  # type: ignore[union-attr]  # None on memory://
+
+
 def check_payload_names_and_untyped_uses(app: App, seen: Job) -> None:
     @app.task
     def mail(to: str, delay: int, queue: str = "default") -> None: ...
