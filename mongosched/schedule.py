@@ -539,17 +539,25 @@ class Runs:
         )
 
 
-def overlapped(rule: Rule, slot: datetime, ended: datetime) -> tuple[int, datetime | None]:
-    """The slots after ``slot`` up to ``ended`` (included), as when they came due
-    while the run of ``slot`` ran: how many (up to :data:`COUNT_LIMIT`) and the
-    latest."""
+def overlapped(
+    rule: Rule,
+    slot: datetime,
+    ended: datetime,
+    due: Callable[[datetime], datetime] = lambda slot: slot,
+) -> tuple[int, datetime | None]:
+    """The slots after ``slot`` that came due (at ``due(slot)``: a jittered run's
+    start) up to ``ended`` (included), as while the run of ``slot`` ran: how many (up
+    to :data:`COUNT_LIMIT`) and the latest."""
     anchor, ended = _aware(slot, "slot"), _aware(ended, "ended")
     count, latest, nxt = 0, None, rule.next_after(anchor)
-    while nxt <= ended and count < COUNT_LIMIT:
+    while due(nxt) <= ended and count < COUNT_LIMIT:
         count, latest = count + 1, nxt
         nxt = rule.next_after(nxt)
     if count == COUNT_LIMIT:  # counted up to the limit; the latest is still exact
-        latest = next(rule.slots_back(anchor, ended))
+        back = rule.slots_back(anchor, ended)
+        latest = next(back)
+        if due(latest) > ended:  # its jittered start is still to come
+            latest = next(back, latest)
     return count, latest
 
 

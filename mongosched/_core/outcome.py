@@ -456,8 +456,12 @@ def _next_slot(
         last_run = LastRun(slot=ran_for, status=status, finished_at=now, error=info)
         return Decision(event, evolved(ended, last_run=last_run), error)
     started = job.started_at or ran_for
-    if started < nxt <= now:  # came due while it ran (earlier ones: the misfire policy's)
-        count, latest = overlapped(rule, ran_for, now)
+
+    def due(slot: datetime) -> datetime:  # a slot comes due at its jittered start
+        return runs.start(jitter_key(job), slot)
+
+    if started < due(nxt) <= now:  # came due while it ran (earlier: the misfire policy's)
+        count, latest = overlapped(rule, ran_for, now, due)
         assert latest is not None
         if runs.overlap == "buffer_one":
             nxt, run_at, dropped = latest, now, count - 1

@@ -196,3 +196,39 @@ def test_a_backfill_lane_runs_its_slots_in_order_then_ends() -> None:
     assert done.event == "job:success" and done.settlement.status is JobStatus.COMPLETED
     assert done.settlement.last_run is not None
     assert done.settlement.last_run.slot == T0 - 2 * MINUTE
+
+
+def test_a_jittered_next_slot_not_yet_started_when_a_run_ends_is_no_overlap() -> None:
+    """Issue 32 #13: ``every=60 s, jitter=50 s``, 15 s runs. A slot overlaps a run only
+    when its jittered start came while the run ran, not its nominal time (12 of 75
+    were reported missed): only the true overlaps are."""
+    repeat = {"every": 60.0, "jitter": 50.0}
+    runs, missed, overlaps = Runs.from_document(repeat), 0, 0
+    for n in range(75):
+        slot = T0 + n * MINUTE
+        start = runs.start("schedule:tick", slot)
+        job = JobRecord(
+            **{
+                **_repeating().__dict__,
+                "repeat": repeat,
+                "scheduled_for": slot,
+                "run_at": start,
+                "started_at": start,
+            }
+        )
+        end = start + timedelta(seconds=15)
+        missed += _end(job, end).missed
+        overlaps += runs.start("schedule:tick", slot + MINUTE) <= end
+    assert missed == overlaps <= 3, (missed, overlaps)
+
+
+def test_a_jittered_slot_whose_start_came_while_it_ran_overlaps() -> None:
+    repeat = {"every": 60.0, "jitter": 50.0}
+    runs = Runs.from_document(repeat)
+    start = runs.start("schedule:tick", T0)
+    job = JobRecord(
+        **{**_repeating().__dict__, "repeat": repeat, "run_at": start, "started_at": start}
+    )
+    after_next = runs.start("schedule:tick", T0 + MINUTE) + timedelta(seconds=1)
+    decision = _end(job, after_next)
+    assert decision.missed == 1 and decision.settlement.scheduled_for == T0 + 2 * MINUTE
