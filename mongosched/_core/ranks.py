@@ -8,11 +8,20 @@ inserted: ``since + (priority - 1) * interval``, in milliseconds since the epoch
   decides first, as for ordinary jobs).
 * ``since`` is its due time; for a fair task, its **fair start** instead: the keys of a
   task take turns on one virtual clock (start-time fair queueing). A job of key *k*
-  starts at ``max(V, last start of k + QUANTUM / weight of k)``, where ``V`` is the
-  task's virtual time: the fair start of its first pending job in claim order (the
-  head), shifted by how far the job is due in the future. A key with a backlog has its
-  starts spread ahead of ``V``; a new key starts at ``V`` and is taken next, then
-  alternates with the others in proportion to the weights.
+  starts at ``max(V, last start of k + QUANTUM / weight of k)`` (:func:`fair_start`),
+  where ``V`` is the task's **fair clock** (:func:`fair_clock`): the later of the
+  fair start of its first *due* pending job in rank order (the head; the time now
+  when none is due) and the latest fair start among its claimed jobs. A key with a
+  backlog has its starts spread ahead of ``V``; a new key starts at ``V`` and is
+  taken next, then alternates with the others in proportion to the weights. The
+  clock moves only as jobs are claimed: a job nobody claims (a queue no runner
+  serves or one paused, a long retry delay) cannot hold it back, since claims of
+  later starts move it on. A job due later than it is scheduled starts at ``V`` of
+  its scheduling (its delay counts no turns): when it comes due, the clock has
+  reached or passed its start, and it is taken among the next jobs.
+
+The start is stored with the job (``fair_at``), not derived from its rank, so an edit of
+its priority moves no other job.
 
 At a given time ``now``, the job's effective priority is ``priority`` less one level per
 ``interval`` waited since ``since`` (it keeps rising past 1). Ranks sort the same way
@@ -33,6 +42,7 @@ __all__ = [
     "STRICT",
     "claim_key",
     "effective_priority",
+    "fair_clock",
     "fair_start",
     "millis",
     "rank",
@@ -64,25 +74,32 @@ def effective_priority(
     priority: float, job_rank: float, aging: float | None, now: datetime
 ) -> float:
     """The priority of a ranked job at ``now``: one level higher (a smaller number) per
-    ``aging`` seconds waited since it was due. It keeps rising past 1: among jobs of one
-    interval, the order is the rank's, a level being worth an interval of waiting."""
+    ``aging`` seconds waited since ``since``, and lower before it. It keeps rising past
+    1, and it is a function of the rank for one interval: among jobs of one interval
+    the order is the rank's, a level being worth an interval of waiting (what lets a
+    store read each task's ranked jobs in rank order and merge them by this)."""
     if aging is None:
         return priority
-    waited = max(0.0, millis(now) - since_of(job_rank, priority, aging)) / 1000.0
+    waited = (millis(now) - since_of(job_rank, priority, aging)) / 1000.0
     return priority - waited / aging
 
 
-def fair_start(
-    due: float, now: float, head: float | None, last: float | None, weight: float
-) -> float:
-    """The fair start of a job of a key due at ``due`` (milliseconds; ``now`` likewise):
-    ``head`` is the fair start of the task's first pending job in claim order (None:
-    none pending), ``last`` the latest fair start of the key (None: it has none)."""
-    lag = 0.0 if head is None else max(0.0, now - head)
-    start = due - lag
-    if last is not None:
-        start = max(start, last + QUANTUM / weight)
-    return start
+def fair_clock(head: float | None, claimed: float | None, now: float) -> float:
+    """A fair task's virtual time ``V`` (milliseconds): the later of ``head``, the fair
+    start of its first due pending job in rank order (None: none is due; ``now``
+    then), and ``claimed``, the latest fair start among its claimed jobs (None:
+    none)."""
+    clock = now if head is None else head
+    return clock if claimed is None else max(clock, claimed)
+
+
+def fair_start(clock: float, last: float | None, weight: float) -> float:
+    """The fair start of a job of a key scheduled when the task's fair clock is
+    ``clock`` (:func:`fair_clock`), whatever its due time; ``last`` is the key's
+    latest fair start (None: it has none)."""
+    if last is None:
+        return clock
+    return max(clock, last + QUANTUM / weight)
 
 
 def claim_key(

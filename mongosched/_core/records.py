@@ -403,6 +403,9 @@ class JobRecord:
     rank: float | None = None
     """A ranked job's place in claim order (see :func:`effective_priority`), set by the
     store when the job is inserted (None: an ordinary job, by priority and due time)."""
+    fair_at: float | None = None
+    """A fair job's fair start (milliseconds; see :mod:`mongosched._core.ranks`), set
+    with its rank (None: its task does not share fairly)."""
     history: tuple[AttemptRecord, ...] = ()
     """Its attempts that ended, oldest first, with who ran each (the last
     :data:`ATTEMPTS_KEPT`; across retries by operators)."""

@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from mongosched._core.records import JobStatus
+from mongosched._core.records import JobStatus, PendingChanges
 from mongosched.store import Store
 
 from .helpers import LATER, T0, add, claim, claimed, given_back, ids, job, sec, succeeded
@@ -222,3 +222,57 @@ def test_a_new_fair_key_comes_next_after_part_of_the_backlog_ran(store: Store) -
     add(store, *b)
     order = [claim_ranked(store, late).fair_key for _ in range(6)]
     assert order == ["A", "B", "A", "B", "A", "B"] or order == ["B", "A", "B", "A", "B", "A"]
+
+
+def claim_fair(store: Store, now: datetime, queues: tuple[str, ...] | None = None) -> Any:
+    return store.claim(
+        owner="me", tasks=("fair",), queues=queues, now=now, lease_duration=30, ranked=("fair",)
+    )
+
+
+def test_a_delayed_fair_job_takes_its_turn_when_it_comes_due(store: Store) -> None:
+    """Issue 32 #9: tenant B's job scheduled 3 s ahead came after A's whole backlog
+    (its delay counted as 3,000 turns); when due it comes next."""
+    add(store, *[job("fair", fair_key="A") for _ in range(300)])
+    add(store, job("fair", at=T0 + sec(3), fair_key="B"))
+    assert [claim_fair(store, T0).fair_key for _ in range(3)] == ["A"] * 3  # B not due
+    order = [claim_fair(store, T0 + sec(3)).fair_key for _ in range(2)]
+    assert "B" in order, order
+
+
+def test_a_job_nobody_claims_does_not_hold_the_fair_clock_back(store: Store) -> None:
+    """Issue 32 #10: a pending job in a queue no runner serves (or held back by a long
+    retry delay) stayed the fair head: keys that ran since were placed by their own
+    past starts, and B, back after its 20 jobs ran, came after A's 20 new ones."""
+    add(store, job("fair", queue="unserved", fair_key="X"))
+    add(store, *[job("fair", fair_key="B") for _ in range(20)])
+    for _ in range(20):
+        assert claim_fair(store, LATER, ("default",)).fair_key == "B"
+    late = LATER + sec(60)
+    add(store, *[replace(job("fair", at=late, fair_key="A"), created_at=late) for _ in range(20)])
+    add(store, replace(job("fair", at=late, fair_key="B"), created_at=late))
+    order = [claim_fair(store, late, ("default",)).fair_key for _ in range(3)]
+    assert "B" in order, order  # A's first shares the turn of B's last claimed start
+
+
+def test_aged_and_fair_jobs_are_merged_by_effective_priority(store: Store) -> None:
+    """Issue 32 #11: a fair job at priority 1 against an aged job at effective
+    priority -3 (priority 5, waited 8 minutes aging a level a minute): the aged one
+    first, on every store (MongoDB merged them by raw rank)."""
+    fair, aged = add(
+        store,
+        job("fair", priority=1, at=T0 - timedelta(minutes=10), fair_key="A"),
+        job("aged", priority=5, at=T0 - timedelta(minutes=8), aging=60.0),
+    )
+    assert ids([claim_ranked(store, T0), claim_ranked(store, T0)]) == [aged.id, fair.id]
+
+
+def test_a_priority_edit_of_the_fair_head_does_not_move_a_new_key(store: Store) -> None:
+    """Issue 32 #12: memory:// derived the head's fair start from its edited
+    priority (four levels down: a new key's jobs then started four levels early and
+    took every turn); the start is stored, and the keys take turns."""
+    backlog = add(store, *[job("fair", priority=5, fair_key="A") for _ in range(30)])
+    assert store.update_pending(backlog[0], PendingChanges(priority=9), T0) is not None
+    add(store, *[job("fair", priority=5, fair_key="B") for _ in range(5)])
+    order = [claim_fair(store, LATER).fair_key for _ in range(6)]
+    assert order.count("B") == 3, order

@@ -108,11 +108,11 @@ class JobIndexes:
         self._claim_entries -= 1
         return self._jobs[heapq.heappop(heap)[3]]
 
-    def first_ranked(self, task: str) -> StoredJob | None:
-        """The first pending ranked job of ``task`` in rank order, due or not."""
-        heads = [self._claim_head(heap) for heap in self._ranked.get(task, {}).values()]
-        live = [entry for entry in heads if entry is not None]
-        return self._jobs[min(live)[3]] if live else None
+    def first_due_ranked(self, task: str, now: datetime) -> StoredJob | None:
+        """The first due pending ranked job of ``task`` in rank order (its claim order:
+        one task, one interval), in any queue."""
+        first = self._first_ranked([task], None, now)
+        return None if first is None else self._jobs[first[1]]
 
     def _key(self, entry: Entry | Ranked, now: datetime) -> tuple[float, float]:
         job = self._jobs[entry[3]].record

@@ -50,6 +50,7 @@ class MemoryTable:
         self.keys: dict[str, dict[tuple[str, str], Any]] = {"active": {}, "pending": {}}
         self.windows: dict[tuple[str, str], Any] = {}  # a key's throttle window's job
         self.fair_last: dict[tuple[str, str], float] = {}  # a fair key's latest start
+        self.fair_claimed: dict[str, float] = {}  # a fair task's latest start claimed
         self.indexes = JobIndexes(self.jobs)
         self.flow = FlowIndex(self.jobs)
         self.watchers = DueWatchers()
@@ -136,7 +137,7 @@ class MemoryTable:
         if window is not None:
             return window, False
         if job.record.aging is not None or job.record.fair_key is not None:
-            job.record = evolved(job.record, rank=self.rank(job.record))
+            job.record = self.ranked(job.record)
         self.jobs[job.id] = job
         if job.record.dedupe_until is not None:
             self.windows[job.record.task, job.record.dedupe_key or ""] = job.id
@@ -162,6 +163,9 @@ class MemoryTable:
     def start(self, job: StoredJob, owner: str, now: datetime, lease_duration: float) -> JobRecord:
         """Claim ``job``: running under a fresh lease, its attempt counted."""
         token = codec.new_token()
+        task, start = job.record.task, job.record.fair_at
+        if start is not None and start > self.fair_claimed.get(task, start - 1):
+            self.fair_claimed[task] = start  # the task's fair clock moves on
         # Releases a pending-scope key, indexes the lease.
         self.write(job, transitions.claimed(job.record, owner, token, now, lease_duration, here()))
         return job.snapshot()
@@ -240,25 +244,21 @@ class MemoryTable:
             return None
         return self.holder(job)
 
-    def rank(self, job: JobRecord) -> float:
-        """A new ranked job's rank (see :mod:`mongosched._core.ranks`); a fair one's
-        start is its key's latest from now on."""
-        since = ranks.millis(job.run_at)
+    def ranked(self, job: JobRecord) -> JobRecord:
+        """A new ranked job with its rank (see :mod:`mongosched._core.ranks`); a fair
+        one with its start too, its key's latest from now on."""
+        since, start = ranks.millis(job.run_at), None
         if job.fair_key is not None:
-            first = self.indexes.first_ranked(job.task)
-            head = None if first is None else first.record
-            last = self.fair_last.get((job.task, job.fair_key))
-            since = ranks.fair_start(
-                since,
+            head = self.indexes.first_due_ranked(job.task, job.created_at)
+            clock = ranks.fair_clock(
+                None if head is None else head.record.fair_at,
+                self.fair_claimed.get(job.task),
                 ranks.millis(job.created_at),
-                None
-                if head is None or head.rank is None
-                else ranks.since_of(head.rank, head.priority, head.aging),
-                last,
-                job.fair_weight,
             )
-            self.fair_last[job.task, job.fair_key] = since
-        return ranks.rank(since, job.priority, job.aging)
+            last = self.fair_last.get((job.task, job.fair_key))
+            since = start = ranks.fair_start(clock, last, job.fair_weight)
+            self.fair_last[job.task, job.fair_key] = start
+        return evolved(job, rank=ranks.rank(since, job.priority, job.aging), fair_at=start)
 
     def window_holder(self, job: StoredJob) -> StoredJob | None:
         """The job whose throttle window for ``job``'s dedupe key is still open when

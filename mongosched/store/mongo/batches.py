@@ -348,8 +348,11 @@ class MongoBatches:
         ranked: Sequence[str],
     ) -> list[dict[str, Any]]:
         """The first ``limit`` due jobs of ``tasks`` in claim order: one find on the
-        claim index; with ``ranked`` tasks, a second on the ranked one (sorted by rank),
-        and the two merged by :func:`~mongosched._core.ranks.claim_key`."""
+        claim index; with ``ranked`` tasks, one more per ranked task on the ranked
+        index (sorted by rank, which is its claim order: one task, one interval), all
+        merged by :func:`~mongosched._core.ranks.claim_key`. Ranks of different
+        intervals do not sort alike, so one find over several tasks would cut at the
+        wrong jobs."""
 
         def find(where: dict[str, Any], sort: list[tuple[str, int]]) -> list[dict[str, Any]]:
             return self.connection.retrying(
@@ -360,7 +363,9 @@ class MongoBatches:
         if not ranked:
             return find(query, CLAIM_SORT)
         plain = [task for task in tasks if task not in ranked]
-        docs = find({**claim_query(ranked, queues, now), **RANKED}, RANK_SORT)
+        docs = []
+        for task in ranked:
+            docs += find({**claim_query([task], queues, now), **RANKED}, RANK_SORT)
         if plain:
             docs += find(claim_query(plain, queues, now), CLAIM_SORT)
         docs.sort(key=lambda doc: _claim_key(doc, now))

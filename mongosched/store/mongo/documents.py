@@ -88,6 +88,8 @@ CLAIM_SORT = [("priority", ASCENDING), ("run_at", ASCENDING)]
 # Ranked jobs' claim order (mongosched._core.ranks): by rank, on an index of their own.
 RANK_SORT = [("rank", ASCENDING)]
 RANKED = {"rank": {"$exists": True}}
+CLAIMED = [RUNNING, JobStatus.COMPLETED.value, JobStatus.FAILED.value]
+"""The statuses of jobs that were claimed, as a fair task's clock counts them."""
 
 Index = tuple[list[tuple[str, int]], dict[str, Any]]
 # Index names never change meaning: a changed index gets a new name (the server refuses
@@ -119,6 +121,11 @@ INDEXES: list[Index] = [
     (
         [("task", 1), ("fair_key", 1), ("fair_at", 1)],
         {"name": "fair_key", "partialFilterExpression": {"fair_at": {"$exists": True}}},
+    ),
+    # A fair task's latest start among its claimed jobs (its fair clock: MongoJobs._rank).
+    (
+        [("task", 1), ("status", 1), ("fair_at", 1)],
+        {"name": "fair_clock", "partialFilterExpression": {"fair_at": {"$exists": True}}},
     ),
     # The job due longest (stats(), the dashboard's lateness), and due jobs of any task.
     ([("status", 1), ("run_at", 1)], {"name": "due"}),
@@ -480,6 +487,7 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
             "fair_key": get("fair_key"),
             "fair_weight": get("fair_weight", 1.0),
             "rank": get("rank"),
+            "fair_at": get("fair_at"),
             "logs": logs_record(get("logs")),
         },
     )
@@ -556,6 +564,8 @@ def to_document(job: JobRecord) -> dict[str, Any]:
         doc.update(fair_key=job.fair_key, fair_weight=job.fair_weight)
     if job.rank is not None:
         doc["rank"] = job.rank
+    if job.fair_at is not None:
+        doc["fair_at"] = job.fair_at
     return doc
 
 

@@ -27,6 +27,7 @@ from mongosched.errors import JobStateError, StoreError
 from mongosched.store import codec
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import (
+    CLAIMED,
     DEDUPE_FIELDS,
     KEEPS_DEPENDENTS,
     PENDING,
@@ -80,11 +81,11 @@ class MongoJobs:
 
     def _rank(self, docs: list[dict[str, Any]]) -> None:
         """Set the rank of each new ranked job (see :mod:`mongosched._core.ranks`). A
-        fair job's start needs its task's head and its key's latest start: read once
-        per call (two finds on indexes, each one document), then carried along the
-        call's jobs. Two calls at once for one key may give their jobs the same start:
-        they share a turn, nothing worse."""
-        heads: dict[str, float | None] = {}
+        fair job's start needs its task's fair clock and its key's latest start: read
+        once per call (three finds on indexes, each one document), then carried along
+        the call's jobs. Two calls at once for one key may give their jobs the same
+        start: they share a turn, nothing worse."""
+        clocks: dict[str, float] = {}
         lasts: dict[tuple[str, str], float | None] = {}
         for doc in docs:
             if "aging" not in doc and "fair_key" not in doc:
@@ -92,25 +93,30 @@ class MongoJobs:
             since = ranks.millis(aware(doc["run_at"]))
             if "fair_key" in doc:
                 task, key = doc["task"], doc["fair_key"]
-                if task not in heads:
-                    heads[task] = self._fair_head(task)
+                if task not in clocks:
+                    clocks[task] = self._fair_clock(task, aware(doc["created_at"]))
                 if (task, key) not in lasts:
                     lasts[task, key] = self._fair_last(task, key)
-                now = ranks.millis(aware(doc["created_at"]))
-                since = ranks.fair_start(
-                    since, now, heads[task], lasts[task, key], doc["fair_weight"]
-                )
+                since = ranks.fair_start(clocks[task], lasts[task, key], doc["fair_weight"])
                 lasts[task, key] = doc["fair_at"] = since
             doc["rank"] = ranks.rank(since, doc["priority"], doc.get("aging"))
 
-    def _fair_head(self, task: str) -> float | None:
-        """The fair start of ``task``'s first pending job in claim order, if any."""
-        query = {"status": PENDING, "task": task, **RANKED}
-        head = self.connection.retrying(
-            "insert",
-            lambda _: self.connection.jobs.find_one(query, {"fair_at": 1}, sort=RANK_SORT),
+    def _fair_clock(self, task: str, now: datetime) -> float:
+        """``task``'s fair clock (:func:`~mongosched._core.ranks.fair_clock`): the fair
+        start of its first due pending job in rank order, and the latest among its
+        claimed jobs."""
+        due = {"status": PENDING, "task": task, **RANKED, "run_at": {"$lte": now}}
+        claimed = {"task": task, "status": {"$in": CLAIMED}, "fair_at": {"$exists": True}}
+
+        def first(query: dict[str, Any], sort: list[tuple[str, int]]) -> float | None:
+            doc = self.connection.retrying(
+                "insert", lambda _: self.connection.jobs.find_one(query, {"fair_at": 1}, sort=sort)
+            )
+            return None if doc is None else doc.get("fair_at")
+
+        return ranks.fair_clock(
+            first(due, RANK_SORT), first(claimed, [("fair_at", DESCENDING)]), ranks.millis(now)
         )
-        return None if head is None else head.get("fair_at")
 
     def _fair_last(self, task: str, key: str) -> float | None:
         """The latest fair start of key ``key`` of ``task``, if it has one."""
