@@ -16,9 +16,11 @@ inserted: ``since + (priority - 1) * interval``, in milliseconds since the epoch
   taken next, then alternates with the others in proportion to the weights. The
   clock moves only as jobs are claimed: a job nobody claims (a queue no runner
   serves or one paused, a long retry delay) cannot hold it back, since claims of
-  later starts move it on. A job due later than it is scheduled starts at ``V`` of
-  its scheduling (its delay counts no turns): when it comes due, the clock has
-  reached or passed its start, and it is taken among the next jobs.
+  later starts move it on. A job due later than it is scheduled has no start yet:
+  it is **deferred** (its rank :func:`deferred`, past every start, so it sorts
+  after the due jobs and its wait holds nothing back), and takes its start, from
+  the clock of then, when a claim of its task and queue finds it due (a find on the
+  ranked index, by the rank's range: :func:`deferred_until`).
 
 The start is stored with the job (``fair_at``), not derived from its rank, so an edit of
 its priority moves no other job.
@@ -40,7 +42,10 @@ from datetime import datetime, timezone
 __all__ = [
     "QUANTUM",
     "STRICT",
+    "DEFERRED",
     "claim_key",
+    "deferred",
+    "deferred_until",
     "effective_priority",
     "fair_clock",
     "fair_start",
@@ -53,6 +58,9 @@ STRICT = 1e9
 QUANTUM = 1.0
 """The fair clock's step for one job of a key of weight 1, in milliseconds."""
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+DEFERRED = 1e15
+"""Where the ranks of deferred fair jobs begin: past every start (about the year 33,600),
+below a float's whole-millisecond limit."""
 
 
 def millis(when: datetime) -> float:
@@ -82,6 +90,16 @@ def effective_priority(
         return priority
     waited = (millis(now) - since_of(job_rank, priority, aging)) / 1000.0
     return priority - waited / aging
+
+
+def deferred(due: float) -> float:
+    """The rank of a fair job due at ``due`` (milliseconds) that has no start yet."""
+    return DEFERRED + due
+
+
+def deferred_until(now: datetime) -> tuple[float, float]:
+    """The range of ranks of the deferred fair jobs due by ``now``."""
+    return DEFERRED, deferred(millis(now))
 
 
 def fair_clock(head: float | None, claimed: float | None, now: float) -> float:

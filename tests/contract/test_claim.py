@@ -276,3 +276,15 @@ def test_a_priority_edit_of_the_fair_head_does_not_move_a_new_key(store: Store) 
     add(store, *[job("fair", priority=5, fair_key="B") for _ in range(5)])
     order = [claim_fair(store, LATER).fair_key for _ in range(6)]
     assert order.count("B") == 3, order
+
+
+def test_delayed_fair_jobs_take_turns_when_they_come_due(store: Store) -> None:
+    """A key's batch due later takes its start when it comes due: it takes turns with
+    the backlog then (a start from its scheduling would have let it take every turn
+    it missed), and while not due it sorts after the due jobs."""
+    add(store, *[job("fair", fair_key="A") for _ in range(100)])
+    add(store, *[job("fair", at=T0 + sec(9), fair_key="C") for _ in range(3)])
+    for _ in range(20):
+        assert claim_fair(store, T0 + sec(5)).fair_key == "A"
+    order = "".join(claim_fair(store, T0 + sec(9)).fair_key for _ in range(6))
+    assert order.count("C") == 3 and "CC" not in order, order

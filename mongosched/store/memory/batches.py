@@ -43,6 +43,7 @@ class MemoryBatches:
                 if job is None or job.record.task not in tasks:
                     return None
             else:
+                self._table.place(tasks, queues, now)
                 job = self._table.indexes.take_first_due(tasks, queues, now)
                 if job is None:
                     return None
@@ -64,6 +65,7 @@ class MemoryBatches:
         now = ms(now)
         claimed: list[JobRecord] = []
         with self._table.lock:
+            self._table.place(tasks, queues, now)
             while len(claimed) < limit:
                 job = self._table.indexes.take_first_due(tasks, queues, now)
                 if job is None:

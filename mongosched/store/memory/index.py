@@ -49,6 +49,9 @@ class JobIndexes:
         self._ranked: dict[str, dict[str, list[Ranked]]] = {}
         """Ranked jobs (see :mod:`mongosched._core.ranks`): one heap per ``task -> queue``
         by ``(rank, seq)``."""
+        self._deferred: dict[str, dict[str, list[Ranked]]] = {}
+        """Deferred fair jobs (not due when scheduled, no start yet): one heap per
+        ``task -> queue`` by rank (their due time)."""
         self._claim_entries = 0
         self._leases: list[Entry] = []
         self.examined = 0
@@ -60,7 +63,7 @@ class JobIndexes:
         self._push_claim(job)
         if self._claim_entries > 2 * live + SLACK:  # mostly stale: rebuild
             log.debug("rebuilding the claim index (%d entries, %d live)", self._claim_entries, live)
-            self._claims, self._ranked, self._claim_entries = {}, {}, 0
+            self._claims, self._ranked, self._deferred, self._claim_entries = {}, {}, {}, 0
             for other in pending:
                 self._push_claim(other)
 
@@ -80,12 +83,15 @@ class JobIndexes:
         if r.rank is not None:
             heap = self._ranked.setdefault(r.task, {}).setdefault(r.queue, [])
             heapq.heappush(heap, (r.rank, job.seq, job.version, r.id))
+            if r.fair_key is not None and r.fair_at is None:
+                heap = self._deferred.setdefault(r.task, {}).setdefault(r.queue, [])
+                heapq.heappush(heap, (r.rank, job.seq, job.version, r.id))
             return
         by_priority = self._claims.setdefault(r.task, {}).setdefault(r.queue, {})
         entry = (r.run_at, job.seq, job.version, r.id)
         heapq.heappush(by_priority.setdefault(r.priority, []), entry)
 
-    def _valid(self, entry: Entry, status: JobStatus) -> bool:
+    def _valid(self, entry: Entry | Ranked, status: JobStatus) -> bool:
         """Whether an index entry still stands for its job (same version and status)."""
         self.examined += 1
         job = self._jobs.get(entry[3])
@@ -107,6 +113,23 @@ class JobIndexes:
             return None
         self._claim_entries -= 1
         return self._jobs[heapq.heappop(heap)[3]]
+
+    def deferred_due(
+        self, tasks: Sequence[str], queues: Sequence[str] | None, now: datetime
+    ) -> list[StoredJob]:
+        """The deferred fair jobs of ``tasks`` in ``queues`` (None: any) due by
+        ``now``, the earliest due first; taken out of the deferred index."""
+        found: list[Ranked] = []
+        until = ranks.deferred_until(now)[1]
+        for task in tasks:
+            by_queue = self._deferred.get(task, {})
+            for queue in list(by_queue) if queues is None else queues:
+                heap = by_queue.get(queue, [])
+                while heap and heap[0][0] <= until:
+                    entry = heapq.heappop(heap)
+                    if self._valid(entry, PENDING):
+                        found.append(entry)
+        return [self._jobs[entry[3]] for entry in sorted(found)]
 
     def first_due_ranked(self, task: str, now: datetime) -> StoredJob | None:
         """The first due pending ranked job of ``task`` in rank order (its claim order:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -137,7 +137,7 @@ class MemoryTable:
         if window is not None:
             return window, False
         if job.record.aging is not None or job.record.fair_key is not None:
-            job.record = self.ranked(job.record)
+            job.record = self.ranked(job.record, job.record.created_at)
         self.jobs[job.id] = job
         if job.record.dedupe_until is not None:
             self.windows[job.record.task, job.record.dedupe_key or ""] = job.id
@@ -244,21 +244,30 @@ class MemoryTable:
             return None
         return self.holder(job)
 
-    def ranked(self, job: JobRecord) -> JobRecord:
-        """A new ranked job with its rank (see :mod:`mongosched._core.ranks`); a fair
-        one with its start too, its key's latest from now on."""
+    def ranked(self, job: JobRecord, now: datetime) -> JobRecord:
+        """A ranked job with its rank at ``now`` (see :mod:`mongosched._core.ranks`); a
+        fair one with its start too (its key's latest from now on), or deferred while
+        it is not due."""
         since, start = ranks.millis(job.run_at), None
         if job.fair_key is not None:
-            head = self.indexes.first_due_ranked(job.task, job.created_at)
+            if job.run_at > now:
+                return evolved(job, rank=ranks.deferred(since), fair_at=None)
+            head = self.indexes.first_due_ranked(job.task, now)
             clock = ranks.fair_clock(
                 None if head is None else head.record.fair_at,
                 self.fair_claimed.get(job.task),
-                ranks.millis(job.created_at),
+                ranks.millis(now),
             )
             last = self.fair_last.get((job.task, job.fair_key))
             since = start = ranks.fair_start(clock, last, job.fair_weight)
             self.fair_last[job.task, job.fair_key] = start
         return evolved(job, rank=ranks.rank(since, job.priority, job.aging), fair_at=start)
+
+    def place(self, tasks: Sequence[str], queues: Sequence[str] | None, now: datetime) -> None:
+        """Give the deferred fair jobs of ``tasks`` in ``queues`` due by ``now`` their
+        start, the earliest due first."""
+        for job in self.indexes.deferred_due(tasks, queues, now):
+            self.write(job, self.ranked(job.record, now))
 
     def window_holder(self, job: StoredJob) -> StoredJob | None:
         """The job whose throttle window for ``job``'s dedupe key is still open when

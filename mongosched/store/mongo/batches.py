@@ -67,6 +67,7 @@ from mongosched.store.mongo.documents import (
     aware,
     to_record,
 )
+from mongosched.store.mongo.fair import MongoFair
 from mongosched.store.mongo.leases import MongoLeases
 from mongosched.store.mongo.updates import (
     claim_fence,
@@ -218,6 +219,7 @@ class MongoBatches:
     def __init__(self, connection: MongoConnection, leases: MongoLeases) -> None:
         self.connection = connection
         self.leases = leases
+        self.fair = MongoFair(connection)
 
     def claim_batch(
         self,
@@ -363,6 +365,7 @@ class MongoBatches:
         if not ranked:
             return find(query, CLAIM_SORT)
         plain = [task for task in tasks if task not in ranked]
+        self.fair.place(ranked, queues, now, limit)  # deferred fair jobs come due
         docs = []
         for task in ranked:
             docs += find({**claim_query([task], queues, now), **RANKED}, RANK_SORT)

@@ -14,7 +14,6 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
-from mongosched._core import ranks
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
     JobQuery,
@@ -27,12 +26,9 @@ from mongosched.errors import JobStateError, StoreError
 from mongosched.store import codec
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import (
-    CLAIMED,
     DEDUPE_FIELDS,
     KEEPS_DEPENDENTS,
     PENDING,
-    RANK_SORT,
-    RANKED,
     RUNNING,
     UNSTARTED,
     WINDOW_FIELD,
@@ -41,6 +37,7 @@ from mongosched.store.mongo.documents import (
     to_document,
     to_record,
 )
+from mongosched.store.mongo.fair import MongoFair
 from mongosched.store.mongo.updates import (
     dedupe_hold,
     edit_fields,
@@ -57,6 +54,7 @@ class MongoJobs:
 
     def __init__(self, connection: MongoConnection) -> None:
         self.connection = connection
+        self.fair = MongoFair(connection)
 
     # Scheduling --------------------------------------------------------------------------------
     def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
@@ -72,62 +70,12 @@ class MongoJobs:
                 kwargs=stored["kwargs"],
             )
             docs.append(to_document(job))
-        self._rank(docs)
+        self.fair.rank(docs)
         if self.connection.transaction is not None:
             return self._insert_in_transaction(docs)
         if len(docs) == 1:
             return [self._insert_one(docs[0])]
         return self._insert_many(docs)
-
-    def _rank(self, docs: list[dict[str, Any]]) -> None:
-        """Set the rank of each new ranked job (see :mod:`mongosched._core.ranks`). A
-        fair job's start needs its task's fair clock and its key's latest start: read
-        once per call (three finds on indexes, each one document), then carried along
-        the call's jobs. Two calls at once for one key may give their jobs the same
-        start: they share a turn, nothing worse."""
-        clocks: dict[str, float] = {}
-        lasts: dict[tuple[str, str], float | None] = {}
-        for doc in docs:
-            if "aging" not in doc and "fair_key" not in doc:
-                continue
-            since = ranks.millis(aware(doc["run_at"]))
-            if "fair_key" in doc:
-                task, key = doc["task"], doc["fair_key"]
-                if task not in clocks:
-                    clocks[task] = self._fair_clock(task, aware(doc["created_at"]))
-                if (task, key) not in lasts:
-                    lasts[task, key] = self._fair_last(task, key)
-                since = ranks.fair_start(clocks[task], lasts[task, key], doc["fair_weight"])
-                lasts[task, key] = doc["fair_at"] = since
-            doc["rank"] = ranks.rank(since, doc["priority"], doc.get("aging"))
-
-    def _fair_clock(self, task: str, now: datetime) -> float:
-        """``task``'s fair clock (:func:`~mongosched._core.ranks.fair_clock`): the fair
-        start of its first due pending job in rank order, and the latest among its
-        claimed jobs."""
-        due = {"status": PENDING, "task": task, **RANKED, "run_at": {"$lte": now}}
-        claimed = {"task": task, "status": {"$in": CLAIMED}, "fair_at": {"$exists": True}}
-
-        def first(query: dict[str, Any], sort: list[tuple[str, int]]) -> float | None:
-            doc = self.connection.retrying(
-                "insert", lambda _: self.connection.jobs.find_one(query, {"fair_at": 1}, sort=sort)
-            )
-            return None if doc is None else doc.get("fair_at")
-
-        return ranks.fair_clock(
-            first(due, RANK_SORT), first(claimed, [("fair_at", DESCENDING)]), ranks.millis(now)
-        )
-
-    def _fair_last(self, task: str, key: str) -> float | None:
-        """The latest fair start of key ``key`` of ``task``, if it has one."""
-        query = {"task": task, "fair_key": key, "fair_at": {"$exists": True}}
-        last = self.connection.retrying(
-            "insert",
-            lambda _: self.connection.jobs.find_one(
-                query, {"fair_at": 1}, sort=[("fair_at", DESCENDING)]
-            ),
-        )
-        return None if last is None else last.get("fair_at")
 
     def _insert_one(self, doc: dict[str, Any]) -> tuple[JobRecord, bool]:
         for _ in range(10):
