@@ -11,6 +11,10 @@ Three scenarios, each printed as figures:
   or after a minute);
 * **weights**: keys weighted 3:1, both with a backlog: the share of the first 1,000
   starts each got;
+* **delayed and stuck**: with the injectable clock, tenant A's ``--backlog`` (a tenth
+  on MongoDB) and tenant B's one job scheduled 3 s ahead: where B's start comes once
+  due (counted from then); and, with a job in a paused queue, B back after its own 20 jobs ran, behind A's
+  backlog scheduled meanwhile: where B's next start comes;
 * **aging**: with the injectable clock, a priority-9 report due at minute 0 while two
   priority-1 jobs arrive a minute and one job a minute runs: the minute the report
   started, with the report aging a level a minute, with the app's aging (every job
@@ -108,6 +112,34 @@ def weights(stores: Stores, starts_counted: int) -> dict[str, Any]:
     return {"starts": len(started), "big": big, "small": small, "ratio": round(big / small, 3)}
 
 
+def delayed_and_stuck(stores: Stores, size: int) -> dict[str, Any]:
+    clock = FakeClock()
+    app = stores.app(clock=clock)
+    starts: list[str] = []
+
+    @app.task(name="sync", fair_key="tenant")
+    def sync(tenant: str, n: int) -> None:
+        starts.append(tenant)
+
+    app.schedule_bulk([sync.job("A", n) for n in range(size)])
+    sync.configure(delay=3).schedule("B", 0)
+    drain(app, limit=2)
+    starts.clear()
+    clock.advance(seconds=3)
+    drain(app, limit=size + 1)
+    delayed = starts.index("B") + 1
+    app.pause(queue="held")
+    sync.configure(queue="held").schedule("X", 0)
+    app.schedule_bulk([sync.job("B", n) for n in range(20)])
+    drain(app, limit=20)
+    starts.clear()
+    clock.advance(seconds=60)
+    app.schedule_bulk([sync.job("A", n) for n in range(size)])
+    sync.schedule("B", 20)
+    drain(app, limit=size + 1)
+    return {"delayed_b_position": delayed, "returning_b_position": starts.index("B") + 1}
+
+
 def aging(stores: Stores, mode: str) -> dict[str, Any]:
     clock = FakeClock()
     app = stores.app(clock=clock, **({"aging": 60} if mode == "app" else {}))
@@ -131,6 +163,8 @@ def main() -> None:
             backlog(stores, options.backlog, options.workers, fair) for fair in (True, False)
         ]
         rows["weights"] = weights(stores, options.weighted_starts)
+        small = options.backlog if options.uri.startswith("memory://") else options.backlog // 10
+        rows["delayed"] = delayed_and_stuck(stores, min(small, 1_000))
         rows["aging"] = [aging(stores, mode) for mode in ("task", "app", "none")]
     finally:
         stores.drop()
@@ -143,6 +177,11 @@ def main() -> None:
         )
     w = rows["weights"]
     print(f"  weights 3:1: {w['big']} to {w['small']} of {w['starts']} starts, {w['ratio']}:1")
+    d = rows["delayed"]
+    print(
+        f"  B's job due in 3 s: start #{d['delayed_b_position']} once due; "
+        f"B back, a job stuck in a paused queue: #{d['returning_b_position']}"
+    )
     for row in rows["aging"]:
         waited = row["report_waited_min"]
         said = "never (60 min)" if waited is None else f"after {waited:g} min"

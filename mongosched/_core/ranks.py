@@ -17,10 +17,10 @@ inserted: ``since + (priority - 1) * interval``, in milliseconds since the epoch
   clock moves only as jobs are claimed: a job nobody claims (a queue no runner
   serves or one paused, a long retry delay) cannot hold it back, since claims of
   later starts move it on. A job due later than it is scheduled has no start yet:
-  it is **deferred** (its rank :func:`deferred`, past every start, so it sorts
+  it is **unplaced** (its rank :func:`unplaced`, past every start, so it sorts
   after the due jobs and its wait holds nothing back), and takes its start, from
   the clock of then, when a claim of its task and queue finds it due (a find on the
-  ranked index, by the rank's range: :func:`deferred_until`).
+  ranked index, by the rank's range: :func:`unplaced_until`).
 
 The start is stored with the job (``fair_at``), not derived from its rank, so an edit of
 its priority moves no other job.
@@ -30,9 +30,10 @@ At a given time ``now``, the job's effective priority is ``priority`` less one l
 as effective priorities among jobs of one interval (``since + (priority - 1) *
 interval`` is the time the job reaches priority 1): a level is worth an interval of
 waiting, so a priority-9 job is served as if due eight intervals later. A claim takes
-the ranked jobs in rank order (an index of their own) and merges them with ordinary
-jobs by effective priority, then due time (:func:`claim_key`). Nothing here reads or
-writes: the store does, with these.
+each ranked task's jobs in rank order (an index of their own; one task has one
+interval, so its rank order is its claim order) and merges them with each other and
+with ordinary jobs by effective priority, then due time (:func:`claim_key`): the one
+rule of both stores. Nothing here reads or writes: the store does, with these.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ from datetime import datetime, timezone
 __all__ = [
     "QUANTUM",
     "STRICT",
-    "DEFERRED",
+    "UNPLACED",
     "claim_key",
-    "deferred",
-    "deferred_until",
+    "unplaced",
+    "unplaced_until",
     "effective_priority",
     "fair_clock",
     "fair_start",
@@ -58,8 +59,8 @@ STRICT = 1e9
 QUANTUM = 1.0
 """The fair clock's step for one job of a key of weight 1, in milliseconds."""
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-DEFERRED = 1e15
-"""Where the ranks of deferred fair jobs begin: past every start (about the year 33,600),
+UNPLACED = 1e15
+"""Where the ranks of unplaced fair jobs begin: past every start (about the year 33,600),
 below a float's whole-millisecond limit."""
 
 
@@ -92,14 +93,14 @@ def effective_priority(
     return priority - waited / aging
 
 
-def deferred(due: float) -> float:
+def unplaced(due: float) -> float:
     """The rank of a fair job due at ``due`` (milliseconds) that has no start yet."""
-    return DEFERRED + due
+    return UNPLACED + due
 
 
-def deferred_until(now: datetime) -> tuple[float, float]:
-    """The range of ranks of the deferred fair jobs due by ``now``."""
-    return DEFERRED, deferred(millis(now))
+def unplaced_until(now: datetime) -> tuple[float, float]:
+    """The range of ranks of the unplaced fair jobs due by ``now``."""
+    return UNPLACED, unplaced(millis(now))
 
 
 def fair_clock(head: float | None, claimed: float | None, now: float) -> float:

@@ -44,6 +44,30 @@ def test_a_small_tenant_is_not_held_behind_a_large_backlog(make_app: Callable[..
     assert positions[-1] < 24, positions
 
 
+def test_a_delayed_job_takes_its_turn_when_it_comes_due(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    """Issue 32 #9: tenant B's job scheduled 3 s ahead ran after A's whole backlog
+    (the 1,002nd of 1,000 + 2; without the delay, 2nd); now it runs among the next
+    two once due, and a paused queue's job holds nothing back (#10)."""
+    app = make_app(clock=clock)
+    starts: list[str] = []
+
+    @app.task(name="sync", fair_key="tenant")
+    def sync(tenant: str, n: int) -> None:
+        starts.append(tenant)
+
+    backlog = 1_000 if isinstance(app.store, MemoryStore) or TEST_URI else 100  # as above
+    sync.configure(queue="later").schedule("X", 0)
+    app.pause(queue="later")
+    app.schedule_bulk([sync.job("A", n) for n in range(backlog)])
+    sync.configure(delay=3).schedule("B", 0)
+    assert drain(app, limit=2) == 2
+    clock.advance(seconds=3)
+    assert drain(app, limit=2) == 2
+    assert "B" in starts[2:4], starts[:6]
+
+
 def test_weights_share_the_starts(make_app: Callable[..., App]) -> None:
     """Weights 3:1 over 1,000 starts (100 on SecantusDB): within 10% of 3:1."""
     app = make_app()

@@ -49,8 +49,8 @@ class JobIndexes:
         self._ranked: dict[str, dict[str, list[Ranked]]] = {}
         """Ranked jobs (see :mod:`mongosched._core.ranks`): one heap per ``task -> queue``
         by ``(rank, seq)``."""
-        self._deferred: dict[str, dict[str, list[Ranked]]] = {}
-        """Deferred fair jobs (not due when scheduled, no start yet): one heap per
+        self._unplaced: dict[str, dict[str, list[Ranked]]] = {}
+        """Unplaced fair jobs (not due when scheduled, no start yet): one heap per
         ``task -> queue`` by rank (their due time)."""
         self._claim_entries = 0
         self._leases: list[Entry] = []
@@ -63,7 +63,7 @@ class JobIndexes:
         self._push_claim(job)
         if self._claim_entries > 2 * live + SLACK:  # mostly stale: rebuild
             log.debug("rebuilding the claim index (%d entries, %d live)", self._claim_entries, live)
-            self._claims, self._ranked, self._deferred, self._claim_entries = {}, {}, {}, 0
+            self._claims, self._ranked, self._unplaced, self._claim_entries = {}, {}, {}, 0
             for other in pending:
                 self._push_claim(other)
 
@@ -84,7 +84,7 @@ class JobIndexes:
             heap = self._ranked.setdefault(r.task, {}).setdefault(r.queue, [])
             heapq.heappush(heap, (r.rank, job.seq, job.version, r.id))
             if r.fair_key is not None and r.fair_at is None:
-                heap = self._deferred.setdefault(r.task, {}).setdefault(r.queue, [])
+                heap = self._unplaced.setdefault(r.task, {}).setdefault(r.queue, [])
                 heapq.heappush(heap, (r.rank, job.seq, job.version, r.id))
             return
         by_priority = self._claims.setdefault(r.task, {}).setdefault(r.queue, {})
@@ -114,15 +114,15 @@ class JobIndexes:
         self._claim_entries -= 1
         return self._jobs[heapq.heappop(heap)[3]]
 
-    def deferred_due(
+    def unplaced_due(
         self, tasks: Sequence[str], queues: Sequence[str] | None, now: datetime
     ) -> list[StoredJob]:
-        """The deferred fair jobs of ``tasks`` in ``queues`` (None: any) due by
-        ``now``, the earliest due first; taken out of the deferred index."""
+        """The unplaced fair jobs of ``tasks`` in ``queues`` (None: any) due by
+        ``now``, the earliest due first; taken out of the unplaced index."""
         found: list[Ranked] = []
-        until = ranks.deferred_until(now)[1]
+        until = ranks.unplaced_until(now)[1]
         for task in tasks:
-            by_queue = self._deferred.get(task, {})
+            by_queue = self._unplaced.get(task, {})
             for queue in list(by_queue) if queues is None else queues:
                 heap = by_queue.get(queue, [])
                 while heap and heap[0][0] <= until:

@@ -246,12 +246,12 @@ class MemoryTable:
 
     def ranked(self, job: JobRecord, now: datetime) -> JobRecord:
         """A ranked job with its rank at ``now`` (see :mod:`mongosched._core.ranks`); a
-        fair one with its start too (its key's latest from now on), or deferred while
+        fair one with its start too (its key's latest from now on), or unplaced while
         it is not due."""
         since, start = ranks.millis(job.run_at), None
         if job.fair_key is not None:
             if job.run_at > now:
-                return evolved(job, rank=ranks.deferred(since), fair_at=None)
+                return evolved(job, rank=ranks.unplaced(since), fair_at=None)
             head = self.indexes.first_due_ranked(job.task, now)
             clock = ranks.fair_clock(
                 None if head is None else head.record.fair_at,
@@ -264,9 +264,9 @@ class MemoryTable:
         return evolved(job, rank=ranks.rank(since, job.priority, job.aging), fair_at=start)
 
     def place(self, tasks: Sequence[str], queues: Sequence[str] | None, now: datetime) -> None:
-        """Give the deferred fair jobs of ``tasks`` in ``queues`` due by ``now`` their
+        """Give the unplaced fair jobs of ``tasks`` in ``queues`` due by ``now`` their
         start, the earliest due first."""
-        for job in self.indexes.deferred_due(tasks, queues, now):
+        for job in self.indexes.unplaced_due(tasks, queues, now):
             self.write(job, self.ranked(job.record, now))
 
     def window_holder(self, job: StoredJob) -> StoredJob | None:

@@ -365,7 +365,7 @@ class MongoBatches:
         if not ranked:
             return find(query, CLAIM_SORT)
         plain = [task for task in tasks if task not in ranked]
-        self.fair.place(ranked, queues, now, limit)  # deferred fair jobs come due
+        self.fair.place(ranked, queues, now, limit)  # unplaced fair jobs come due
         docs = []
         for task in ranked:
             docs += find({**claim_query([task], queues, now), **RANKED}, RANK_SORT)

@@ -1,5 +1,5 @@
 """Ranks on MongoDB (a part of :class:`~mongosched.store.mongo.MongoStore`, used by its
-inserts and its claims): each new ranked job's rank, and the fair start of a deferred
+inserts and its claims): each new ranked job's rank, and the fair start of an unplaced
 fair job once it is due (see :mod:`mongosched._core.ranks`). Every read is a find of
 one document on an index.
 """
@@ -27,7 +27,7 @@ class MongoFair:
 
     def rank(self, docs: Sequence[dict[str, Any]], now: datetime | None = None) -> None:
         """Set the rank of each ranked job of ``docs`` (new ones: at their creation;
-        deferred ones: at ``now``). A fair job's start needs its task's fair clock and
+        unplaced ones: at ``now``). A fair job's start needs its task's fair clock and
         its key's latest start: read once per call (three finds, each one document),
         then carried along the call's jobs. Two calls at once for one key may give
         their jobs the same start: they share a turn, nothing worse."""
@@ -40,7 +40,7 @@ class MongoFair:
             if "fair_key" in doc:
                 at = aware(doc["created_at"]) if now is None else now
                 if since > ranks.millis(at):  # not due yet: no start
-                    doc["rank"] = ranks.deferred(since)
+                    doc["rank"] = ranks.unplaced(since)
                     continue
                 task, key = doc["task"], doc["fair_key"]
                 if task not in clocks:
@@ -54,11 +54,11 @@ class MongoFair:
     def place(
         self, tasks: Sequence[str], queues: Sequence[str] | None, now: datetime, limit: int
     ) -> None:
-        """Give the deferred fair jobs of ``tasks`` in ``queues`` due by ``now`` their
+        """Give the unplaced fair jobs of ``tasks`` in ``queues`` due by ``now`` their
         start (up to ``limit``, the earliest due first): one find on the ranked index,
         by the range of their ranks; and when there are some, the reads of :meth:`rank`
-        and one bulk write, each update on the job still deferred as read."""
-        low, high = ranks.deferred_until(now)
+        and one bulk write, each update on the job still unplaced as read."""
+        low, high = ranks.unplaced_until(now)
         query: dict[str, Any] = {
             "status": PENDING,
             "task": {"$in": list(tasks)},
