@@ -288,3 +288,13 @@ def test_delayed_fair_jobs_take_turns_when_they_come_due(store: Store) -> None:
         assert claim_fair(store, T0 + sec(5)).fair_key == "A"
     order = "".join(claim_fair(store, T0 + sec(9)).fair_key for _ in range(6))
     assert order.count("C") == 3 and "CC" not in order, order
+
+
+def test_an_unplaced_job_moved_later_takes_its_start_at_its_new_due_time(store: Store) -> None:
+    add(store, *[job("fair", fair_key="A") for _ in range(60)])
+    (c,) = add(store, job("fair", at=T0 + sec(9), fair_key="C"))
+    assert store.update_pending(c, PendingChanges(run_at=T0 + sec(20)), T0) is not None
+    for _ in range(20):  # C's old due time passed: it is not due
+        assert claim_fair(store, T0 + sec(10)).fair_key == "A"
+    order = [claim_fair(store, T0 + sec(20)).fair_key for _ in range(2)]
+    assert "C" in order, order

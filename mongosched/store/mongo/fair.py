@@ -81,13 +81,13 @@ class MongoFair:
             return
         was = {doc["_id"]: doc["rank"] for doc in due}
         self.rank(due, now)
-        writes = [
+        writes = [  # (one whose due time was edited later stays unplaced, till then)
             UpdateOne(
                 {"_id": doc["_id"], "status": PENDING, "rank": was[doc["_id"]]},
-                {"$set": {"rank": doc["rank"], "fair_at": doc["fair_at"]}},
+                {"$set": {name: doc[name] for name in ("rank", "fair_at") if name in doc}},
             )
             for doc in due
-            if "fair_at" in doc
+            if doc["rank"] != was[doc["_id"]]
         ]
         if writes:
             self.connection.retrying(
