@@ -220,19 +220,33 @@ class BulkOperations(Operations):
         the total ``write`` reported (and kept in the audit trail)."""
         total = batches = 0
         after = None
-        while True:
-            ids = self.store.select_ids(query, after=after, limit=size)
-            if not ids:
-                break
-            total += write(ids)
-            batches += 1
-            if len(ids) < size:
-                break
-            after = ids[-1]
-        described = _describe(query)
-        done = {"retry": "retried", "cancel": "cancelled", "purge": "purged"}[action]
-        log.info("%s %d job(s) in %d batch(es) (%s)", done, total, batches, described)
-        self.audit.record(action, described, count=total, actor=actor)
+        stopped: BaseException | None = None
+        try:
+            while True:
+                ids = self.store.select_ids(query, after=after, limit=size)
+                if not ids:
+                    break
+                total += write(ids)
+                batches += 1
+                if len(ids) < size:
+                    break
+                after = ids[-1]
+        except BaseException as exc:
+            stopped = exc
+            raise
+        finally:
+            # What was done is kept whatever ends the walk: a walk that stops half-way
+            # (the store fails, the process is interrupted) has still changed the jobs
+            # of the batches before, and the trail says how many and why it stopped.
+            described = _describe(query)
+            done = {"retry": "retried", "cancel": "cancelled", "purge": "purged"}[action]
+            detail = None
+            if stopped is not None:
+                detail = f"stopped after {batches} batch(es): {type(stopped).__name__}: {stopped}"
+                log.warning("%s %d job(s), then %s (%s)", done, total, detail, described)
+            else:
+                log.info("%s %d job(s) in %d batch(es) (%s)", done, total, batches, described)
+            self.audit.record(action, described, count=total, detail=detail, actor=actor)
         return total
 
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 from mongosched import App
-from mongosched.errors import ConfigurationError
+from mongosched.errors import ConfigurationError, StoreError
 from mongosched.operations.audit import local_actor
 from mongosched.testing import FakeClock, drain
 
@@ -144,3 +144,29 @@ def test_a_schedule_triggered_or_backfilled_is_recorded(
     ]
     assert entries[0].detail == f"job {run.id}" and len(lanes) == 2
     assert entries[1].detail is not None and entries[1].detail.endswith(", 2 at once")
+
+
+def test_a_bulk_action_that_fails_half_way_is_kept_with_what_it_did(
+    make_app: Callable[..., App], clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = busy(make_app, clock)
+    for _ in range(3):
+        app.schedule("boom")
+    drain(app)
+    purge_many = app.store.purge_many
+    calls = []
+
+    def fails_on_the_second_batch(ids: object, final: object) -> int:
+        calls.append(ids)
+        if len(calls) == 2:
+            raise StoreError("the server went away")
+        return purge_many(ids, final)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(app.store, "purge_many", fails_on_the_second_batch)
+    with pytest.raises(StoreError, match="went away"):
+        app.purge_jobs(task="boom", batch_size=2, actor="carol")
+
+    assert app.count_jobs(task="boom") == 1  # the first batch was purged
+    (entry,) = app.audit.entries()
+    assert (entry.actor, entry.action, entry.count) == ("carol", "purge", 2)
+    assert entry.detail == "stopped after 1 batch(es): StoreError: the server went away"
