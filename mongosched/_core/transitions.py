@@ -91,6 +91,15 @@ def may_expire(job_id: Any) -> bool:
     return not is_schedule_id(job_id)
 
 
+def kept_until(delete_at: datetime, job: JobRecord) -> datetime:
+    """When a finished ``job`` may be deleted: as its retention says (``delete_at``), but
+    never before its throttle window closes, since the job is what holds its dedupe key
+    for the window (``dedupe_window``): deleted sooner, it would let a second job of the
+    key in."""
+    until = job.dedupe_until
+    return delete_at if until is None or until <= delete_at else until
+
+
 def claimed(
     job: JobRecord,
     owner: str,
@@ -172,7 +181,9 @@ def settled(job: JobRecord, settlement: Settlement, result: Any = None) -> JobRe
         ),
         missed=job.missed if s.missed is None else _missed_ms(s.missed),
         finished_at=now if final else job.finished_at,
-        delete_at=ms(s.delete_at) if expires and s.delete_at is not None else job.delete_at,
+        delete_at=ms(kept_until(s.delete_at, job))
+        if expires and s.delete_at is not None
+        else job.delete_at,
         errors=job.errors if error is None else kept_errors(job.errors, error),
         history=kept_attempts(job.history, ended_attempt(job, evolved(s, now=now))),
         logs=job.logs if s.logs is None else tuple(evolved(e, at=ms(e.at)) for e in s.logs),

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from mongosched._core import outcome
+from mongosched._core.outcome import Ending, Retention
 from mongosched._core.records import JobQuery, JobRecord, JobStatus
 from mongosched.errors import SerializationError
 from mongosched.store import Store
@@ -133,6 +135,33 @@ def test_a_throttle_window_holds_the_key_after_its_job_finished(store: Store) ->
     assert created and second.id != first.id and second.args == (3,)
     [(holder, created)] = store.insert([windowed(T0 + sec(301))])
     assert holder.id == second.id and not created
+
+
+def test_retention_never_ends_a_throttle_window_before_it_closes(store: Store) -> None:
+    # Kept one second after they end (keep_completed=1 s), but each holds its key for
+    # an hour: the job, which holds the window, is kept until the window closes.
+    brief = Retention(completed=sec(1), failed=sec(1))
+    hour = 3600.0
+    first = add(store, windowed(T0, window=hour))[0]
+    running = claimed(store)
+    settled = store.settle(
+        running, outcome.decide(running, Ending.SUCCESS, now=LATER, retention=brief).settlement
+    )
+    assert settled is not None and settled.delete_at == T0 + sec(hour)
+    # Cancelled before it ran, alone or in a bulk cancel: the same.
+    one = add(store, replace(windowed(T0, window=hour), task="one"))[0]
+    cancelled = store.cancel_pending(one.id, outcome.cancelled(LATER, brief))
+    assert cancelled is not None and cancelled.delete_at == T0 + sec(hour)
+    many = add(store, replace(windowed(T0, window=hour), task="many"))[0]
+    plain = add(store, job(task="many"))[0]
+    assert store.cancel_many([many.id, plain.id], outcome.cancelled(LATER, brief)) == (2, 0)
+    assert store.get(many.id).delete_at == T0 + sec(hour)  # type: ignore[union-attr]
+    assert store.get(plain.id).delete_at == LATER + sec(1)  # type: ignore[union-attr]
+    # A window shorter than the retention changes nothing.
+    short = add(store, replace(windowed(T0, window=1), task="short"))[0]
+    done = store.cancel_pending(short.id, outcome.cancelled(LATER, brief))
+    assert done is not None and done.delete_at == LATER + sec(1)
+    assert first.id != one.id
 
 
 def test_a_batch_holds_a_window_once(store: Store) -> None:

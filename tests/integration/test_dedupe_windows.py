@@ -69,3 +69,24 @@ def test_replace_debounces_while_pending_and_queues_behind_a_running_job(
     assert stored(app, first.id).args == ["v2"]
     assert debounced.schedule("v4").id == queued.id
     assert stored(app, queued.id).args == ["v4"]
+
+
+def test_a_short_retention_keeps_a_finished_job_until_its_window_closes(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    app = make_app(clock=clock, keep_completed=timedelta(seconds=1))
+    ran: list[int] = []
+
+    @app.task(name="digest")
+    def digest(n: int) -> None:
+        ran.append(n)
+
+    throttled = digest.configure(dedupe_key="acme", dedupe_window=timedelta(hours=1))
+    first = throttled.schedule(1)
+    assert drain(app) == 1
+    clock.advance(seconds=60)  # long past its retention, well inside its window
+    again = throttled.schedule(2)
+    assert again.id == first.id and drain(app) == 0 and ran == [1]
+    assert stored(app, first.id).delete_at == first.created_at + timedelta(hours=1)
+    clock.advance(hours=1)
+    assert throttled.schedule(3).id != first.id

@@ -12,7 +12,7 @@ from typing import Any
 from mongosched._core.records import JobRecord, JobStatus, Settlement
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import FINAL, UNSTARTED, WAITING, ms, to_record
-from mongosched.store.mongo.updates import revised, settle_update
+from mongosched.store.mongo.updates import keep_window, revised, settle_update
 
 __all__ = ["MongoFlow"]
 
@@ -81,7 +81,7 @@ class MongoFlow:
             return self.connection.modify("release dependent", {**waiting, **query}, change)
 
         if settlement.status.is_final:
-            doc = write({"waiting_for": dependency}, update)
+            doc = keep_window(self.connection.modify, write({"waiting_for": dependency}, update))
             return None if doc is None else to_record(doc)
         crossed = None
         if dependency is not None:

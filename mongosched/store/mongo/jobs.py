@@ -41,6 +41,7 @@ from mongosched.store.mongo.fair import MongoFair
 from mongosched.store.mongo.updates import (
     dedupe_hold,
     edit_fields,
+    keep_window,
     retry_update,
     revised,
     settle_update,
@@ -315,6 +316,7 @@ class MongoJobs:
         doc = self.connection.modify(
             "cancel", {"_id": job_id, "status": {"$in": UNSTARTED}}, update
         )
+        doc = keep_window(self.connection.modify, doc)
         return None if doc is None else to_record(doc)
 
     def request_cancel(self, job_id: Any, now: datetime) -> JobRecord | None:

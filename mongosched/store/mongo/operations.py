@@ -43,7 +43,13 @@ from mongosched.store.mongo.documents import (
     query_document,
     to_record,
 )
-from mongosched.store.mongo.updates import edit_fields, retry_update, revised, settle_update
+from mongosched.store.mongo.updates import (
+    edit_fields,
+    keep_window,
+    retry_update,
+    revised,
+    settle_update,
+)
 
 __all__ = ["MongoOperations"]
 
@@ -128,9 +134,19 @@ class MongoOperations:
                 {"_id": {"$in": group}, "status": {"$in": OPEN}},
                 settle_update(group[0], settlement, {}),
             )
+            if settlement.delete_at is not None and group is plain:
+                self._keep_windows(group, settlement.delete_at)
         running = {"_id": {"$in": ids}, "status": RUNNING, "cancel_requested": {"$ne": True}}
         mark = {"$set": {"cancel_requested": True, "updated_at": ms(settlement.now)}}
         return cancelled, self._update_many("cancel", running, mark)
+
+    def _keep_windows(self, ids: list[Any], delete_at: datetime) -> None:
+        """Jobs of ``ids`` just cancelled whose throttle window outlasts their expiry,
+        kept until it closes (one read; a write for each such job only)."""
+        query = {"_id": {"$in": ids}, "dedupe_until": {"$gt": ms(delete_at)}}
+        docs = self.connection.retrying("cancel", lambda _: list(self.connection.jobs.find(query)))
+        for doc in docs:
+            keep_window(self.connection.modify, doc)
 
     def _update_many(self, what: str, query: dict[str, Any], update: dict[str, Any]) -> int:
         result = self.connection.retrying(

@@ -8,7 +8,7 @@ leave when they land as fenced (computed instead of read back, see
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -26,7 +26,7 @@ from mongosched._core.records import (
     Settlement,
     ended_attempt,
 )
-from mongosched._core.transitions import may_expire
+from mongosched._core.transitions import kept_until, may_expire
 from mongosched.store.claimant import here
 from mongosched.store.codec import CODEC_OPTIONS, new_token
 from mongosched.store.mongo.documents import (
@@ -221,7 +221,9 @@ def settle_update(
     if s.status.is_final:
         fields["finished_at"] = s.now
         if s.delete_at is not None and may_expire(job_id):
-            fields["expire_at"] = ms(s.delete_at)
+            # Without the job as claimed, the caller keeps its window (keep_window).
+            delete_at = s.delete_at if held is None else kept_until(s.delete_at, held)
+            fields["expire_at"] = ms(delete_at)
         update["$unset"] = {name: "" for name in DEDUPE_FIELDS.values()}
     else:
         fields.update(restore)
@@ -239,6 +241,22 @@ def settle_update(
     if result is not None:
         update["$set"] = with_encoded(fields, "result", result)
     return update
+
+
+def keep_window(
+    modify: Callable[[str, Mapping[str, Any], Mapping[str, Any]], dict[str, Any] | None],
+    doc: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """``doc``, a job just written final by a caller that did not have it as claimed (a
+    cancel, a failed dependency), kept until its throttle window closes where its
+    expiry came sooner (:func:`~mongosched._core.transitions.kept_until`): one more
+    write (``modify``: ``MongoConnection.modify``), for such a job only."""
+    if doc is None:
+        return None
+    until, expire_at = doc.get("dedupe_until"), doc.get("expire_at")
+    if until is None or expire_at is None or until <= expire_at:
+        return doc
+    return modify("keep window", {"_id": doc["_id"]}, {"$max": {"expire_at": until}}) or doc
 
 
 RAW_OPTIONS = CODEC_OPTIONS.with_options(document_class=RawBSONDocument)
