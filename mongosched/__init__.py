@@ -33,6 +33,7 @@ from mongosched.errors import (
     ConfigurationError,
     DependencyFailed,
     Fail,
+    HistoryTooLarge,
     InvalidJobId,
     InvalidSchedule,
     JobExpired,
@@ -42,8 +43,10 @@ from mongosched.errors import (
     LeaseLost,
     MalformedJob,
     MongoschedError,
+    NonDeterminismError,
     ResultTooLarge,
     SerializationError,
+    StepFailed,
     StoreError,
     StoreUnavailable,
     TaskNotRegistered,
@@ -52,6 +55,7 @@ from mongosched.errors import (
     WaitTimeout,
     WatchUnavailable,
     WorkerShutdown,
+    WorkflowError,
 )
 from mongosched.events import EVENTS, Event
 from mongosched.job import Job, JobContext, current_job
@@ -61,6 +65,7 @@ from mongosched.runner.runner import Runner
 from mongosched.schedule import Cron, Every, Misfire
 from mongosched.task import JobSpec, Task
 from mongosched.transaction import Transaction
+from mongosched.workflow import Step, patched
 
 __version__ = "0.1.0"
 
@@ -77,6 +82,12 @@ else:
 
 __all__ = [
     "EVENTS",
+    "HistoryTooLarge",
+    "NonDeterminismError",
+    "Step",
+    "StepFailed",
+    "WorkflowError",
+    "patched",
     "App",
     "ArgumentError",
     "AttemptError",

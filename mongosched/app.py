@@ -40,6 +40,7 @@ from mongosched.task import (
     task_options,
 )
 from mongosched.transaction import RETRY_TIME, Transaction, TransactionIntegration, Transactions
+from mongosched.workflow import Workflows
 
 __all__ = ["App", "Cancellation", "reconfigure", "runner_host"]
 
@@ -146,6 +147,7 @@ class App:
         self._prepare_error: StoreError | None = None
         self._lock = threading.RLock()
         self._in_process = InProcess(self.runner, self._forked)
+        self._workflows = Workflows(self, self._wake)
         self._compose([])
 
     def _compose(self, integrations: list[TransactionIntegration]) -> None:
@@ -415,6 +417,17 @@ class App:
         """Wake this process's runners (see :meth:`Runner.wake`)."""
         for runner in list(self.runners):
             runner.wake(at)
+
+    # Durable workflows ----------------------------------------------------------------------
+    workflow = Delegated("_workflows", Workflows.workflow)
+    step = Delegated("_workflows", Workflows.step)
+    sleep = Delegated("_workflows", Workflows.sleep)
+    wait_for = Delegated("_workflows", Workflows.wait_for)
+    gather = Delegated("_workflows", Workflows.gather)
+    send = Delegated("_workflows", Workflows.send)
+    set_event = Delegated("_workflows", Workflows.set_event)
+    get_event = Delegated("_workflows", Workflows.get_event)
+    steps = Delegated("_workflows", Workflows.steps)
 
     # Transactions ---------------------------------------------------------------------------
     transaction = Delegated("_transactions", Transactions.transaction)

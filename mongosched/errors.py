@@ -20,6 +20,10 @@ __all__ = [
     "LeaseLost",
     "MalformedJob",
     "MongoschedError",
+    "NonDeterminismError",
+    "StepFailed",
+    "HistoryTooLarge",
+    "WorkflowError",
     "InvalidJobId",
     "JobExpired",
     "ResultTooLarge",
@@ -142,6 +146,30 @@ class DependencyFailed(MongoschedError):
 
 class WaitTimeout(MongoschedError, TimeoutError):
     """:meth:`mongosched.Job.wait` gave up before the job reached a final status."""
+
+
+class WorkflowError(MongoschedError):
+    """A durable workflow cannot go on as written (see :doc:`/workflows`)."""
+
+
+class NonDeterminismError(WorkflowError):
+    """A workflow's replay met, at a recorded position, another step than the one its
+    history holds there: its code changed under a workflow in flight without a
+    :func:`~mongosched.workflow.patched` marker. It fails the workflow, never retried."""
+
+
+class HistoryTooLarge(WorkflowError):
+    """A workflow recorded more steps, or more bytes of results, than its history's
+    bound allows."""
+
+
+class StepFailed(WorkflowError):
+    """A step's recorded final error, raised again on every replay that reaches it (a
+    step ran out of retries): ``error_type`` and the message are the original's."""
+
+    def __init__(self, message: str, error_type: str = "") -> None:
+        super().__init__(message)
+        self.error_type = error_type
 
 
 class Fail(MongoschedError):

@@ -49,6 +49,7 @@ __all__ = [
     "JobSource",
     "JobStatus",
     "LeaseHandle",
+    "Suspended",
     "as_current",
     "current_job",
 ]
@@ -349,6 +350,17 @@ class LeaseHandle(Protocol):
 
     def write_progress(self, value: float | None, message: str | None) -> bool: ...
 
+    @property
+    def record(self) -> JobRecord: ...
+
+    def finish(self) -> None: ...
+
+
+class Suspended(BaseException):
+    """A durable workflow's run stopped after writing its job back to wait (a sleep, a
+    wait for an event, a gather: see :mod:`mongosched.workflow`): its runner writes no
+    outcome. A :class:`BaseException`, so a task's ``except Exception`` lets it pass."""
+
 
 class JobContext:
     """The running job, as its task sees it through :func:`current_job`.
@@ -411,6 +423,17 @@ class JobContext:
         if self._lease is None:
             return True
         return self._lease.write_progress(None if value is None else float(value), message)
+
+    @property
+    def lease_record(self) -> JobRecord | None:
+        """The job as its runner claimed it, lease included (None without a runner's
+        lease: eager mode)."""
+        return None if self._lease is None else self._lease.record
+
+    def finish_lease(self) -> None:
+        """Stop renewing the lease: its holder is about to release it."""
+        if self._lease is not None:
+            self._lease.finish()
 
     def cancel(self, reason: str) -> None:
         """Mark the job as to stop, for ``reason`` (the runner's; the first reason

@@ -17,7 +17,7 @@ from mongosched._core import outcome, spawn
 from mongosched._core.outcome import Decision, Ending
 from mongosched._core.records import JobQuery, JobRecord, JobStatus, Settlement, evolved
 from mongosched.errors import SerializationError
-from mongosched.job import Job
+from mongosched.job import Job, Suspended
 from mongosched.observe import logs, tracing
 from mongosched.retry import RetryPolicy
 from mongosched.runner import dependencies
@@ -350,6 +350,8 @@ class RunnerSteps:
     def _decision(self, claim: Claim, result: Any, error: BaseException | None) -> Decision | None:
         """What follows an attempt's end; None when its lease was lost meanwhile."""
         claim.finish()  # no renewal starts after this
+        if isinstance(error, Suspended):  # a workflow wrote its job back to wait
+            return None
         if claim.lost:
             log.warning(
                 "job %s (%s): finished after its lease was lost; outcome discarded (%s)",

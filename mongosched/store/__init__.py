@@ -46,6 +46,7 @@ from mongosched._core.records import (
     ScheduleChanges,
     Settlement,
 )
+from mongosched._core.steps import StepRecord
 from mongosched.errors import ConfigurationError, SerializationError
 from mongosched.store.codec import schedule_id
 from mongosched.store.due import DueHint, DueWatch
@@ -552,6 +553,30 @@ class Store(Protocol):
         (``deadline`` as for :meth:`renew`)."""
 
     def release_slot(self, task: str, key: str, token: str) -> None: ...
+
+    # Durable workflows ----------------------------------------------------------------------
+    def steps(self, workflow_id: Any) -> list[StepRecord]:
+        """The recorded positions of a workflow's history, in order (one read)."""
+
+    def record_step(self, step: StepRecord, token: str | None) -> StepRecord:
+        """Record ``step`` at its position once (``token``: the lease it ran under);
+        when the position was recorded already (by another holder), that record wins
+        and is returned instead. Raises :class:`~mongosched.errors.SerializationError`
+        for a value that cannot be stored."""
+
+    def fence_workflow(self, job_id: Any, token: str, now: datetime) -> bool:
+        """Whether the workflow ``job_id`` still runs under the lease ``token``; in a
+        transaction, a write to its job fenced on that lease (the transaction then
+        commits only while the lease holds)."""
+
+    def forget_steps(self, workflow_id: Any, from_position: int) -> int:
+        """Delete a workflow's records from ``from_position`` on; how many."""
+
+    def send_event(self, workflow_id: Any, topic: str, value: Any, now: datetime) -> Any:
+        """Keep an event (``topic``, ``value``) for the workflow; returns its id."""
+
+    def events(self, workflow_id: Any, topic: str) -> list[tuple[Any, Any]]:
+        """The events sent to a workflow on ``topic``, oldest first: ``(id, value)``."""
 
 
 def open_store(

@@ -37,6 +37,7 @@ from mongosched.store.memory.permits import MemoryPermits
 from mongosched.store.memory.table import MemoryTable
 from mongosched.store.memory.transactions import MemoryTransaction, MemoryTransactions, StagedStore
 from mongosched.store.memory.watch import MemoryDueWatch
+from mongosched.store.memory.workflows import MemoryWorkflows
 
 __all__ = ["MemoryStore"]
 
@@ -173,6 +174,14 @@ class MemoryStore:
         self.take_slot = limits.take_slot
         self.renew_slot = limits.renew_slot
         self.release_slot = limits.release_slot
+        # Durable workflows: their steps and events
+        workflows = MemoryWorkflows(table)
+        self.steps = workflows.steps
+        self.record_step = workflows.record_step
+        self.fence_workflow = workflows.fence_workflow
+        self.forget_steps = workflows.forget_steps
+        self.send_event = workflows.send_event
+        self.events = workflows.events
 
     @property
     def examined(self) -> int:

@@ -40,6 +40,7 @@ from mongosched.store.mongo.operations import MongoOperations
 from mongosched.store.mongo.permits import MongoPermits
 from mongosched.store.mongo.transactions import MongoTransaction, MongoTransactions
 from mongosched.store.mongo.watch import MongoDueWatch
+from mongosched.store.mongo.workflows import MongoWorkflows
 
 __all__ = ["MongoConnection", "MongoStore"]
 
@@ -165,6 +166,25 @@ class MongoStore:
         self.take_slot = limits.take_slot
         self.renew_slot = limits.renew_slot
         self.release_slot = limits.release_slot
+        # Durable workflows: their steps and events
+        workflows = MongoWorkflows(connection)
+        self.steps = workflows.steps
+        self.record_step = workflows.record_step
+        self.fence_workflow = workflows.fence_workflow
+        self.forget_steps = workflows.forget_steps
+        self.send_event = workflows.send_event
+        self.events = workflows.events
+        self.prepare = self._prepare_with(workflows)
+
+    def _prepare_with(self, workflows: MongoWorkflows) -> Any:
+        """The store's ``prepare``: the job collection's indexes and the workflows'."""
+        connection = self.connection
+
+        def prepare() -> None:
+            connection.prepare()
+            workflows.prepare_workflows()
+
+        return prepare
 
     def within(self, transaction: Any) -> MongoStore:
         if not isinstance(transaction, MongoTransaction):

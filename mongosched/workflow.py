@@ -1,0 +1,553 @@
+"""Durable workflows: functions whose steps run once, whose sleeps and waits free the
+worker, and which a crash only delays (see :doc:`/workflows`).
+
+A workflow is a job of a task registered with :meth:`App.workflow
+<mongosched.App.workflow>`. At every wake-up its function runs from the top; each call
+that must not happen twice (a step, a sleep's wake-up time, an event received, the jobs
+a gather scheduled) takes the next position of the workflow's history, recorded in the
+store's steps collection the first time and returned from it afterwards. The history
+is read once per run (one query).
+
+A sleep, a wait for an event or a gather that cannot return yet writes the workflow's
+job back ``pending``, due when it is to wake up (its lease released, fenced on it as
+every holder's write is), and frees the worker's thread. :meth:`send
+<Workflows.send>` and the end of a gathered job make it due at once.
+
+Outside a runner (a workflow called as a plain function, or in eager mode), a workflow
+runs inline: its steps are plain calls, a sleep sleeps in the thread, a gather waits
+for its jobs, and a wait for an event raises :class:`~mongosched.errors.WorkflowError`.
+A workflow called inside another runs inline in it: its steps are the caller's. A step
+called outside a workflow is a plain call.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+
+from mongosched._core.outcome import Retention, cancelled, error_info, given_back
+from mongosched._core.records import JobStatus, PendingChanges
+from mongosched._core.steps import StepKind, StepRecord, check_bound, check_replay
+from mongosched.errors import (
+    ConfigurationError,
+    JobNotFound,
+    StepFailed,
+    WorkflowError,
+)
+from mongosched.events import Event
+from mongosched.job import Job, JobContext, Suspended, current_job
+from mongosched.retry import RetryPolicy
+from mongosched.store import Store, codec
+from mongosched.task import JobSpec, Task
+from mongosched.transaction import Transaction, as_current
+
+__all__ = ["Step", "Workflows", "patched"]
+
+log = logging.getLogger("mongosched")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+FOREVER = timedelta(days=365 * 100)
+"""How far off a wait without a timeout is due (a send makes it due at once)."""
+GATHER_POLL = timedelta(seconds=30)
+"""When a gather looks again at its jobs if no job's end woke it (a crash between a
+job's end and its wake-up)."""
+WAKERS = ("job:success", "job:fail", "job:cancel", "job:expired")
+"""Events of a gathered job's end that wake its workflow."""
+CHILD_PREFIX = "workflow:"
+"""The dedupe key of a job a gather scheduled starts so (then the workflow's id)."""
+
+
+class WorkflowHost(Protocol):
+    """What :class:`Workflows` needs of its app."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def retention(self) -> Retention: ...
+
+    def now(self) -> datetime: ...
+
+    @property
+    def task(self) -> Callable[..., Any]: ...
+
+    def schedule_bulk(self, specs: Iterable[JobSpec], *, session: Any = None) -> list[Job[Any]]: ...
+
+    def on(self, event: str, listener: Any = None) -> Any: ...
+
+
+class _Suspend(BaseException):
+    """Raised inside a workflow's function to stop its run until ``until``
+    (``topic``: or until an event on it is sent)."""
+
+    def __init__(self, until: datetime, topic: str | None = None) -> None:
+        super().__init__(until)
+        self.until = until
+        self.topic = topic
+
+
+class Replay:
+    """One run of a workflow's function against its history."""
+
+    def __init__(self, owner: Workflows, ctx: JobContext, name: str) -> None:
+        self.owner = owner
+        self.ctx = ctx
+        self.name = name
+        self.id = ctx.id
+        record = ctx.lease_record
+        assert record is not None and record.lease is not None, "a workflow runs leased"
+        self.job = record
+        self.token = record.lease.token
+        store = owner.app.store
+        self.store = store
+        self.history = {step.position: step for step in store.steps(self.id)}
+        self.bytes = sum(step.size for step in self.history.values())
+        self.position = 0
+
+    def next(self, kind: StepKind, name: str) -> tuple[int, StepRecord | None]:
+        """Take the next position for ``kind`` ``name``: it and its record, if any."""
+        position = self.position
+        self.position += 1
+        return position, check_replay(self.history.get(position), kind, name, self.name)
+
+    def record(self, step: StepRecord, *, store: Store | None = None) -> StepRecord:
+        """Record ``step`` (within a transaction's ``store``, when given); the record
+        kept (another holder's, if it recorded the position first)."""
+        check_bound(step.position, self.bytes + step.size, self.name)
+        stored = (store or self.store).record_step(step, self.token)
+        self.history[step.position] = stored
+        self.bytes += stored.size
+        return stored
+
+    def sized(self, step: StepRecord, what: str) -> StepRecord:
+        """``step`` with its value's size; a clear error when the value is not BSON."""
+        data = codec.encode_value(self.name, what, step.value, codec.MAX_VALUE_BYTES)
+        return replace(step, size=len(data))
+
+    def suspend(self, suspend: _Suspend) -> None:
+        """Write the workflow's job back pending until it is to wake up, fenced on its
+        lease, and free the thread; a cancel asked meanwhile ends it cancelled."""
+        ctx, store, now = self.ctx, self.store, self.owner.app.now()
+        ctx.finish_lease()
+        record = self.job
+        back = replace(given_back(record, now), run_at=max(suspend.until, now))
+        back = replace(back, on_cancel=cancelled(now, self.owner.app.retention))
+        stored = store.settle(record, back)
+        if stored is None:
+            log.warning("workflow %s (%s): its lease was lost before it slept", self.id, self.name)
+        elif suspend.topic is not None and store.events(self.id, suspend.topic):
+            # An event sent while it was writing: its sender may have found it running.
+            self.owner.wake(self.id)
+        raise Suspended(f"workflow {self.id} waits until {suspend.until.isoformat()}")
+
+
+_active: contextvars.ContextVar[Replay | None] = contextvars.ContextVar(
+    "mongosched_workflow", default=None
+)
+
+
+def _replay() -> Replay | None:
+    return _active.get()
+
+
+@dataclass
+class Step(Generic[P, R]):
+    """A function registered with :meth:`App.step <mongosched.App.step>`: called in a
+    workflow, it runs once and its result is recorded; called elsewhere, it is a plain
+    call."""
+
+    owner: Workflows
+    fn: Callable[P, R]
+    name: str
+    retry: RetryPolicy
+    transactional: bool = False
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        replay = _replay()
+        if replay is None:
+            return self.fn(*args, **kwargs)
+        position, recorded = replay.next(StepKind.STEP, self.name)
+        if recorded is None:
+            recorded = self._run(replay, position, args, kwargs)
+        if recorded.error is not None:
+            raise StepFailed(
+                f"workflow {replay.name!r}: step {self.name!r} failed: "
+                f"{recorded.error.get('type')}: {recorded.error.get('message')}",
+                recorded.error.get("type", ""),
+            )
+        return recorded.value  # type: ignore[no-any-return]  # as stored: through BSON
+
+    def _run(
+        self, replay: Replay, position: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> StepRecord:
+        app = self.owner.app
+        started = app.now()
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                if self.transactional:
+                    return self._in_transaction(replay, position, started, attempts, args, kwargs)
+                result = self.fn(*args, **kwargs)
+            except (WorkflowError, ConfigurationError):
+                raise
+            except Exception as exc:
+                if self.retry.should_retry(exc, attempts):
+                    time.sleep(self.retry.delay_for(attempts).total_seconds())
+                    continue
+                info = error_info(exc, with_traceback=False)
+                failed = StepRecord(
+                    replay.id,
+                    position,
+                    self.name,
+                    error={"type": info.type, "message": info.message},
+                    attempts=attempts,
+                    started_at=started,
+                    finished_at=app.now(),
+                )
+                return replay.record(failed)
+            step = StepRecord(
+                replay.id,
+                position,
+                self.name,
+                value=result,
+                attempts=attempts,
+                started_at=started,
+                finished_at=app.now(),
+            )
+            return replay.record(replay.sized(step, self._what(position)))
+
+    def _what(self, position: int) -> str:
+        return f"the result of step {self.name!r} (position {position})"
+
+    def _in_transaction(
+        self,
+        replay: Replay,
+        position: int,
+        started: datetime,
+        attempts: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> StepRecord:
+        """Run the step in a transaction whose commit also records it, fenced on the
+        workflow's lease: its MongoDB writes and its record land together or not at
+        all. A transient conflict runs it again."""
+        store = replay.store
+        for _ in range(100):
+            tx = Transaction(store, store.begin(), owned=True)
+            replay.ctx.transaction = tx
+            try:
+                with as_current(tx):
+                    result = self.fn(*args, **kwargs)
+                step = StepRecord(
+                    replay.id,
+                    position,
+                    self.name,
+                    value=result,
+                    attempts=attempts,
+                    started_at=started,
+                    finished_at=self.owner.app.now(),
+                )
+                step = replay.sized(step, self._what(position))
+                if tx.session is None:  # memory://: no writes of its own to commit
+                    tx.commit()
+                    return replay.record(step)
+                inside = store.within(tx.handle)
+                if not inside.fence_workflow(replay.id, replay.token, self.owner.app.now()):
+                    raise WorkflowError(
+                        f"workflow {replay.name!r} ({replay.id}): its lease was lost "
+                        f"during step {self.name!r}; nothing of it was committed"
+                    )
+                stored = replay.record(step, store=inside)
+                tx.commit()
+                return stored
+            except BaseException as exc:
+                tx.abort()
+                if isinstance(exc, Exception) and tx.handle.retryable(exc):
+                    continue
+                raise
+            finally:
+                replay.ctx.transaction = None
+                tx.handle.end()
+        raise WorkflowError(f"workflow {replay.name!r}: step {self.name!r} kept conflicting")
+
+
+def patched(name: str) -> bool:
+    """Whether the code after a change named ``name`` runs: True in a workflow that
+    started with it (the marker is recorded), False in one recorded before the change
+    (its history holds another step at this position, which is left to it). Outside a
+    workflow, True."""
+    replay = _replay()
+    if replay is None:
+        return True
+    recorded = replay.history.get(replay.position)
+    if recorded is not None and (recorded.kind is not StepKind.PATCH or recorded.name != name):
+        return False  # recorded before the change: the old code's step is there
+    replay.position += 1
+    if recorded is None:
+        replay.record(StepRecord(replay.id, replay.position - 1, name, kind=StepKind.PATCH))
+    return True
+
+
+class Workflows:
+    """An app's durable workflows: what :meth:`App.workflow <mongosched.App.workflow>`,
+    :meth:`App.step <mongosched.App.step>`, :meth:`App.sleep <mongosched.App.sleep>`,
+    :meth:`App.wait_for <mongosched.App.wait_for>`, :meth:`App.send
+    <mongosched.App.send>`, :meth:`App.gather <mongosched.App.gather>` and the event
+    methods are."""
+
+    def __init__(self, app: WorkflowHost, wake_runners: Callable[[], None]) -> None:
+        self.app = app
+        self.wake_runners = wake_runners
+        """Wakes this process's runners (a workflow made due claims at once)."""
+        self.names: set[str] = set()
+        self._listening = False
+
+    # Registering ---------------------------------------------------------------------------
+    @overload
+    def workflow(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def workflow(self, **options: Any) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def workflow(  # type: ignore[misc]  # mypy cannot match **options to the overload
+        self, fn: Callable[..., Any] | None = None, /, **options: Any
+    ) -> Any:
+        """Register a function as a durable workflow: a task (``@app.task``'s options
+        apply; ``retry`` defaults to 0) whose job runs the function against its
+        history (see :doc:`/workflows`)."""
+        options.setdefault("retry", 0)
+        if options.get("transactional"):
+            raise ConfigurationError("a workflow cannot be transactional; its steps can")
+
+        def register(fn: Callable[..., Any]) -> Task[Any, Any]:
+            name = options.get("name") or f"{fn.__module__}.{fn.__qualname__}"
+
+            @functools.wraps(fn)
+            def run(*args: Any, **kwargs: Any) -> Any:
+                return self._run(name, fn, args, kwargs)
+
+            task: Task[Any, Any] = self.app.task(**{**options, "name": name})(run)
+            self.names.add(name)
+            self._listen()
+            return task
+
+        return register if fn is None else register(fn)
+
+    @overload
+    def step(self, fn: Callable[P, R], /) -> Step[P, R]: ...
+
+    @overload
+    def step(
+        self,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | int | None = 0,
+        transactional: bool = False,
+    ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
+
+    def step(  # type: ignore[misc]  # mypy cannot match the keywords to the overload
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | int | None = 0,
+        transactional: bool = False,
+    ) -> Any:
+        """Register a function as a workflow's step: in a workflow it runs once (its
+        attempts by ``retry``, in the worker's thread) and its result, or its final
+        error, is recorded; ``transactional=True`` records it in the same
+        transaction as its MongoDB writes (``current_job().session``)."""
+
+        def register(fn: Callable[..., Any]) -> Step[Any, Any]:
+            step_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            policy = RetryPolicy.coerce(retry, task=step_name)
+            step = Step(self, fn, step_name, policy, transactional)
+            functools.update_wrapper(step, fn)
+            return step
+
+        return register if fn is None else register(fn)
+
+    def _run(
+        self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        ctx = current_job()
+        if ctx is None or ctx.task != name or ctx.lease_record is None or _replay() is not None:
+            return fn(*args, **kwargs)  # inline: outside a runner, or nested
+        replay = Replay(self, ctx, name)
+        token = _active.set(replay)
+        try:
+            return fn(*args, **kwargs)
+        except _Suspend as suspend:
+            replay.suspend(suspend)
+            raise AssertionError("unreachable") from None  # suspend raises
+        finally:
+            _active.reset(token)
+
+    # Inside a workflow -----------------------------------------------------------------------
+    def sleep(self, duration: timedelta | float) -> None:
+        """Sleep durably: the worker is freed and the workflow runs on after
+        ``duration`` (seconds or a timedelta), whatever restarts meanwhile."""
+        seconds = _seconds(duration, "sleep")
+        replay = _replay()
+        if replay is None:
+            time.sleep(seconds)
+            return
+        position, recorded = replay.next(StepKind.SLEEP, "sleep")
+        if recorded is None:
+            until = self.app.now() + timedelta(seconds=seconds)
+            recorded = replay.record(
+                StepRecord(replay.id, position, "sleep", StepKind.SLEEP, until=until)
+            )
+        assert recorded.until is not None
+        if self.app.now() < recorded.until:
+            raise _Suspend(recorded.until)
+
+    def wait_for(self, topic: str, timeout: timedelta | float | None = None) -> Any:
+        """Wait durably for an event on ``topic`` sent to this workflow with
+        :meth:`send` (one sent before the wait is kept for it; each event is received
+        once). Returns its value, or None after ``timeout``."""
+        replay = _replay()
+        if replay is None:
+            raise WorkflowError(f"wait_for({topic!r}) is for a workflow run by a runner")
+        position, waited = replay.next(StepKind.WAIT, topic)
+        if waited is None:
+            span = FOREVER if timeout is None else timedelta(seconds=_seconds(timeout, "timeout"))
+            deadline = self.app.now() + span
+            waited = replay.record(
+                StepRecord(replay.id, position, topic, StepKind.WAIT, until=deadline)
+            )
+        position, received = replay.next(StepKind.EVENT, topic)
+        if received is None:
+            taken = {s.event for s in replay.history.values() if s.kind is StepKind.EVENT}
+            fresh = [e for e in replay.store.events(replay.id, topic) if e[0] not in taken]
+            assert waited.until is not None
+            if not fresh and self.app.now() < waited.until:
+                raise _Suspend(waited.until, topic)
+            event, value = fresh[0] if fresh else (None, None)
+            step = StepRecord(replay.id, position, topic, StepKind.EVENT, value=value, event=event)
+            received = replay.record(replay.sized(step, f"the event {topic!r}"))
+        return received.value
+
+    def gather(self, specs: Iterable[JobSpec]) -> list[Any]:
+        """Schedule ``specs`` (``task.job(...)``) and wait durably for every one to end;
+        returns their results in order. A job that did not complete raises
+        :class:`~mongosched.errors.StepFailed`. Outside a workflow, they are scheduled
+        and waited for in the thread."""
+        replay = _replay()
+        if replay is None:
+            jobs = self.app.schedule_bulk(list(specs))
+            return [_result(job.wait(), "gather") for job in jobs]
+        position, scheduled = replay.next(StepKind.GATHER, "gather")
+        if scheduled is None:
+            keyed = [
+                spec.task.configure(dedupe_key=f"{CHILD_PREFIX}{replay.id}:{position}:{n}").job(
+                    *spec.args, **spec.kwargs
+                )
+                for n, spec in enumerate(specs)
+            ]
+            jobs = self.app.schedule_bulk(keyed)
+            step = StepRecord(
+                replay.id, position, "gather", StepKind.GATHER, children=tuple(j.id for j in jobs)
+            )
+            scheduled = replay.record(step)
+        position, gathered = replay.next(StepKind.GATHERED, "gather")
+        if gathered is None:
+            jobs = [self._get(child) for child in scheduled.children]
+            if not all(job.status.is_final for job in jobs):
+                raise _Suspend(self.app.now() + GATHER_POLL)
+            results = [{"status": str(job.status), "result": job.result} for job in jobs]
+            step = StepRecord(replay.id, position, "gather", StepKind.GATHERED, value=results)
+            gathered = replay.record(replay.sized(step, "the gathered results"))
+        return [_outcome(item) for item in gathered.value]
+
+    def _get(self, job_id: Any) -> Job[Any]:
+        record = self.app.store.get(job_id)
+        if record is None:
+            raise JobNotFound(f"gathered job {job_id} no longer exists")
+        return Job(record, self.app.store)
+
+    # Events ----------------------------------------------------------------------------------
+    def send(self, workflow_id: Any, topic: str, value: Any = None) -> None:
+        """Send an event (``topic``, ``value``) to a workflow, from anywhere: kept for
+        its :meth:`wait_for`, and the workflow woken if it waits for ``topic``."""
+        store = self.app.store
+        workflow_id = store.parse_id(workflow_id)
+        store.send_event(workflow_id, topic, value, self.app.now())
+        waits = [s for s in store.steps(workflow_id) if s.kind is StepKind.WAIT and s.name == topic]
+        if waits:
+            self.wake(workflow_id)
+
+    def set_event(self, key: str, value: Any) -> None:
+        """Publish ``value`` under ``key`` for callers of :meth:`get_event` (the
+        latest published value wins)."""
+        ctx = current_job()
+        if ctx is None:
+            raise WorkflowError(f"set_event({key!r}) is for a running workflow")
+        self.app.store.send_event(ctx.id, f"published:{key}", value, self.app.now())
+
+    def get_event(self, workflow_id: Any, key: str, default: Any = None) -> Any:
+        """The value a workflow last published under ``key`` (``default``: none yet)."""
+        store = self.app.store
+        published = store.events(store.parse_id(workflow_id), f"published:{key}")
+        return published[-1][1] if published else default
+
+    def steps(self, workflow_id: Any) -> list[StepRecord]:
+        """A workflow's recorded history, in order (for its timeline)."""
+        store = self.app.store
+        return store.steps(store.parse_id(workflow_id))
+
+    # Waking ----------------------------------------------------------------------------------
+    def wake(self, workflow_id: Any) -> bool:
+        """Make a waiting workflow due now; False when it is not pending."""
+        store, now = self.app.store, self.app.now()
+        record = store.get(workflow_id)
+        if record is None or record.status is not JobStatus.PENDING or record.run_at <= now:
+            return False
+        if store.update_pending(record, PendingChanges(run_at=now), now) is None:
+            return False
+        self.wake_runners()
+        return True
+
+    def _listen(self) -> None:
+        if not self._listening:
+            self._listening = True
+            for name in WAKERS:
+                self.app.on(name, self._child_ended)
+
+    def _child_ended(self, event: Event) -> None:
+        job = event.job
+        key = None if job is None else job.dedupe_key
+        if key is None or not key.startswith(CHILD_PREFIX):
+            return
+        parent = key[len(CHILD_PREFIX) :].rsplit(":", 2)[0]
+        try:
+            self.wake(self.app.store.parse_id(parent))
+        except Exception as exc:  # its poll wakes it later
+            log.warning("workflow %s: could not wake it: %s", parent, exc)
+
+
+def _seconds(value: timedelta | float, what: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds < 0:
+        raise ConfigurationError(f"{what}: a duration may not be negative, not {value!r}")
+    return seconds
+
+
+def _outcome(item: dict[str, Any]) -> Any:
+    if item["status"] != str(JobStatus.COMPLETED):
+        raise StepFailed(f"a gathered job ended {item['status']}", item["status"])
+    return item["result"]
+
+
+def _result(job: Job[Any], what: str) -> Any:
+    return _outcome({"status": str(job.status), "result": job.result})

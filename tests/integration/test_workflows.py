@@ -1,0 +1,279 @@
+"""Durable workflows (docs/workflows.rst): steps recorded once and returned on replay,
+sleeps, waits and gathers that write the workflow back to wait and free the thread,
+events kept for a later wait, the non-determinism error, transactional steps, limits.
+Each test runs on ``memory://`` and on the server."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from mongosched import App, JobStatus, NonDeterminismError, current_job, patched
+from mongosched._core.steps import StepKind, StepRecord
+from mongosched.testing import FakeClock, drain
+from tests.support.transactions import (
+    EFFECTS,
+    own_collection,
+    store_target,
+    tx_database,
+    tx_uri,
+)
+
+__all__ = ["store_target", "tx_database", "tx_uri"]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def wf_app(make_app: Any, clock: FakeClock) -> App:
+    return make_app(clock=clock)
+
+
+def test_steps_run_once_across_replays_and_sleep_waits_in_the_store(
+    wf_app: App, clock: FakeClock
+) -> None:
+    app, calls = wf_app, Counter[str]()
+
+    @app.step()
+    def charge(order: str) -> dict[str, Any]:
+        calls["charge"] += 1
+        return {"order": order, "paid": 10}
+
+    @app.step()
+    def ship(payment: dict[str, Any]) -> str:
+        calls["ship"] += 1
+        return f"shipped {payment['order']}"
+
+    @app.workflow(name="orders.fulfil")
+    def fulfil(order: str) -> str:
+        payment = charge(order)
+        app.sleep(timedelta(hours=1))
+        return ship(payment)
+
+    job = fulfil.schedule("A-1")
+    drain(app)
+    assert job.refresh().status is JobStatus.PENDING  # asleep, its thread freed
+    assert calls == {"charge": 1}
+    drain(app)  # not yet due
+    assert calls == {"charge": 1}
+    clock.advance(timedelta(hours=1, seconds=1))
+    drain(app)
+    assert job.refresh().status is JobStatus.COMPLETED
+    assert job.result == "shipped A-1"
+    assert calls == {"charge": 1, "ship": 1}
+    kinds = [(s.position, s.kind, s.name) for s in app.steps(job.id)]
+    assert [k[1] for k in kinds] == [StepKind.STEP, StepKind.SLEEP, StepKind.STEP]
+
+
+def test_event_sent_before_the_wait_is_kept_and_a_later_one_wakes(
+    wf_app: App, clock: FakeClock
+) -> None:
+    app = wf_app
+
+    @app.workflow(name="approve")
+    def approve() -> list[Any]:
+        first = app.wait_for("approved", timeout=timedelta(hours=4))
+        app.set_event("stage", "second")
+        second = app.wait_for("approved", timeout=timedelta(hours=4))
+        third = app.wait_for("approved", timeout=timedelta(minutes=5))
+        return [first, second, third]
+
+    job = approve.schedule()
+    app.send(job.id, "approved", {"by": "ops"})  # before the workflow ever ran
+    drain(app)
+    assert job.refresh().status is JobStatus.PENDING  # waits for the second
+    assert app.get_event(job.id, "stage") == "second"
+    app.send(job.id, "approved", "again")
+    assert job.refresh().run_at <= app.now()  # the send made it due
+    drain(app)
+    assert job.refresh().status is JobStatus.PENDING  # waits for the third: none comes
+    clock.advance(timedelta(minutes=6))
+    drain(app)
+    assert job.refresh().status is JobStatus.COMPLETED
+    assert job.result == [{"by": "ops"}, "again", None]
+
+
+def test_gather_waits_for_every_job_and_returns_their_results(wf_app: App) -> None:
+    app = wf_app
+
+    @app.task(name="pack")
+    def pack(item: str) -> str:
+        return item.upper()
+
+    @app.workflow(name="fanout")
+    def fanout(items: list[str]) -> list[str]:
+        return app.gather(pack.job(item) for item in items)  # type: ignore[no-any-return]
+
+    job = fanout.schedule(["a", "b", "c"])
+    drain(app)
+    assert job.refresh().status is JobStatus.COMPLETED
+    assert job.result == ["A", "B", "C"]
+    assert app.count_jobs(task="pack") == 3  # replays scheduled none again
+
+
+def test_a_replay_that_meets_another_step_stops_with_non_determinism(
+    wf_app: App, clock: FakeClock
+) -> None:
+    app, version = wf_app, {"new": False}
+
+    @app.step(name="old")
+    def old() -> int:
+        return 1
+
+    @app.step(name="new")
+    def new() -> int:
+        return 2
+
+    @app.workflow(name="changing")
+    def changing() -> int:
+        value = new() if version["new"] else old()
+        app.sleep(60)
+        return value
+
+    job = changing.schedule()
+    drain(app)
+    version["new"] = True
+    clock.advance(timedelta(seconds=61))
+    drain(app)
+    stored = job.refresh()
+    assert stored.status is JobStatus.FAILED
+    assert stored.error is not None and stored.error.type.endswith(NonDeterminismError.__name__)
+    assert "'old'" in stored.error.message and "'new'" in stored.error.message
+
+
+def test_patched_keeps_old_histories_and_marks_new_ones(wf_app: App, clock: FakeClock) -> None:
+    app, changed = wf_app, {"yes": False}
+
+    @app.step(name="a")
+    def a() -> str:
+        return "a"
+
+    @app.step(name="b")
+    def b() -> str:
+        return "b"
+
+    @app.workflow(name="patching")
+    def patching() -> str:
+        value = b() if changed["yes"] and patched("use-b") else a()
+        app.sleep(60)
+        return value
+
+    before = patching.schedule()
+    drain(app)  # asleep, recorded before the change
+    changed["yes"] = True
+    after = patching.schedule()
+    clock.advance(timedelta(seconds=61))
+    drain(app)
+    clock.advance(timedelta(seconds=61))
+    drain(app)
+    assert before.refresh().result == "a"
+    assert after.refresh().result == "b"
+
+
+def test_a_result_that_is_not_bson_fails_naming_workflow_and_step(wf_app: App) -> None:
+    app = wf_app
+
+    @app.step(name="bad")
+    def bad() -> object:
+        return object()
+
+    @app.workflow(name="limits")
+    def limits() -> None:
+        bad()
+
+    job = limits.schedule()
+    drain(app)
+    stored = job.refresh()
+    assert stored.status is JobStatus.FAILED
+    assert stored.error is not None
+    assert "'limits'" in stored.error.message and "'bad'" in stored.error.message
+
+
+def test_a_replay_after_a_crash_skips_the_recorded_steps(wf_app: App) -> None:
+    app, calls = wf_app, Counter[str]()
+
+    @app.step(name="first")
+    def first() -> int:
+        calls["first"] += 1
+        return 1
+
+    @app.step(name="second")
+    def second(value: int) -> int:
+        calls["second"] += 1
+        return value + 1
+
+    @app.workflow(name="recovering")
+    def recovering() -> int:
+        return second(first())
+
+    job = recovering.schedule()
+    # What a runner that died after recording the first step left behind.
+    app.store.record_step(StepRecord(job.id, 0, "first", value=41), "dead-runner")
+    drain(app)
+    assert job.refresh().result == 42
+    assert calls == {"second": 1}
+
+
+def test_a_step_called_outside_a_workflow_is_a_plain_call(wf_app: App) -> None:
+    app = wf_app
+
+    @app.step()
+    def plain(x: int) -> int:
+        return x * 2
+
+    @app.workflow(name="inline")
+    def inline(x: int) -> int:
+        return plain(x) + 1
+
+    assert plain(2) == 4
+    assert inline(2) == 5  # outside a runner, a workflow runs inline
+
+
+def test_transactional_step_writes_and_record_commit_together(wf_app: App) -> None:
+    app = wf_app
+    effects = own_collection(app, EFFECTS)
+
+    @app.step(name="ship", transactional=True)
+    def ship(order: str) -> str:
+        job = current_job()
+        assert job is not None and job.transaction is not None
+        if effects is not None:
+            effects.insert_one({"order": order}, session=job.session)
+        return "ok"
+
+    @app.workflow(name="tx")
+    def tx(order: str) -> str:
+        result = ship(order)
+        app.sleep(0)
+        return result
+
+    job = tx.schedule("A-1")
+    drain(app)
+    drain(app)
+    assert job.refresh().result == "ok"
+    if effects is not None:
+        assert effects.count_documents({"order": "A-1"}) == 1
+    assert [s.name for s in app.steps(job.id)] == ["ship", "sleep"]
+
+
+def test_sleeping_workflows_hold_no_thread(wf_app: App, request: pytest.FixtureRequest) -> None:
+    app = wf_app
+    count = 10_000 if "memory" in request.node.name else 200
+
+    @app.workflow(name="sleeper")
+    def sleeper() -> None:
+        app.sleep(timedelta(days=1))
+
+    app.schedule_bulk([sleeper.job() for _ in range(count)])
+    threads = threading.active_count()
+    assert drain(app, limit=count + 1) == count
+    assert app.count_jobs(task="sleeper", status="pending") == count
+    assert len(app.steps(app.get_jobs(task="sleeper", limit=1)[0].id)) == 1
+    assert threading.active_count() == threads  # asleep in the store, not in a thread
