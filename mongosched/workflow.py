@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from mongosched._core.outcome import Retention, cancelled, error_info, given_back
 from mongosched._core.records import JobStatus, PendingChanges
@@ -132,6 +132,11 @@ class Replay:
         data = codec.encode_value(self.name, what, step.value, codec.MAX_VALUE_BYTES)
         return replace(step, size=len(data))
 
+    def fresh_events(self, topic: str) -> list[tuple[Any, Any]]:
+        """The events on ``topic`` that no recorded wait received yet, oldest first."""
+        taken = {s.event for s in self.history.values() if s.kind is StepKind.EVENT}
+        return [e for e in self.store.events(self.id, topic) if e[0] not in taken]
+
     def suspend(self, suspend: _Suspend) -> None:
         """Write the workflow's job back pending until it is to wake up, fenced on its
         lease, and free the thread; a cancel asked meanwhile ends it cancelled."""
@@ -143,7 +148,7 @@ class Replay:
         stored = store.settle(record, back)
         if stored is None:
             log.warning("workflow %s (%s): its lease was lost before it slept", self.id, self.name)
-        elif suspend.topic is not None and store.events(self.id, suspend.topic):
+        elif suspend.topic is not None and self.fresh_events(suspend.topic):
             # An event sent while it was writing: its sender may have found it running.
             self.owner.wake(self.id)
         raise Suspended(f"workflow {self.id} waits until {suspend.until.isoformat()}")
@@ -312,15 +317,7 @@ class Workflows:
         self._listening = False
 
     # Registering ---------------------------------------------------------------------------
-    @overload
-    def workflow(self, fn: Callable[P, R], /) -> Task[P, R]: ...
-
-    @overload
-    def workflow(self, **options: Any) -> Callable[[Callable[P, R]], Task[P, R]]: ...
-
-    def workflow(  # type: ignore[misc]  # mypy cannot match **options to the overload
-        self, fn: Callable[..., Any] | None = None, /, **options: Any
-    ) -> Any:
+    def workflow(self, /, **options: Any) -> Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a durable workflow: a task (``@app.task``'s options
         apply; ``retry`` defaults to 0) whose job runs the function against its
         history (see :doc:`/workflows`)."""
@@ -328,54 +325,40 @@ class Workflows:
         if options.get("transactional"):
             raise ConfigurationError("a workflow cannot be transactional; its steps can")
 
-        def register(fn: Callable[..., Any]) -> Task[Any, Any]:
+        def register(fn: Callable[P, R]) -> Task[P, R]:
             name = options.get("name") or f"{fn.__module__}.{fn.__qualname__}"
 
             @functools.wraps(fn)
             def run(*args: Any, **kwargs: Any) -> Any:
                 return self._run(name, fn, args, kwargs)
 
-            task: Task[Any, Any] = self.app.task(**{**options, "name": name})(run)
+            task: Task[P, R] = self.app.task(**{**options, "name": name})(run)
             self.names.add(name)
             self._listen()
             return task
 
-        return register if fn is None else register(fn)
+        return register
 
-    @overload
-    def step(self, fn: Callable[P, R], /) -> Step[P, R]: ...
-
-    @overload
     def step(
         self,
         *,
         name: str | None = None,
         retry: RetryPolicy | int | None = 0,
         transactional: bool = False,
-    ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
-
-    def step(  # type: ignore[misc]  # mypy cannot match the keywords to the overload
-        self,
-        fn: Callable[..., Any] | None = None,
-        /,
-        *,
-        name: str | None = None,
-        retry: RetryPolicy | int | None = 0,
-        transactional: bool = False,
-    ) -> Any:
+    ) -> Callable[[Callable[P, R]], Step[P, R]]:
         """Register a function as a workflow's step: in a workflow it runs once (its
         attempts by ``retry``, in the worker's thread) and its result, or its final
         error, is recorded; ``transactional=True`` records it in the same
         transaction as its MongoDB writes (``current_job().session``)."""
 
-        def register(fn: Callable[..., Any]) -> Step[Any, Any]:
+        def register(fn: Callable[P, R]) -> Step[P, R]:
             step_name = name or f"{fn.__module__}.{fn.__qualname__}"
             policy = RetryPolicy.coerce(retry, task=step_name)
-            step = Step(self, fn, step_name, policy, transactional)
+            step: Step[P, R] = Step(self, fn, step_name, policy, transactional)
             functools.update_wrapper(step, fn)
             return step
 
-        return register if fn is None else register(fn)
+        return register
 
     def _run(
         self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -428,8 +411,7 @@ class Workflows:
             )
         position, received = replay.next(StepKind.EVENT, topic)
         if received is None:
-            taken = {s.event for s in replay.history.values() if s.kind is StepKind.EVENT}
-            fresh = [e for e in replay.store.events(replay.id, topic) if e[0] not in taken]
+            fresh = replay.fresh_events(topic)
             assert waited.until is not None
             if not fresh and self.app.now() < waited.until:
                 raise _Suspend(waited.until, topic)
@@ -490,10 +472,16 @@ class Workflows:
     def set_event(self, key: str, value: Any) -> None:
         """Publish ``value`` under ``key`` for callers of :meth:`get_event` (the
         latest published value wins)."""
-        ctx = current_job()
+        ctx, replay = current_job(), _replay()
         if ctx is None:
             raise WorkflowError(f"set_event({key!r}) is for a running workflow")
-        self.app.store.send_event(ctx.id, f"published:{key}", value, self.app.now())
+        if replay is None:
+            self.app.store.send_event(ctx.id, f"published:{key}", value, self.app.now())
+            return
+        position, recorded = replay.next(StepKind.PUBLISH, key)
+        if recorded is None:  # published first: a crash before the record publishes again
+            self.app.store.send_event(ctx.id, f"published:{key}", value, self.app.now())
+            replay.record(StepRecord(replay.id, position, key, StepKind.PUBLISH))
 
     def get_event(self, workflow_id: Any, key: str, default: Any = None) -> Any:
         """The value a workflow last published under ``key`` (``default``: none yet)."""

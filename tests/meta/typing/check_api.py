@@ -185,3 +185,12 @@ def check_transactions(app: App, session: ClientSession) -> None:
     ship.configure(session="a session")  # type: ignore[arg-type]
     ship.configure(session=tx).schedule(1)  # type: ignore[arg-type]
     app.with_transaction(lambda: None)  # type: ignore[arg-type,misc]
+
+
+def _workflows(app: App) -> None:
+    @app.step(retry=2)
+    def charge(order: str) -> int:
+        return len(order)
+
+    paid: int = charge("A")
+    assert paid >= 0
