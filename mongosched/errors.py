@@ -148,14 +148,23 @@ class WaitTimeout(MongoschedError, TimeoutError):
     """:meth:`mongosched.Job.wait` gave up before the job reached a final status."""
 
 
-class WorkflowError(MongoschedError):
-    """A durable workflow cannot go on as written (see :doc:`/workflows`)."""
+class Fail(MongoschedError):
+    """Raise from a task to fail the job at once, without retrying.
+
+    ``raise Fail("customer deleted")`` ends the job ``failed`` with that message,
+    whatever attempts its retry policy has left.
+    """
+
+
+class WorkflowError(Fail):
+    """A durable workflow cannot go on as written (see :doc:`/workflows`): it fails at
+    once, never retried (running it again would meet the same history)."""
 
 
 class NonDeterminismError(WorkflowError):
     """A workflow's replay met, at a recorded position, another step than the one its
     history holds there: its code changed under a workflow in flight without a
-    :func:`~mongosched.workflow.patched` marker. It fails the workflow, never retried."""
+    :func:`~mongosched.workflow.patched` marker."""
 
 
 class HistoryTooLarge(WorkflowError):
@@ -170,14 +179,6 @@ class StepFailed(WorkflowError):
     def __init__(self, message: str, error_type: str = "") -> None:
         super().__init__(message)
         self.error_type = error_type
-
-
-class Fail(MongoschedError):
-    """Raise from a task to fail the job at once, without retrying.
-
-    ``raise Fail("customer deleted")`` ends the job ``failed`` with that message,
-    whatever attempts its retry policy has left.
-    """
 
 
 class JobTimeout(BaseException):

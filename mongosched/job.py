@@ -355,6 +355,10 @@ class LeaseHandle(Protocol):
 
     def finish(self) -> None: ...
 
+    def hold(self, seconds: float) -> bool: ...
+
+    def resume(self) -> None: ...
+
 
 class Suspended(BaseException):
     """A durable workflow's run stopped after writing its job back to wait (a sleep, a
@@ -434,6 +438,17 @@ class JobContext:
         """Stop renewing the lease: its holder is about to release it."""
         if self._lease is not None:
             self._lease.finish()
+
+    def hold_lease(self, seconds: float) -> bool:
+        """Renew the lease for ``seconds`` and pause the heartbeat until
+        :meth:`resume_lease`: a transaction is to write the job's document. False once
+        the lease is lost (True without a runner's lease)."""
+        return True if self._lease is None else self._lease.hold(seconds)
+
+    def resume_lease(self) -> None:
+        """The heartbeat renews the lease again (after :meth:`hold_lease`)."""
+        if self._lease is not None:
+            self._lease.resume()
 
     def cancel(self, reason: str) -> None:
         """Mark the job as to stop, for ``reason`` (the runner's; the first reason

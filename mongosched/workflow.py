@@ -26,7 +26,7 @@ import contextvars
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
@@ -61,6 +61,12 @@ GATHER_POLL = timedelta(seconds=30)
 job's end and its wake-up)."""
 WAKERS = ("job:success", "job:fail", "job:cancel", "job:expired")
 """Events of a gathered job's end that wake its workflow."""
+TRANSACTION_LEASE = 60.0
+"""Seconds a transactional step's lease is renewed for while its heartbeat pauses."""
+CRASH_RETRIES = 5
+"""A workflow's default ``retry``: how many times a crashed run (its lease expired) is
+replayed. Its own errors (a step's recorded failure, a changed history) fail it at
+once (:class:`~mongosched.errors.WorkflowError` is a :class:`~mongosched.errors.Fail`)."""
 CHILD_PREFIX = "workflow:"
 """The dedupe key of a job a gather scheduled starts so (then the workflow's id)."""
 
@@ -82,6 +88,13 @@ class WorkflowHost(Protocol):
     def schedule_bulk(self, specs: Iterable[JobSpec], *, session: Any = None) -> list[Job[Any]]: ...
 
     def on(self, event: str, listener: Any = None) -> Any: ...
+
+    @property
+    def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
+
+    def cancel(self, job_id: Any, *, actor: str | None = None) -> Any: ...
+
+    def retry_job(self, job_id: Any, *, actor: str | None = None) -> Job[Any]: ...
 
 
 class _Suspend(BaseException):
@@ -246,7 +259,15 @@ class Step(Generic[P, R]):
         workflow's lease: its MongoDB writes and its record land together or not at
         all. A transient conflict runs it again."""
         store = replay.store
+        last: Exception | None = None
         for _ in range(100):
+            # The heartbeat pauses: a renewal of the job's document would conflict
+            # with the transaction's fenced write of it.
+            if not replay.ctx.hold_lease(TRANSACTION_LEASE):
+                raise WorkflowError(
+                    f"workflow {replay.name!r} ({replay.id}): its lease was lost before "
+                    f"step {self.name!r}"
+                )
             tx = Transaction(store, store.begin(), owned=True)
             replay.ctx.transaction = tx
             try:
@@ -277,12 +298,16 @@ class Step(Generic[P, R]):
             except BaseException as exc:
                 tx.abort()
                 if isinstance(exc, Exception) and tx.handle.retryable(exc):
+                    last = exc
                     continue
                 raise
             finally:
                 replay.ctx.transaction = None
+                replay.ctx.resume_lease()
                 tx.handle.end()
-        raise WorkflowError(f"workflow {replay.name!r}: step {self.name!r} kept conflicting")
+        raise WorkflowError(
+            f"workflow {replay.name!r}: step {self.name!r} kept conflicting (last: {last})"
+        )
 
 
 def patched(name: str) -> bool:
@@ -319,9 +344,9 @@ class Workflows:
     # Registering ---------------------------------------------------------------------------
     def workflow(self, /, **options: Any) -> Callable[[Callable[P, R]], Task[P, R]]:
         """Register a function as a durable workflow: a task (``@app.task``'s options
-        apply; ``retry`` defaults to 0) whose job runs the function against its
+        apply; ``retry`` defaults to :data:`CRASH_RETRIES`) whose job runs the function against its
         history (see :doc:`/workflows`)."""
-        options.setdefault("retry", 0)
+        options.setdefault("retry", CRASH_RETRIES)
         if options.get("transactional"):
             raise ConfigurationError("a workflow cannot be transactional; its steps can")
 
@@ -431,10 +456,9 @@ class Workflows:
             return [_result(job.wait(), "gather") for job in jobs]
         position, scheduled = replay.next(StepKind.GATHER, "gather")
         if scheduled is None:
-            keyed = [
-                spec.task.configure(dedupe_key=f"{CHILD_PREFIX}{replay.id}:{position}:{n}").job(
-                    *spec.args, **spec.kwargs
-                )
+            key = f"{CHILD_PREFIX}{replay.id}:{position}"
+            keyed = [  # a key per job: scheduled again after a crash, it is the same job
+                replace(spec, options=spec.options.merged({"dedupe_key": f"{key}:{n}"}))
                 for n, spec in enumerate(specs)
             ]
             jobs = self.app.schedule_bulk(keyed)
@@ -493,6 +517,53 @@ class Workflows:
         """A workflow's recorded history, in order (for its timeline)."""
         store = self.app.store
         return store.steps(store.parse_id(workflow_id))
+
+    # Operators -------------------------------------------------------------------------------
+    def cancel_workflow(self, workflow_id: Any) -> list[Any]:
+        """Cancel a workflow and the jobs it gathered that have not ended; returns the
+        ids of the gathered jobs asked to stop."""
+        store = self.app.store
+        workflow_id = store.parse_id(workflow_id)
+        self.app.cancel(workflow_id)
+        children = [
+            child
+            for step in store.steps(workflow_id)
+            if step.kind is StepKind.GATHER
+            for child in step.children
+        ]
+        for child in children:
+            record = store.get(child)
+            if record is not None and not record.status.is_final:
+                self.app.cancel(child)
+        return children
+
+    def retry_workflow(self, workflow_id: Any) -> Job[Any]:
+        """Run a failed (or cancelled) workflow again from its failed step: the records
+        from that step on are forgotten (all of them when none failed), the earlier
+        ones kept."""
+        store = self.app.store
+        workflow_id = store.parse_id(workflow_id)
+        failed = [s.position for s in store.steps(workflow_id) if s.error is not None]
+        if failed:
+            store.forget_steps(workflow_id, failed[0])
+        return self.app.retry_job(workflow_id)
+
+    def fork_workflow(self, workflow_id: Any, position: int) -> Job[Any]:
+        """A new run of a workflow, with the same arguments, whose history is a copy of
+        the original's before ``position``: those steps are not run again."""
+        store = self.app.store
+        workflow_id = store.parse_id(workflow_id)
+        record = store.get(workflow_id)
+        if record is None or record.task not in self.names:
+            raise JobNotFound(f"workflow {workflow_id} does not exist in this app")
+        task = self.app.tasks[record.task]
+        job: Job[Any] = task.configure(queue=record.queue, priority=record.priority).schedule(
+            *record.args, **record.kwargs
+        )
+        for step in store.steps(workflow_id):
+            if step.position < position:
+                store.record_step(replace(step, workflow=job.id), None)
+        return job
 
     # Waking ----------------------------------------------------------------------------------
     def wake(self, workflow_id: Any) -> bool:

@@ -277,3 +277,56 @@ def test_sleeping_workflows_hold_no_thread(wf_app: App, request: pytest.FixtureR
     assert app.count_jobs(task="sleeper", status="pending") == count
     assert len(app.steps(app.get_jobs(task="sleeper", limit=1)[0].id)) == 1
     assert threading.active_count() == threads  # asleep in the store, not in a thread
+
+
+def test_retry_runs_again_from_the_failed_step_and_fork_copies_earlier_steps(
+    wf_app: App,
+) -> None:
+    app, calls, broken = wf_app, Counter[str](), {"yes": True}
+
+    @app.step(name="first")
+    def first() -> int:
+        calls["first"] += 1
+        return 1
+
+    @app.step(name="second")
+    def second(value: int) -> int:
+        calls["second"] += 1
+        if broken["yes"]:
+            raise RuntimeError("card declined")
+        return value + 1
+
+    @app.workflow(name="retrying")
+    def retrying() -> int:
+        return second(first())
+
+    job = retrying.schedule()
+    drain(app)
+    assert job.refresh().status is JobStatus.FAILED  # a step's failure: at once
+    assert calls == {"first": 1, "second": 1}
+    broken["yes"] = False
+    app.retry_workflow(job.id)
+    drain(app)
+    assert job.refresh().result == 2
+    assert calls == {"first": 1, "second": 2}  # the first step was kept
+    fork = app.fork_workflow(job.id, 1)
+    drain(app)
+    assert fork.refresh().result == 2
+    assert calls == {"first": 1, "second": 3}  # the fork copied the first, ran the second
+
+
+def test_cancel_cancels_what_the_workflow_gathered(wf_app: App) -> None:
+    app = wf_app
+
+    @app.task(name="slow")
+    def slow() -> None: ...
+
+    @app.workflow(name="gathering")
+    def gathering() -> list[Any]:
+        return app.gather([slow.configure(delay=3600).job()])  # type: ignore[no-any-return]
+
+    job = gathering.schedule()
+    drain(app)
+    [child] = app.cancel_workflow(job.id)
+    assert job.refresh().status is JobStatus.CANCELLED
+    assert app.get_job(child).status is JobStatus.CANCELLED  # type: ignore[union-attr]
