@@ -1,0 +1,85 @@
+"""A worker process that runs ten-step workflows and kills itself with SIGKILL at a
+chosen boundary: for tests/processes/test_workflow_crash.py.
+
+``python -m tests.support.workflow_crash_app URI DIR``: runs the workflows of task
+``ten`` until none is left to run (then exits 0). Workflow ``n`` is given a kill point
+``(step, when)``: ``when`` is ``"before"`` (the process dies as step ``step`` starts,
+after the record of the step before it) or ``"after"`` (it dies once the step's effect
+is done, before its record). Each process dies at most once, at the first kill point it
+meets whose marker file (``DIR/killed-N``) does not exist yet. Every run of a step
+appends ``N STEP`` to ``DIR/runs``; a transactional step also inserts a document with
+the workflow's session, so the test counts its MongoDB writes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from mongosched import App, current_job
+
+STEPS = 10
+TRANSACTIONAL = (False,) if os.environ.get("PLAIN_ONLY") else (False, True)
+"""Which kinds of step the workflows use (the test runs plain steps only: see its
+module)."""
+
+
+def main() -> None:
+    uri, folder = sys.argv[1], Path(sys.argv[2])
+    app = App(uri, lease_duration=1.0, poll_interval=0.02)
+    effects = app.store.connection.database.get_collection("crash_effects")  # type: ignore[attr-defined]
+
+    def boundary(n: int, step: int, when: str, kill: list[int | str]) -> None:
+        marker = folder / f"killed-{n}"
+        if kill == [step, when] and not marker.exists():
+            marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def effect(n: int, step: int, kill: list[int | str], transactional: bool) -> int:
+        boundary(n, step, "before", kill)
+        with open(folder / "runs", "a") as out:
+            out.write(f"{n} {step}\n")
+        if transactional:
+            job = current_job()
+            assert job is not None
+            effects.insert_one({"n": n, "step": step}, session=job.session)
+        boundary(n, step, "after", kill)
+        return n * 100 + step
+
+    @app.step(name="plain")
+    def plain(n: int, step: int, kill: list[int | str]) -> int:
+        return effect(n, step, kill, False)
+
+    @app.step(name="written", transactional=True)
+    def written(n: int, step: int, kill: list[int | str]) -> int:
+        return effect(n, step, kill, True)
+
+    @app.workflow(name="ten", retry=100)  # every kill reaps up to four in flight
+    def ten(n: int, kill: list[int | str], transactional: bool) -> int:
+        total = 0
+        for step in range(STEPS):
+            run = written if transactional else plain
+            total += run(n, step, kill)
+        return total
+
+    if os.environ.get("SCHEDULE"):
+        effects.insert_one({"made": True})  # made before any transaction writes in it
+        for n, (step, when, transactional) in enumerate(
+            (s, w, t) for t in TRANSACTIONAL for s in range(STEPS) for w in ("before", "after")
+        ):
+            ten.schedule(n, [step, when], transactional)
+        return
+    runner = app.runner(workers=4)
+    runner.start()
+    while app.count_jobs(task="ten", status="pending") + app.count_jobs(
+        task="ten", status="running"
+    ):
+        time.sleep(0.05)
+    runner.stop(timeout=5)
+
+
+if __name__ == "__main__":
+    main()
