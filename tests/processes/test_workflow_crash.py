@@ -11,6 +11,8 @@ writes waited on it (left open; see the issue's note)."""
 from __future__ import annotations
 
 import os
+import random
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -67,3 +69,40 @@ def test_sigkill_at_every_step_boundary_loses_and_doubles_nothing(
             if transactional:
                 assert effects.count_documents({"n": n, "step": step}) == 1, (job.args, step)
     assert kills == workflows
+
+
+@pytest.mark.soak
+def test_randomized_kills_over_a_thousand_workflows_lose_and_double_nothing(
+    shared_db: SharedDatabase, tmp_path: Path
+) -> None:
+    count, workers = int(os.environ.get("WORKFLOW_SOAK", "1000")), 4
+    uri = shared_db.uri(serverSelectionTimeoutMS=5000)
+    command = [sys.executable, "-m", "tests.support.workflow_crash_app", uri, str(tmp_path)]
+    subprocess.run(command, cwd=ROOT, env={**os.environ, "SOAK": str(count)}, check=True)
+    rng, kills = random.Random(35), 0
+    while True:
+        child = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.DEVNULL)
+        try:
+            child.wait(timeout=rng.uniform(1.0, 4.0))
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+            kills += 1
+            continue
+        assert child.returncode == 0
+        break
+    app = App(uri)
+    jobs = app.get_jobs(task="ten", limit=0)
+    assert len(jobs) == count and kills > 0
+    runs = Counter(
+        tuple(map(int, line.split()))
+        for line in (tmp_path / "runs").read_text().split("\n")
+        if line
+    )
+    for job in jobs:
+        n = job.args[0]
+        assert job.status is JobStatus.COMPLETED, (job.args, job.error)
+        assert job.result == sum(n * 100 + step for step in range(STEPS))
+        assert all(runs[(n, step)] >= 1 for step in range(STEPS))
+    # A kill interrupts at most one step per worker: only those run again.
+    assert sum(runs.values()) - count * STEPS <= kills * workers

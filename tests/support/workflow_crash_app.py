@@ -8,7 +8,9 @@ after the record of the step before it) or ``"after"`` (it dies once the step's 
 is done, before its record). Each process dies at most once, at the first kill point it
 meets whose marker file (``DIR/killed-N``) does not exist yet. Every run of a step
 appends ``N STEP`` to ``DIR/runs``; a transactional step also inserts a document with
-the workflow's session, so the test counts its MongoDB writes.
+the workflow's session, so the test counts its MongoDB writes. With ``SOAK=N`` in
+the environment it schedules N workflows without kill points (the soak kills the
+processes from outside).
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ def main() -> None:
             total += run(n, step, kill)
         return total
 
+    if os.environ.get("SOAK"):  # killed from outside instead, at random times
+        app.schedule_bulk(ten.job(n, [-1, "none"], False) for n in range(int(os.environ["SOAK"])))
+        return
     if os.environ.get("SCHEDULE"):
         effects.insert_one({"made": True})  # made before any transaction writes in it
         for n, (step, when, transactional) in enumerate(

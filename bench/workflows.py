@@ -1,0 +1,143 @@
+"""What a durable workflow costs beside a plain job (issue 35), on ``memory://`` or, with
+MONGOSCHED_BENCH_URI set, on that server (a database of its own, dropped at the end).
+
+    python bench/workflows.py [--steps 1000] [--sleepers 10000]
+
+Prints:
+
+* store calls per step of a 20-step workflow run in one go, beside a plain job's calls
+  (each store call is one round trip on MongoDB), and the same on a replay that finds
+  every step recorded;
+* worker CPU (``time.process_time``) per step, beside a plain job's per job;
+* the replay time of a ``--steps``-step workflow whose history is all recorded;
+* threads held by ``--sleepers`` sleeping workflows (they wait in the store).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+import uuid
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+from mongosched import App
+from mongosched.testing import FakeClock, drain
+
+
+def counted(app: App) -> Counter[str]:
+    """Count the app's store calls by name (each a round trip on MongoDB)."""
+    calls: Counter[str] = Counter()
+    store = app.store
+    for name in dir(store):
+        fn = getattr(store, name)
+        if name.startswith("_") or not callable(fn) or name in ("within", "watch_due"):
+            continue
+
+        def wrap(*args: Any, _fn: Any = fn, _name: str = name, **kwargs: Any) -> Any:
+            calls[_name] += 1
+            return _fn(*args, **kwargs)
+
+        try:
+            setattr(store, name, wrap)
+        except AttributeError:
+            pass
+    return calls
+
+
+def make_app(clock: FakeClock) -> tuple[App, Any]:
+    uri = os.environ.get("MONGOSCHED_BENCH_URI")
+    if not uri:
+        return App(f"memory://bench-{uuid.uuid4().hex[:8]}", clock=clock), None
+    import pymongo
+
+    client: Any = pymongo.MongoClient(uri, tz_aware=True)
+    database = client.get_database(f"bench_workflows_{uuid.uuid4().hex[:8]}")
+    return App(database=database, clock=clock), (client, database.name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--sleepers", type=int, default=10_000)
+    args = parser.parse_args()
+    clock = FakeClock()
+    app, cleanup = make_app(clock)
+    try:
+        run(app, clock, args.steps, args.sleepers)
+    finally:
+        if cleanup is not None:
+            client, name = cleanup
+            client.drop_database(name)
+
+
+def run(app: App, clock: FakeClock, steps: int, sleepers: int) -> None:
+    @app.task(name="plain")
+    def plain() -> int:
+        return 1
+
+    @app.step(name="one")
+    def one(i: int) -> int:
+        return i
+
+    @app.workflow(name="many")
+    def many(count: int, rest: bool) -> int:
+        total = sum(one(i) for i in range(count))
+        if rest:
+            app.sleep(60)
+        return total
+
+    @app.workflow(name="sleeper")
+    def sleeper() -> None:
+        app.sleep(timedelta(days=1))
+
+    calls = counted(app)
+    jobs = 200
+    plain_jobs = [plain.schedule() for _ in range(jobs)]
+    calls.clear()
+    cpu = time.process_time()
+    drain(app)
+    plain_cpu = (time.process_time() - cpu) / jobs
+    plain_calls = sum(calls.values()) / jobs
+    assert all(j.refresh().result == 1 for j in plain_jobs)
+
+    job = many.schedule(20, True)
+    calls.clear()
+    cpu = time.process_time()
+    drain(app)
+    step_cpu = (time.process_time() - cpu) / 20
+    first = dict(calls)
+    clock.advance(timedelta(seconds=61))
+    calls.clear()
+    drain(app)
+    replay = dict(calls)
+    assert job.refresh().result == sum(range(20))
+    print(f"plain job: {plain_calls:.1f} store calls per job, {plain_cpu * 1e6:.0f} us CPU per job")
+    print(
+        f"20-step workflow, first run: {first} ({first.get('record_step', 0) / 20:.1f} writes per step)"
+    )
+    print(f"  worker CPU per step: {step_cpu * 1e6:.0f} us")
+    print(f"  replay of the 20 recorded steps: {replay} (one steps read)")
+
+    long = many.schedule(steps, True)
+    drain(app)
+    clock.advance(timedelta(seconds=61))
+    started = time.perf_counter()
+    drain(app)
+    print(f"replay of a {steps}-step workflow: {(time.perf_counter() - started) * 1e3:.1f} ms")
+    assert long.refresh().result == sum(range(steps))
+
+    app.schedule_bulk([sleeper.job() for _ in range(sleepers)])
+    before = threading.active_count()
+    drain(app, limit=sleepers + 1)
+    print(
+        f"{sleepers} sleeping workflows: {app.count_jobs(task='sleeper', status='pending')} "
+        f"pending, threads before {before}, after {threading.active_count()}"
+    )
+
+
+if __name__ == "__main__":
+    main()
