@@ -37,6 +37,7 @@ from mongosched._core.steps import StepKind, StepRecord, check_bound, check_repl
 from mongosched.errors import (
     ConfigurationError,
     JobNotFound,
+    SerializationError,
     StepFailed,
     WorkflowError,
 )
@@ -142,7 +143,10 @@ class Replay:
 
     def sized(self, step: StepRecord, what: str) -> StepRecord:
         """``step`` with its value's size; a clear error when the value is not BSON."""
-        data = codec.encode_value(self.name, what, step.value, codec.MAX_VALUE_BYTES)
+        try:
+            data = codec.encode_value(self.name, what, step.value, codec.MAX_VALUE_BYTES)
+        except SerializationError as exc:  # fails the workflow at once: it would again
+            raise WorkflowError(f"workflow {exc}") from exc
         return replace(step, size=len(data))
 
     def fresh_events(self, topic: str) -> list[tuple[Any, Any]]:

@@ -194,6 +194,7 @@ def test_a_result_that_is_not_bson_fails_naming_workflow_and_step(wf_app: App) -
     assert stored.status is JobStatus.FAILED
     assert stored.error is not None
     assert "'limits'" in stored.error.message and "'bad'" in stored.error.message
+    assert stored.attempts == 1  # failed at once: a replay would record it no better
 
 
 def test_a_replay_after_a_crash_skips_the_recorded_steps(wf_app: App) -> None:
