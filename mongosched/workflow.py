@@ -236,19 +236,22 @@ class Step(Generic[P, R]):
                     finished_at=app.now(),
                 )
                 return replay.record(failed)
-            step = StepRecord(
-                replay.id,
-                position,
-                self.name,
-                value=result,
-                attempts=attempts,
-                started_at=started,
-                finished_at=app.now(),
-            )
-            return replay.record(replay.sized(step, self._what(position)))
+            return replay.record(self._done(replay, position, result, attempts, started))
 
-    def _what(self, position: int) -> str:
-        return f"the result of step {self.name!r} (position {position})"
+    def _done(
+        self, replay: Replay, position: int, result: Any, attempts: int, started: datetime
+    ) -> StepRecord:
+        """The record of the step's success (its result checked: BSON, sized)."""
+        step = StepRecord(
+            replay.id,
+            position,
+            self.name,
+            value=result,
+            attempts=attempts,
+            started_at=started,
+            finished_at=self.owner.app.now(),
+        )
+        return replay.sized(step, f"the result of step {self.name!r} (position {position})")
 
     def _in_transaction(
         self,
@@ -277,16 +280,7 @@ class Step(Generic[P, R]):
             try:
                 with as_current(tx):
                     result = self.fn(*args, **kwargs)
-                step = StepRecord(
-                    replay.id,
-                    position,
-                    self.name,
-                    value=result,
-                    attempts=attempts,
-                    started_at=started,
-                    finished_at=self.owner.app.now(),
-                )
-                step = replay.sized(step, self._what(position))
+                step = self._done(replay, position, result, attempts, started)
                 if tx.session is None:  # memory://: no writes of its own to commit
                     tx.commit()
                     return replay.record(step)

@@ -197,8 +197,8 @@ def test_a_result_that_is_not_bson_fails_naming_workflow_and_step(wf_app: App) -
     assert stored.attempts == 1  # failed at once: a replay would record it no better
 
 
-def test_a_replay_after_a_crash_skips_the_recorded_steps(wf_app: App) -> None:
-    app, calls = wf_app, Counter[str]()
+def two_steps(app: App, name: str, calls: Counter[str], broken: dict[str, bool]) -> Any:
+    """A workflow ``name`` of two counted steps; the second raises while ``broken``."""
 
     @app.step(name="first")
     def first() -> int:
@@ -208,12 +208,20 @@ def test_a_replay_after_a_crash_skips_the_recorded_steps(wf_app: App) -> None:
     @app.step(name="second")
     def second(value: int) -> int:
         calls["second"] += 1
+        if broken.get("yes"):
+            raise RuntimeError("card declined")
         return value + 1
 
-    @app.workflow(name="recovering")
-    def recovering() -> int:
+    @app.workflow(name=name)
+    def workflow() -> int:
         return second(first())
 
+    return workflow
+
+
+def test_a_replay_after_a_crash_skips_the_recorded_steps(wf_app: App) -> None:
+    app, calls = wf_app, Counter[str]()
+    recovering = two_steps(app, "recovering", calls, {})
     job = recovering.schedule()
     # What a runner that died after recording the first step left behind.
     app.store.record_step(StepRecord(job.id, 0, "first", value=41), "dead-runner")
@@ -284,23 +292,7 @@ def test_retry_runs_again_from_the_failed_step_and_fork_copies_earlier_steps(
     wf_app: App,
 ) -> None:
     app, calls, broken = wf_app, Counter[str](), {"yes": True}
-
-    @app.step(name="first")
-    def first() -> int:
-        calls["first"] += 1
-        return 1
-
-    @app.step(name="second")
-    def second(value: int) -> int:
-        calls["second"] += 1
-        if broken["yes"]:
-            raise RuntimeError("card declined")
-        return value + 1
-
-    @app.workflow(name="retrying")
-    def retrying() -> int:
-        return second(first())
-
+    retrying = two_steps(app, "retrying", calls, broken)
     job = retrying.schedule()
     drain(app)
     assert job.refresh().status is JobStatus.FAILED  # a step's failure: at once
