@@ -36,7 +36,7 @@ def test_sigkill_at_every_step_boundary_loses_and_doubles_nothing(
 ) -> None:
     uri = shared_db.uri(serverSelectionTimeoutMS=5000)
     command = [sys.executable, "-m", "tests.support.workflow_crash_app", uri, str(tmp_path)]
-    env = {**os.environ, "PLAIN_ONLY": "1"}
+    env = {**os.environ, "PLAIN_ONLY": "1", "WORKERS": "1"}  # one step in flight at a kill
     subprocess.run(command, cwd=ROOT, env={**env, "SCHEDULE": "1"}, check=True, timeout=60)
     workflows = STEPS * 2
     kills = 0

@@ -77,7 +77,8 @@ def main() -> None:
         ):
             ten.schedule(n, [step, when], transactional)
         return
-    runner = app.runner(workers=4)
+    # One worker: one workflow in flight when the process dies (the soak runs four).
+    runner = app.runner(workers=int(os.environ.get("WORKERS", "4")))
     runner.start()
     while app.count_jobs(task="ten", status="pending") + app.count_jobs(
         task="ten", status="running"
