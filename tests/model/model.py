@@ -1,0 +1,463 @@
+"""A reference model of a job's life, written from the documentation (docs/*.rst), not
+from the stores: what each public operation does to the set of jobs, given the time.
+
+Pure: no store, no threads, no clock of its own (every operation is given ``now``).
+The stateful test (tests/model/test_machine.py) holds both stores to it after every
+step. Where the docs are silent, the model decides, and says so in a comment marked
+``DECIDED``; docs/contributing.rst lists those decisions.
+
+Jobs are known by a *handle*, their order of creation (the stores' ids differ).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+FINAL = frozenset({"completed", "failed", "cancelled", "expired"})
+UNFINISHED = frozenset({"pending", "running", "paused", "waiting"})
+
+
+class Refused(Exception):
+    """The operation is refused (a store raises a MongoschedError)."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What the model needs of a task's declaration."""
+
+    name: str
+    retries: int = 1  # attempts = retries + 1; retried at once (retry=int: no delay)
+    priority: float = 5
+    aging: float | None = None  # seconds per level
+    fair: bool = False  # fair_key: the job's first argument
+    weights: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def ranked(self) -> bool:
+        return self.aging is not None or self.fair
+
+    def weight(self, key: str) -> float:
+        return dict(self.weights).get(key, 1.0)
+
+
+@dataclass
+class MJob:
+    handle: int
+    task: str
+    args: list[Any]
+    queue: str
+    priority: float
+    run_at: datetime
+    created_at: datetime
+    max_attempts: int
+    status: str = "pending"
+    attempts: int = 0
+    label: str | None = None
+    dedupe_key: str | None = None
+    scope: str | None = None  # "active" or "pending" while the key is held
+    made_scope: str | None = None  # the scope it was made with (taken again on retry)
+    window_until: datetime | None = None  # a throttle window holds the key till then
+    expires_at: datetime | None = None
+    finished_at: datetime | None = None
+    delete_at: datetime | None = None
+    ranked_priority: float = 5  # the priority its rank was made with
+    rank: float | None = None  # aging: due + (priority - 1) intervals; fair: the fair start
+    fair_key: str | None = None
+    holder: str | None = None  # the runner holding its lease
+    until: datetime | None = None
+    cancel_requested: bool = False
+
+
+@dataclass
+class Options:
+    """The options of one ``configure(...)`` call the machine makes."""
+
+    delay: float = 0.0
+    priority: float | None = None
+    queue: str = "default"
+    label: str | None = None
+    dedupe_key: str | None = None
+    dedupe_scope: str = "active"
+    dedupe_window: float | None = None
+    replace: bool = False
+    expires: float | None = None
+
+    def configure(self) -> dict[str, Any]:
+        """The keyword arguments of ``Task.configure`` these stand for."""
+        out: dict[str, Any] = {"delay": self.delay, "queue": self.queue}
+        if self.priority is not None:
+            out["priority"] = self.priority
+        if self.label is not None:
+            out["label"] = self.label
+        if self.dedupe_key is not None:
+            out["dedupe_key"] = self.dedupe_key
+            if self.replace:
+                out["dedupe"] = "replace"
+            else:
+                out["dedupe_scope"] = self.dedupe_scope
+            if self.dedupe_window is not None:
+                out["dedupe_window"] = self.dedupe_window
+        if self.expires is not None:
+            out["expires"] = timedelta(seconds=self.expires)
+        return out
+
+
+@dataclass
+class Model:
+    tasks: dict[str, TaskSpec]
+    lease: float
+    keep_completed: float | None
+    keep_failed: float | None
+    replace_carries_options: bool = True  # issue 32 item 2 (False: as before its fix)
+    rank_ties_by_due: bool = True  # finding N2 (False: ties in the order jobs were made)
+    made: int = 0
+    jobs: dict[int, MJob] = field(default_factory=dict)
+    pauses: set[tuple[str, str]] = field(default_factory=set)  # (kind, name)
+    views: dict[str, frozenset[tuple[str, str]] | None] = field(default_factory=dict)
+    listed: dict[str, frozenset[str]] = field(default_factory=dict)
+    fair_last: dict[tuple[str, str], float] = field(default_factory=dict)
+    fair_clock: dict[str, float] = field(default_factory=dict)  # start of the last claimed
+
+    # Reading -----------------------------------------------------------------------------
+    def live(self) -> list[MJob]:
+        return list(self.jobs.values())
+
+    def _key_holder(
+        self, task: str, key: str, scope: str, now: datetime, window: bool
+    ) -> MJob | None:
+        """The job that holds ``key`` in ``scope`` for a new call (concepts.rst "Dedupe",
+        flow-control.rst "Throttle windows"). DECIDED (docs silent; the stores agree):
+        the two scopes of one key are independent, as their fields and indexes are."""
+        for job in self.jobs.values():
+            if job.task != task or job.dedupe_key != key:
+                continue
+            if window and job.window_until is not None and job.window_until > now:
+                return job  # "a call within the window returns the job that holds it"
+            if job.scope == scope and _holds(job):
+                return job
+        return None
+
+    # Scheduling --------------------------------------------------------------------------
+    def schedule(self, task: str, args: list[Any], o: Options, now: datetime) -> int:
+        spec = self.tasks[task]
+        run_at = now + timedelta(seconds=o.delay)
+        priority = spec.priority if o.priority is None else o.priority
+        expires_at = None if o.expires is None else now + timedelta(seconds=o.expires)
+        if expires_at is not None and expires_at <= run_at:
+            raise Refused("expires must be after the job is due")
+        scope = "pending" if o.replace else o.dedupe_scope
+        if o.dedupe_key is not None:
+            held = self._key_holder(task, o.dedupe_key, scope, now, o.dedupe_window is not None)
+            if held is not None:
+                in_window = held.window_until is not None and held.window_until > now
+                if o.replace and held.status in ("pending", "paused") and not in_window:
+                    # Debounce: the last call wins. Issue 32 item 2: a replacement
+                    # carries every option of the new call that describes the job
+                    # (arguments, due time, expiry, priority, label); the rank stays
+                    # (flow-control.rst: "a debounce does not move it").
+                    held.args, held.run_at = list(args), run_at
+                    if self.replace_carries_options:
+                        held.expires_at, held.priority = expires_at, priority
+                        held.label = o.label
+                    return held.handle
+                if not o.replace or held.status != "running":
+                    return held.handle
+                # a running job is not touched: the new job waits behind it
+        handle = self.made
+        self.made += 1
+        job = MJob(
+            handle=handle,
+            task=task,
+            args=list(args),
+            queue=o.queue,
+            priority=priority,
+            run_at=run_at,
+            created_at=now,
+            max_attempts=spec.retries + 1,
+            label=o.label,
+            dedupe_key=o.dedupe_key,
+            scope=None
+            if o.dedupe_key is None
+            else ("pending" if o.replace else o.dedupe_scope),
+            made_scope=None
+            if o.dedupe_key is None
+            else ("pending" if o.replace else o.dedupe_scope),
+            window_until=None
+            if o.dedupe_window is None or o.dedupe_key is None
+            else now + timedelta(seconds=o.dedupe_window),
+            expires_at=expires_at,
+        )
+        job.ranked_priority = priority
+        if spec.aging is not None:
+            job.rank = _ms(run_at) + (priority - 1) * spec.aging * 1000
+        elif spec.fair:
+            job.fair_key = str(args[0])
+            job.rank = self._fair_start(spec, job.fair_key, now)
+        self.jobs[handle] = job
+        return handle
+
+    def _fair_start(self, spec: TaskSpec, key: str, now: datetime) -> float:
+        """Start-time fair queueing (flow-control.rst, "Fair shares across keys"): a
+        key's jobs follow one another a step apart (1 ms / weight); a new key starts
+        level with the task's first pending job. DECIDED: "first pending" is the first
+        in claim order of the task's due pending jobs (issue 32 item 10: a job nobody
+        can claim does not hold the head); with none, the start of the last job claimed.
+        A delayed job gets its start when scheduled and takes that place once due
+        (issue 32 item 9)."""
+        due = [
+            j.rank
+            for j in self.jobs.values()
+            if j.task == spec.name and j.status == "pending" and j.run_at <= now
+            if j.rank is not None
+        ]
+        head = min(due) if due else self.fair_clock.get(spec.name, _ms(now))
+        last = self.fair_last.get((spec.name, key))
+        start = head if last is None else max(head, last + 1.0 / spec.weight(key))
+        self.fair_last[(spec.name, key)] = start
+        return start
+
+    # Claims and runs -------------------------------------------------------------------
+    def _claim_order(self, job: MJob, now: datetime) -> tuple[float, datetime, int]:
+        """How claims compare jobs (concepts.rst; flow-control.rst, "Priority aging"):
+        by effective priority, then due time, then (DECIDED) the order they were made."""
+        spec = self.tasks[job.task]
+        effective = job.ranked_priority if spec.fair else job.priority
+        if spec.aging is not None and job.rank is not None:
+            # The rank is when the effective priority reaches 1, fixed when the job is
+            # made (an edit of its priority or a retry's delay does not move it).
+            effective = 1 + (job.rank - _ms(now)) / (spec.aging * 1000)
+        return (effective, job.run_at, job.handle)
+
+    def next_claim(self, runner: str, now: datetime) -> MJob | None:
+        """The job a runner's claim takes now, given the pauses it last read."""
+        view = self.views.get(runner)
+        if view is None:
+            view = self.views[runner] = frozenset(self.pauses)
+            # operations.rst: while a queue is paused, a runner serving every queue
+            # claims from the queues that held pending jobs when it read the pauses.
+            self.listed[runner] = frozenset(
+                j.queue for j in self.jobs.values() if j.status == "pending"
+            )
+        queue_paused = any(kind == "queue" for kind, _ in view)
+        listed = self.listed.get(runner, frozenset())
+        due = [
+            j
+            for j in self.jobs.values()
+            if j.status == "pending"
+            and j.run_at <= now
+            and ("task", j.task) not in view
+            and ("queue", j.queue) not in view
+            and (not queue_paused or j.queue in listed)
+        ]
+        heads = []
+        for name in {j.task for j in due}:
+            of_task = [j for j in due if j.task == name]
+            spec = self.tasks[name]
+            if spec.fair:  # priority first, then the fair start
+                # DECIDED: the rank is fixed when the job is made (flow-control.rst says
+                # so of aging); for a fair job it holds the priority it was made with,
+                # so an edit of its priority does not move it either.
+                heads.append(min(of_task, key=lambda j: (j.ranked_priority, j.rank, j.handle)))
+            elif self.rank_ties_by_due:  # aging: the rank's order, then the due time
+                heads.append(min(of_task, key=lambda j: self._claim_order(j, now)))
+            else:
+                heads.append(min(of_task, key=lambda j: (j.rank, j.handle)))
+        return min(heads, key=lambda j: self._claim_order(j, now)) if heads else None
+
+    def sweep(self, now: datetime) -> None:
+        """The reaper's sweep: pending, waiting (and, DECIDED, label-held ``paused``)
+        jobs past their expiry end ``expired``."""
+        for job in self.jobs.values():
+            if job.status in ("pending", "waiting", "paused") and _expired(job, now):
+                self._finish(job, "expired", now)
+
+    def run(self, runner: str, limit: int, ok: bool, now: datetime) -> list[int]:
+        """``drain``-like steps of one runner (testing.rst): the sweep, then claim and
+        run due jobs one at a time, each ending ``ok`` or raising, until ``limit`` ran
+        or none is due. Returns the handles run, in order."""
+        self.sweep(now)
+        ran: list[int] = []
+        while len(ran) < limit:
+            job = self.next_claim(runner, now)
+            if job is None:
+                break
+            if _expired(job, now):  # found at claim (flow-control.rst, "Expiry")
+                self._finish(job, "expired", now)
+                continue
+            if job.label is not None and ("task", job.label) in self.pauses:
+                # operations.rst: a label's job scheduled since its pause is held when
+                # claimed. Issue 32 item 1: held only by a pause that is stored.
+                job.status = "paused"
+                continue
+            self._claimed(job, runner, now)
+            ran.append(job.handle)
+            self.settle(job, ok, now)
+        return ran
+
+    def claim_only(self, runner: str, count: int, now: datetime) -> list[int]:
+        """A runner claims and then dies holding its claims (no run, no write)."""
+        taken: list[int] = []
+        while len(taken) < count:
+            job = self.next_claim(runner, now)
+            if job is None:
+                break
+            if _expired(job, now):
+                self._finish(job, "expired", now)
+                continue
+            if job.label is not None and ("task", job.label) in self.pauses:
+                job.status = "paused"
+                continue
+            self._claimed(job, runner, now)
+            taken.append(job.handle)
+        return taken
+
+    def _claimed(self, job: MJob, runner: str, now: datetime) -> None:
+        job.status, job.holder = "running", runner
+        job.until = now + timedelta(seconds=self.lease)
+        job.attempts += 1
+        if job.fair_key is not None and job.rank is not None:
+            self.fair_clock[job.task] = max(self.fair_clock.get(job.task, job.rank), job.rank)
+
+    def settle(self, job: MJob, ok: bool, now: datetime) -> None:
+        """concepts.rst "Retries": a failed attempt with attempts left is due again
+        (retry=int: no delay); the rank stays (flow-control.rst)."""
+        job.holder = job.until = None
+        if job.cancel_requested:
+            self._finish(job, "cancelled", now)
+        elif ok:
+            self._finish(job, "completed", now)
+        elif job.attempts < job.max_attempts:
+            job.status, job.run_at = "pending", now
+        else:
+            self._finish(job, "failed", now)
+
+    def _finish(self, job: MJob, status: str, now: datetime) -> None:
+        job.status, job.finished_at = status, now
+        job.holder = job.until = None
+        if job.scope is not None:
+            job.scope = None  # the key is free again (the window aside)
+        keep = self.keep_completed if status == "completed" else self.keep_failed
+        delete_at = None if keep is None else now + timedelta(seconds=keep)
+        # Issue 32 item 5: the retention never ends a throttle window early.
+        if delete_at is not None and job.window_until is not None:
+            delete_at = max(delete_at, job.window_until)
+        job.delete_at = delete_at
+
+    def reap(self, now: datetime) -> None:
+        """concepts.rst: running jobs whose lease expired go back to pending (the
+        attempt counts), or end failed when their attempts are spent. DECIDED (docs
+        silent, the stores agree): due at the reap, with no backoff; a cancel requested
+        meanwhile wins."""
+        for job in self.jobs.values():
+            if job.status == "running" and job.until is not None and job.until < now:
+                job.holder = job.until = None
+                if job.cancel_requested:
+                    self._finish(job, "cancelled", now)
+                elif job.attempts >= job.max_attempts:
+                    self._finish(job, "failed", now)
+                else:
+                    job.status, job.run_at = "pending", now
+
+    # Operators ---------------------------------------------------------------------------
+    def cancel(self, handle: int, now: datetime) -> str:
+        """concepts.rst "Timeouts and cancellation"; issue 32 item 8: a held (paused)
+        job is cancelled as a pending one."""
+        job = self.jobs[handle]
+        if job.status in ("pending", "waiting", "paused"):
+            self._finish(job, "cancelled", now)
+            return "cancelled"
+        if job.status == "running":
+            job.cancel_requested = True
+            return "requested"
+        return "already_finished"
+
+    def retry(self, handle: int, now: datetime) -> None:
+        """operations.rst: a failed, cancelled or expired job: pending, due now,
+        attempts reset, its expiry dropped; refused when another job holds its key."""
+        job = self.jobs[handle]
+        if job.status not in ("failed", "cancelled", "expired"):
+            raise Refused(f"retry of a {job.status} job")
+        if job.dedupe_key is not None:
+            other = self._key_holder(job.task, job.dedupe_key, job.made_scope or "", now, False)
+            if other is not None and other.handle != handle:
+                raise Refused("its dedupe key is held")
+        job.status, job.run_at, job.attempts = "pending", now, 0
+        job.expires_at = job.finished_at = job.delete_at = None
+        job.cancel_requested = False
+        job.scope = job.made_scope
+
+    def update(self, handle: int, priority: float | None, delay: float | None, now: datetime) -> None:
+        """operations.rst / App.update_job: a pending job only; the rank stays."""
+        job = self.jobs[handle]
+        if job.status != "pending":
+            raise Refused(f"update of a {job.status} job")
+        if priority is not None:
+            job.priority = priority
+        if delay is not None:
+            job.run_at = now + timedelta(seconds=delay)
+
+    def purge(self, statuses: frozenset[str], now: datetime) -> int:
+        """App.purge: delete finished jobs of these statuses (finished by now)."""
+        gone = [
+            h
+            for h, j in self.jobs.items()
+            if j.status in statuses and j.finished_at is not None and j.finished_at <= now
+        ]
+        for handle in gone:
+            del self.jobs[handle]
+        return len(gone)
+
+    def pause(self, kind: str, name: str) -> None:
+        """operations.rst "Pausing and resuming": a queue or task pause leaves their
+        jobs pending (runners leave them out); a label's pending jobs wait ``paused``."""
+        self.pauses.add((kind, name))
+        if kind == "task":
+            for job in self.jobs.values():
+                if job.label == name and job.status == "pending":
+                    job.status = "paused"
+
+    def resume(self, kind: str, name: str) -> None:
+        """The pause is lifted: a label's held jobs are pending again, due as they were."""
+        self.pauses.discard((kind, name))
+        if kind == "task":
+            for job in self.jobs.values():
+                if job.label == name and job.status == "paused":
+                    job.status = "pending"
+
+    def restart(self, runner: str) -> None:
+        """A runner starts afresh: it reads the pauses at its first claim."""
+        self.views[runner] = None
+
+    # Invariants --------------------------------------------------------------------------
+    def check(self) -> None:
+        """What must hold of the model itself after every step."""
+        held: dict[tuple[str, str, str], int] = {}
+        for job in self.jobs.values():
+            assert job.status != "running" or job.holder is not None
+            if job.scope is not None and job.dedupe_key is not None and _holds(job):
+                key = (job.task, job.dedupe_key, job.scope)
+                assert key not in held, f"two jobs hold {key}"
+                held[key] = job.handle
+
+
+def _holds(job: MJob) -> bool:
+    """Whether ``job`` holds its key in its scope now: ``active`` while unfinished,
+    ``pending`` while it waits (DECIDED: a label-held ``paused`` job waits)."""
+    if job.scope == "active":
+        return job.status in UNFINISHED
+    return job.status in ("pending", "paused", "waiting")
+
+
+def _expired(job: MJob, now: datetime) -> bool:
+    """flow-control.rst: a job that has not started *before* its expiry never runs."""
+    return job.expires_at is not None and job.expires_at <= now
+
+
+def _ms(when: datetime) -> float:
+    return when.timestamp() * 1000.0
+
+
+def snapshot(job: MJob) -> MJob:
+    return replace(job, args=list(job.args))
