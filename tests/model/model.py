@@ -124,7 +124,7 @@ class Model:
     def live(self) -> list[MJob]:
         return list(self.jobs.values())
 
-    def _key_holder(
+    def key_holder(
         self, task: str, key: str, scope: str, now: datetime, window: bool
     ) -> MJob | None:
         """The job that holds ``key`` in ``scope`` for a new call (concepts.rst "Dedupe",
@@ -149,7 +149,7 @@ class Model:
             raise Refused("expires must be after the job is due")
         scope = "pending" if o.replace else o.dedupe_scope
         if o.dedupe_key is not None:
-            held = self._key_holder(task, o.dedupe_key, scope, now, o.dedupe_window is not None)
+            held = self.key_holder(task, o.dedupe_key, scope, now, o.dedupe_window is not None)
             if held is not None:
                 in_window = held.window_until is not None and held.window_until > now
                 if o.replace and held.status in ("pending", "paused") and not in_window:
@@ -178,9 +178,7 @@ class Model:
             max_attempts=spec.retries + 1,
             label=o.label,
             dedupe_key=o.dedupe_key,
-            scope=None
-            if o.dedupe_key is None
-            else ("pending" if o.replace else o.dedupe_scope),
+            scope=None if o.dedupe_key is None else ("pending" if o.replace else o.dedupe_scope),
             made_scope=None
             if o.dedupe_key is None
             else ("pending" if o.replace else o.dedupe_scope),
@@ -380,7 +378,7 @@ class Model:
         if job.status not in ("failed", "cancelled", "expired"):
             raise Refused(f"retry of a {job.status} job")
         if job.dedupe_key is not None:
-            other = self._key_holder(job.task, job.dedupe_key, job.made_scope or "", now, False)
+            other = self.key_holder(job.task, job.dedupe_key, job.made_scope or "", now, False)
             if other is not None and other.handle != handle:
                 raise Refused("its dedupe key is held")
         job.status, job.run_at, job.attempts = "pending", now, 0
@@ -388,7 +386,9 @@ class Model:
         job.cancel_requested = False
         job.scope = job.made_scope
 
-    def update(self, handle: int, priority: float | None, delay: float | None, now: datetime) -> None:
+    def update(
+        self, handle: int, priority: float | None, delay: float | None, now: datetime
+    ) -> None:
         """operations.rst / App.update_job: a pending job only; the rank stays."""
         job = self.jobs[handle]
         if job.status != "pending":

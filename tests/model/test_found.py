@@ -1,0 +1,146 @@
+"""What the model's machine found, each as the shrunk sequence it printed, replayed
+on ``memory://`` and the server side by side with the item's check switched on.
+
+Each is a strict xfail while its item is open (listed in ``machine.OPEN``): when a fix
+lands, its test passes, the strict xfail fails, and the lead removes the item from
+``machine.OPEN`` (and the mark here). Items of issue 32 by number; ``N1``... are
+findings no issue named (see docs/contributing.rst, "The model").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.model import machine
+from tests.model.machine import Machine, Options
+from tests.model.test_machine import server_uri  # noqa: F401  (a fixture)
+
+Steps = Callable[[Machine], None]
+PLAIN = Options()
+
+
+def found(item: str, why: str) -> pytest.MarkDecorator:
+    """A strict xfail while ``item`` is open."""
+    return pytest.mark.xfail(machine.open_item(item), strict=True, reason=f"{item}: {why}")
+
+
+@pytest.fixture
+def replay(server_uri: str) -> Iterator[Callable[[str, Steps], None]]:  # noqa: F811
+    opened = machine.OPEN
+
+    def run(item: str, steps: Steps) -> None:
+        machine.OPEN = opened - {item}  # the item's check on
+        state = Machine()
+        try:
+            state.stores_equal_the_model()
+            steps(state)
+            state.stores_equal_the_model()
+        finally:
+            state.teardown()
+
+    yield run
+    machine.OPEN = opened
+
+
+@found("1", "resume() while a runner runs leaves the jobs paused for good")
+def test_item1_resume_race(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        state.pause(what=("task", "L"))
+        state.run(limit=1, ok=False, runner="r0")
+        state.schedule(n=0, o=Options(label="L"), task="t.aging", tenant="a")
+        state.resume(what=("task", "L"))
+        state.run(limit=1, ok=False, runner="r0")
+
+    replay("1", steps)
+
+
+@found("2", "a debounced job keeps the first call's expiry")
+def test_item2_debounce_keeps_expiry(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        state.schedule(n=0, o=Options(dedupe_key="k1", replace=True), task="t.once", tenant="a")
+        o = Options(dedupe_key="k1", replace=True, expires=60.0)
+        state.schedule(n=1, o=o, task="t.once", tenant="a")
+
+    replay("2", steps)
+
+
+@found("3", "debouncing a held (paused-label) job")
+def test_item3_debounce_of_a_held_job(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        o = Options(label="L", dedupe_key="k1", replace=True)
+        state.schedule(n=0, o=o, task="t.plain", tenant="a")
+        state.pause(what=("task", "L"))
+        state.schedule(n=1, o=o, task="t.plain", tenant="a")
+
+    replay("3", steps)
+
+
+@found("5", "the retention ends a throttle window")
+def test_item5_retention_ends_a_window(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        o = Options(dedupe_key="k1", dedupe_window=120.0)
+        state.schedule(n=0, o=o, task="t.aging", tenant="a")
+        state.cancel(i=0)
+
+    replay("5", steps)
+
+
+@found("8", "app.cancel() of a held job is refused")
+def test_item8_cancel_of_a_held_job(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        state.schedule(n=0, o=Options(label="L"), task="t.aging", tenant="a")
+        state.pause(what=("task", "L"))
+        state.cancel(i=0)
+
+    replay("8", steps)
+
+
+@found("11", "the stores merge ranked claims differently")
+def test_item11_ranked_merge(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        state.schedule(n=0, o=PLAIN, task="t.aging", tenant="a")  # priority 9, ages
+        state.advance(seconds=200)
+        state.schedule(n=1, o=Options(priority=1.0), task="t.fair", tenant="a")
+        state.advance(seconds=600)  # the aged job's effective priority: about -4
+        state.run(limit=1, ok=True, runner="r0")
+
+    replay("11", steps)
+
+
+@found("N1", "a debounce call with a window does not return the window's holder")
+def test_n1_debounce_with_a_window(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        state.schedule(
+            n=0, o=Options(dedupe_key="k1", dedupe_window=120.0), task="t.aging", tenant="a"
+        )
+        state.schedule(n=0, o=Options(dedupe_key="k1", replace=True), task="t.aging", tenant="a")
+        o = Options(dedupe_key="k1", dedupe_window=120.0, replace=True)
+        state.schedule(n=0, o=o, task="t.aging", tenant="a")
+
+    replay("N1", steps)
+
+
+@found("N2", "equal ranks are not taken by due time")
+def test_n2_equal_ranks_by_due_time(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        state.schedule(n=0, o=PLAIN, task="t.aging", tenant="a")
+        state.cancel(i=0)
+        state.schedule(n=0, o=PLAIN, task="t.aging", tenant="a")
+        state.advance(seconds=1)
+        state.retry_job(i=0)  # keeps its rank, now due after job 1
+        state.die(count=1, runner="r0")
+
+    replay("N2", steps)
+
+
+@found("N3", "a priority edit moves a ranked job against other tasks' jobs")
+def test_n3_priority_edit_of_a_ranked_job(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        state.schedule(n=0, o=PLAIN, task="t.aging", tenant="a")
+        state.schedule(n=0, o=PLAIN, task="t.fair", tenant="a")
+        state.update_job(delay=None, i=0, priority=1.0)
+        state.run(limit=1, ok=False, runner="r0")
+
+    replay("N3", steps)
