@@ -69,6 +69,7 @@ FOLDERS = (
     "dashboard",
     "cli",
     "meta",
+    "model",
     "contract",
 )
 """The folders of tests, sorted by what they cost; each is a marker of its own
@@ -95,7 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{folder}: the tests in tests/{folder}/")
 
 
-FIRST = ("processes", "faults", "contrib", "integration", "meta", "dashboard", "cli")
+FIRST = ("processes", "faults", "model", "contrib", "integration", "meta", "dashboard", "cli")
 """The folders whose files take longest, in the order they start: with the suite spread
 over several processes (``make unit``), long files started last would leave one process
 working alone at the end."""

@@ -2,8 +2,10 @@
 
 Each run is a seeded simulation, stepped one operation at a time in this thread, of
 several workers sharing one database through the real Store and Runner code: they
-schedule (with dedupe keys), claim (with a concurrency limit), heartbeat, write
-progress, finish, fail and retry, crash, and reap each other, while the clock jumps
+schedule (with dedupe keys, throttle windows, debounce, labels, priorities, fair
+shares and aging), claim (with a concurrency limit), heartbeat, write progress, finish,
+fail and retry, crash, and reap each other, and an operator pauses and resumes a label,
+retries jobs and edits priorities, while the clock jumps
 and a fault injector fails calls before or after the server applied them. After every
 step and at the end, the invariants must hold:
 
@@ -71,6 +73,7 @@ RATE = (2, timedelta(seconds=10))  # rate limit of the rated task: 2 starts per 
 RUNS = int(os.environ.get("MONGOSCHED_FAULT_RUNS", "300"))
 SOAK_RUNS = int(os.environ.get("MONGOSCHED_SOAK_RUNS", "20000"))
 SEED = int(os.environ.get("MONGOSCHED_FAULT_SEED", "20261122"))
+LABEL = "labelled"  # the label some jobs carry, paused and resumed by the operator
 
 
 @dataclass
@@ -108,6 +111,7 @@ class World:
     expiring_markers: set[int] = field(default_factory=set)  # the same, by marker
     deleted: dict[Any, str] = field(default_factory=dict)  # purged or expired: their status
     purging: bool = False  # a purge runs (none starts inside it)
+    retried: set[Any] = field(default_factory=set)  # an operator's retry_job may have landed
 
     @property
     def store(self) -> Any:
@@ -154,6 +158,9 @@ def make_world(seed: int, database: Any, collection: str) -> World:
     app.task(name="rated", retry=2, rate_limit=RATE)(body)
     app.task(name="keyed", retry=2, concurrency=1, concurrency_key=lambda n: f"k{n % 2}")(body)
     app.task(name="tick", retry=1, every=LEASE * 0.7)(body)
+    # The options added since: fair shares and aging (ranked claims).
+    app.task(name="fair", retry=2, fair_key=lambda n: f"t{n % 2}", fair_weights={"t0": 2})(body)
+    app.task(name="aged", retry=2, priority=9, aging=LEASE / 2)(body)
     for runner in runners:
         runner.prepare()
     late = rng.choice([0.0, 0.05])  # replies arriving after the lease they grant
@@ -178,11 +185,20 @@ def make_world(seed: int, database: Any, collection: str) -> World:
 
 def act_schedule(w: World) -> None:
     w.marker += 1
-    task = w.rng.choice(["plain", "limited", "rated", "keyed"])
+    task = w.rng.choice(["plain", "limited", "rated", "keyed", "fair", "aged"])
     options: dict[str, Any] = {}
     roll = w.rng.random()
+    if w.rng.random() < 0.3:
+        options["priority"] = w.rng.choice([1, 5, 9])
+    if w.rng.random() < 0.2:
+        options["label"] = LABEL
     if roll < 0.3:
         options["dedupe_key"] = f"k{w.rng.randrange(3)}"
+        extra = w.rng.random()
+        if extra < 0.25:
+            options["dedupe_window"] = LEASE * 2  # a throttle window
+        elif extra < 0.5:
+            options["dedupe"] = "replace"  # a debounce
     elif roll < 0.55 and w.returned.difference(w.deleted):
         kept = sorted(w.returned.difference(w.deleted), key=str)
         deps = w.rng.sample(kept, min(len(kept), 2))
@@ -474,6 +490,34 @@ def act_cancel(w: World, job_id: Any = None) -> None:
         w.stats["cancels"] += 1
 
 
+def act_operator(w: World) -> None:
+    """An operator's verb of those added since: pause or resume a label, retry a
+    failed or expired job, or edit a pending job's priority."""
+    roll = w.rng.random()
+    try:
+        if roll < 0.3:
+            w.app.pause(task=LABEL)
+            w.stats["label pauses"] += 1
+        elif roll < 0.6:
+            w.app.resume(task=LABEL)
+        else:
+            kept = sorted(w.returned.difference(w.deleted, w.cancel_tried), key=str)
+            if not kept:
+                return
+            job_id = w.rng.choice(kept)
+            if roll < 0.8:
+                w.retried.add(job_id)  # its dependents ran on its first end
+                # Its attempts start again from 1: earlier runs' marks are of another life.
+                w.unencodable = {(j, a) for j, a in w.unencodable if j != job_id}
+                w.app.retry_job(job_id)
+                w.stats["operator retries"] += 1
+            else:
+                w.app.update_job(job_id, priority=w.rng.choice([1, 9]))
+                w.stats["priority edits"] += 1
+    except MongoschedError:
+        return  # not in a state the verb applies to, or a fault: either is allowed
+
+
 def act_poison(w: World) -> None:
     """Another program writes a job document mongosched cannot process."""
     now = w.clock()
@@ -647,7 +691,7 @@ def check_flow(w: World, claim: Claim) -> None:
             if h.claim.task.name == "keyed" and not h.done and h.until >= now and is_current(w, h)
         )
         assert all(n <= 1 for n in live.values()), f"keyed slots held twice: {live}"
-    for dep in record.depends_on:
+    for dep in set(record.depends_on) - w.retried:
         status = w.deleted.get(dep) or w.raw(dep)["status"]
         assert status in FINAL, f"job {record.id} started while its dependency {dep} is {status}"
         assert status == "completed" or record.on_dependency_failure == "run"
@@ -677,9 +721,10 @@ def check_dedupe(w: World) -> None:
 
 
 def settle(w: World) -> None:
-    """Faults off, crashed work reaped, everything left run to its end."""
+    """Faults off, the label resumed, crashed work reaped, everything left run to its end."""
     for wrapper in (w.store.connection.jobs, w.store.connection.permits, w.store.connection.limits):
         wrapper.enabled = False
+    w.app.resume(task=LABEL)
     for _ in range(50):
         for holders in w.active.values():
             for holder in list(holders):
@@ -788,7 +833,7 @@ def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Coun
         elif roll < 0.90:
             act_restart(w, worker)
         elif roll < 0.93:
-            act_cancel(w)
+            act_cancel(w) if w.rng.random() < 0.6 else act_operator(w)
         elif roll < 0.94:
             act_poison(w)
         else:
@@ -937,7 +982,8 @@ def report(runs: int, seed: int, totals: Counter[str]) -> None:
         f"{totals['dependents of deleted jobs']} dependents of deleted jobs; "
         f"{totals['unencodable results failed alone']} unencodable results failed alone, "
         f"{totals['claim rounds failed between their claims']} claim rounds failed between "
-        "their claims; all invariants held"
+        f"their claims; {totals['label pauses']} label pauses, {totals['operator retries']} "
+        f"operator retries, {totals['priority edits']} priority edits; all invariants held"
     )
 
 
@@ -966,6 +1012,9 @@ def test_invariants_hold_under_randomized_faults() -> None:
     # Items 1 and 2 of issue 22 were reached, not held vacuously.
     assert totals["unencodable results failed alone"] > RUNS // 10
     assert totals["claim rounds failed between their claims"] > RUNS // 10
+    # The options and verbs added since were met (300 runs: ~60 label pauses).
+    assert totals["label pauses"] > RUNS // 20
+    assert totals["operator retries"] + totals["priority edits"] > RUNS // 20
 
 
 @pytest.mark.soak
