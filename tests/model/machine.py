@@ -34,7 +34,7 @@ __all__ = ["Machine", "Options", "SERVER"]
 SERVER: str | None = os.environ.get("MONGOSCHED_MODEL_SERVER")
 
 OPEN = frozenset(
-    n for n in os.environ.get("MONGOSCHED_MODEL_OPEN", "1,2,3,5,8,11,N1,N2,N3").split(",") if n
+    n for n in os.environ.get("MONGOSCHED_MODEL_OPEN", "1,2,3,5,8,11,N1,N2,N3,N4").split(",") if n
 )
 """Items of issue 32 (by number) and findings of this machine no issue named (N1...)
 not fixed on this branch yet: the machine steps around each (see
@@ -162,6 +162,7 @@ class Machine(RuleBasedStateMachine):
             keep_failed=KEEP_FAILED,
             replace_carries_options=not open_item(2),
             rank_ties_by_due=not open_item("N2"),
+            sweep_held=not open_item("N4"),
         )
         self.sides = [make_side("memory", self.clock)]
         if SERVER is not None:

@@ -112,6 +112,7 @@ class Model:
     keep_failed: float | None
     replace_carries_options: bool = True  # issue 32 item 2 (False: as before its fix)
     rank_ties_by_due: bool = True  # finding N2 (False: ties in the order jobs were made)
+    sweep_held: bool = True  # finding N4 (False: the sweep leaves held jobs paused)
     made: int = 0
     jobs: dict[int, MJob] = field(default_factory=dict)
     pauses: set[tuple[str, str]] = field(default_factory=set)  # (kind, name)
@@ -267,8 +268,9 @@ class Model:
     def sweep(self, now: datetime) -> None:
         """The reaper's sweep: pending, waiting (and, DECIDED, label-held ``paused``)
         jobs past their expiry end ``expired``."""
+        swept = ("pending", "waiting", "paused") if self.sweep_held else ("pending", "waiting")
         for job in self.jobs.values():
-            if job.status in ("pending", "waiting", "paused") and _expired(job, now):
+            if job.status in swept and _expired(job, now):
                 self._finish(job, "expired", now)
 
     def run(self, runner: str, limit: int, ok: bool, now: datetime) -> list[int]:

@@ -144,3 +144,15 @@ def test_n3_priority_edit_of_a_ranked_job(replay: Callable[[str, Steps], None]) 
         state.run(limit=1, ok=False, runner="r0")
 
     replay("N3", steps)
+
+
+@found("N4", "a held job past its expiry stays paused: the sweep skips it")
+def test_n4_sweep_of_a_held_job(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        o = Options(label="L", expires=60.0)
+        state.schedule(n=0, o=o, task="t.aging", tenant="a")
+        state.advance(seconds=61)
+        state.pause(what=("task", "L"))
+        state.reap(runner="r0")
+
+    replay("N4", steps)

@@ -24,7 +24,7 @@ from tests.conftest import TEST_URI
 from tests.model import machine
 
 EXAMPLES = int(os.environ.get("MONGOSCHED_MODEL_EXAMPLES", "12"))
-SOAK_EXAMPLES = int(os.environ.get("MONGOSCHED_MODEL_SOAK_EXAMPLES", "2000"))
+SOAK_EXAMPLES = int(os.environ.get("MONGOSCHED_MODEL_SOAK_EXAMPLES", "500"))
 STEPS = 30
 
 
