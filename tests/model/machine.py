@@ -34,7 +34,7 @@ __all__ = ["Machine", "Options", "SERVER"]
 SERVER: str | None = os.environ.get("MONGOSCHED_MODEL_SERVER")
 
 OPEN = frozenset(
-    n for n in os.environ.get("MONGOSCHED_MODEL_OPEN", "1,2,3,5,8,11,N1,N2,N3,N4").split(",") if n
+    n for n in os.environ.get("MONGOSCHED_MODEL_OPEN", "1,2,3,8,N1,N2,N4").split(",") if n
 )
 """Items of issue 32 (by number) and findings of this machine no issue named (N1...)
 not fixed on this branch yet: the machine steps around each (see
@@ -192,9 +192,15 @@ class Machine(RuleBasedStateMachine):
         o=OPTIONS,
     )
     def schedule(self, task: str, tenant: str, n: int, o: Options) -> None:
-        if open_item("N1") and o.replace and o.dedupe_window is not None:
-            return  # finding N1: a debounce call with a window skips the window's holder
         now = self.clock()
+        if open_item("N1") and o.dedupe_key is not None and o.dedupe_window is not None:
+            # Finding N1: a call with a window returns its scope's holder, not the
+            # window's, when they differ (and a debounce call replaces the former).
+            scope = "pending" if o.replace else o.dedupe_scope
+            windowed = self.model.window_holder(task, o.dedupe_key, now)
+            held = self.model.key_holder(task, o.dedupe_key, scope, now, False)
+            if o.replace or (windowed is not None and held not in (None, windowed)):
+                return
         if open_item(3) and o.replace and o.dedupe_key is not None:
             held = self.model.key_holder(task, o.dedupe_key, "pending", now, False)
             if held is not None and held.status == "paused":

@@ -62,7 +62,6 @@ class MJob:
     expires_at: datetime | None = None
     finished_at: datetime | None = None
     delete_at: datetime | None = None
-    ranked_priority: float = 5  # the priority its rank was made with
     rank: float | None = None  # aging: due + (priority - 1) intervals; fair: the fair start
     fair_key: str | None = None
     holder: str | None = None  # the runner holding its lease
@@ -125,6 +124,14 @@ class Model:
     def live(self) -> list[MJob]:
         return list(self.jobs.values())
 
+    def window_holder(self, task: str, key: str, now: datetime) -> MJob | None:
+        """The job whose throttle window holds ``key`` now."""
+        for job in self.jobs.values():
+            if job.task == task and job.dedupe_key == key and job.window_until is not None:
+                if job.window_until > now:
+                    return job
+        return None
+
     def key_holder(
         self, task: str, key: str, scope: str, now: datetime, window: bool
     ) -> MJob | None:
@@ -152,7 +159,11 @@ class Model:
         if o.dedupe_key is not None:
             held = self.key_holder(task, o.dedupe_key, scope, now, o.dedupe_window is not None)
             if held is not None:
-                in_window = held.window_until is not None and held.window_until > now
+                in_window = (
+                    o.dedupe_window is not None
+                    and held.window_until is not None
+                    and held.window_until > now
+                )  # only calls that give a window are held by one
                 if o.replace and held.status in ("pending", "paused") and not in_window:
                     # Debounce: the last call wins. Issue 32 item 2: a replacement
                     # carries every option of the new call that describes the job
@@ -188,49 +199,64 @@ class Model:
             else now + timedelta(seconds=o.dedupe_window),
             expires_at=expires_at,
         )
-        job.ranked_priority = priority
         if spec.aging is not None:
             job.rank = _ms(run_at) + (priority - 1) * spec.aging * 1000
         elif spec.fair:
             job.fair_key = str(args[0])
-            job.rank = self._fair_start(spec, job.fair_key, now)
+            if run_at <= now:  # else unplaced until due (see _place)
+                job.rank = self._fair_start(spec, job.fair_key, now)
         self.jobs[handle] = job
         return handle
 
     def _fair_start(self, spec: TaskSpec, key: str, now: datetime) -> float:
         """Start-time fair queueing (flow-control.rst, "Fair shares across keys"): a
-        key's jobs follow one another a step apart (1 ms / weight); a new key starts
-        level with the task's first pending job. DECIDED: "first pending" is the first
-        in claim order of the task's due pending jobs (issue 32 item 10: a job nobody
-        can claim does not hold the head); with none, the start of the last job claimed.
-        A delayed job gets its start when scheduled and takes that place once due
-        (issue 32 item 9)."""
+        key's jobs follow one another a step apart (1 ms / weight); a new key starts at
+        the task's fair clock: the later of the start of its first due pending job and
+        the latest start claimed (when nothing is due, the time now)."""
         due = [
             j.rank
             for j in self.jobs.values()
             if j.task == spec.name and j.status == "pending" and j.run_at <= now
             if j.rank is not None
         ]
-        head = min(due) if due else self.fair_clock.get(spec.name, _ms(now))
+        claimed = self.fair_clock.get(spec.name)
+        if due:
+            clock = min(due) if claimed is None else max(min(due), claimed)
+        else:
+            clock = _ms(now)
         last = self.fair_last.get((spec.name, key))
-        start = head if last is None else max(head, last + 1.0 / spec.weight(key))
+        start = clock if last is None else max(clock, last + 1.0 / spec.weight(key))
         self.fair_last[(spec.name, key)] = start
         return start
 
+    def _place(self, now: datetime) -> None:
+        """A fair job due later than it was made waits unplaced; the first claim that
+        finds it due gives it its start from the fair clock of then (in due order)."""
+        unplaced = [
+            j
+            for j in self.jobs.values()
+            if j.fair_key is not None and j.rank is None and j.status == "pending"
+        ]
+        for job in sorted(unplaced, key=lambda j: (j.run_at, j.handle)):
+            if job.run_at <= now:
+                job.rank = self._fair_start(self.tasks[job.task], job.fair_key, now)
+
     # Claims and runs -------------------------------------------------------------------
-    def _claim_order(self, job: MJob, now: datetime) -> tuple[float, datetime, int]:
+    def _claim_order(self, job: MJob, now: datetime) -> tuple[float, datetime, bool, int]:
         """How claims compare jobs (concepts.rst; flow-control.rst, "Priority aging"):
-        by effective priority, then due time, then (DECIDED) the order they were made."""
+        by effective priority, then due time, then (DECIDED, docs silent, as the stores
+        do) an unranked job before a ranked one, then the order they were made."""
         spec = self.tasks[job.task]
-        effective = job.ranked_priority if spec.fair else job.priority
+        effective = job.priority
         if spec.aging is not None and job.rank is not None:
             # The rank is when the effective priority reaches 1, fixed when the job is
             # made (an edit of its priority or a retry's delay does not move it).
             effective = 1 + (job.rank - _ms(now)) / (spec.aging * 1000)
-        return (effective, job.run_at, job.handle)
+        return (effective, job.run_at, job.rank is not None, job.handle)
 
     def next_claim(self, runner: str, now: datetime) -> MJob | None:
         """The job a runner's claim takes now, given the pauses it last read."""
+        self._place(now)
         view = self.views.get(runner)
         if view is None:
             view = self.views[runner] = frozenset(self.pauses)
@@ -255,14 +281,12 @@ class Model:
             of_task = [j for j in due if j.task == name]
             spec = self.tasks[name]
             if spec.fair:  # priority first, then the fair start
-                # DECIDED: the rank is fixed when the job is made (flow-control.rst says
-                # so of aging); for a fair job it holds the priority it was made with,
-                # so an edit of its priority does not move it either.
-                heads.append(min(of_task, key=lambda j: (j.ranked_priority, j.rank, j.handle)))
-            elif self.rank_ties_by_due:  # aging: the rank's order, then the due time
+                # (its start is kept; an edit of its priority counts)
+                heads.append(min(of_task, key=lambda j: (j.priority, j.rank or 0, j.handle)))
+            elif spec.aging is not None and not self.rank_ties_by_due:
+                heads.append(min(of_task, key=lambda j: (j.rank or 0, j.handle)))
+            else:  # aging: the rank's order (then the due time); others by priority
                 heads.append(min(of_task, key=lambda j: self._claim_order(j, now)))
-            else:
-                heads.append(min(of_task, key=lambda j: (j.rank, j.handle)))
         return min(heads, key=lambda j: self._claim_order(j, now)) if heads else None
 
     def sweep(self, now: datetime) -> None:
