@@ -304,38 +304,40 @@ class Model:
         self.sweep(now)
         ran: list[int] = []
         while len(ran) < limit:
-            job = self.next_claim(runner, now)
+            job = self._claim(runner, now)
             if job is None:
                 break
-            if _expired(job, now):  # found at claim (flow-control.rst, "Expiry")
-                self._finish(job, "expired", now)
-                continue
-            if job.label is not None and ("task", job.label) in self.pauses:
-                # operations.rst: a label's job scheduled since its pause is held when
-                # claimed. Issue 32 item 1: held only by a pause that is stored.
-                job.status = "paused"
-                continue
-            self._claimed(job, runner, now)
-            ran.append(job.handle)
-            self.settle(job, ok, now)
+            if job.status == "running":
+                ran.append(job.handle)
+                self.settle(job, ok, now)
         return ran
 
     def claim_only(self, runner: str, count: int, now: datetime) -> list[int]:
         """A runner claims and then dies holding its claims (no run, no write)."""
         taken: list[int] = []
         while len(taken) < count:
-            job = self.next_claim(runner, now)
+            job = self._claim(runner, now)
             if job is None:
                 break
-            if _expired(job, now):
-                self._finish(job, "expired", now)
-                continue
-            if job.label is not None and ("task", job.label) in self.pauses:
-                job.status = "paused"
-                continue
-            self._claimed(job, runner, now)
-            taken.append(job.handle)
+            if job.status == "running":
+                taken.append(job.handle)
         return taken
+
+    def _claim(self, runner: str, now: datetime) -> MJob | None:
+        """One claim: the job it took, running, or ended or held at once; None when
+        nothing is due."""
+        job = self.next_claim(runner, now)
+        if job is None:
+            return None
+        if _expired(job, now):  # found at claim (flow-control.rst, "Expiry")
+            self._finish(job, "expired", now)
+        elif job.label is not None and ("task", job.label) in self.pauses:
+            # operations.rst: a label's job scheduled since its pause is held when
+            # claimed. Issue 32 item 1: held only by a pause that is stored.
+            job.status = "paused"
+        else:
+            self._claimed(job, runner, now)
+        return job
 
     def _claimed(self, job: MJob, runner: str, now: datetime) -> None:
         job.status, job.holder = "running", runner
