@@ -257,7 +257,7 @@ def _runs_panel(
         for a in run.attempts
         if a.ended_at is not None and (a.attempt, a.ended_at) in errors
     }
-    last = max(told, key=lambda key: key[1], default=None)  # its traceback open
+    last = max(told, key=lambda key: (key[1], key[0]), default=None)  # its traceback open
     audit = ctx.url("/audit", [("job", str(job.id))])
     items = []
     for n, run in enumerate(runs, 1):
