@@ -221,12 +221,12 @@ class Claimer:
             return None
         if not by_id and self.pause_set.holds(record.id):  # paused since we read
             self.give_back(claim)
-            store.hold_schedules([record.id], arrived)
+            self._held(store.hold_schedules([record.id], arrived))
             return None
         label = record.label
         if not by_id and label is not None and self.pause_set.holds_label(label):
             self.give_back(claim)  # scheduled since the pause: held as it held the others
-            store.hold_label(label, arrived, ids=[record.id])
+            self._held(store.hold_label(label, arrived, ids=[record.id]))
             return None
         if arrived + timedelta(seconds=self.settings.heartbeat_interval) >= claim.until:
             # The reply came so late that the lease ran out (or will before the first
@@ -262,6 +262,13 @@ class Claimer:
             return None
         self.claimed += 1
         return claim
+
+    def _held(self, count: int) -> None:
+        """After a hold by the pause set: none held means the pause is gone from the
+        store (resumed since the set was read), so the set is read again now rather
+        than claim the job only to give it back until the next read."""
+        if not count:
+            self.pause_set.refresh(every_queue=self.settings.queues is None, force=True)
 
     def release(self, claim: Claim, *, started: bool) -> None:
         """``claim`` is done with what it holds: no more heartbeats, its permit and its

@@ -1,6 +1,7 @@
 """The reaper: jobs whose holder stopped renewing their lease go back to ``pending``
 (or end, when their attempts are spent), and its sweep: unstarted jobs past their
-expiry end, and dependents left waiting by a crash or a deleted job are released.
+expiry end, dependents left waiting by a crash or a deleted job are released, and so
+are jobs held (``paused``) with no pause behind them.
 
 A runner's dispatcher runs it between claims, every ``reap_interval``; it runs in the
 caller's thread otherwise (:meth:`Runner.reap <mongosched.runner.runner.Runner.reap>`,
@@ -91,11 +92,15 @@ class Reaper:
 
     def sweep(self) -> int:
         """Flow control's share of the reaper: end pending and waiting jobs past their
-        expiry, finish releases of dependents that a crash interrupted, and release
-        jobs waiting for a job that no longer exists (a page of them a pass). Returns
-        how many jobs it moved."""
+        expiry, release held jobs whose pause is gone, finish releases of dependents
+        that a crash interrupted, and release jobs waiting for a job that no longer
+        exists (a page of them a pass). Returns how many jobs it moved."""
         now, retention = self.app.now(), self.app.retention
         moved = dependencies.expire_due(self.store, now=now, retention=retention, emit=self.emit)
+        released = self.store.release_unpaused(now)
+        if released:
+            log.warning("%d paused jobs had no pause behind them: released", released)
+        moved += released
         grace = now - timedelta(seconds=self.lease_duration)
         return moved + dependencies.repair(
             self.store,

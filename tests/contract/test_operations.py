@@ -231,6 +231,8 @@ def test_task_names_lists_the_tasks_with_stored_jobs(store: Store) -> None:
 def test_hold_and_release_a_schedule(store: Store) -> None:
     sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
     plain = add(store, job("a"))[0]
+    for paused in (sched, plain):
+        store.add_pause(Pause("schedule", str(paused.id), LATER))
     assert store.hold_schedules([sched.id, plain.id], LATER) == 1
     held = store.get(sched.id)
     assert held is not None and held.status is PAUSED and held.run_at == T0
@@ -260,6 +262,7 @@ def test_labelled_jobs_are_found_listed_held_and_released_by_label(store: Store)
     assert sorted(ids(store.find(JobQuery(label="app.mail")))) == sorted(ids([mail, mail2]))
     assert store.count(JobQuery(label="app.mail", statuses=(PENDING,))) == 2
     assert store.labels() == ["app.mail", "app.other"]
+    store.add_pause(Pause("task", "app.mail", LATER))
     assert store.hold_label("app.mail", LATER, ids=[mail2.id, other.id]) == 1
     assert store.hold_label("app.mail", LATER) == 1  # the other one of the label
     held = store.get(mail.id)
@@ -272,6 +275,58 @@ def test_labelled_jobs_are_found_listed_held_and_released_by_label(store: Store)
     assert store.release_label("app.mail", LATER + sec(1)) == 0
     back = [claim(store, tasks=("run",)), claim(store, tasks=("run",))]
     assert ids(back) == ids([mail, mail2])  # due as they were, in their order
+
+
+def test_a_hold_lands_only_while_its_pause_is_stored(store: Store) -> None:
+    """A runner holds what its pause set (read a moment ago) says is paused; when the
+    pause was removed since (resumed), the hold changes nothing: the job stays pending,
+    never held for good with no pause behind it."""
+    sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
+    mail = add(store, job("run", label="app.mail"))[0]
+    assert store.hold_label("app.mail", LATER, ids=[mail.id]) == 0
+    assert store.hold_schedules([sched.id], LATER) == 0
+    assert [store.get(j.id).status for j in (sched, mail)] == [PENDING, PENDING]  # type: ignore[union-attr]
+    store.add_pause(Pause("task", "app.mail", LATER))
+    store.add_pause(Pause("schedule", str(sched.id), LATER))
+    assert store.hold_label("app.mail", LATER) == 1
+    assert store.hold_schedules([sched.id], LATER) == 1
+    store.remove_pause("task", "app.mail")
+    assert store.hold_label("app.mail", LATER) == 0  # nothing pending to hold
+
+
+def test_release_unpaused_frees_held_jobs_whose_pause_is_gone(store: Store) -> None:
+    """The reaper's sweep: a job held (``paused``) with neither its label's nor its
+    schedule's pause stored goes back to pending, due as it was; held jobs with a
+    pause behind them stay held."""
+    sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
+    other = add(store, job("b", id=schedule_id("b"), repeat=EVERY, scheduled_for=T0))[0]
+    mail, kept = add(store, job("run", label="app.mail"), job("run", label="app.kept"))
+    labelled = add(
+        store, job("c", id=schedule_id("c"), repeat=EVERY, scheduled_for=T0, label="app.kept")
+    )[0]
+    for kind, name in [
+        ("schedule", str(sched.id)),
+        ("schedule", str(other.id)),
+        ("task", "app.mail"),
+        ("task", "app.kept"),
+    ]:
+        store.add_pause(Pause(kind, name, LATER))
+    assert store.hold_schedules([sched.id, other.id], LATER) == 2
+    assert store.hold_label("app.mail", LATER) == 1
+    assert store.hold_label("app.kept", LATER) == 2
+    assert store.release_unpaused(LATER) == 0  # every hold has its pause (labelled: its label)
+    store.remove_pause("schedule", str(sched.id))
+    store.remove_pause("task", "app.mail")
+    assert store.release_unpaused(LATER + sec(1)) == 2
+    status = {j.id: store.get(j.id).status for j in (sched, other, mail, kept, labelled)}  # type: ignore[union-attr]
+    assert status == {
+        sched.id: PENDING,
+        other.id: PAUSED,
+        mail.id: PENDING,
+        kept.id: PAUSED,
+        labelled.id: PAUSED,
+    }
+    assert store.get(mail.id).run_at == T0  # type: ignore[union-attr]
 
 
 def test_counts_by_due_time(store: Store) -> None:

@@ -19,6 +19,7 @@ from mongosched._core.records import (
     ErrorInfo,
     JobRecord,
     JobStatus,
+    Pause,
     PendingChanges,
     ScheduleChanges,
     ScheduleEdit,
@@ -258,6 +259,7 @@ def test_a_schedule_paused_edited_resumed_and_redeclared(store: Store) -> None:
     declared = job(id="schedule:t", repeat=EVERY, scheduled_for=T0)
     assert store.upsert_schedule(declared, T0)
     sid = declared.id
+    store.add_pause(Pause("schedule", sid, NOW))
     lands_as(
         store,
         sid,
@@ -383,6 +385,7 @@ def test_a_waiting_job_cancelled_by_its_dependency(store: Store) -> None:
 
 def test_a_label_paused_and_resumed(store: Store) -> None:
     stored = add(store, job(label="app.send"))[0]
+    store.add_pause(Pause("task", "app.send", NOW))
     lands_as(
         store,
         stored.id,

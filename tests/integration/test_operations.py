@@ -219,6 +219,55 @@ def test_pause_a_label_holds_its_jobs_alone(make_app: Callable[..., App]) -> Non
         run.configure(label="").schedule("x")
 
 
+def test_a_resume_the_runner_has_not_read_yet_leaves_nothing_held(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    """A runner whose pause set still holds a pause that was just lifted (it reads the
+    set once per poll interval) claims the label's or schedule's job: its hold is
+    checked against the stored pauses, so the job is pending again, not held for good,
+    and runs."""
+    app = make_app(clock=clock, poll_interval=3600)
+    ran: list[str] = []
+    run = app.task(name="run")(ran.append)
+    app.task(name="tick", every=60)(lambda: ran.append("tick"))
+    app.ensure_schedules()
+    app.pause(task="app.mail")
+    app.pause(schedule="tick")
+    runner = app.runner(workers=1)
+    runner.claimer.pause_set.refresh(every_queue=True, force=True)  # sees both pauses
+    mail = run.configure(label="app.mail").schedule("mail")
+    app.resume(task="app.mail")
+    app.resume(schedule="tick")
+    clock.advance(minutes=1)
+    claim, taken = runner.claimer.take()
+    assert claim is None and taken  # given back: the set still said paused
+    claim, taken = runner.claimer.take()  # the set was read again at once
+    assert claim is not None
+    runner.claimer.give_back(claim)
+    assert mail.refresh().status is JobStatus.PENDING
+    tick = app.get_job(schedule_id("tick"))
+    assert tick is not None and tick.status is JobStatus.PENDING
+    assert drain(app) == 2 and sorted(ran) == ["mail", "tick"]
+
+
+def test_the_sweep_releases_a_hold_left_with_no_pause_behind_it(
+    make_app: Callable[..., App],
+) -> None:
+    """A process that died between a hold and its check of the pause leaves a job
+    held with no pause behind it: the reaper's sweep makes it pending again."""
+    app = make_app()
+    ran: list[str] = []
+    run = app.task(name="run")(ran.append)
+    app.pause(task="app.mail")
+    mail = run.configure(label="app.mail").schedule("mail")
+    app.store.hold_label("app.mail", app.now())
+    app.store.remove_pause("task", "app.mail")  # not through resume: nothing released
+    assert mail.refresh().status is JobStatus.PAUSED
+    assert app.runner().sweep() == 1
+    assert mail.refresh().status is JobStatus.PENDING
+    assert drain(app) == 1 and ran == ["mail"]
+
+
 def test_a_running_runner_stops_claiming_within_a_poll_interval(
     make_app: Callable[..., App],
 ) -> None:

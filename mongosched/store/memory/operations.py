@@ -176,6 +176,8 @@ class MemoryOperations:
 
     def hold_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
         with self._table.lock:
+            if ("task", label) not in self._pauses:  # resumed meanwhile
+                return 0
             chosen = [
                 job
                 for job in self._table.jobs.values()
@@ -203,10 +205,25 @@ class MemoryOperations:
         with self._table.lock:
             for job_id in ids:
                 job = self._table.find(job_id, PENDING)
-                if job is not None and job.repeat is not None:
+                paused = ("schedule", str(job_id)) in self._pauses
+                if job is not None and job.repeat is not None and paused:
                     self._table.write(job, transitions.paused(job.record, now))
                     held += 1
         return held
+
+    def release_unpaused(self, now: datetime) -> int:
+        with self._table.lock:
+            chosen = [
+                job
+                for job in self._table.jobs.values()
+                if job.record.status is PAUSED
+                and (job.record.label is not None or job.repeat is not None)
+                and ("task", job.record.label) not in self._pauses
+                and (job.repeat is None or ("schedule", str(job.id)) not in self._pauses)
+            ]
+            for job in chosen:
+                self._table.write(job, transitions.resumed(job.record, now), hold=True)
+            return len(chosen)
 
     def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
         with self._table.lock:

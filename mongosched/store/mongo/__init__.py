@@ -134,6 +134,7 @@ class MongoStore:
         self.hold_label = operations.hold_label
         self.release_label = operations.release_label
         self.hold_schedules = operations.hold_schedules
+        self.release_unpaused = operations.release_unpaused
         self.release_schedule = operations.release_schedule
         self.update_schedule = operations.update_schedule
         self.save_runner = operations.save_runner

@@ -221,7 +221,7 @@ class MongoOperations:
         def add(_: int) -> bool:
             try:
                 result = self.connection.pauses_collection.update_one(
-                    {"_id": f"{pause.kind}:{pause.name}"}, {"$setOnInsert": doc}, upsert=True
+                    {"_id": pause_id(pause.kind, pause.name)}, {"$setOnInsert": doc}, upsert=True
                 )
             except DuplicateKeyError:  # a racing pause made it first
                 return False
@@ -232,7 +232,7 @@ class MongoOperations:
     def remove_pause(self, kind: str, name: str) -> bool:
         result = self.connection.retrying(
             "resume",
-            lambda _: self.connection.pauses_collection.delete_one({"_id": f"{kind}:{name}"}),
+            lambda _: self.connection.pauses_collection.delete_one({"_id": pause_id(kind, name)}),
         )
         return bool(result.deleted_count)
 
@@ -267,7 +267,11 @@ class MongoOperations:
         if ids is not None:
             query["_id"] = {"$in": list(ids)}
         update = {"$set": {"status": PAUSED, "updated_at": ms(now)}}
-        return self._update_many("pause", query, update)
+        held = self._update_many("pause", query, update)
+        if held and not self._paused([pause_id("task", label)]):  # resumed meanwhile
+            self.release_label(label, now)
+            return 0
+        return held
 
     def release_label(self, label: str, now: datetime) -> int:
         query = {"label": label, "status": PAUSED}
@@ -279,7 +283,44 @@ class MongoOperations:
             return 0
         query = {"_id": {"$in": list(ids)}, "status": PENDING, "repeat": {"$exists": True}}
         update = {"$set": {"status": PAUSED, "updated_at": ms(now)}}
-        return self._update_many("pause", query, update)
+        held = self._update_many("pause", query, update)
+        if held:
+            paused = self._paused([pause_id("schedule", str(i)) for i in ids])
+            resumed = [i for i in ids if pause_id("schedule", str(i)) not in paused]
+            held -= sum(self.release_schedule(i, now) is not None for i in resumed)
+        return held
+
+    def _paused(self, keys: Sequence[str]) -> set[str]:
+        """Which of the pauses ``keys`` are stored. A hold writes first and reads the
+        pause after: a resume removes the pause before it releases what is held, so
+        either the hold sees the pause gone (and releases what it held) or the
+        resume's release comes after the hold and releases it."""
+        pauses = self.connection.pauses_collection
+        docs = self.connection.retrying(
+            "pauses", lambda _: list(pauses.find({"_id": {"$in": list(keys)}}, {"_id": 1}))
+        )
+        return {str(doc["_id"]) for doc in docs}
+
+    def release_unpaused(self, now: datetime) -> int:
+        pauses = self.pauses()
+        labels = [p.name for p in pauses if p.kind == "task"]
+        schedules = {p.name for p in pauses if p.kind == "schedule"}
+        # Labelled jobs on the label_status index, one range per label not paused.
+        query = {
+            "label": {"$exists": True, "$nin": labels},
+            "status": PAUSED,
+            "repeat": {"$exists": False},
+        }
+        update = {"$set": revised({"status": PENDING, "updated_at": ms(now)})}
+        released = self._update_many("resume", query, update)
+        held = {"repeat": {"$exists": True}, "status": PAUSED}  # a few: the paused schedules
+        docs = self.connection.retrying(
+            "resume", lambda _: list(self.connection.jobs.find(held, {"_id": 1, "label": 1}))
+        )
+        for doc in docs:
+            if str(doc["_id"]) not in schedules and doc.get("label") not in labels:
+                released += self.release_schedule(doc["_id"], now) is not None
+        return released
 
     def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
         update = {"$set": revised({"status": PENDING, "updated_at": ms(now)})}
@@ -386,6 +427,11 @@ class MongoOperations:
             ),
         )
         return [_runner(doc) for doc in docs]
+
+
+def pause_id(kind: str, name: str) -> str:
+    """The id of a stored pause."""
+    return f"{kind}:{name}"
 
 
 def _id_type(value: Any) -> str | None:
