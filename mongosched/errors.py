@@ -24,6 +24,7 @@ __all__ = [
     "StepFailed",
     "HistoryTooLarge",
     "WorkflowError",
+    "OutOfBounds",
     "InvalidJobId",
     "JobExpired",
     "ResultTooLarge",
@@ -48,6 +49,15 @@ class ConfigurationError(MongoschedError, ValueError):
 
     The message names the task (when there is one) and the option.
     """
+
+
+class OutOfBounds(ConfigurationError):
+    """A count, a text, a time or a duration is beyond what mongosched takes: a count
+    above its maximum, a text longer than its maximum, a time outside the years it
+    stores, a duration longer than a century. Checked where the value enters (the API,
+    the command, the dashboard), before anything is written; the message names the
+    field (and the task, where there is one) and the bound. The command exits 2 (a
+    usage error); the dashboard answers 400."""
 
 
 class InvalidSchedule(ConfigurationError):

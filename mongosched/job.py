@@ -423,7 +423,9 @@ class JobContext:
                 f"task {self.task!r}: progress value must be within 0..1, not {value!r}"
             )
         if message is not None:
-            validate.text(message, what=f"task {self.task!r}: progress message", empty=True)
+            validate.text(
+                message, what=f"task {self.task!r}: progress message", empty=True, maximum=65536
+            )
         if self._lease is None:
             return True
         return self._lease.write_progress(None if value is None else float(value), message)

@@ -31,8 +31,10 @@ def statuses(status: Any) -> list[JobStatus]:
     return out
 
 
-def _name(value: Any, what: str) -> str | None:
-    return None if value is None else validate.text(value, what=what, expected=f"a {what} name")
+def _name(value: Any, operation: str, what: str) -> str | None:
+    if value is None:
+        return None
+    return validate.text(value, what=f"{operation}: {what}", expected=f"a {what} name")
 
 
 def _time(value: Any, what: str, task: Any) -> datetime | None:
@@ -89,10 +91,10 @@ def job_query(what: str, filters: Mapping[str, Any]) -> JobQuery:
         )
     status = filters.get("status")
     return JobQuery(
-        task=_name(task, "task"),
+        task=_name(task, what, "task"),
         statuses=None if status is None else tuple(dict.fromkeys(statuses(status))),
-        queue=_name(filters.get("queue"), "queue"),
-        label=_name(filters.get("label"), "label"),
+        queue=_name(filters.get("queue"), what, "queue"),
+        label=_name(filters.get("label"), what, "label"),
         error_type=error_type,
         created_after=_time(filters.get("created_after"), "created_after", task),
         created_before=_time(filters.get("created_before"), "created_before", task),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from mongosched._core import outcome, validate
 from mongosched._core.filters import JobFilters, job_query
 from mongosched._core.records import RETRYABLE_STATUSES, JobQuery, JobStatus
-from mongosched.errors import ConfigurationError
+from mongosched.errors import ConfigurationError, OutOfBounds
 from mongosched.operations.audit import checked_actor
 from mongosched.operations.base import AppParts, Operations
 
@@ -30,13 +30,20 @@ if TYPE_CHECKING:
     # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
     from typing_extensions import Unpack
 
-__all__ = ["BATCH_SIZE", "BulkOperations"]
+__all__ = ["BATCH_SIZE", "MAX_BATCH_SIZE", "MAX_BUCKETS", "BulkOperations"]
 
 log = logging.getLogger("mongosched")
 
 BATCH_SIZE = 500
 """Ids per write of a bulk operation (a MongoDB ``$in`` of this many ids is one small
 command; a million matches are two thousand of them)."""
+MAX_BATCH_SIZE = 10_000
+"""The most ids a bulk operation's ``batch_size`` takes: an ``$in`` of this many ids
+(a declared schedule's id is up to 1,024 characters) stays within MongoDB's 16 MiB
+command."""
+MAX_BUCKETS = 10_000
+"""The most buckets :meth:`BulkOperations.throughput` lists (a chart of a week by the
+minute)."""
 
 RETRYABLE = RETRYABLE_STATUSES
 CANCELLABLE = tuple(s for s in JobStatus if not s.is_final)
@@ -166,13 +173,18 @@ class BulkOperations(Operations):
         """Jobs completed and failed per time bucket from ``since`` to now:
         ``[(bucket start, completed, failed), ...]``, every bucket listed (zeros too).
         Runs of repeating jobs are not counted (they go back to pending)."""
-        since = validate.aware_datetime(since, task="*", what="since")
+        since = validate.aware_datetime(since, task="*", what="throughput: since")
         seconds = validate.seconds(bucket, what="throughput: bucket", strict=True)
         now = self.now()
         if since > now:
             return []
-        counts = self.store.finished_counts(since, seconds)
         buckets = max(1, math.ceil((now - since).total_seconds() / seconds))
+        if buckets > MAX_BUCKETS:
+            raise OutOfBounds(
+                f"throughput: since {since.isoformat()} by buckets of {seconds:g} s makes "
+                f"{buckets:,} buckets; at most {MAX_BUCKETS:,} (give a larger bucket)"
+            )
+        counts = self.store.finished_counts(since, seconds)
         step = timedelta(seconds=seconds)
         return [
             (
@@ -196,7 +208,7 @@ class BulkOperations(Operations):
     ) -> JobQuery:
         """The query of a bulk operation: the filters given, its status narrowed to the
         statuses it acts on (refusing others, with ``why``)."""
-        validate.whole(batch_size, what=f"{what}: batch_size")
+        validate.whole(batch_size, what=f"{what}: batch_size", maximum=MAX_BATCH_SIZE)
         checked_actor(actor, what)
         if not isinstance(dry_run, bool):
             raise ConfigurationError(f"{what}: dry_run must be True or False")
