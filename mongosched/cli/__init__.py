@@ -32,9 +32,14 @@ Exit codes:
   :class:`~mongosched.App`.
 * 130: interrupted by Ctrl-C (``worker`` instead stops gracefully on SIGINT or SIGTERM
   and exits 0).
+* 141: its output was closed before it was all written (``mongosched jobs show ID |
+  head -2``), as for a program ended by SIGPIPE: nothing more is printed.
 
 Errors are one line on stderr, ``mongosched: error: ...``; ``--log-level debug`` adds
-the traceback where there is one.
+the traceback where there is one. A value beyond its bound (a count, a text, a time, a
+duration: :class:`~mongosched.errors.OutOfBounds`) is a usage error, whether the parser
+or the operation finds it. Text output escapes control characters (an escape sequence
+in a job's error or logs, or in an actor's name, is shown, not played by the terminal).
 
 The command is a package: :mod:`.parser` (options), :mod:`.connect` (which app, and
 whether its store answers), :mod:`.verbs` (what each verb does), :mod:`.output`
@@ -44,6 +49,7 @@ whether its store answers), :mod:`.verbs` (what each verb does), :mod:`.output`
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -54,12 +60,19 @@ from mongosched.cli.exits import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_NOT_FOUND,
+    EXIT_PIPE,
     EXIT_USAGE,
     CommandError,
 )
 from mongosched.cli.output import error, gist
 from mongosched.cli.parser import build_parser, parse_duration
-from mongosched.errors import JobNotFound, MongoschedError, StoreError, StoreUnavailable
+from mongosched.errors import (
+    JobNotFound,
+    MongoschedError,
+    OutOfBounds,
+    StoreError,
+    StoreUnavailable,
+)
 from mongosched.operations.audit import local_actor
 
 __all__ = ["build_parser", "check_connection", "load_app", "main", "parse_duration"]
@@ -138,7 +151,13 @@ def main(
             check_connection(chosen, args.timeout or 3.0)
         with chosen.audit.acting(local_actor(), "cli"):  # who runs an operator's verb
             code: int = args.run(chosen, args)
+        sys.stdout.flush()  # a closed pipe is found here, not at the interpreter's exit
         return code
+    except BrokenPipeError:
+        # The reader went away (``| head``): print nothing more, and leave nothing for
+        # the interpreter to flush at exit into the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_PIPE
     except CommandError as exc:
         error(str(exc))
         return exc.code
@@ -153,6 +172,9 @@ def main(
         log.debug("database error", exc_info=True)
         error(gist(exc))
         return EXIT_FAILED
+    except OutOfBounds as exc:  # a value given beyond its bound: a usage error
+        error(str(exc))
+        return EXIT_USAGE
     except MongoschedError as exc:  # JobStateError, ConfigurationError, ...
         error(str(exc))
         return EXIT_FAILED

@@ -8,6 +8,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
+    "EXIT_PIPE",
     "EXIT_USAGE",
     "CommandError",
 ]
@@ -18,6 +19,8 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_CONNECT = 4
 EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141
+"""The output was closed early: 128 + SIGPIPE, what a program ended by it reports."""
 
 
 class CommandError(Exception):

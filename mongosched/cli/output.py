@@ -1,9 +1,11 @@
 """What the ``mongosched`` command prints: tables, JSON, one-line errors.
 
 Times are printed in UTC: to the millisecond with a ``Z`` in JSON, to the second in
-tables. JSON holds plain data only: ids (ObjectIds and the like) as strings, bytes as
-base64, the package's value types (:class:`~mongosched._core.records.ErrorInfo`, leases,
-progress) as objects.
+tables. Every line written goes through :func:`printable`: a control character in what
+is shown (an escape sequence in a job's error, a log line, an actor's name) is written
+escaped, never played by the terminal. JSON holds plain data only: ids (ObjectIds and
+the like) as strings, bytes as base64, the package's value types
+(:class:`~mongosched._core.records.ErrorInfo`, leases, progress) as objects.
 """
 
 from __future__ import annotations
@@ -30,24 +32,37 @@ __all__ = [
     "json_default",
     "listing",
     "out",
+    "printable",
     "print_json",
     "table",
     "to_json",
 ]
 
 
+# Control characters (C0, DEL and C1) but the newline and the tab, each as its escape.
+_CONTROLS = {
+    code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0)) if chr(code) not in "\n\t"
+}
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped (``ESC`` as ``\\x1b``), newlines
+    and tabs kept: what the command writes to a terminal."""
+    return text.translate(_CONTROLS)
+
+
 def out(text: str = "") -> None:
-    sys.stdout.write(text + "\n")
+    sys.stdout.write(printable(text) + "\n")
 
 
 def error(text: str) -> None:
     """The command's one line on stderr."""
-    sys.stderr.write(f"mongosched: error: {text}\n")
+    sys.stderr.write(f"mongosched: error: {printable(text)}\n")
 
 
 def warning(text: str) -> None:
     """A line on stderr that does not end the command."""
-    sys.stderr.write(f"mongosched: warning: {text}\n")
+    sys.stderr.write(f"mongosched: warning: {printable(text)}\n")
 
 
 def gist(exc: BaseException) -> str:
@@ -85,8 +100,15 @@ def to_json(value: Any) -> str:
     return json.dumps(value, default=json_default, ensure_ascii=False)
 
 
+# What JSON leaves as it is among the control characters (DEL and C1), as its escapes.
+_JSON_CONTROLS = {code: f"\\u{code:04x}" for code in range(0x7F, 0xA0)}
+
+
 def print_json(value: Any) -> None:
-    out(json.dumps(value, default=json_default, indent=2, ensure_ascii=False))
+    """``value`` as indented JSON, every control character escaped as JSON escapes
+    them (so that :func:`printable` finds none, and the JSON stays valid)."""
+    text = json.dumps(value, default=json_default, indent=2, ensure_ascii=False)
+    out(text.translate(_JSON_CONTROLS))
 
 
 def job_json(job: Job) -> dict[str, Any]:

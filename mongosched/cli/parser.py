@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import re
+import functools
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
 from mongosched import __version__
+from mongosched._core import validate
 from mongosched._core.records import JobStatus
 from mongosched.cli import dashboard, verbs
 from mongosched.cli.parser_ops import OPERATION_VERBS, add_operation_verbs
+from mongosched.errors import ConfigurationError, OutOfBounds
 from mongosched.runner.wakeup import WAKE_MODES
 
 __all__ = [
@@ -33,6 +35,7 @@ exit codes:
        unreachable server, or an app path that does not import or does not
        name a mongosched App
   130  interrupted (worker instead stops gracefully on SIGINT/SIGTERM: 0)
+  141  its output was closed early (| head): nothing more printed
 """
 EXIT_CODES_HELP = (
     EXIT_CODES
@@ -54,43 +57,63 @@ VERBS = {
 }
 """The verbs and what each does (the command's help, and the frameworks' commands')."""
 
+T = TypeVar("T")
+
 FINAL = [s.value for s in JobStatus if s.is_final]
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
+VALUE = "value"
+"""What the checks of a value given on the command line call it (argparse names the
+option instead: ``argument --limit: must be ...``)."""
+
+
+def _checked(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse type from a check of :mod:`mongosched._core.validate`: its refusal
+    (which names the bound) becomes a usage error, about the option."""
+
+    @functools.wraps(parse)
+    def checked(text: str) -> T:
+        try:
+            return parse(text)
+        except ConfigurationError as exc:
+            message = str(exc).removeprefix(f"{VALUE}: ").removeprefix(f"{VALUE} ")
+            raise argparse.ArgumentTypeError(message) from None
+
+    return checked
+
+
+@_checked
 def parse_duration(text: str) -> timedelta:
-    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` (a bare number is seconds)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text.lower())
-    if not match:
-        raise argparse.ArgumentTypeError(
-            f"invalid duration {text!r}: use a number and a unit, e.g. 30s, 15m, 12h, 7d"
-        )
-    return timedelta(seconds=float(match[1]) * _UNITS[match[2] or "s"])
+    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` (a bare number is seconds), at most a
+    century."""
+    return validate.parse_duration(text, what=VALUE)
 
 
+@_checked
 def parse_when(text: str) -> datetime | timedelta:
     """A duration ago (``30m``, ``2h``, ``7d``) or an ISO 8601 time (UTC unless it says
-    otherwise)."""
+    otherwise), within the bounds of :mod:`mongosched._core.validate`."""
+    if validate.is_duration(text):
+        return validate.parse_duration(text, what=VALUE)
     try:
-        return parse_duration(text)
-    except argparse.ArgumentTypeError:
-        pass
-    try:
-        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
+        return validate.parse_time(text, what=VALUE)
+    except OutOfBounds:
+        raise
+    except ConfigurationError:
         raise argparse.ArgumentTypeError(
-            f"invalid time {text!r}: give a duration ago (30m, 2h, 7d) or an ISO 8601 time "
-            "(2026-11-23T10:00Z)"
+            f"invalid time {text!r:.40}: give a duration ago (30m, 2h, 7d) or an ISO 8601 "
+            "time (2026-11-23T10:00Z)"
         ) from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def _number(kind: Callable[[str], float], *, minimum: float, strict: bool) -> Callable[[str], Any]:
-    """An argparse type: a ``kind`` (int or float) above ``minimum`` (or at it, unless
-    ``strict``)."""
-    what = "a whole number" if kind is int else "a number"
+    """An argparse type: a ``kind`` (int: a bounded count; float: seconds, at most a
+    century) above ``minimum`` (or at it, unless ``strict``)."""
+    if kind is int:
+        return _checked(lambda text: validate.parse_whole(text, what=VALUE, minimum=int(minimum)))
     bound = f"{'>' if strict else '>='} {minimum:g}"
 
+    @_checked
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -98,8 +121,8 @@ def _number(kind: Callable[[str], float], *, minimum: float, strict: bool) -> Ca
             value = None
         # Written so that NaN fails too: it compares false with everything.
         if value is None or not (value > minimum or (not strict and value == minimum)):
-            raise argparse.ArgumentTypeError(f"must be {what} {bound}, not {text!r}")
-        return value
+            raise argparse.ArgumentTypeError(f"must be a number {bound}, not {text!r}")
+        return validate.seconds(value, what=VALUE)
 
     return parse
 
