@@ -228,7 +228,7 @@ def parse_time(text: str, *, what: str) -> datetime:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise ConfigurationError(
-            f"{what}: invalid time {text!r:.40}: give an ISO 8601 time (2026-11-23T10:00Z)"
+            f"{what}: give a time as ISO 8601, e.g. 2026-11-20T00:00, not {text!r:.40}"
         ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)

@@ -23,7 +23,7 @@ from mongosched.dashboard.data import (
 )
 from mongosched.dashboard.http import Request, Response, query_string, redirect
 from mongosched.dashboard.render import Context, Markup, fmt, hidden_fields, join
-from mongosched.errors import MongoschedError
+from mongosched.errors import MongoschedError, OutOfBounds
 from mongosched.job import Job
 
 __all__ = ["JOB_ACTIONS", "bulk_action", "done", "job_action", "pause_action", "safe_next"]
@@ -214,6 +214,8 @@ def bulk_action(ops: Operations, ctx: Context, action: str) -> Page | Response:
             n = ops.bulk(action, filters, dry_run=False)
             return done(ctx, back, f"bulk-{action}", n)
         count = ops.bulk(action, filters, dry_run=True)
+    except OutOfBounds:
+        raise  # the page answers 400
     except MongoschedError as exc:
         return _confirm(ctx, title, Markup(""), button, back=back, error=str(exc))
     if count == 0:
@@ -277,6 +279,8 @@ def pause_action(ops: Operations, ctx: Context, resume: bool) -> Page | Response
     if request.method == "POST":
         try:
             ops.pause(kind, name, resume=resume)
+        except OutOfBounds:
+            raise  # the page answers 400
         except (MongoschedError, ValueError) as exc:
             return _confirm(
                 ctx, title, fmt(text, what), verb, back=back, fields=fields, error=str(exc)

@@ -22,7 +22,7 @@ from mongosched.dashboard.render import Context, Markup, fmt, page
 from mongosched.dashboard.schedule_forms import backfill_action, schedule_edit, trigger_action
 from mongosched.dashboard.static import asset
 from mongosched.dashboard.views import jobs_page, notice, overview_page
-from mongosched.errors import StoreError
+from mongosched.errors import OutOfBounds, StoreError
 from mongosched.observe.metrics import CONTENT_TYPE
 
 if TYPE_CHECKING:
@@ -78,6 +78,9 @@ class Dashboard:
             # Who acts, for the audit trail: the signed-in user, else how the token came.
             with self.app.audit.acting(session.user or "dashboard token", "dashboard"):
                 return self._route(ctx)
+        except OutOfBounds as exc:  # a value in the query or the form beyond its bound
+            body = fmt('<div class="warning" role="alert">{}</div>', str(exc))
+            return self._page(ctx, "Bad request", body, 400)
         except StoreError as exc:
             log.warning("dashboard: %s %s: database error: %s", request.method, request.path, exc)
             body = fmt(

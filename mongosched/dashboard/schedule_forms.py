@@ -6,15 +6,15 @@ each a form (GET) and the action (POST)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
 from typing import Any
 
+from mongosched._core import validate
 from mongosched.dashboard.actions import done
 from mongosched.dashboard.data import Operations
 from mongosched.dashboard.fleet import every_seconds, rule_text
 from mongosched.dashboard.http import Response
 from mongosched.dashboard.render import Context, Markup, fmt, join, stamp
-from mongosched.errors import MongoschedError
+from mongosched.errors import ConfigurationError, MongoschedError, OutOfBounds
 
 __all__ = ["backfill_action", "schedule_edit", "trigger_action"]
 
@@ -139,11 +139,15 @@ def schedule_edit(ops: Operations, ctx: Context) -> Answer:
         }
         try:
             if "every" in changes:
-                changes["every"] = float(changes["every"])
+                changes["every"] = validate.parse_duration(changes["every"], what="every")
                 changes.pop("timezone", None)
             if "priority" in changes:
-                changes["priority"] = int(changes["priority"])
-        except ValueError:
+                changes["priority"] = validate.parse_whole(
+                    changes["priority"], what="priority", maximum=10
+                )
+        except OutOfBounds:
+            raise
+        except ConfigurationError:
             raise _Refused(
                 "every must be a number of seconds, and priority a whole number"
             ) from None
@@ -191,8 +195,9 @@ def backfill_action(ops: Operations, ctx: Context) -> Answer:
     values = _posted(ctx, {"start": "", "end": "", "at_once": "1"})
 
     def backfill() -> Response:
-        start, end = _time(values["start"], "start"), _time(values["end"], "end")
-        at_once = _whole(values["at_once"] or "1", "at most at once")
+        start = validate.parse_time(values["start"], what="start")
+        end = validate.parse_time(values["end"], what="end")
+        at_once = validate.parse_whole(values["at_once"] or "1", what="at most at once")
         lanes = ops.app.backfill(row["id"], start, end, at_once=at_once)
         code = "backfilled" if lanes else "backfill-empty"
         return done(ctx, "/schedules", code, len(lanes))
@@ -205,18 +210,3 @@ def backfill_action(ops: Operations, ctx: Context) -> Answer:
     )
     inputs = labelled_inputs(BACKFILL_FIELDS, values)
     return _answer(ctx, row, f"Backfill {row['task']}", text, "Backfill", inputs, backfill)
-
-
-def _time(text: str, name: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise _Refused(f"{name}: give a time as ISO 8601, e.g. 2026-11-20T00:00") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
-def _whole(text: str, name: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise _Refused(f"{name} must be a whole number") from None

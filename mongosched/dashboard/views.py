@@ -15,10 +15,12 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
+from mongosched._core import validate
 from mongosched._core.records import (
     SORTABLE,
     JobStatus,
 )
+from mongosched._core.validate import MAX_COUNT
 from mongosched.dashboard.chart import throughput_chart
 from mongosched.dashboard.data import DUE_SCAN_LIMIT, Filters, Operations, Row, bulk_label
 from mongosched.dashboard.render import (
@@ -31,7 +33,7 @@ from mongosched.dashboard.render import (
     join,
     table,
 )
-from mongosched.errors import ConfigurationError
+from mongosched.errors import ConfigurationError, OutOfBounds
 from mongosched.job import Job
 
 __all__ = [
@@ -42,11 +44,14 @@ __all__ = [
     "notice",
     "overview_page",
     "pause_link",
+    "read_count",
     "run_time",
     "runner_anchor",
 ]
 
 PER_PAGE = 50
+MAX_PAGE = 1_000_000
+"""The last page the jobs list shows (fifty million jobs in)."""
 CARD_LINK = (
     '<a class="card {}" href="{}"><span class="label">{}</span><span class="value">{}</span></a>'
 )
@@ -81,8 +86,8 @@ def notice(ctx: Context) -> Markup | None:
     code = ctx.request.arg("done")
     if code not in NOTICES:
         return None
-    n = ctx.request.arg("n")
-    text = NOTICES[code].format(n=int(n) if n.isdigit() else 0)
+    n = read_count(ctx, "n", default=0, minimum=0)
+    text = NOTICES[code].format(n=n)
     return fmt('<div class="notice" role="status">{}</div>', text)
 
 
@@ -296,9 +301,25 @@ def read_sort(ctx: Context) -> tuple[str, int]:
     return (name, direction) if name in SORTABLE else ("updated_at", -1)
 
 
+def read_count(
+    ctx: Context, name: str, *, default: int, minimum: int = 1, maximum: int = MAX_COUNT
+) -> int:
+    """A count from the query (``name``): what is not a whole number (a stale or
+    hand-made link) reads as ``default``; one beyond its bounds raises
+    :class:`~mongosched.errors.OutOfBounds` (the page answers 400, saying so)."""
+    text = ctx.request.arg(name)
+    if not text:
+        return default
+    try:
+        return validate.parse_whole(text, what=name, minimum=minimum, maximum=maximum)
+    except OutOfBounds:
+        raise
+    except ConfigurationError:
+        return default
+
+
 def read_page(ctx: Context) -> int:
-    value = ctx.request.arg("page", "1")
-    return max(1, min(int(value), 10**6)) if value.isdigit() else 1
+    return read_count(ctx, "page", default=1, maximum=MAX_PAGE)
 
 
 def filter_form(
@@ -371,6 +392,8 @@ def jobs_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
     form = filter_form(ctx, ops, filters, sort, stored=stored, labels=labels)
     try:
         jobs, total = ops.jobs(filters, sort, page, PER_PAGE)
+    except OutOfBounds:
+        raise  # the page answers 400
     except ConfigurationError as exc:
         return "Jobs", form + fmt('<div class="warning">{}</div>', str(exc))
     now = ops.app.now()
