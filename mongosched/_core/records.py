@@ -539,7 +539,11 @@ class AuditEntry:
     through what (``via``: ``api``, ``cli``, ``dashboard``), the ``action`` (``retry``,
     ``cancel``, ``purge``, ``pause``, ...), what it was done to (``target``: a job, a
     filter, a queue...), on how many jobs (None where it does not apply, as for a
-    pause) and, for some, what it changed (``detail``)."""
+    pause) and, for some, what it changed (``detail``); ``known_by``: how the actor
+    was known (``argument``: the call's ``actor=``; ``process user``: this process's
+    user and host; through the dashboard ``bearer token``, ``basic auth``, ``login
+    session``, or the host framework's user: ``django user``, ``flask user``; None in
+    entries kept before it was recorded)."""
 
     at: datetime
     actor: str
@@ -550,6 +554,7 @@ class AuditEntry:
     detail: str | None = None
     job: Any = None
     """The id of the one job it was done to (None: several, or none)."""
+    known_by: str | None = None
 
 
 @dataclass(frozen=True)

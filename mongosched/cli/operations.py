@@ -209,7 +209,7 @@ def audit(app: App, args: argparse.Namespace) -> int:
         as_json=args.json,
         json_row=lambda e: e,
         empty="no operator action recorded",
-        headers=["AT (UTC)", "ACTOR", "VIA", "ACTION", "JOBS", "TARGET", "DETAIL"],
-        row=lambda e: [e.at, e.actor, e.via, e.action, e.count, e.target, e.detail],
+        headers=["AT (UTC)", "ACTOR", "VIA", "ACTION", "JOBS", "TARGET", "DETAIL", "KNOWN BY"],
+        row=lambda e: [e.at, e.actor, e.via, e.action, e.count, e.target, e.detail, e.known_by],
     )
     return EXIT_OK

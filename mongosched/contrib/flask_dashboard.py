@@ -16,6 +16,11 @@ its own (a redirect to your login page). Without ``auth`` every request is refus
 unless ``allow_unauthenticated=True`` says that something in front of the application
 (a proxy, a VPN) already guards it.
 
+``user`` (optional, called inside the request once it is let through) names who makes
+it, for the page and the audit trail: ``user=lambda: current_user.get_id()``. Without
+it, the audit trail records the action as done by ``flask auth hook`` (known by the
+hook that let the request in), or ``unauthenticated``.
+
 Forms carry a CSRF token kept in Flask's session (set ``SECRET_KEY``); a POST without
 it, or from another site (``Origin``/``Referer``), changes nothing.
 """
@@ -25,6 +30,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request, session
@@ -46,6 +52,7 @@ def dashboard_blueprint(
     source: MongoSched | App,
     *,
     auth: Callable[[], Any] | None = None,
+    user: Callable[[], str | None] | None = None,
     allow_unauthenticated: bool = False,
     name: str = "mongosched_dashboard",
     title: str = "mongosched",
@@ -73,7 +80,7 @@ def dashboard_blueprint(
                 if verdict is False or verdict is None:
                     return Response("forbidden\n", 403, mimetype="text/plain")
                 return verdict  # the hook's own answer (a redirect to a login page)
-        answer = Dashboard(resolve(), title=title).handle(_request(path), _session())
+        answer = Dashboard(resolve(), title=title).handle(_request(path), _session(auth, user))
         response = Response(answer.data, answer.status, content_type=answer.content_type)
         for key, value in answer.all_headers():
             if key.lower() not in ("content-type", "content-length"):
@@ -86,15 +93,25 @@ def dashboard_blueprint(
     return blueprint
 
 
-def _session() -> Session:
+def _session(auth: Callable[[], Any] | None, user: Callable[[], str | None] | None) -> Session:
+    """The request's session: its CSRF token, and who acts (the ``user`` hook's name,
+    else how the request was let in)."""
+    named = user() if user is not None else None
+    name = None if named is None or named == "" else str(named)
+    if name is not None:
+        who = Session(user=name, actor=name, known_by="flask user")
+    elif auth is not None:
+        who = Session(actor="flask auth hook", known_by="flask auth hook")
+    else:
+        who = Session(actor="unauthenticated", known_by="unauthenticated")
     if not current_app.secret_key:
         log.warning("dashboard: SECRET_KEY is not set: its forms cannot be protected, POSTs fail")
-        return Session()
+        return who
     token = session.get(SESSION_KEY)
     if not isinstance(token, str) or not token:
         token = secrets.token_urlsafe(32)
         session[SESSION_KEY] = token
-    return Session(csrf_token=token)
+    return replace(who, csrf_token=token)
 
 
 def _request(path: str) -> Request:

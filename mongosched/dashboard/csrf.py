@@ -33,6 +33,14 @@ class Session:
     csrf_exempt: bool = False
     """Authenticated by a header no browser sends by itself (Bearer): no token needed."""
     user: str | None = None
+    """The signed-in user's name, shown on the page."""
+    actor: str = "unknown"
+    """Who acts, for the audit trail: the user's name, else what the host knows of
+    the request (``dashboard token``)."""
+    known_by: str = "unknown"
+    """How the host knew the actor, for the audit trail: ``bearer token``, ``basic
+    auth``, ``login session`` (standalone), ``django user``, ``flask user``, ``flask
+    auth hook`` (a hook let the request in, naming no one), ``unauthenticated``."""
     logout: bool = False
     """Whether the page offers "sign out" (the standalone login session)."""
 

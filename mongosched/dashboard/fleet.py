@@ -176,10 +176,11 @@ def audit_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
             "" if e.count is None else f"{e.count:,}",
             e.target if e.job is None else link(ctx, f"/jobs/{e.job}", e.target),
             e.detail or "",
+            e.known_by or "",
         ]
         for e in entries
     ]
-    headers = ["When (UTC)", "Who", "Via", "Action", "Jobs", "What", "Detail"]
+    headers = ["When (UTC)", "Who", "Via", "Action", "Jobs", "What", "Detail", "Known by"]
     keep = ops.app.audit.keep
     kept = "for good" if keep is None else f"for {duration(keep.total_seconds())}"
     note = fmt(

@@ -75,8 +75,8 @@ class Dashboard:
                 log.warning("dashboard: POST %s refused: %s", request.path, why)
                 return self._page(ctx, "Refused", fmt("<p>Refused: {}.</p>", why), 403)
         try:
-            # Who acts, for the audit trail: the signed-in user, else how the token came.
-            with self.app.audit.acting(session.user or "dashboard token", "dashboard"):
+            # Who acts, for the audit trail, and how the host knew it.
+            with self.app.audit.acting(session.actor, "dashboard", known_by=session.known_by):
                 return self._route(ctx)
         except OutOfBounds as exc:  # a value in the query or the form beyond its bound
             body = fmt('<div class="warning" role="alert">{}</div>', str(exc))

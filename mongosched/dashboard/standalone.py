@@ -103,7 +103,8 @@ class StandaloneDashboard:
     def _session(self, request: Request, identity: Identity) -> tuple[Session, str | None]:
         """The CSRF session of an authenticated request, and a cookie to set if new."""
         if identity.method == "bearer":
-            return Session(csrf_exempt=True, user="API token"), None
+            api = "API token"
+            return Session(csrf_exempt=True, user=api, actor=api, known_by="bearer token"), None
         cookie = None
         session_id = identity.session_id
         if session_id is None:  # a Basic-auth browser's first request: give it one
@@ -113,6 +114,8 @@ class StandaloneDashboard:
             Session(
                 csrf_token=self.auth.csrf_token(session_id),
                 user=identity.user,
+                actor=identity.user or "dashboard token",
+                known_by="login session" if identity.method == "session" else "basic auth",
                 logout=identity.method == "session",
             ),
             cookie,

@@ -7,7 +7,9 @@ app's ``keep_audit`` says (the store deletes older entries: a TTL index on Mongo
 :meth:`AuditTrail.record` once their write is done, and so may any new operation. Who
 acted comes from the operation's ``actor=`` argument, else from the front end that
 runs it (:meth:`AuditTrail.acting`: the CLI names the user and host, the dashboard
-its signed-in user), else from this process (``user@host``, through ``api``).
+its signed-in user), else from this process (``user@host``, through ``api``); each
+entry also keeps how the actor was known (``known_by``: the argument, the process's
+user, a token, a Basic-auth user name, the host framework's user).
 """
 
 from __future__ import annotations
@@ -27,11 +29,16 @@ from mongosched._core.records import AuditEntry
 from mongosched.errors import StoreError
 from mongosched.store import Store
 
-__all__ = ["AuditTrail", "local_actor"]
+__all__ = ["ARGUMENT", "PROCESS_USER", "AuditTrail", "local_actor"]
 
 log = logging.getLogger("mongosched")
 
-_acting: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+ARGUMENT = "argument"
+"""How an actor given as the operation's ``actor=`` is known."""
+PROCESS_USER = "process user"
+"""How this process's ``user@host`` is known (the API's and the command's default)."""
+
+_acting: contextvars.ContextVar[tuple[str, str, str] | None] = contextvars.ContextVar(
     "mongosched_acting", default=None
 )
 
@@ -78,11 +85,15 @@ class AuditTrail:
         the action it records is done."""
         acting = _acting.get()
         who = checked_actor(actor, action)
-        if who is None:
-            who = acting[0] if acting is not None else local_actor()
+        if who is not None:
+            known_by = ARGUMENT
+        elif acting is not None:
+            who, known_by = acting[0], acting[2]
+        else:
+            who, known_by = local_actor(), PROCESS_USER
         via = acting[1] if acting is not None else "api"
         now = self.now()
-        entry = AuditEntry(now, who, via, action, target, count, detail, job)
+        entry = AuditEntry(now, who, via, action, target, count, detail, job, known_by)
         try:
             self.store.record_audit(entry, None if self.keep is None else now + self.keep)
         except StoreError as exc:
@@ -96,12 +107,14 @@ class AuditTrail:
         return self.store.audit_entries(self.now(), limit, job)
 
     @contextmanager
-    def acting(self, actor: str, via: str) -> Iterator[None]:
+    def acting(self, actor: str, via: str, *, known_by: str = PROCESS_USER) -> Iterator[None]:
         """Within the block, in this thread, actions are recorded as done by ``actor``
-        through ``via`` (``cli``, ``dashboard``, ...) unless they name an actor."""
-        for value, name in ((actor, "actor"), (via, "via")):
+        through ``via`` (``cli``, ``dashboard``, ...), known by ``known_by`` (how the
+        front end knows who acts: ``process user``, ``basic auth``, ``django user``...),
+        unless they name an actor."""
+        for value, name in ((actor, "actor"), (via, "via"), (known_by, "known_by")):
             validate.text(value, what=f"audit: {name}")
-        token = _acting.set((actor, via))
+        token = _acting.set((actor, via, known_by))
         try:
             yield
         finally:

@@ -199,11 +199,15 @@ def test_audit_lists_what_the_commands_did_and_who_ran_them(
     run = cli("audit", "--json", app=ops)
     assert run.code == 0, run.err
     who = local_actor()
-    assert [(e["actor"], e["via"], e["action"], e["count"], e["target"]) for e in run.json()] == [
+    got = [(e["actor"], e["via"], e["action"], e["count"], e["target"]) for e in run.json()]
+    assert got == [
         ("alice", "api", "resume", None, "queue reports"),
         (who, "cli", "pause", None, "queue reports"),
         (who, "cli", "retry", 1, "task=boom, statuses=failed/cancelled/expired"),
     ]
+    assert [e["known_by"] for e in run.json()] == ["argument", "process user", "process user"]
     lines = cli("audit", "--limit", "2", app=ops).out.splitlines()
-    assert lines[0].split() == ["AT", "(UTC)", "ACTOR", "VIA", "ACTION", "JOBS", "TARGET", "DETAIL"]
+    headers = ["AT", "(UTC)", "ACTOR", "VIA", "ACTION", "JOBS", "TARGET", "DETAIL", "KNOWN", "BY"]
+    assert lines[0].split() == headers
     assert len(lines) == 3 and "alice" in lines[1] and "resume" in lines[1]
+    assert lines[1].rstrip().endswith("argument")

@@ -48,11 +48,14 @@ def _request(request: HttpRequest, path: str) -> Request:
 def page(request: HttpRequest, path: str = "") -> HttpResponse:
     """Every page and action of the dashboard (``path`` below the mount point); not
     guarded: :data:`dashboard` is this view for staff, with Django's CSRF check."""
+    user = request.user.get_username() if request.user.is_authenticated else None
     session = Session(
         csrf_token=get_token(request),
         csrf_field="csrfmiddlewaretoken",
         host_checks_csrf=True,
-        user=request.user.get_username() if request.user.is_authenticated else None,
+        user=user,
+        actor=user or "anonymous",
+        known_by="django user",
     )
     answer = Dashboard(get_app()).handle(_request(request, path), session)
     response = HttpResponse(answer.data, status=answer.status, content_type=answer.content_type)

@@ -385,6 +385,7 @@ class MongoOperations:
             "target": entry.target,
             "count": entry.count,
             "detail": entry.detail,
+            "known_by": entry.known_by,
         }
         if entry.job is not None:
             doc["job"] = entry.job
@@ -414,6 +415,7 @@ class MongoOperations:
                 count=d.get("count"),
                 detail=d.get("detail"),
                 job=d.get("job"),
+                known_by=d.get("known_by"),
             )
             for d in docs
         ]
