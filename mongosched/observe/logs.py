@@ -36,7 +36,6 @@ from mongosched.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from mongosched._core.outcome import Decision
-    from mongosched.runner.claim import Claim
 
 __all__ = [
     "FIELDS",
@@ -279,14 +278,14 @@ def _level(decision: Decision) -> int:
     return logging.ERROR
 
 
-def log_decision(claim: Claim, decision: Decision, seconds: float) -> None:
-    """Log what became of a run, with the job's fields: one line each, but a job that
-    failed for good logs its traceback (once, at ERROR; where its error was raised).
-    Nothing is built when the level is off."""
+def log_decision(record: JobRecord, task: str, decision: Decision, seconds: float) -> None:
+    """Log what became of a run of ``record`` (as claimed) of ``task``, with the job's
+    fields: one line each, but a job that failed for good logs its traceback (once, at
+    ERROR; where its error was raised). Nothing is built when the level is off."""
     level = _level(decision)
     if not _runner_log.isEnabledFor(level):  # the usual case at volume: no fields to build
         return
-    job, task, record = claim.job_id, claim.task.name, claim.record
+    job = record.id
     error = decision.error
     extra = fields(record)
     if decision.event == "job:success":

@@ -22,19 +22,39 @@ import logging
 import math
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from mongosched._core.records import JobStatus
+from mongosched._core.records import JobStatus, RunnerInfo
 from mongosched.errors import StoreError
-from mongosched.events import Event
+from mongosched.events import Event, Listener
 
 if TYPE_CHECKING:
-    from mongosched.app import App
+    from mongosched.store import Store
+
+
+class Observed(Protocol):
+    """What the metrics read of an app (a :class:`~mongosched.App` is one): its store,
+    clock, queues, live runners, and its events."""
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def queues(self) -> Sequence[str] | None: ...
+
+    def now(self) -> datetime: ...
+
+    def on(self, event: str, listener: Listener | None = None) -> Any: ...
+
+    def live_runners(self) -> list[RunnerInfo]: ...
+
 
 __all__ = [
+    "Observed",
     "BUCKETS",
     "CONTENT_TYPE",
     "Collector",
@@ -99,7 +119,7 @@ class Recorder:
         self.missed: dict[str, int] = {}
         self.paused_on_failure: dict[str, int] = {}
 
-    def attach(self, app: App) -> None:
+    def attach(self, app: Observed) -> None:
         app.on("job:start", self._started)
         for name in ("job:success", "job:fail", "job:retry"):
             app.on(name, self._ended)
@@ -178,7 +198,7 @@ _recorders: weakref.WeakKeyDictionary[Any, Recorder] = weakref.WeakKeyDictionary
 _recorders_lock = threading.Lock()
 
 
-def instrument(app: App) -> Recorder:
+def instrument(app: Observed) -> Recorder:
     """Start counting ``app``'s events in this process (once; :func:`render` does it
     on its first call). Returns the app's :class:`Recorder`."""
     with _recorders_lock:
@@ -189,7 +209,7 @@ def instrument(app: App) -> Recorder:
         return recorder
 
 
-def collect(app: App) -> list[Family]:
+def collect(app: Observed) -> list[Family]:
     """Every metric of ``app``, read now (see the module)."""
     recorder = instrument(app)
     families: list[Family] = []
@@ -210,7 +230,7 @@ def collect(app: App) -> list[Family]:
     return families + recorder.families()
 
 
-def _store_families(app: App) -> Iterator[Family]:
+def _store_families(app: Observed) -> Iterator[Family]:
     now = app.now()
     depth = app.store.open_counts()
     jobs = Family("mongosched_jobs", "gauge", "Unfinished jobs, by queue, task and status")
@@ -286,7 +306,7 @@ def _histogram(name: str, text: str, values: Mapping[str, Histogram]) -> Family:
     return family
 
 
-def render(app: App) -> str:
+def render(app: Observed) -> str:
     """``app``'s metrics in the Prometheus text exposition format 0.0.4."""
     return to_text(collect(app))
 
@@ -333,7 +353,7 @@ class Collector:
         REGISTRY.register(mongosched.observe.metrics.Collector(app))
     """
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: Observed) -> None:
         self.app = app
         instrument(app)
 
@@ -347,7 +367,7 @@ class Collector:
             yield metric
 
 
-def serve(app: App, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+def serve(app: Observed, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
     """Serve ``app``'s metrics at ``http://host:port/metrics`` from a daemon thread;
     returns the server (``shutdown()`` stops it; ``server_address`` says the port when
     ``port`` is 0)."""

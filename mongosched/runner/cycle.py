@@ -380,7 +380,7 @@ class RunnerSteps:
             )
             return None
         decision = decision.as_written(stored.status)
-        logs.log_decision(claim, decision, seconds)
+        logs.log_decision(claim.record, claim.task.name, decision, seconds)
         self._emit(decision.event, stored, decision.error)
         self._repeated(decision, stored)
         self._release_dependents(stored)

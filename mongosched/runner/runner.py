@@ -10,7 +10,7 @@ sweep); its :class:`~mongosched.runner.dispatcher.Dispatcher` (one thread that c
 a job only when a worker thread is free, submits it to a
 :class:`~concurrent.futures.ThreadPoolExecutor`, re-polls at once after a claim and
 waits ``poll_interval`` when there was nothing to do, and between claims reaps and
-sweeps); the worker pool; the :class:`~mongosched.runner.claim.Heartbeats` that keep
+sweeps); the worker pool; the :class:`~mongosched.runner.heartbeats.Heartbeats` that keep
 each claim's lease alive; and a :class:`~mongosched.runner.wakeup.WakeWatcher` that
 wakes the dispatcher when a job becomes due elsewhere. The runner itself keeps what
 spans its threads: the claims in flight, the free workers' places, the stop.
@@ -101,9 +101,10 @@ from mongosched._core.records import JobRecord
 from mongosched.errors import ConfigurationError, MongoschedError, WorkerShutdown
 from mongosched.observe import logs
 from mongosched.runner import exiting
-from mongosched.runner.claim import Claim, Heartbeats
+from mongosched.runner.claim import Claim
 from mongosched.runner.cycle import RunnerSteps
 from mongosched.runner.dispatcher import Dispatcher
+from mongosched.runner.heartbeats import Heartbeats
 from mongosched.runner.host import RunnerHost
 from mongosched.runner.outcomes import Leased, LeaseEnd, Settler
 from mongosched.runner.presence import Registration

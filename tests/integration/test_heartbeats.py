@@ -1,4 +1,4 @@
-"""The heartbeat threads (claim.Heartbeats): a claim that outlives the adoption delay is
+"""The heartbeat threads (heartbeats.Heartbeats): a claim that outlives the adoption delay is
 adopted before its first renewal is due, and short claims cost the threads nothing (no
 adoption, no wake-up per claim)."""
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mongosched.runner.claim import Heartbeats
+from mongosched.runner.heartbeats import Heartbeats
 from tests.support.waiting import wait_for
 
 

@@ -3,6 +3,8 @@
 * No import cycle among ``mongosched`` modules. Every runtime import counts: those at
   module level and those inside functions (they run too, only later); imports under
   ``if TYPE_CHECKING:`` do not (they never run).
+* Imports follow one layer order (:data:`LAYERS`), those under ``if TYPE_CHECKING:``
+  included.
 * Only the stores talk to the driver: no module outside ``mongosched/store/`` imports
   ``pymongo`` or ``bson`` (not even for the type checker, under ``TYPE_CHECKING``),
   except inside the CLI's one connection-check function.
@@ -364,6 +366,27 @@ def test_imports_follow_the_layer_order() -> None:
         if layer_of(target) > layer_of(imp.module)
     ]
     assert not problems, "imports against the layer order:\n" + "\n".join(problems)
+
+
+TYPED_IMPORTS = [
+    imp
+    for name, path in MODULES.items()
+    for imp in imports_of(name, path.read_text(encoding="utf-8"), typing=True)
+]
+"""Every import, those under ``if TYPE_CHECKING:`` included."""
+
+
+def test_type_only_imports_follow_the_layer_order_too() -> None:
+    """A module that names a type of a layer above it depends on that layer as surely
+    as one that imports it to run: only the circle is hidden from the interpreter."""
+    problems = [
+        f"    {imp.where()}: imports {target} ({LAYERS[layer_of(target)][0]}) for the type "
+        f"checker, above {LAYERS[layer_of(imp.module)][0]}"
+        for imp in TYPED_IMPORTS
+        for target in edges(imp)
+        if layer_of(target) > layer_of(imp.module)
+    ]
+    assert not problems, "type-only imports against the layer order:\n" + "\n".join(problems)
 
 
 def test_the_layer_check_sees_an_upward_import() -> None:

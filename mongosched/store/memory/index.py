@@ -184,6 +184,11 @@ class JobIndexes:
                     due.append((job.record.run_at, job.seq, job.version, job.id))
         return self._jobs[min(due)[3]] if due else None
 
+    def pending_tasks(self) -> set[str]:
+        """The tasks the claim index files pending jobs under (a superset: a task whose
+        jobs all left may stay until a claim looks at it); O(tasks), not O(jobs)."""
+        return self._claims.keys() | self._ranked.keys()
+
     def pending_queues(self) -> list[str]:
         """The queues holding pending jobs: one look at the heads of each bucket."""
         queues: set[str] = set()

@@ -8,7 +8,7 @@ outside it knows them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -410,87 +410,126 @@ def _describe(value: Any) -> str:
 
 def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
     """A job document as a :class:`JobRecord`. With ``check`` (a job about to be run
-    or reaped), :class:`MalformedJob` if it is not a well-formed one."""
+    or reaped), :class:`MalformedJob` if it is not a well-formed one.
+
+    Every job read pays this (the dispatcher, for every job it claims): it starts from
+    the record of a document that has none of the optional fields (:data:`_ABSENT`)
+    and reads only the fields the document has (:data:`_READERS`), which for most jobs
+    are a dozen of the forty; :func:`assembled` skips the frozen ``__init__``."""
     if check:
         check_document(doc)
-    get = doc.get
-    lease = get("lease")
-    progress = get("progress")
-    last = get("last_run")
-    # Every field named: assembled() skips the frozen __init__ (every job read pays it).
-    return assembled(
-        JobRecord,
-        {
-            "id": doc["_id"],
-            "task": doc["task"],
-            "args": tuple(get("args") or ()),
-            "kwargs": dict(get("kwargs") or {}),
-            "queue": get("queue", "default"),
-            "priority": get("priority", 5),
-            "status": JobStatus(doc["status"]),
-            "run_at": aware(doc["run_at"]),
-            "attempts": get("attempts", 0),
-            "max_attempts": get("max_attempts", 1),
-            "created_at": aware(get("created_at")),
-            "updated_at": aware(get("updated_at")),
-            "lease": None
-            if not lease
-            else LeaseInfo(
-                owner=lease.get("owner"),
-                token=lease.get("token"),
-                until=aware(lease.get("until")),
-                heartbeat_at=aware(lease.get("heartbeat_at")),
-                host=lease.get("host"),
-                pid=lease.get("pid"),
-            ),
-            "repeat": get("repeat") or None,
-            "scheduled_for": aware(get("scheduled_for")),
-            "dedupe_key": get("dedupe_key"),
-            "dedupe_scope": get("dedupe_scope") if get("dedupe_key") is not None else None,
-            "dedupe_until": aware(get("dedupe_until")),
-            "dedupe_replace": bool(get("dedupe_replace")),
-            "result": get("result"),
-            "error": error_record(get("error")),
-            "progress": None
-            if not progress
-            else Progress(
-                progress.get("value"), progress.get("message"), aware(progress.get("at"))
-            ),
-            "cancel_requested": bool(get("cancel_requested")),
-            "started_at": aware(get("started_at")),
-            "finished_at": aware(get("finished_at")),
-            "delete_at": aware(get("expire_at")),
-            "last_run": None
-            if not last
-            else LastRun(
-                slot=aware(last.get("slot")),
-                status=JobStatus(last.get("status")),
-                finished_at=aware(last.get("finished_at")),
-                error=error_record(last.get("error")),
-                failures=int(last.get("failures") or 0),
-            ),
-            "edit": edit_record(get("edit")),
-            "missed": missed_record(get("missed")),
-            "trace": _trace(get("trace")),
-            "expires_at": aware(get("expires_at")),
-            "timeout": get("timeout"),
-            "depends_on": tuple(get("depends_on") or ()),
-            "waiting_for": tuple(get("waiting_for") or ()),
-            "on_dependency_failure": get("on_dependency_failure") or "cancel",
-            "has_dependents": bool(get("has_dependents")),
-            "rate_key": get("rate_key"),
-            "concurrency_key": get("concurrency_key"),
-            "label": get("label"),
-            "errors": attempt_errors(get("errors")),
-            "history": attempt_history(get("history")),
-            "aging": get("aging"),
-            "fair_key": get("fair_key"),
-            "fair_weight": get("fair_weight", 1.0),
-            "rank": get("rank"),
-            "fair_at": get("fair_at"),
-            "logs": logs_record(get("logs")),
-        },
+    values = dict(_ABSENT)
+    readers = _READERS
+    for key, value in doc.items():
+        reader = readers.get(key)
+        if reader is not None:
+            name, read = reader
+            values[name] = value if read is None else read(value)
+    values["id"] = doc["_id"]
+    values["task"] = doc["task"]
+    status = doc["status"]
+    values["status"] = _STATUSES.get(status) or JobStatus(status)
+    values["run_at"] = aware(doc["run_at"])
+    values["kwargs"] = dict(doc.get("kwargs") or {})  # a dict of its own, always
+    if values["dedupe_key"] is None:
+        values["dedupe_scope"] = None
+    return assembled(JobRecord, values)
+
+
+def _lease_record(lease: Any) -> LeaseInfo | None:
+    if not lease:
+        return None
+    return LeaseInfo(
+        owner=lease.get("owner"),
+        token=lease.get("token"),
+        until=aware(lease.get("until")),
+        heartbeat_at=aware(lease.get("heartbeat_at")),
+        host=lease.get("host"),
+        pid=lease.get("pid"),
     )
+
+
+def _progress_record(progress: Any) -> Progress | None:
+    if not progress:
+        return None
+    return Progress(progress.get("value"), progress.get("message"), aware(progress.get("at")))
+
+
+def _last_run_record(last: Any) -> LastRun | None:
+    if not last:
+        return None
+    return LastRun(
+        slot=aware(last.get("slot")),
+        status=JobStatus(last.get("status")),
+        finished_at=aware(last.get("finished_at")),
+        error=error_record(last.get("error")),
+        failures=int(last.get("failures") or 0),
+    )
+
+
+def _items(value: Any) -> tuple[Any, ...]:
+    return tuple(value or ())
+
+
+_STATUSES = {status.value: status for status in JobStatus}
+
+_FIELDS: list[tuple[str, str, Callable[[Any], Any] | None, Any]] = [
+    # (document field, record field, how a present value is read (None: as it is),
+    # the record's value when the document lacks the field)
+    ("args", "args", _items, ()),
+    ("queue", "queue", None, "default"),
+    ("priority", "priority", None, 5),
+    ("attempts", "attempts", None, 0),
+    ("max_attempts", "max_attempts", None, 1),
+    ("created_at", "created_at", aware, None),
+    ("updated_at", "updated_at", aware, None),
+    ("lease", "lease", _lease_record, None),
+    ("repeat", "repeat", lambda value: value or None, None),
+    ("scheduled_for", "scheduled_for", aware, None),
+    ("dedupe_key", "dedupe_key", None, None),
+    ("dedupe_scope", "dedupe_scope", None, None),  # (None when it has no dedupe key)
+    ("dedupe_until", "dedupe_until", aware, None),
+    ("dedupe_replace", "dedupe_replace", bool, False),
+    ("result", "result", None, None),
+    ("error", "error", error_record, None),
+    ("progress", "progress", _progress_record, None),
+    ("cancel_requested", "cancel_requested", bool, False),
+    ("started_at", "started_at", aware, None),
+    ("finished_at", "finished_at", aware, None),
+    ("expire_at", "delete_at", aware, None),
+    ("last_run", "last_run", _last_run_record, None),
+    ("edit", "edit", lambda value: edit_record(value), None),
+    ("missed", "missed", missed_record, None),
+    ("trace", "trace", lambda value: _trace(value), None),
+    ("expires_at", "expires_at", aware, None),
+    ("timeout", "timeout", None, None),
+    ("depends_on", "depends_on", _items, ()),
+    ("waiting_for", "waiting_for", _items, ()),
+    ("on_dependency_failure", "on_dependency_failure", lambda value: value or "cancel", "cancel"),
+    ("has_dependents", "has_dependents", bool, False),
+    ("rate_key", "rate_key", None, None),
+    ("concurrency_key", "concurrency_key", None, None),
+    ("label", "label", None, None),
+    ("errors", "errors", attempt_errors, ()),
+    ("aging", "aging", None, None),
+    ("fair_key", "fair_key", None, None),
+    ("fair_weight", "fair_weight", None, 1.0),
+    ("rank", "rank", None, None),
+    ("logs", "logs", logs_record, ()),
+    ("history", "history", attempt_history, ()),
+    ("fair_at", "fair_at", None, None),
+]
+_READERS = {key: (name, read) for key, name, read, _ in _FIELDS}
+"""How each optional field of a job document is read into its record."""
+_ABSENT: dict[str, Any] = {
+    "id": None,
+    "task": None,
+    "status": None,
+    "run_at": None,
+    "kwargs": None,
+    **{name: absent for _, name, _, absent in _FIELDS},
+}
+"""A record's values when its document has none of the optional fields."""
 
 
 def _trace(value: Any) -> dict[str, str] | None:
