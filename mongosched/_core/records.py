@@ -27,6 +27,7 @@ __all__ = [
     "AttemptRecord",
     "ended_attempt",
     "UNSTARTED_STATUSES",
+    "REPLACEABLE_STATUSES",
     "is_schedule_id",
     "schedule_id",
     "ErrorInfo",
@@ -133,9 +134,13 @@ FINAL_STATUSES = frozenset(
 RETRYABLE_STATUSES = (JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED)
 """Statuses of a job that can be run again (``retry_job``, ``retry_jobs``, the
 dashboard's and the CLI's retry): ended without completing."""
-UNSTARTED_STATUSES = (JobStatus.PENDING, JobStatus.WAITING)
+UNSTARTED_STATUSES = (JobStatus.PENDING, JobStatus.WAITING, JobStatus.PAUSED)
 """Statuses of a job that has not started its current occurrence: a cancel or an
-expiry settles it without a run."""
+expiry settles it without a run (a held job too: a pause stops it running, not
+ending)."""
+REPLACEABLE_STATUSES = (JobStatus.PENDING, JobStatus.PAUSED)
+"""Statuses of a job that a debounce (``dedupe="replace"``) replaces: waiting to be
+claimed, whether or not a pause holds it (the statuses of the ``pending`` scope)."""
 OPEN_STATUSES = (JobStatus.PENDING, JobStatus.WAITING, JobStatus.PAUSED)
 """Statuses of a job neither running nor finished: a cancel by filter ends it at once
 (a running one is asked to stop)."""

@@ -210,18 +210,37 @@ def edited(job: JobRecord, changes: PendingChanges, now: datetime) -> JobRecord:
     )
 
 
+REPLACED = (
+    "args",
+    "kwargs",
+    "run_at",
+    "updated_at",
+    "priority",
+    "max_attempts",
+    "expires_at",
+    "timeout",
+    "label",
+    "rate_key",
+    "concurrency_key",
+    "trace",
+)
+"""What a debounce takes from the later call: every field that describes the job
+rather than its place (its id, queue, dedupe key, creation time and rank stay), named
+alike in a record and a stored document."""
+
+
 def replaced(job: JobRecord, later: JobRecord) -> JobRecord:
-    """Debounce (``dedupe="replace"``): a pending job takes the arguments, due time and
-    per-job keys of a ``later`` call with its dedupe key, and that call's time."""
-    return evolved(
-        job,
+    """Debounce (``dedupe="replace"``): a waiting job takes the fields of a ``later``
+    call with its dedupe key that :data:`REPLACED` names."""
+    values = {name: getattr(later, name) for name in REPLACED}
+    values.update(
         args=tuple(later.args),
         kwargs=dict(later.kwargs),
         run_at=ms(later.run_at),
         updated_at=ms(later.updated_at),
-        rate_key=later.rate_key,
-        concurrency_key=later.concurrency_key,
+        expires_at=opt_ms(later.expires_at),
     )
+    return evolved(job, **values)
 
 
 def schedule_edited(job: JobRecord, changes: ScheduleChanges, now: datetime) -> JobRecord:

@@ -34,7 +34,7 @@ __all__ = ["Machine", "Options", "SERVER"]
 SERVER: str | None = os.environ.get("MONGOSCHED_MODEL_SERVER")
 
 OPEN = frozenset(
-    n for n in os.environ.get("MONGOSCHED_MODEL_OPEN", "2,3,8,N1,N2,N4").split(",") if n
+    n for n in os.environ.get("MONGOSCHED_MODEL_OPEN", "N1,N2").split(",") if n
 )
 """Items of issue 32 (by number) and findings of this machine no issue named (N1...)
 not fixed on this branch yet: the machine steps around each (see

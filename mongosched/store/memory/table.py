@@ -18,7 +18,14 @@ from typing import Any
 
 from mongosched._core import ranks, transitions
 from mongosched._core.records import DEDUPE_SCOPE_STATUSES as SCOPE_STATUSES
-from mongosched._core.records import JobQuery, JobRecord, JobStatus, Settlement, evolved
+from mongosched._core.records import (
+    REPLACEABLE_STATUSES,
+    JobQuery,
+    JobRecord,
+    JobStatus,
+    Settlement,
+    evolved,
+)
 from mongosched.errors import JobStateError
 from mongosched.store import codec
 from mongosched.store.claimant import here
@@ -128,7 +135,7 @@ class MemoryTable:
         holds its dedupe key."""
         holder = self.rival(job)
         if holder is not None:
-            if job.record.dedupe_replace and holder.record.status is PENDING:
+            if job.record.dedupe_replace and holder.record.status in REPLACEABLE_STATUSES:
                 holder.record = transitions.replaced(holder.record, job.record)
                 holder.payload = job.payload
                 self._refresh(holder)

@@ -14,8 +14,10 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
+from mongosched._core import transitions
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
+    REPLACEABLE_STATUSES,
     JobQuery,
     JobRecord,
     JobStatus,
@@ -48,6 +50,8 @@ from mongosched.store.mongo.updates import (
 )
 
 __all__ = ["MongoJobs"]
+
+REPLACEABLE = [s.value for s in REPLACEABLE_STATUSES]
 
 
 class MongoJobs:
@@ -182,12 +186,12 @@ class MongoJobs:
         keys of ``doc`` (a later call with its key), or None if it is no longer pending
         in that key's scope (claimed meanwhile: the key is free for ``doc``)."""
         name = DEDUPE_FIELDS["pending"]
-        fields = ("args", "kwargs", "run_at", "updated_at", "rate_key", "concurrency_key")
+        fields = transitions.REPLACED
         update: dict[str, Any] = {"$set": revised({k: doc[k] for k in fields if k in doc})}
         unset = {k: "" for k in fields if k not in doc}
         if unset:
             update["$unset"] = unset
-        query = {"_id": holder["_id"], "status": PENDING, name: doc.get(name)}
+        query = {"_id": holder["_id"], "status": {"$in": REPLACEABLE}, name: doc.get(name)}
         return self.connection.modify("insert", query, update)
 
     def _window_holder(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
