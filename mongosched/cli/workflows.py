@@ -14,13 +14,6 @@ from mongosched.cli.verbs import _require
 __all__ = ["add_arguments"]
 
 
-def _plain(value: Any) -> str:
-    """A value on one line, its control characters escaped (a step's name or error
-    comes from user code and must not move the terminal's cursor)."""
-    text = cell(value)
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
-
-
 def _workflow(app: App, job_id: str) -> Any:
     job = _require(app, job_id)
     if job.task not in app._workflows.names:
@@ -41,7 +34,7 @@ def show(app: App, args: argparse.Namespace) -> int:
             }
         )
         return EXIT_OK
-    out(f"workflow {job.id} ({_plain(job.task)}): {job.status}")
+    out(f"workflow {job.id} ({cell(job.task)}): {job.status}")
     for step in steps:
         if step.error is not None:
             outcome = f"error {step.error.get('type')}: {step.error.get('message')}"
@@ -52,13 +45,13 @@ def show(app: App, args: argparse.Namespace) -> int:
         else:
             outcome = f"result {to_json(step.value)}"
         out(
-            f"  {step.position:>3}  {step.kind.value:<6}  {_plain(step.name)}  "
+            f"  {step.position:>3}  {step.kind.value:<6}  {cell(step.name)}  "
             f"tries {step.attempts}  {cell(step.started_at)} to {cell(step.finished_at)}  "
-            f"{_plain(outcome)}"
+            f"{cell(outcome)}"
         )
     last = steps[-1] if steps else None
     if last is not None and last.kind.value in ("sleep", "wait") and job.status == "pending":
-        out(f"waiting: {last.kind.value} {_plain(last.name)} until {cell(last.until)}")
+        out(f"waiting: {last.kind.value} {cell(last.name)} until {cell(last.until)}")
     return EXIT_OK
 
 
