@@ -176,7 +176,7 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
     sections.extend(_error_panels(job, now, told))
     steps = ops.app.steps(job.id)
     if steps:
-        sections.append(_steps_panel(ctx, steps))
+        sections.append(_steps_panel(ctx, job, steps))
     if job.logs:
         sections.append(_logs_panel(job))
     title = job.label or job.task
@@ -387,7 +387,7 @@ def _traceback(error: ErrorInfo) -> Markup:
     return code_block(error.traceback, "traceback")
 
 
-def _steps_panel(ctx: Context, steps: list[Any]) -> Markup:
+def _steps_panel(ctx: Context, job: Job, steps: list[Any]) -> Markup:
     """A workflow's recorded history as a timeline: each position's kind, name, tries,
     times, and its result, error, wake-up time or the jobs it gathered (linked)."""
 
@@ -412,9 +412,20 @@ def _steps_panel(ctx: Context, steps: list[Any]) -> Markup:
         )
         for s in steps
     ]
+    path = f"/jobs/{job.id}"
+    buttons = [
+        link(ctx, f"{path}/fork", fmt("Fork from {}…", s.position), [("from", str(s.position))])
+        for s in steps
+        if s.kind.value == "step"
+    ]
+    if job.status in RETRYABLE_STATUSES:
+        buttons.insert(0, link(ctx, f"{path}/retry-workflow", "Retry from failed step…"))
+    if not job.is_finished:
+        buttons.insert(0, link(ctx, f"{path}/cancel-workflow", "Cancel workflow…"))
     return fmt(
-        '<section class="panel steps"><h2>Steps</h2>{}</section>',
+        '<section class="panel steps"><h2>Steps</h2>{}<div class="actions">{}</div></section>',
         table(["#", "Kind", "Name", "Tries", "Started", "Finished", "Outcome"], rows, empty=""),
+        join(buttons),
     )
 
 
