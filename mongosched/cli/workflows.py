@@ -9,13 +9,13 @@ from typing import Any
 from mongosched.app import App
 from mongosched.cli.exits import EXIT_NOT_FOUND, EXIT_OK, CommandError
 from mongosched.cli.output import cell, out, print_json, to_json
-from mongosched.cli.verbs import _require
+from mongosched.cli.verbs import require_job
 
 __all__ = ["add_arguments"]
 
 
 def _workflow(app: App, job_id: str) -> Any:
-    job = _require(app, job_id)
+    job = require_job(app, job_id)
     if job.task not in app._workflows.names:
         raise CommandError(f"job {job.id} ({job.task}) is not a workflow", EXIT_NOT_FOUND)
     return job
