@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from mongosched import __version__
 from mongosched._core import validate
 from mongosched._core.records import JobStatus
-from mongosched.cli import dashboard, verbs
+from mongosched.cli import dashboard, verbs, workflows
 from mongosched.cli.parser_ops import OPERATION_VERBS, add_operation_verbs
 from mongosched.errors import ConfigurationError, OutOfBounds
 from mongosched.runner.wakeup import WAKE_MODES
@@ -49,6 +49,7 @@ environment:
 VERBS = {
     "worker": "run a worker until SIGTERM or SIGINT (then stop gracefully)",
     "jobs": "list, show, cancel, retry or purge jobs",
+    "workflows": "show a workflow's timeline; cancel, retry or fork it",
     "schedules": "list repeating jobs (cron and interval)",
     "stats": "counts by task and status, lateness, running leases",
     "ping": "check the database answers (exit 0, or 4): for probes",
@@ -359,6 +360,7 @@ def build_parser(
     purge.add_argument("--task", metavar="NAME", help="only jobs of this task")
     purge.set_defaults(run=verbs.jobs_purge)
 
+    workflows.add_arguments(verb(commands, "workflows", VERBS["workflows"]), verb, json_flag)
     schedules = verb(commands, "schedules", VERBS["schedules"])
     json_flag(schedules)
     schedules.set_defaults(run=verbs.schedules)

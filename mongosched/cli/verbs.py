@@ -114,7 +114,7 @@ def child_command(argv: Sequence[str], *, framework: bool) -> list[str]:
     return [*base, "--processes", "1"]
 
 
-def _require(app: App, job_id: str) -> Job:
+def require_job(app: App, job_id: str) -> Job:
     """The job, or exit 3. An id that cannot be one raises
     :class:`~mongosched.errors.InvalidJobId` (a ``JobNotFound``: exit 3 too)."""
     job = app.get_job(job_id)
@@ -148,7 +148,7 @@ def jobs_list(app: App, args: argparse.Namespace) -> int:
 
 
 def jobs_show(app: App, args: argparse.Namespace) -> int:
-    job = _require(app, args.id)
+    job = require_job(app, args.id)
     if args.json:
         print_json(job_json(job))
         return EXIT_OK
@@ -204,10 +204,10 @@ def _priority(job: Job) -> str:
 
 
 def jobs_cancel(app: App, args: argparse.Namespace) -> int:
-    job = _require(app, args.id)
+    job = require_job(app, args.id)
     outcome = app.cancel(job.id)
     if outcome is Cancellation.ALREADY_FINISHED:
-        status = _require(app, args.id).status
+        status = require_job(app, args.id).status
         raise CommandError(f"job {job.id} ({job.task}) is already {status}; not cancelled")
     if outcome is Cancellation.REQUESTED:
         out(f"job {job.id} ({job.task}) is running: cancellation requested")
@@ -217,7 +217,7 @@ def jobs_cancel(app: App, args: argparse.Namespace) -> int:
 
 
 def jobs_retry(app: App, args: argparse.Namespace) -> int:
-    job = app.retry_job(_require(app, args.id).id)
+    job = app.retry_job(require_job(app, args.id).id)
     out(f"job {job.id} ({job.task}) is pending again")
     return EXIT_OK
 

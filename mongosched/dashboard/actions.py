@@ -28,7 +28,7 @@ from mongosched.job import Job
 
 __all__ = ["JOB_ACTIONS", "bulk_action", "done", "job_action", "pause_action", "safe_next"]
 
-JOB_ACTIONS = ("retry", "cancel", "purge")
+JOB_ACTIONS = ("retry", "cancel", "purge", "cancel-workflow", "retry-workflow", "fork")
 
 Page = tuple[str, Markup, int]
 """A page to show: title, body, HTTP status."""
@@ -128,7 +128,46 @@ def job_action(ops: Operations, ctx: Context, job: Job, action: str) -> Page | R
         ops.app.delete_job(job.id)
         return done(ctx, "/jobs", "purged")
 
+    position = (ctx.request.field if ctx.request.method == "POST" else ctx.request.arg)("from")
+
+    def cancel_workflow() -> Response:
+        ops.app.cancel_workflow(job.id)
+        return done(ctx, path, "workflow-cancelled")
+
+    def retry_workflow() -> Response:
+        ops.app.retry_workflow(job.id)
+        return done(ctx, path, "retried")
+
+    def fork() -> Response:
+        if not position.isdigit():
+            raise MongoschedError(f"fork of workflow {job.id}: from must be a step's position")
+        forked = ops.app.fork_workflow(job.id, int(position))
+        return done(ctx, f"/jobs/{forked.id}", "forked")
+
     steps: dict[str, tuple[str, Markup, str, bool, Callable[[], Response]]] = {
+        "cancel-workflow": (
+            "Cancel workflow",
+            fmt("Cancel workflow {} and the jobs it gathered that have not ended?", describe),
+            "Cancel workflow",
+            True,
+            cancel_workflow,
+        ),
+        "retry-workflow": (
+            "Retry workflow",
+            fmt("Run workflow {} again from its failed step? Earlier steps are kept.", describe),
+            "Retry workflow",
+            False,
+            retry_workflow,
+        ),
+        "fork": (
+            "Fork workflow",
+            fmt(
+                "Start a new run of {} that keeps its steps before position {}?", describe, position
+            ),
+            "Fork",
+            False,
+            fork,
+        ),
         "retry": (
             "Retry job",
             fmt(
@@ -164,12 +203,15 @@ def job_action(ops: Operations, ctx: Context, job: Job, action: str) -> Page | R
         ),
     }
     title, text, button, danger, deed = steps[action]
+    fields = [("from", position)] if action == "fork" else []
     if ctx.request.method == "POST":
         try:
             return deed()
         except MongoschedError as exc:
-            return _confirm(ctx, title, text, button, back=path, danger=danger, error=str(exc))
-    return _confirm(ctx, title, text, button, back=path, danger=danger)
+            return _confirm(
+                ctx, title, text, button, back=path, fields=fields, danger=danger, error=str(exc)
+            )
+    return _confirm(ctx, title, text, button, back=path, fields=fields, danger=danger)
 
 
 # Bulk ---------------------------------------------------------------------------------------

@@ -174,6 +174,9 @@ def job_page(ops: Operations, ctx: Context, job: Job) -> tuple[str, Markup]:
     if runs is not None:
         sections.append(runs)
     sections.extend(_error_panels(job, now, told))
+    steps = ops.app.steps(job.id)
+    if steps:
+        sections.append(_steps_panel(ctx, job, steps))
     if job.logs:
         sections.append(_logs_panel(job))
     title = job.label or job.task
@@ -382,6 +385,48 @@ def _traceback(error: ErrorInfo) -> Markup:
     if not error.traceback:
         return Markup('<p class="muted">No traceback.</p>')
     return code_block(error.traceback, "traceback")
+
+
+def _steps_panel(ctx: Context, job: Job, steps: list[Any]) -> Markup:
+    """A workflow's recorded history as a timeline: each position's kind, name, tries,
+    times, and its result, error, wake-up time or the jobs it gathered (linked)."""
+
+    def outcome(step: Any) -> Any:
+        if step.error is not None:
+            return fmt("{}: {}", step.error.get("type"), step.error.get("message"))
+        if step.kind.value in ("sleep", "wait"):
+            return fmt("until {}", stamp(step.until) if step.until else "-")
+        if step.children:
+            return join(link(ctx, f"/jobs/{child}", child) for child in step.children)
+        return pretty(step.value)
+
+    rows = [
+        (
+            s.position,
+            s.kind.value,
+            s.name,
+            s.attempts,
+            stamp(s.started_at) if s.started_at else "-",
+            stamp(s.finished_at) if s.finished_at else "-",
+            outcome(s),
+        )
+        for s in steps
+    ]
+    path = f"/jobs/{job.id}"
+    buttons = [
+        link(ctx, f"{path}/fork", fmt("Fork from {}…", s.position), [("from", str(s.position))])
+        for s in steps
+        if s.kind.value == "step"
+    ]
+    if job.status in RETRYABLE_STATUSES:
+        buttons.insert(0, link(ctx, f"{path}/retry-workflow", "Retry from failed step…"))
+    if not job.is_finished:
+        buttons.insert(0, link(ctx, f"{path}/cancel-workflow", "Cancel workflow…"))
+    return fmt(
+        '<section class="panel steps"><h2>Steps</h2>{}<div class="actions">{}</div></section>',
+        table(["#", "Kind", "Name", "Tries", "Started", "Finished", "Outcome"], rows, empty=""),
+        join(buttons),
+    )
 
 
 def _logs_panel(job: Job) -> Markup:

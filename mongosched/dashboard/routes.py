@@ -41,7 +41,7 @@ READS: dict[str, Callable[[Operations, Context], tuple[str, Markup]]] = {
 }
 MOVED = {"/workers": "/runners"}
 """Old paths of pages, kept for one release so that bookmarks still lead there."""
-JOB_PATH = re.compile(r"^/jobs/([^/]+)(?:/([a-z]+))?/?$")
+JOB_PATH = re.compile(r"^/jobs/([^/]+)(?:/([a-z-]+))?/?$")
 
 
 class Dashboard:

@@ -69,6 +69,8 @@ NOTICES = {
     "requested": "Job is running: cancellation requested, it stops at its next heartbeat.",
     "already_finished": "Job had already finished: nothing to cancel.",
     "purged": "Job deleted.",
+    "workflow-cancelled": "Workflow cancelled, and the jobs it gathered.",
+    "forked": "A new run of the workflow, from the chosen step.",
     "paused": "Paused.",
     "resumed": "Resumed.",
     "bulk-retry": "{n} job(s) queued to run again.",

@@ -641,6 +641,7 @@ def test_a_given_app_takes_no_app_or_uri(sched: App, cli: Callable[..., Run]) ->
 EVERY_VERB = {
     "worker": ["worker"],
     "jobs": ["jobs", "list"],
+    "workflows": ["workflows", "show", "1"],
     "schedules": ["schedules"],
     "stats": ["stats"],
     "ping": ["ping"],
