@@ -12,6 +12,7 @@ once, and ends when its last slot has run.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +39,12 @@ def run_key(schedule: JobRecord, slot: datetime) -> str:
     """The dedupe key of the run of ``schedule``'s ``slot``: while that run waits or
     runs, no second run of the slot can be stored."""
     return f"{RUN_KEY_PREFIX}{schedule.id}@{slot.isoformat()}"
+
+
+def is_lane_of(record: JobRecord, schedule: JobRecord) -> bool:
+    """Whether ``record`` is a backfill lane of ``schedule``."""
+    key = record.dedupe_key
+    return key is not None and key.startswith(f"backfill:{RUN_KEY_PREFIX}{schedule.id}@")
 
 
 def is_run_of(record: JobRecord, schedule: JobRecord) -> bool:
@@ -69,6 +76,18 @@ def slot_run(
     )
 
 
+def _cut(segments: list[list[datetime]], at_once: int) -> list[list[datetime]]:
+    """``segments`` (runs of consecutive slots) cut into ``at_once`` lanes of
+    near-equal length, or more when the segments are more."""
+    total = sum(len(s) for s in segments)
+    out: list[list[datetime]] = []
+    for segment in segments:
+        lanes = max(1, min(len(segment), round(at_once * len(segment) / total)))
+        for n in range(lanes):
+            out.append(segment[len(segment) * n // lanes : len(segment) * (n + 1) // lanes])
+    return out
+
+
 def until(job: JobRecord) -> datetime | None:
     """The last slot a bounded repeating job (a backfill lane) runs, or None."""
     value: Any = (job.repeat or {}).get("until")
@@ -76,10 +95,17 @@ def until(job: JobRecord) -> datetime | None:
 
 
 def backfill_lanes(
-    schedule: JobRecord, start: datetime, end: datetime, at_once: int, now: datetime
+    schedule: JobRecord,
+    start: datetime,
+    end: datetime,
+    at_once: int,
+    now: datetime,
+    running: Sequence[JobRecord] = (),
 ) -> list[JobRecord]:
     """The lanes that run ``schedule``'s slots from ``start`` to ``end`` (both
-    included), at most ``at_once`` at a time; none when no slot lies in the range."""
+    included), at most ``at_once`` at a time; none when no slot lies in the range.
+    A slot that a lane in ``running`` (its unfinished lanes) still has to run is
+    left out, so a slot is one run however each backfill cut the range."""
     assert schedule.repeat is not None
     where = f"backfill of {schedule.id} ({schedule.task})"
     validate.whole(at_once, what=f"{where}: at_once")
@@ -95,10 +121,18 @@ def backfill_lanes(
                 "backfill a shorter range at a time"
             )
         slots.append(slot)
-    lanes = min(at_once, len(slots))
+    spans = [(lane.scheduled_for, until(lane)) for lane in running]
+    free = [
+        not any(a is not None and b is not None and a <= s <= b for a, b in spans) for s in slots
+    ]
+    parts: list[list[datetime]] = [[]]
+    for slot, ok in zip(slots, free, strict=True):
+        if ok:
+            parts[-1].append(slot)
+        elif parts[-1]:
+            parts.append([])
     out = []
-    for n in range(lanes):
-        part = slots[len(slots) * n // lanes : len(slots) * (n + 1) // lanes]
+    for part in _cut([p for p in parts if p], at_once):
         run = slot_run(schedule, part[0], now)
         repeat = {
             **rule.to_document(),

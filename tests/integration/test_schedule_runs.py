@@ -205,6 +205,19 @@ def test_backfill_runs_each_slot_of_a_range_once_and_in_order(
     assert apps[0].get_job(schedule_id("tick")).run_at == nine  # its own slot goes on
 
 
+def test_backfill_of_a_range_again_with_another_at_once_runs_each_slot_once(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    apps, ran = runners(make_app, clock, cron="0 9 * * *")
+    nine = START.replace(hour=9)
+    start, end = nine - timedelta(days=6), nine - timedelta(days=1)
+    first = apps[0].backfill("tick", start, end, at_once=2)
+    again = apps[1].backfill("tick", start, end, at_once=3)  # cut another way
+    assert {j.id for j in again} <= {j.id for j in first}
+    drain_all(apps)
+    assert ran == [nine - timedelta(days=d) for d in (6, 5, 4, 3, 2, 1)]
+
+
 def test_backfill_runs_at_most_at_once_slots_at_a_time(make_app: Callable[..., App]) -> None:
     recorder = Recorder()
     apps = [make_app() for _ in range(2)]
