@@ -164,6 +164,14 @@ def is_schedule_id(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(SCHEDULE_ID_PREFIX)
 
 
+def is_listed_schedule(job: JobRecord) -> bool:
+    """Whether a repeating ``job`` is one a schedule list shows: a live one (not
+    finished), or a declared schedule however it stands (cancelled, it is the
+    schedule switched off). A bounded repeating job that finished (a backfill's lane,
+    done) is not a schedule any more."""
+    return job.repeat is not None and (is_schedule_id(job.id) or not job.status.is_final)
+
+
 def schedule_id(task: str) -> str:
     """The stable id of a task's decorator-declared repeating schedule."""
     return f"{SCHEDULE_ID_PREFIX}{task}"

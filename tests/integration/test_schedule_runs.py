@@ -323,3 +323,16 @@ def test_a_jitter_as_long_as_the_interval_is_refused(app: App) -> None:
     with pytest.raises(InvalidSchedule, match="task 't2': overlap must be one of"):
         app.task(name="t2", cron="* * * * *", overlap="queue")(lambda: None)
     assert app.tasks == {}
+
+
+def test_a_finished_backfill_is_no_longer_listed_as_a_schedule(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    apps, _ = runners(make_app, clock, cron="0 9 * * *")
+    nine = START.replace(hour=9)
+    lanes = apps[0].backfill("tick", nine - timedelta(days=3), nine - timedelta(days=1), at_once=3)
+    listed = {str(s["id"]) for s in apps[0].schedules()}
+    assert {str(lane.id) for lane in lanes} <= listed  # live while they run
+    drain_all(apps)
+    listed = {str(s["id"]) for s in apps[0].schedules()}
+    assert listed == {schedule_id("tick")}  # the declared schedule only

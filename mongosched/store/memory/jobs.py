@@ -19,6 +19,7 @@ from mongosched._core.records import (
     PendingChanges,
     Settlement,
     evolved,
+    is_listed_schedule,
 )
 from mongosched.errors import ConfigurationError
 from mongosched.store import codec
@@ -127,7 +128,7 @@ class MemoryJobs:
 
     def schedules(self) -> list[JobRecord]:
         with self._table.lock:
-            jobs = [j for j in self._table.jobs.values() if j.repeat is not None]
+            jobs = [j for j in self._table.jobs.values() if is_listed_schedule(j.record)]
             jobs.sort(key=lambda j: (j.record.task, sort_key(j.id)))
             return [j.snapshot() for j in jobs]
 

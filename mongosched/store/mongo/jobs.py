@@ -6,6 +6,7 @@ retry, purge).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -18,6 +19,7 @@ from mongosched._core import transitions
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
     REPLACEABLE_STATUSES,
+    SCHEDULE_ID_PREFIX,
     JobQuery,
     JobRecord,
     JobStatus,
@@ -29,6 +31,7 @@ from mongosched.store import codec
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import (
     DEDUPE_FIELDS,
+    FINAL,
     KEEPS_DEPENDENTS,
     PENDING,
     RUNNING,
@@ -312,7 +315,10 @@ class MongoJobs:
         return {row["_id"]: row["n"] for row in rows}
 
     def schedules(self) -> list[JobRecord]:
-        return self._find({"repeat": {"$exists": True}}, [("task", 1)], 0)
+        # As records.is_listed_schedule says: live, or declared.
+        declared = {"_id": {"$regex": f"^{re.escape(SCHEDULE_ID_PREFIX)}"}}
+        live = {"$or": [{"status": {"$nin": FINAL}}, declared]}
+        return self._find({"repeat": {"$exists": True}, **live}, [("task", 1)], 0)
 
     # Control by users ---------------------------------------------------------------------------
     def cancel_pending(self, job_id: Any, settlement: Settlement) -> JobRecord | None:
