@@ -122,7 +122,6 @@ def test_n1_debounce_with_a_window(replay: Callable[[str, Steps], None]) -> None
     replay("N1", steps)
 
 
-@found("N2", "equal ranks are not taken by due time")
 def test_n2_equal_ranks_by_due_time(replay: Callable[[str, Steps], None]) -> None:
     def steps(state: Machine) -> None:
         state.schedule(n=0, o=PLAIN, task="t.aging", tenant="a")

@@ -33,8 +33,9 @@ __all__ = ["FlowIndex", "JobIndexes"]
 
 log = logging.getLogger("mongosched.store")
 
-Ranked = tuple[float, int, int, Any]
-"""A ranked job's claim index entry: (rank, job seq, job version, job id)."""
+Ranked = tuple[float, tuple[datetime, int], int, Any]
+"""A ranked job's claim index entry: (rank, (due time, job seq), job version, job id):
+equal ranks are taken by due time, as the ``claim_ranked`` index orders them."""
 
 SLACK = 1024
 """Stale entries an index may carry beyond its live size before it is rebuilt."""
@@ -48,7 +49,7 @@ class JobIndexes:
         self._claims: dict[str, dict[str, dict[float, list[Entry]]]] = {}
         self._ranked: dict[str, dict[str, list[Ranked]]] = {}
         """Ranked jobs (see :mod:`mongosched._core.ranks`): one heap per ``task -> queue``
-        by ``(rank, seq)``."""
+        by ``(rank, due time, seq)``."""
         self._unplaced: dict[str, dict[str, list[Ranked]]] = {}
         """Unplaced fair jobs (not due when scheduled, no start yet): one heap per
         ``task -> queue`` by rank (their due time)."""
@@ -82,10 +83,10 @@ class JobIndexes:
         self._claim_entries += 1
         if r.rank is not None:
             heap = self._ranked.setdefault(r.task, {}).setdefault(r.queue, [])
-            heapq.heappush(heap, (r.rank, job.seq, job.version, r.id))
+            heapq.heappush(heap, (r.rank, (r.run_at, job.seq), job.version, r.id))
             if r.fair_key is not None and r.fair_at is None:
                 heap = self._unplaced.setdefault(r.task, {}).setdefault(r.queue, [])
-                heapq.heappush(heap, (r.rank, job.seq, job.version, r.id))
+                heapq.heappush(heap, (r.rank, (r.run_at, job.seq), job.version, r.id))
             return
         by_priority = self._claims.setdefault(r.task, {}).setdefault(r.queue, {})
         entry = (r.run_at, job.seq, job.version, r.id)
