@@ -109,7 +109,6 @@ def test_item11_ranked_merge(replay: Callable[[str, Steps], None]) -> None:
     replay("11", steps)
 
 
-@found("N1", "a debounce call with a window does not return the window's holder")
 def test_n1_debounce_with_a_window(replay: Callable[[str, Steps], None]) -> None:
     def steps(state: Machine) -> None:
         state.schedule(

@@ -133,6 +133,9 @@ class MemoryTable:
     def put(self, job: StoredJob) -> tuple[StoredJob, bool]:
         """Add a new job: ``(it, True)``, or ``(the holder, False)`` if another job
         holds its dedupe key."""
+        window = self.window_holder(job)  # a call with a window: its holder first
+        if window is not None:
+            return window, False
         holder = self.rival(job)
         if holder is not None:
             if job.record.dedupe_replace and holder.record.status in REPLACEABLE_STATUSES:
@@ -140,9 +143,6 @@ class MemoryTable:
                 holder.payload = job.payload
                 self._refresh(holder)
             return holder, False
-        window = self.window_holder(job)
-        if window is not None:
-            return window, False
         if job.record.aging is not None or job.record.fair_key is not None:
             job.record = self.ranked(job.record, job.record.created_at)
         self.jobs[job.id] = job

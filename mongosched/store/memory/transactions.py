@@ -166,9 +166,9 @@ class StagedStore:
             ):
                 return held.snapshot()
         with self.table.lock:
-            holder = self.table.rival(job)
+            holder = self.table.window_holder(job)  # a call with a window: its holder first
             if holder is None:
-                holder = self.table.window_holder(job)
+                holder = self.table.rival(job)
             return None if holder is None else holder.snapshot()
 
     def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:

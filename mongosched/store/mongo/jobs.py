@@ -139,12 +139,12 @@ class MongoJobs:
                 (doc["task"], name, doc[name]) for name in (*fields, WINDOW_FIELD) if name in doc
             ]
             holder = next((held[key] for key in keys if key in held), None)
+            if holder is None and WINDOW_FIELD in doc:
+                holder = self._window_holder(doc)  # a call with a window: its holder first
             if holder is None:
                 holder = self._key_holder(doc)
-            if holder is not None and doc.get("dedupe_replace"):
-                holder = self._replace_pending(doc, holder) or holder
-            if holder is None and WINDOW_FIELD in doc:
-                holder = self._window_holder(doc)
+                if holder is not None and doc.get("dedupe_replace"):
+                    holder = self._replace_pending(doc, holder) or holder
             if holder is not None:
                 results.append((to_record(holder), False))
                 continue
@@ -165,11 +165,14 @@ class MongoJobs:
         )
         if own is not None:
             return own
+        window = self._window_holder(doc) if WINDOW_FIELD in doc else None
+        if window is not None:  # a call with a window: its holder first
+            return window
         holder = self._key_holder(doc)
         if holder is not None:
             # Replaced, or claimed meanwhile: its key is free, insert again.
             return self._replace_pending(doc, holder) if doc.get("dedupe_replace") else holder
-        return self._window_holder(doc) if WINDOW_FIELD in doc else None
+        return None
 
     def _key_holder(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
         """The job that holds the dedupe key ``doc`` would hold (its scope's field), if
