@@ -46,7 +46,11 @@ server: $(SERVER_STAMP)
 	$(SERVER_VENV)/bin/secantusd-py --host 127.0.0.1 --port $(SERVER_PORT) --storage-path $(SERVER_DATA)
 
 ## make test: lint, type check, Django 6, Python 3.10, the whole test suite (soak runs excluded), the docs.
-test: venv lint typecheck django6 py310 unit docs
+## The checks and the other Pythons' runs (each in a venv of its own) run side by side,
+## each target's output kept together; the main suite runs after them, alone.
+test: venv
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck docs django6 py310
+	$(MAKE) --no-print-directory unit
 
 lint: venv
 	$(BIN)/ruff check mongosched tests bench examples
