@@ -21,8 +21,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,3 +223,47 @@ def start_stand_in() -> tuple[subprocess.Popen[str], str]:
     """tests/support/server.py (the tests' wire-protocol stand-in) in a
     process of its own; returns it and its URI."""
     return start_server([sys.executable, "-m", "tests.support.server"], "stand-in server")
+
+
+def thread_cpu(kinds: Collection[str] | None = None) -> Counter[str]:
+    """CPU seconds of this process's threads so far, by kind (the runner's threads are
+    named mongosched-dispatcher, mongosched-worker_N, mongosched-heartbeat-N...); with
+    ``kinds``, the threads of other kinds count as "other"."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: Counter[str] = Counter()
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = names.get(int(tid), "")
+        kind = name.split("-")[1].split("_")[0] if name.startswith("mongosched-") else "other"
+        if kinds is not None and kind not in kinds:
+            kind = "other"
+        out[kind] += (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+class Successes:
+    """Counts the jobs ``app`` sees succeed from now on, until :meth:`close`."""
+
+    def __init__(self, app: Any, jobs: int) -> None:
+        self.app, self.jobs = app, jobs
+        self.done, self.lock, self.count = threading.Event(), threading.Lock(), 0
+        app.on("job:success", self.succeeded)
+
+    def succeeded(self, _: Any) -> None:
+        with self.lock:
+            self.count += 1
+            if self.count == self.jobs:
+                self.done.set()
+
+    def wait(self, timeout: float) -> None:
+        """Until all succeeded; the script ends, saying how many did, after ``timeout``."""
+        if not self.done.wait(timeout):
+            raise SystemExit(f"only {self.count} of {self.jobs} jobs finished in {timeout:g} s")
+
+    def close(self) -> None:
+        self.app.off("job:success", self.succeeded)

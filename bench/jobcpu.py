@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import os
 import pstats
 import statistics
 import sys
@@ -45,30 +44,18 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import load, start_stub  # noqa: E402
+from bench.harness import Successes, load, start_stub  # noqa: E402
+from bench.harness import thread_cpu as all_thread_cpu  # noqa: E402
 from mongosched import App  # noqa: E402
 from mongosched.runner.dispatcher import Dispatcher  # noqa: E402
 from mongosched.runner.runner import Runner  # noqa: E402
 
-TICK = os.sysconf("SC_CLK_TCK")
 KINDS = ("dispatcher", "worker", "heartbeat", "other")
 
 
 def thread_cpu() -> Counter[str]:
-    """CPU seconds of this process's threads so far, by kind (the runner's threads are
-    named mongosched-dispatcher, mongosched-worker_N, mongosched-heartbeat-N...)."""
-    names = {t.native_id: t.name for t in threading.enumerate()}
-    out: Counter[str] = Counter()
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        name = names.get(int(tid), "")
-        kind = name.split("-")[1].split("_")[0] if name.startswith("mongosched-") else "other"
-        out[kind if kind in KINDS else "other"] += (int(fields[11]) + int(fields[12])) / TICK
-    return out
+    """CPU seconds of this process's threads so far, by the kinds this script reports."""
+    return all_thread_cpu(KINDS)
 
 
 class Profiles:
@@ -134,25 +121,16 @@ def drain(app: App, noop: Any, jobs: int, backlog: int, workers: int) -> dict[st
         app.schedule_bulk(noop.job() for _ in range(min(10_000, jobs - start)))
     for start in range(0, backlog, 10_000):
         app.schedule_bulk(noop.job() for _ in range(min(10_000, backlog - start)))
-    done, lock, count = threading.Event(), threading.Lock(), [0]
-
-    def on_success(_: Any) -> None:
-        with lock:
-            count[0] += 1
-            if count[0] == jobs:
-                done.set()
-
-    app.on("job:success", on_success)
+    done = Successes(app, jobs)
     runner = app.runner(workers=workers)
     before = thread_cpu()
     started = time.perf_counter()
     runner.start()
-    if not done.wait(600):
-        raise SystemExit(f"only {count[0]} of {jobs} jobs finished in 600 s")
+    done.wait(600)
     seconds = time.perf_counter() - started
     used = thread_cpu() - before  # before the stop: what draining cost, not stopping
     runner.stop(graceful=False, timeout=30)
-    app.off("job:success", on_success)
+    done.close()
     figures = {kind: used[kind] / jobs * 1e6 for kind in KINDS}
     figures["total"] = sum(used.values()) / jobs * 1e6
     figures["jobs/s"] = jobs / seconds

@@ -37,7 +37,7 @@ from pymongo import monitoring
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import start_stand_in, start_stub  # noqa: E402
+from bench.harness import Successes, start_stand_in, start_stub, thread_cpu  # noqa: E402
 from mongosched import App  # noqa: E402
 
 GOAL_RATE, GOAL_RATIO = 2_000, 1.5
@@ -62,49 +62,22 @@ def noop_app(uri: str | None = None, **options: Any) -> tuple[App, Any]:
     return app, app.task(name="noop", retry=0)(lambda: None)
 
 
-def thread_cpu() -> Counter[str]:
-    """CPU seconds of this process's threads so far, by kind (the runner's threads are
-    named mongosched-dispatcher, mongosched-worker_N, mongosched-heartbeat-N...)."""
-    names = {t.native_id: t.name for t in threading.enumerate()}
-    tick = os.sysconf("SC_CLK_TCK")
-    out: Counter[str] = Counter()
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        name = names.get(int(tid), "")
-        kind = name.split("-")[1].split("_")[0] if name.startswith("mongosched-") else "other"
-        out[kind] += (int(fields[11]) + int(fields[12])) / tick
-    return out
-
-
 def run(
     app: App, workers: int, jobs: int, threads: Counter[str] | None = None
 ) -> tuple[float, float]:
     """Start a runner, wait for ``jobs`` successes, stop it: (seconds, CPU seconds);
     with ``threads``, add the CPU seconds of each kind of thread to it."""
-    done, lock, count = threading.Event(), threading.Lock(), [0]
-
-    def on_success(_: Any) -> None:
-        with lock:
-            count[0] += 1
-            if count[0] == jobs:
-                done.set()
-
-    app.on("job:success", on_success)
+    done = Successes(app, jobs)
     runner = app.runner(workers=workers)
     before = thread_cpu()
     cpu, started = time.process_time(), time.perf_counter()
     runner.start()
-    if not done.wait(600):
-        raise SystemExit(f"only {count[0]} of {jobs} jobs finished in 600 s")
+    done.wait(600)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     if threads is not None:
         threads.update(thread_cpu() - before)
     runner.stop(graceful=True)
-    app.off("job:success", on_success)
+    done.close()
     return seconds, cpu
 
 
