@@ -305,15 +305,8 @@ class Task(Generic[P, R]):
         self.fair_weights = checks.fair_weights(task, fair_weights)
         if self.fair_weights and self.fair_key is None:
             raise ConfigurationError(f"task {task!r}: fair_weights needs a fair_key")
-        if self.rule is not None and (self.aging is not None or self.fair_key is not None):
-            raise ConfigurationError(
-                f"task {task!r}: a repeating task neither ages nor shares (aging, fair_key)"
-            )
-        if self.rule is not None and (self.rate_key or self.concurrency_key):
-            raise ConfigurationError(
-                f"task {task!r}: a repeating task has no per-job keys (rate_key, "
-                "concurrency_key); its limits count for the task"
-            )
+        if self.rule is not None:
+            self._check_repeating(task)
         functools.update_wrapper(self, fn)
 
     @property
@@ -398,6 +391,7 @@ class Task(Generic[P, R]):
         repeat: dict[str, Any] | None = None
         slot: datetime | None = None
         if options.repeat is not None:
+            self._check_repeating(task)
             rule = checks.repeat_rule(task, options.repeat)
             explicit = options.delay is not None or options.run_at is not None
             checks.check_jitter(task, rule, self.runs)
@@ -466,6 +460,11 @@ class Task(Generic[P, R]):
             fair_key=fair_key,
             fair_weight=self.fair_weights.get(fair_key, 1.0) if fair_key is not None else 1.0,
         )
+
+    def _check_repeating(self, task: str) -> None:
+        ranked = self.aging is not None or self.fair_key is not None
+        keyed = self.rate_key is not None or self.concurrency_key is not None
+        checks.check_repeating(task, ranked=ranked, keyed=keyed)
 
     def schedule_record(self, now: datetime) -> JobRecord:
         """This task's own (decorator-declared) repeating schedule, as a new job."""

@@ -19,6 +19,7 @@ __all__ = [
     "DEDUPE_MODES",
     "DEDUPE_SCOPES",
     "check_jitter",
+    "check_repeating",
     "dedupe",
     "due_time",
     "expiry",
@@ -195,6 +196,22 @@ def _schedule_part(task: str, make: Callable[[], T]) -> T:
         return make()
     except (ConfigurationError, ValueError, TypeError) as exc:
         raise InvalidSchedule(f"task {task!r}: {exc}") from None
+
+
+def check_repeating(task: str, *, ranked: bool, keyed: bool) -> None:
+    """What a repeating job cannot be, whether the task repeats or one call gives
+    ``repeat``: ranked (``aging``, ``fair_key``: a schedule runs its slots in turn,
+    never behind a rank), or keyed per job (``rate_key``, ``concurrency_key``: its
+    limits count for the task)."""
+    if ranked:
+        raise ConfigurationError(
+            f"task {task!r}: a repeating task neither ages nor shares (aging, fair_key)"
+        )
+    if keyed:
+        raise ConfigurationError(
+            f"task {task!r}: a repeating task has no per-job keys (rate_key, "
+            "concurrency_key); its limits count for the task"
+        )
 
 
 def check_jitter(task: str, rule: Rule, runs: Runs) -> None:

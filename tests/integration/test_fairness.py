@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from mongosched import App
+from mongosched import App, Every
 from mongosched.errors import ConfigurationError
 from mongosched.store.memory import MemoryStore
 from mongosched.testing import FakeClock, drain
@@ -128,3 +128,20 @@ def test_bad_fairness_options_are_refused_naming_the_task(
 ) -> None:
     with pytest.raises(ConfigurationError, match=message):
         app.task(name="sync", **options)(lambda tenant="t": None)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"aging": 60}, "task 'sync': a repeating task neither ages nor shares"),
+        ({"fair_key": "tenant"}, "task 'sync': a repeating task neither ages nor shares"),
+        ({"rate_key": "tenant", "rate_limit": "5/s"}, "task 'sync': a repeating task has no"),
+    ],
+)
+def test_a_repeat_given_to_one_call_follows_the_repeating_task_rule(
+    app: App, options: dict, message: str
+) -> None:
+    task = app.task(name="sync", **options)(lambda tenant="t": None)
+    with pytest.raises(ConfigurationError, match=message):
+        task.configure(repeat=Every(60)).schedule()
+    assert app.get_jobs(task="sync") == []
