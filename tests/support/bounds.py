@@ -12,6 +12,7 @@ import pytest
 
 from mongosched import App
 from mongosched.store.memory import MemoryStore
+from mongosched.testing import FakeClock
 from tests.support.server_fixtures import SharedDatabase
 
 __all__ = ["BIG", "FAR", "HUGE", "LONG", "bounded_app"]
@@ -37,7 +38,7 @@ def bounded_app(request: pytest.FixtureRequest) -> Iterator[App]:
     else:
         shared: SharedDatabase = request.getfixturevalue("shared_db")
         uri = shared.uri()
-    app = App(uri, lease_duration=5, poll_interval=0.05)
+    app = App(uri, clock=FakeClock(), lease_duration=5, poll_interval=0.05)
     app.task(name="t", every=60)(lambda: None)
     app.task(name="once")(lambda: None)
     app.ensure_schedules()
