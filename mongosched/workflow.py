@@ -44,7 +44,7 @@ from mongosched.errors import (
 from mongosched.events import Event
 from mongosched.job import Job, JobContext, Suspended, current_job
 from mongosched.retry import RetryPolicy
-from mongosched.store import Store, codec
+from mongosched.store import Staged, Store, codec
 from mongosched.task import JobSpec, Task
 from mongosched.transaction import Transaction, as_current
 
@@ -132,7 +132,7 @@ class Replay:
         self.position += 1
         return position, check_replay(self.history.get(position), kind, name, self.name)
 
-    def record(self, step: StepRecord, *, store: Store | None = None) -> StepRecord:
+    def record(self, step: StepRecord, *, store: Staged | None = None) -> StepRecord:
         """Record ``step`` (within a transaction's ``store``, when given); the record
         kept (another holder's, if it recorded the position first)."""
         check_bound(step.position, self.bytes + step.size, self.name)

@@ -21,7 +21,7 @@ from mongosched.operations.jobs import JobOperations
 from mongosched.runner import dependencies
 from mongosched.runner.host import RunnerHost
 from mongosched.runner.runner import Runner
-from mongosched.store import Store
+from mongosched.store import Staged, Store
 from mongosched.task import JobSpec
 from mongosched.transaction import Transactions
 
@@ -85,14 +85,15 @@ class SchedulingOperations(Operations):
         given = [s for s in (session, *(spec.options.session for spec in specs)) if s is not None]
         what = f"task {specs[0].task.name!r}: session" if specs else "session"
         tx = self.transactions.of(given, what)
-        store = self.writable()
+        writable = self.writable()
+        store: Staged = writable
         if tx is not None:
             if self.eager() and not tx.sees_commit:
                 raise TransactionError(
                     "eager mode runs a job when its transaction commits, which a session of "
                     "your own does out of mongosched's sight: use app.transaction()"
                 )
-            store = store.within(tx.handle)
+            store = writable.within(tx.handle)
         records = [dependencies.checked(store, spec.build(now), now) for spec in specs]
         stored = store.insert(records)
         jobs = []
@@ -117,7 +118,7 @@ class SchedulingOperations(Operations):
                 tx.on_commit(functools.partial(self.jobs.created, job))
         return jobs
 
-    def _link(self, record: JobRecord, store: Store | None = None) -> JobRecord:
+    def _link(self, record: JobRecord, store: Staged | None = None) -> JobRecord:
         """A job stored waiting: resolve the dependencies that ended already (read
         after the insert, so none that ends meanwhile is missed). ``store``: the
         store's view of a transaction the job was stored in."""

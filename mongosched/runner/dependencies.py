@@ -25,7 +25,7 @@ from mongosched._core import outcome
 from mongosched._core.outcome import Retention
 from mongosched._core.records import JobRecord, JobStatus
 from mongosched.errors import JobNotFound
-from mongosched.store import Store
+from mongosched.store import Staged, Store
 
 __all__ = [
     "BATCH",
@@ -49,7 +49,7 @@ Emit = Callable[[str, JobRecord], None]
 
 
 def release(
-    store: Store, job: JobRecord, *, now: datetime, retention: Retention, emit: Emit
+    store: Staged, job: JobRecord, *, now: datetime, retention: Retention, emit: Emit
 ) -> int:
     """``job`` reached a final status: release the jobs waiting for it (crossed off,
     pending once nothing remains; or ended, by the outcome's decision), and theirs in
@@ -78,7 +78,7 @@ def release(
 
 
 def _release_one(
-    store: Store,
+    store: Staged,
     child: JobRecord,
     dependency: object,
     status: JobStatus | None,
@@ -97,7 +97,7 @@ def _release_one(
     return stored
 
 
-def checked(store: Store, job: JobRecord, now: datetime) -> JobRecord:
+def checked(store: Staged, job: JobRecord, now: datetime) -> JobRecord:
     """A new job with its dependencies as ids the store knows (a string form parsed),
     each of which must exist: :class:`~mongosched.errors.JobNotFound` names the first
     that does not (so only existing jobs can be depended on: no cycle can form).
@@ -113,7 +113,7 @@ def checked(store: Store, job: JobRecord, now: datetime) -> JobRecord:
 
 
 def resolve_new(
-    store: Store,
+    store: Staged,
     job: JobRecord,
     statuses: dict[object, JobStatus],
     *,
@@ -130,7 +130,7 @@ def resolve_new(
 
 
 def _release_ended(
-    store: Store,
+    store: Staged,
     job: JobRecord,
     ended: Iterable[tuple[Any, JobStatus | None]],
     now: datetime,

@@ -27,6 +27,7 @@ from typing import Any
 
 from mongosched.errors import ConfigurationError, TransactionError
 from mongosched.store import codec
+from mongosched.store.control import Admin, Dependents, Limits, Permits
 from mongosched.store.memory.batches import MemoryBatches
 from mongosched.store.memory.flow import MemoryFlow
 from mongosched.store.memory.jobs import MemoryJobs
@@ -38,6 +39,7 @@ from mongosched.store.memory.table import MemoryTable
 from mongosched.store.memory.transactions import MemoryTransaction, MemoryTransactions, StagedStore
 from mongosched.store.memory.watch import MemoryDueWatch
 from mongosched.store.memory.workflows import MemoryWorkflows
+from mongosched.store.parts import Claims, Jobs, Leases, Transactions, Workflows
 
 __all__ = ["MemoryStore"]
 
@@ -62,11 +64,6 @@ def _nothing() -> None:
     """Nothing to do: the indexes always exist, and nothing is held to release."""
 
 
-def _no_database() -> None:
-    """No pymongo database: the jobs are in this process."""
-    return None
-
-
 def _no_offset(local_now: Callable[[], datetime]) -> timedelta | None:
     """No clock but this process's own."""
     return None
@@ -88,12 +85,12 @@ class MemoryStore:
         self.parse_id = codec.parse_id
         self.watch_due: Callable[[Sequence[str] | None], MemoryDueWatch] = table.watchers.watch
         # Transactions
-        transactions = MemoryTransactions(table)
-        self.database = _no_database
+        transactions: Transactions = MemoryTransactions(table)
+        self.database = transactions.database
         self.begin = transactions.begin
         self.join = transactions.join
         # Scheduling, reads, and users' changes to one job
-        jobs = MemoryJobs(table)
+        jobs: Jobs = MemoryJobs(table)
         self.insert = jobs.insert
         self.upsert_schedule = jobs.upsert_schedule
         self.get = jobs.get
@@ -110,7 +107,7 @@ class MemoryStore:
         self.retry_finished = jobs.retry_finished
         self.purge = jobs.purge
         # The holder's writes, the reaper's
-        leases = MemoryLeases(table)
+        leases: Leases = MemoryLeases(table)
         self.renew = leases.renew
         self.record_slot = leases.record_slot
         self.write_progress = leases.write_progress
@@ -119,13 +116,13 @@ class MemoryStore:
         self.reap = leases.reap
         self.quarantine = leases.quarantine
         # Claims, and many at once
-        batches = MemoryBatches(table)
+        batches: Claims = MemoryBatches(table)
         self.claim = batches.claim
         self.claim_batch = batches.claim_batch
         self.settle_many = batches.settle_many
         self.settle_and_claim = batches.settle_and_claim
         # Bulk operations, pauses, schedule edits, runners
-        operations = MemoryOperations(table)
+        operations: Admin = MemoryOperations(table)
         self.select_ids = operations.select_ids
         self.retry_many = operations.retry_many
         self.cancel_many = operations.cancel_many
@@ -151,14 +148,14 @@ class MemoryStore:
         self.record_audit = operations.record_audit
         self.audit_entries = operations.audit_entries
         # Concurrency permits
-        permits = MemoryPermits(table)
+        permits: Permits = MemoryPermits(table)
         self.ensure_permits = permits.ensure_permits
         self.take_permit = permits.take_permit
         self.renew_permit = permits.renew_permit
         self.release_permit = permits.release_permit
         self.permit_holders = permits.permit_holders
         # Expiry and dependencies
-        flow = MemoryFlow(table)
+        flow: Dependents = MemoryFlow(table)
         self.start_deadlines_due = flow.start_deadlines_due
         self.link_dependencies = flow.link_dependencies
         self.unlinked = flow.unlinked
@@ -169,14 +166,14 @@ class MemoryStore:
         self.unreleased = flow.unreleased
         self.orphaned = flow.orphaned
         # Rate limits and keyed concurrency
-        limits = MemoryLimits(table)
+        limits: Limits = MemoryLimits(table)
         self.take_rate = limits.take_rate
         self.return_rate = limits.return_rate
         self.take_slot = limits.take_slot
         self.renew_slot = limits.renew_slot
         self.release_slot = limits.release_slot
         # Durable workflows: their steps and events
-        workflows = MemoryWorkflows(table)
+        workflows: Workflows = MemoryWorkflows(table)
         self.steps = workflows.steps
         self.record_step = workflows.record_step
         self.fence_workflow = workflows.fence_workflow
@@ -189,7 +186,7 @@ class MemoryStore:
         """Index entries the last claim looked at (for tests: claims never scan)."""
         return self.table.indexes.examined
 
-    def within(self, transaction: Any) -> Any:
+    def within(self, transaction: Any) -> StagedStore:
         if not isinstance(transaction, MemoryTransaction) or transaction.table is not self.table:
             raise TransactionError(f"not a transaction of this store: {transaction!r}")
         return StagedStore(transaction, self.get)  # the part of a store a transaction has

@@ -16,6 +16,7 @@ from typing import Any
 
 from mongosched._core.records import DEDUPE_SCOPE_STATUSES as SCOPE_STATUSES
 from mongosched._core.records import JobRecord, JobStatus, Settlement
+from mongosched._core.steps import StepRecord
 from mongosched.errors import StoreError, TransactionConflict, TransactionError
 from mongosched.store import codec
 from mongosched.store.memory.stored import StoredJob, encode_result
@@ -83,11 +84,15 @@ class MemoryTransaction:
 
 
 class MemoryTransactions:
-    """``begin`` and ``join`` of the memory store (its ``within`` makes a
+    """``database``, ``begin`` and ``join`` of the memory store (its ``within`` makes a
     :class:`StagedStore`)."""
 
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
+
+    def database(self) -> None:
+        """No pymongo database: the jobs are in this process."""
+        return None
 
     def begin(self) -> MemoryTransaction:
         return MemoryTransaction(self._table)
@@ -174,7 +179,26 @@ class StagedStore:
     def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
         return self.transaction.commit_with((job, settlement))
 
-    def __getattr__(self, name: str) -> Any:
-        raise StoreError(
-            f"memory:// transactions hold new jobs and a job's outcome only, not {name}"
-        )
+    # memory:// links and releases dependencies, and records a workflow's steps, at
+    # the commit, outside the transaction: a call of these here is a bug.
+
+    def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
+        raise _not_staged("dependents")
+
+    def release_dependent(
+        self, job: JobRecord, dependency: Any, settlement: Settlement
+    ) -> JobRecord | None:
+        raise _not_staged("release_dependent")
+
+    def dependents_released(self, job_id: Any) -> None:
+        raise _not_staged("dependents_released")
+
+    def fence_workflow(self, job_id: Any, token: str, now: datetime) -> bool:
+        raise _not_staged("fence_workflow")
+
+    def record_step(self, step: StepRecord, token: str | None) -> StepRecord:
+        raise _not_staged("record_step")
+
+
+def _not_staged(name: str) -> StoreError:
+    return StoreError(f"memory:// transactions hold new jobs and a job's outcome only, not {name}")

@@ -30,6 +30,7 @@ from typing import Any
 
 from mongosched.errors import TransactionError
 from mongosched.store import codec
+from mongosched.store.control import Admin, Dependents, Limits, Permits
 from mongosched.store.mongo.batches import MongoBatches
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.flow import MongoFlow
@@ -41,6 +42,7 @@ from mongosched.store.mongo.permits import MongoPermits
 from mongosched.store.mongo.transactions import MongoTransaction, MongoTransactions
 from mongosched.store.mongo.watch import MongoDueWatch
 from mongosched.store.mongo.workflows import MongoWorkflows
+from mongosched.store.parts import Claims, Jobs, Transactions
 
 __all__ = ["MongoConnection", "MongoStore"]
 
@@ -80,12 +82,12 @@ class MongoStore:
         self.clock_offset = connection.clock_offset
         self.parse_id = codec.parse_id
         # Transactions
-        transactions = MongoTransactions(connection)
-        self.database = lambda: connection.database
+        transactions: Transactions = MongoTransactions(connection)
+        self.database = transactions.database
         self.begin = transactions.begin
         self.join = transactions.join
         # Scheduling, reads, and users' changes to one job
-        jobs = MongoJobs(connection)
+        jobs: Jobs = MongoJobs(connection)
         self.insert = jobs.insert
         self.upsert_schedule = jobs.upsert_schedule
         self.get = jobs.get
@@ -111,13 +113,13 @@ class MongoStore:
         self.reap = leases.reap
         self.quarantine = leases.quarantine
         # Claims, one job or many; settlements many at once
-        batches = MongoBatches(connection, leases)
+        batches: Claims = MongoBatches(connection, leases)
         self.claim = batches.claim
         self.claim_batch = batches.claim_batch
         self.settle_many = batches.settle_many
         self.settle_and_claim = batches.settle_and_claim
         # Bulk operations, pauses, schedule edits, runners
-        operations = MongoOperations(connection, jobs.retry_finished)
+        operations: Admin = MongoOperations(connection, jobs.retry_finished)
         self.select_ids = operations.select_ids
         self.retry_many = operations.retry_many
         self.cancel_many = operations.cancel_many
@@ -143,14 +145,14 @@ class MongoStore:
         self.record_audit = operations.record_audit
         self.audit_entries = operations.audit_entries
         # Concurrency permits
-        permits = MongoPermits(connection)
+        permits: Permits = MongoPermits(connection)
         self.ensure_permits = permits.ensure_permits
         self.take_permit = permits.take_permit
         self.renew_permit = permits.renew_permit
         self.release_permit = permits.release_permit
         self.permit_holders = permits.permit_holders
         # Expiry and dependencies
-        flow = MongoFlow(connection)
+        flow: Dependents = MongoFlow(connection)
         self.start_deadlines_due = flow.start_deadlines_due
         self.link_dependencies = flow.link_dependencies
         self.unlinked = flow.unlinked
@@ -161,7 +163,7 @@ class MongoStore:
         self.unreleased = flow.unreleased
         self.orphaned = flow.orphaned
         # Rate limits and keyed concurrency
-        limits = MongoLimits(connection)
+        limits: Limits = MongoLimits(connection)
         self.take_rate = limits.take_rate
         self.return_rate = limits.return_rate
         self.take_slot = limits.take_slot

@@ -170,10 +170,14 @@ class MongoTransaction:
 
 
 class MongoTransactions:
-    """``begin`` and ``join`` of the MongoDB store."""
+    """``database``, ``begin`` and ``join`` of the MongoDB store."""
 
     def __init__(self, connection: MongoConnection) -> None:
         self.connection = connection
+
+    def database(self) -> Any:
+        """The pymongo ``Database`` the jobs are in, for the application's own writes."""
+        return self.connection.database
 
     def begin(self) -> MongoTransaction:
         connection = self.connection
