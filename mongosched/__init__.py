@@ -10,9 +10,6 @@ The other subpackages (``_core``, ``runner``, ``operations``, ``store``) are int
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from mongosched._core import deprecation
 from mongosched._core.records import (
     AttemptError,
     AttemptRecord,
@@ -69,17 +66,6 @@ from mongosched.transaction import Transaction
 from mongosched.workflow import Step, patched
 
 __version__ = "0.1.0"
-
-if TYPE_CHECKING:
-    Retry = RetryPolicy
-    """Deprecated: the old name of :class:`RetryPolicy`."""
-    WorkerInfo = RunnerInfo
-    """Deprecated: the old name of :class:`RunnerInfo`."""
-else:
-    __getattr__ = deprecation.module_getattr(
-        __name__,
-        {"Retry": ("RetryPolicy", RetryPolicy), "WorkerInfo": ("RunnerInfo", RunnerInfo)},
-    )
 
 __all__ = [
     "EVENTS",

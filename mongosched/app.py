@@ -470,7 +470,6 @@ class App:
     ensure_schedules = Delegated("_admin", AdminOperations.ensure_schedules)
     update_schedule = Delegated("_admin", AdminOperations.update_schedule)
     live_runners = Delegated("_admin", AdminOperations.live_runners)
-    workers = Delegated("_admin", AdminOperations.workers)
 
     # Events ---------------------------------------------------------------------------------------
     def on(self, event: str, listener: Listener | None = None) -> Any:

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Protocol, cast
 
-from mongosched._core import deprecation, validate
+from mongosched._core import validate
 from mongosched._core.records import (
     AttemptError,
     AttemptRecord,
@@ -252,12 +252,6 @@ class Job(Generic[R]):
 
         Stored as the job document's ``expire_at`` field, on which the TTL index is built.
         """
-        return self._record.delete_at
-
-    @property
-    def expire_at(self) -> datetime | None:
-        """Deprecated: the old name of :attr:`delete_at` (it warns)."""
-        deprecation.warn("Job.expire_at", "Job.delete_at", stacklevel=2)
         return self._record.delete_at
 
     # Flow control ----------------------------------------------------------------

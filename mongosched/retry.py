@@ -11,9 +11,9 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Literal, cast
+from typing import Literal, cast
 
-from mongosched._core import deprecation, validate
+from mongosched._core import validate
 from mongosched.errors import ConfigurationError, Fail
 
 __all__ = ["BACKOFFS", "DEFAULT_RETRIES", "DEFAULT_RETRY", "RetryPolicy"]
@@ -123,8 +123,3 @@ DEFAULT_RETRY = RetryPolicy(
 )
 """Two retries (three attempts in all), exponential backoff from 1 s capped at 5 minutes,
 full jitter."""
-
-if TYPE_CHECKING:
-    Retry = RetryPolicy
-else:
-    __getattr__ = deprecation.module_getattr(__name__, {"Retry": ("RetryPolicy", RetryPolicy)})

@@ -10,9 +10,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from mongosched._core import deprecation
+from typing import Any, TypeVar
 
 __all__ = [
     "DEDUPE_SCOPE_STATUSES",
@@ -589,9 +587,3 @@ class RunnerInfo:
     last_seen: datetime
     version: str
     stale: bool = False
-
-
-if TYPE_CHECKING:
-    WorkerInfo = RunnerInfo
-else:
-    __getattr__ = deprecation.module_getattr(__name__, {"WorkerInfo": ("RunnerInfo", RunnerInfo)})

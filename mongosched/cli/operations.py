@@ -10,7 +10,7 @@ from typing import Any
 
 from mongosched.app import App
 from mongosched.cli.exits import EXIT_OK, EXIT_USAGE, CommandError
-from mongosched.cli.output import listing, out, print_json, warning
+from mongosched.cli.output import listing, out, print_json
 from mongosched.job import Job
 
 __all__ = [
@@ -23,7 +23,6 @@ __all__ = [
     "runners",
     "schedule_edit",
     "trigger",
-    "workers",
 ]
 
 FILTERS = (
@@ -195,12 +194,6 @@ def runners(app: App, args: argparse.Namespace) -> int:
         ],
     )
     return EXIT_OK
-
-
-def workers(app: App, args: argparse.Namespace) -> int:
-    """The old name of ``runners``: the same listing, after a warning on stderr."""
-    warning("'workers' is deprecated and will be removed in the next release: use 'runners'")
-    return runners(app, args)
 
 
 def audit(app: App, args: argparse.Namespace) -> int:

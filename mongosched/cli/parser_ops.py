@@ -24,7 +24,6 @@ OPERATION_VERBS = {
     "trigger": "run a repeating schedule once now, its next slot unmoved",
     "backfill": "run the slots of a past range of a repeating schedule, each once",
     "runners": "list the runners registered (every process and host), stale ones marked",
-    "workers": "the old name of runners (deprecated)",
     "audit": "list operators' actions, newest first: who did what, on how many jobs",
 }
 
@@ -136,7 +135,6 @@ def add_operation_verbs(
     json_flag(audit)
     audit.set_defaults(run=operations.audit)
 
-    for name, run in (("runners", operations.runners), ("workers", operations.workers)):
-        listed = verb(commands, name, OPERATION_VERBS[name])
-        json_flag(listed)
-        listed.set_defaults(run=run)
+    listed = verb(commands, "runners", OPERATION_VERBS["runners"])
+    json_flag(listed)
+    listed.set_defaults(run=operations.runners)

@@ -16,7 +16,7 @@ from mongosched.dashboard.actions import JOB_ACTIONS, bulk_action, job_action, p
 from mongosched.dashboard.csrf import Session, refusal
 from mongosched.dashboard.data import Operations
 from mongosched.dashboard.fleet import audit_page, runners_page, schedules_page
-from mongosched.dashboard.http import Request, Response, redirect
+from mongosched.dashboard.http import Request, Response
 from mongosched.dashboard.job_detail import job_page
 from mongosched.dashboard.render import Context, Markup, fmt, page
 from mongosched.dashboard.schedule_forms import backfill_action, schedule_edit, trigger_action
@@ -39,8 +39,6 @@ READS: dict[str, Callable[[Operations, Context], tuple[str, Markup]]] = {
     "/runners": runners_page,
     "/audit": audit_page,
 }
-MOVED = {"/workers": "/runners"}
-"""Old paths of pages, kept for one release so that bookmarks still lead there."""
 JOB_PATH = re.compile(r"^/jobs/([^/]+)(?:/([a-z-]+))?/?$")
 
 
@@ -104,9 +102,6 @@ class Dashboard:
             return found or self._not_found(ctx)
         if path == "/metrics" and not post:
             return self._metrics()
-        moved = MOVED.get(path.rstrip("/"))
-        if moved is not None and not post:
-            return redirect(ctx.url(moved), 301)
         view = READS.get(path.rstrip("/") or "/")
         if view is not None:
             if post:

@@ -275,19 +275,16 @@ def _store_families(app: Observed) -> Iterator[Family]:
     yield lateness
     runners = app.live_runners()
     stale = sum(1 for r in runners if r.stale)
-    for name, text in (
-        ("mongosched_runners", "Registered runners, live and stale"),
-        ("mongosched_workers", "Deprecated: the old name of mongosched_runners"),
-    ):
-        yield Family(
-            name,
-            "gauge",
-            text,
-            [
-                (name, {"state": "live"}, float(len(runners) - stale)),
-                (name, {"state": "stale"}, float(stale)),
-            ],
-        )
+    name = "mongosched_runners"
+    yield Family(
+        name,
+        "gauge",
+        "Registered runners, live and stale",
+        [
+            (name, {"state": "live"}, float(len(runners) - stale)),
+            (name, {"state": "stale"}, float(stale)),
+        ],
+    )
 
 
 def _counter(name: str, text: str, values: Mapping[str, int], label: str = "task") -> Family:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from mongosched._core import deprecation, validate
+from mongosched._core import validate
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
     PAUSE_KINDS,
@@ -401,11 +401,6 @@ class AdminOperations(Operations):
             replace(info, stale=info.last_seen < now - STALE_AFTER)
             for info in self.store.runners(now)
         ]
-
-    def workers(self) -> list[RunnerInfo]:
-        """Deprecated: the old name of :meth:`live_runners` (it warns)."""
-        deprecation.warn("App.workers()", "App.live_runners()")
-        return self.live_runners()
 
 
 def _declared(record: JobRecord) -> tuple[Any, str, float]:

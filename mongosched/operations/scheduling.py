@@ -21,7 +21,7 @@ from mongosched.operations.jobs import JobOperations
 from mongosched.runner import dependencies
 from mongosched.runner.host import RunnerHost
 from mongosched.runner.runner import Runner
-from mongosched.store import Staged, Store
+from mongosched.store import Staged
 from mongosched.task import JobSpec
 from mongosched.transaction import Transactions
 

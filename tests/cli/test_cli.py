@@ -655,7 +655,6 @@ EVERY_VERB = {
     "trigger": ["trigger", "nightly"],
     "backfill": ["backfill", "nightly", "--start", "2d", "--end", "1d"],
     "runners": ["runners"],
-    "workers": ["workers"],
     "audit": ["audit"],
     "dashboard": ["dashboard", "--token", "t" * 32, "--port", "0"],
 }

@@ -173,9 +173,6 @@ def test_runners_lists_live_runners(make_app: Callable[..., App], cli: Callable[
     assert header.split()[:3] == ["NAME", "HOST", "PID"]
     assert row.split()[0] == "w1" and "a,b" in row
     assert run.err == ""
-    old = cli("workers", app=app)  # the old name: the same listing, and a warning
-    assert old.code == 0 and old.out == run.out
-    assert "'workers' is deprecated" in old.err and "use 'runners'" in old.err
     (data,) = cli("runners", "--json", app=app).json()
     assert (data["name"], data["workers"], data["queues"], data["stale"]) == (
         "w1",

@@ -81,7 +81,6 @@ def routes(sched: App, jobs: dict[str, Any]) -> list[tuple[str, str]]:
         ("POST", f"/jobs/{job}/cancel"),
         ("GET", "/schedules"),
         ("GET", "/runners"),
-        ("GET", "/workers"),
         ("GET", "/metrics"),
         ("GET", "/bulk/retry?task=boom"),
         ("POST", "/bulk/retry"),
@@ -782,8 +781,6 @@ def test_a_schedule_reads_as_a_schedule(sched: App, jobs: dict[str, Any], browse
 
 
 def test_runners_lists_the_live_runners(sched: App, browser: Client) -> None:
-    old = browser.get("/workers")  # the page's old path, kept for bookmarks
-    assert old.status == 301 and old.header("Location") == "/runners"
     assert "No runner is registered." in browser.get("/runners").body
     runner = sched.runner(workers=3, queues=["q1", "q2"], name="runner-<x>").start()
     try:

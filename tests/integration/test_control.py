@@ -396,19 +396,6 @@ def test_finished_jobs_get_delete_at_from_the_retention_settings(
     assert kept.refresh().status is JobStatus.COMPLETED and kept.delete_at is None
 
 
-def test_the_old_name_expire_at_reads_delete_at_and_warns(
-    make_app: Callable[..., App], clock: FakeClock
-) -> None:
-    app = make_app(clock=clock, keep_completed=timedelta(hours=1))
-    app.task(name="ok")(lambda: 1)
-    job = app.schedule("ok")
-    drain(app)
-    job.refresh()
-    assert job.delete_at is not None
-    with pytest.warns(DeprecationWarning, match=r"Job\.expire_at .*use Job\.delete_at"):
-        assert job.expire_at == job.delete_at
-
-
 def test_purge_deletes_old_finished_jobs_only(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:

@@ -104,7 +104,6 @@ def test_render_parses_with_prometheus_client(
     assert got[(f"{delay}_bucket", (("le", "30.0"), ("task", odd)))] >= 1
     assert got[(f"{delay}_bucket", (("le", "60.0"), ("task", odd)))] == 3
     assert got[("mongosched_runners", (("state", "live"),))] == 0
-    assert got[("mongosched_workers", (("state", "live"),))] == 0  # the old name, deprecated
     assert kinds(text) == {
         "mongosched_jobs": "gauge",
         "mongosched_running_jobs": "gauge",
@@ -112,7 +111,6 @@ def test_render_parses_with_prometheus_client(
         "mongosched_queue_due_jobs": "gauge",
         "mongosched_queue_lateness_seconds": "gauge",
         "mongosched_runners": "gauge",
-        "mongosched_workers": "gauge",
         "mongosched_store_up": "gauge",
         "mongosched_jobs_completed": "counter",
         "mongosched_jobs_failed": "counter",

@@ -91,16 +91,3 @@ def test_coerce_names_the_task() -> None:
         RetryPolicy.coerce("3", task="emails.send")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="task 'emails.send'.*retries"):
         RetryPolicy.coerce(-1, task="emails.send")
-
-
-def test_the_old_name_retry_is_the_policy_and_warns() -> None:
-    import mongosched
-    import mongosched.retry
-
-    for module in (mongosched, mongosched.retry):
-        with pytest.warns(DeprecationWarning, match="use mongosched.*RetryPolicy"):
-            old = module.Retry
-        assert old is RetryPolicy
-    with pytest.warns(DeprecationWarning):
-        from mongosched import Retry
-    assert Retry(retries=1) == RetryPolicy(retries=1)

@@ -104,12 +104,8 @@ def check_payload_names_and_untyped_uses(app: App, seen: Job) -> None:
 
 
 def check_retry_policy(app: App) -> None:
-    from mongosched import Retry  # the deprecated alias is the same class to a type checker
-
     policy = RetryPolicy(retries=3, backoff="linear", delay=timedelta(seconds=2))
-    assert_type(Retry(retries=1), RetryPolicy)
     app.task(retry=policy)
-    app.task(retry=Retry(retries=1))
     app.task(retry="3")  # type: ignore[call-overload]
     RetryPolicy(backoff="cubic")  # type: ignore[arg-type]
 
