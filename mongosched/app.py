@@ -8,9 +8,9 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from mongosched._core import validate
 from mongosched._core.delegation import Delegated
@@ -18,19 +18,16 @@ from mongosched._core.outcome import Retention
 from mongosched.errors import ConfigurationError, StoreError, TaskNotRegistered
 from mongosched.events import Listener, Listeners
 from mongosched.job import Job
-from mongosched.limits import RateSpec
 from mongosched.operations.admin import AdminOperations
 from mongosched.operations.audit import AuditTrail
 from mongosched.operations.base import AppParts
 from mongosched.operations.bulk import BulkOperations
 from mongosched.operations.jobs import Cancellation, JobOperations
 from mongosched.operations.scheduling import SchedulingOperations
-from mongosched.retry import RetryPolicy
 from mongosched.runner.host import RunnerHost
 from mongosched.runner.inprocess import InProcess
 from mongosched.runner.runner import Runner
 from mongosched.runner.wakeup import wake_mode
-from mongosched.schedule import Rule
 from mongosched.store import Database, Store, in_process, open_store
 from mongosched.task import (
     SCRIPT_PREFIX,
@@ -41,6 +38,10 @@ from mongosched.task import (
 )
 from mongosched.transaction import RETRY_TIME, Transaction, TransactionIntegration, Transactions
 from mongosched.workflow import Workflows
+
+if TYPE_CHECKING:
+    # Only for the type checker: ``Unpack`` is in ``typing`` from Python 3.11.
+    from typing_extensions import Unpack
 
 __all__ = ["App", "Cancellation", "reconfigure", "runner_host"]
 
@@ -267,34 +268,7 @@ class App:
     def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
 
     @overload
-    def task(
-        self,
-        *,
-        name: str | None = None,
-        queue: str = "default",
-        priority: float = 5,
-        retry: RetryPolicy | int | None = None,
-        timeout: float | timedelta | None = None,
-        concurrency: int | None = None,
-        repeat: Rule | None = None,
-        cron: str | None = None,
-        every: float | timedelta | None = None,
-        timezone: str | None = None,
-        misfire: str = "coalesce",
-        misfire_grace: float | timedelta | None = None,
-        max_catchup: int = 100,
-        jitter: float | timedelta | None = None,
-        overlap: str = "skip",
-        pause_after: int | None = None,
-        rate_limit: RateSpec | None = None,
-        rate_key: str | Callable[..., Any] | None = None,
-        concurrency_key: str | Callable[..., Any] | None = None,
-        transactional: bool = False,
-        aging: float | timedelta | None = None,
-        fair_key: str | Callable[..., Any] | None = None,
-        fair_weights: Mapping[str, float] | None = None,
-        capture_logs: bool | int = True,
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    def task(self, **options: Unpack[TaskOptions]) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(  # type: ignore[misc]  # mypy cannot match **options to the keyword overload
         self, fn: Callable[..., Any] | None = None, /, **options: Any
