@@ -259,12 +259,7 @@ class Model:
         self._place(now)
         view = self.views.get(runner)
         if view is None:
-            view = self.views[runner] = frozenset(self.pauses)
-            # operations.rst: while a queue is paused, a runner serving every queue
-            # claims from the queues that held pending jobs when it read the pauses.
-            self.listed[runner] = frozenset(
-                j.queue for j in self.jobs.values() if j.status == "pending"
-            )
+            view = self._read_pauses(runner)
         queue_paused = any(kind == "queue" for kind, _ in view)
         listed = self.listed.get(runner, frozenset())
         due = [
@@ -288,6 +283,17 @@ class Model:
             else:  # aging: the rank's order (then the due time); others by priority
                 heads.append(min(of_task, key=lambda j: self._claim_order(j, now)))
         return min(heads, key=lambda j: self._claim_order(j, now)) if heads else None
+
+    def _read_pauses(self, runner: str) -> frozenset[tuple[str, str]]:
+        """A runner reads the pauses (at its first claim, and again when a hold finds
+        its pause gone)."""
+        view = self.views[runner] = frozenset(self.pauses)
+        # operations.rst: while a queue is paused, a runner serving every queue
+        # claims from the queues that held pending jobs when it read the pauses.
+        self.listed[runner] = frozenset(
+            j.queue for j in self.jobs.values() if j.status == "pending"
+        )
+        return view
 
     def sweep(self, now: datetime) -> None:
         """The reaper's sweep: pending, waiting (and, DECIDED, label-held ``paused``)
@@ -329,12 +335,19 @@ class Model:
         job = self.next_claim(runner, now)
         if job is None:
             return None
+        label = None if job.label is None else ("task", job.label)
         if _expired(job, now):  # found at claim (flow-control.rst, "Expiry")
             self._finish(job, "expired", now)
-        elif job.label is not None and ("task", job.label) in self.pauses:
+        elif label is not None and label in self.views[runner]:
             # operations.rst: a label's job scheduled since its pause is held when
-            # claimed. Issue 32 item 1: held only by a pause that is stored.
-            job.status = "paused"
+            # claimed, by a runner that has read the pause (App.pause: "within one poll
+            # interval"; one that has not runs it). Issue 32 item 1: held only by a
+            # pause that is stored; if it is gone, the job stays pending and the runner
+            # reads the pauses again.
+            if label in self.pauses:
+                job.status = "paused"
+            else:
+                self._read_pauses(runner)
         else:
             self._claimed(job, runner, now)
         return job

@@ -154,3 +154,22 @@ def test_n4_sweep_of_a_held_job(replay: Callable[[str, Steps], None]) -> None:
         state.reap(runner="r0")
 
     replay("N4", steps)
+
+
+def test_m1_a_label_paused_since_a_runner_read_its_pauses(
+    replay: Callable[[str, Steps], None],
+) -> None:
+    """Where the model was wrong: it held a label's job by the stored pause, while a
+    runner goes by the pauses it read (``App.pause``: "within one poll interval").
+    A runner that read them before the pause runs the job; one that starts afresh
+    holds it. The soak found it (it failed 2 runs of 3)."""
+
+    def steps(state: Machine) -> None:
+        state.run(limit=1, ok=True, runner="r0")  # r0 reads the pauses: none
+        state.pause(what=("task", "L"))
+        state.schedule(n=0, o=Options(label="L"), task="t.aging", tenant="a")
+        state.schedule(n=1, o=Options(label="L"), task="t.aging", tenant="a")
+        state.run(limit=1, ok=True, runner="r0")  # has not read the pause: runs one
+        state.run(limit=1, ok=True, runner="r1")  # reads it: holds the other
+
+    replay("M1", steps)
