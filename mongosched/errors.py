@@ -28,6 +28,7 @@ __all__ = [
     "InvalidJobId",
     "JobExpired",
     "ResultTooLarge",
+    "ScheduleFinished",
     "SerializationError",
     "StoreError",
     "StoreUnavailable",
@@ -136,6 +137,18 @@ class WatchUnavailable(StoreError):
 class JobStateError(MongoschedError):
     """The job is not in a state that allows the operation (for example, updating a
     job that is already running)."""
+
+
+class ScheduleFinished(JobStateError):
+    """A repeating schedule named by a pause, resume, trigger, edit or backfill has
+    finished (its status is final): a backfill whose slots have all run, or a schedule
+    that was cancelled or ended. The message names it and says why; a cancelled or
+    failed one comes back with :meth:`App.retry_job <mongosched.App.retry_job>`.
+    ``schedule`` is its id."""
+
+    def __init__(self, message: str, schedule: object = None) -> None:
+        super().__init__(message)
+        self.schedule = schedule
 
 
 class LeaseLost(MongoschedError):

@@ -20,17 +20,24 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
-from mongosched._core import validate
+from mongosched._core import spawn, validate
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
     PAUSE_KINDS,
     JobRecord,
+    JobStatus,
     Pause,
     RunnerInfo,
     ScheduleChanges,
     ScheduleEdit,
 )
-from mongosched.errors import ConfigurationError, InvalidJobId, JobNotFound, JobStateError
+from mongosched.errors import (
+    ConfigurationError,
+    InvalidJobId,
+    JobNotFound,
+    JobStateError,
+    ScheduleFinished,
+)
 from mongosched.job import Job
 from mongosched.operations.audit import checked_actor
 from mongosched.operations.base import Operations
@@ -147,7 +154,19 @@ class AdminOperations(Operations):
         it was waiting for; its misfire policy decides what runs for slots missed while
         it was paused (``coalesce``: one run; ``skip``: none; ``all``: each)."""
         checked_actor(actor, "resume")
-        kind, name, record = self._pause_target("resume", queue, task, schedule)
+        try:
+            kind, name, record = self._pause_target("resume", queue, task, schedule)
+        except ScheduleFinished as exc:  # a pause stored before it ended is not left behind
+            if self.writable().remove_pause("schedule", str(exc.schedule)):
+                log.info("schedule %s: finished; its pause removed", exc.schedule)
+                self.audit.record(
+                    "resume",
+                    f"schedule {exc.schedule}",
+                    detail="finished: pause removed",
+                    actor=actor,
+                )
+                raise ScheduleFinished(f"{exc} (its pause is removed)", exc.schedule) from None
+            raise
         removed = self.writable().remove_pause(kind, name)
         if record is not None:
             self.store.release_schedule(record.id, self.now())
@@ -176,7 +195,7 @@ class AdminOperations(Operations):
             return kind, validate.queue(value, task="*"), None
         if kind == "task":
             return kind, validate.text(value, what=f"{what}: task", expected="a task name"), None
-        record = self.named(value)
+        record = self.named(value, what)
         return kind, str(record.id), record
 
     # Schedules ---------------------------------------------------------------------------------
@@ -269,7 +288,7 @@ class AdminOperations(Operations):
         :meth:`ensure_schedules` logs that it replaced the edit. Returns the schedule's
         row as :meth:`schedules` lists it. ``actor``: who did it, for the audit trail."""
         checked_actor(actor, "update_schedule")
-        record = self.named(schedule)
+        record = self.named(schedule, "update_schedule")
         if all(v is None for v in (cron, every, timezone, priority, queue)):
             raise ConfigurationError(
                 f"update_schedule: schedule {record.id} ({record.task}): give at least one "
@@ -358,9 +377,11 @@ class AdminOperations(Operations):
             edit=edit,
         )
 
-    def named(self, schedule: Any) -> JobRecord:
+    def named(self, schedule: Any, what: str) -> JobRecord:
         """The repeating job ``schedule`` names, as stored: a :class:`Job`, its id, or
-        a task or its name (its declared schedule, or its only repeating job)."""
+        a task or its name (its declared schedule, or its only repeating job), for the
+        operation ``what``, which a finished schedule refuses
+        (:class:`~mongosched.errors.ScheduleFinished`, saying why)."""
         if isinstance(schedule, Job):
             schedule = schedule.id
         elif isinstance(schedule, Task):
@@ -387,6 +408,8 @@ class AdminOperations(Operations):
             raise JobNotFound(f"no repeating schedule {schedule!r} (an id or a task name)")
         if record.repeat is None:
             raise ConfigurationError(f"job {record.id} ({record.task}) is not a repeating job")
+        if record.status.is_final:
+            raise _finished(what, record)
         return record
 
     # Live runners ------------------------------------------------------------------------------
@@ -406,6 +429,18 @@ class AdminOperations(Operations):
 def _declared(record: JobRecord) -> tuple[Any, str, float]:
     """A schedule's rule, queue and priority, as the declaration log lines name them."""
     return schedule_row(record, False)["rule"], record.queue, record.priority
+
+
+def _finished(what: str, record: JobRecord) -> ScheduleFinished:
+    """The error of ``what`` (an operation) on a finished schedule, saying why."""
+    kind = "backfill job" if spawn.until(record) is not None else "schedule"
+    if record.status is JobStatus.COMPLETED:
+        why = "has completed: it has no slots left to run"
+    elif record.status is JobStatus.CANCELLED:
+        why = "was cancelled, which stops it for good (app.retry_job brings it back)"
+    else:
+        why = f"ended {record.status.value} (app.retry_job brings it back)"
+    return ScheduleFinished(f"{what}: {kind} {record.id} ({record.task}) {why}", record.id)
 
 
 def _describe(changes: ScheduleChanges) -> str:

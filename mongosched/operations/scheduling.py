@@ -37,7 +37,8 @@ class SchedulingOperations(Operations):
     :param jobs: the app's job operations (a job read back, a dependents' release
         reported, what follows a new job: its event, the wake-up of this process's
         runners).
-    :param named: the repeating job a schedule argument names, as stored.
+    :param named: the repeating job a schedule argument names, as stored, for an
+        operation (which a finished schedule refuses).
     :param host: the app as its runners see it (eager mode runs jobs in a runner).
     :param eager: whether jobs run here, at once (the app's ``eager``, read at each
         call; see :mod:`mongosched.testing`).
@@ -49,7 +50,7 @@ class SchedulingOperations(Operations):
         *,
         transactions: Transactions,
         jobs: JobOperations,
-        named: Callable[[Any], JobRecord],
+        named: Callable[[Any, str], JobRecord],
         host: RunnerHost,
         eager: Callable[[], bool],
     ) -> None:
@@ -156,7 +157,7 @@ class SchedulingOperations(Operations):
         ``current_job().scheduled_for`` is the time of the trigger. ``actor``: who did
         it, for the audit trail."""
         checked_actor(actor, "trigger_schedule")
-        record = self.named(schedule)
+        record = self.named(schedule, "trigger_schedule")
         stored = triggers.trigger(self.writable(), record, self.now())
         target = f"schedule {record.id} ({record.task})"
         self.audit.record("trigger", target, count=1, detail=f"job {stored.id}", actor=actor)
@@ -179,7 +180,7 @@ class SchedulingOperations(Operations):
         doubled). ``current_job().scheduled_for`` is the slot a run is for. ``actor``:
         who did it, for the audit trail."""
         checked_actor(actor, "backfill")
-        record = self.named(schedule)
+        record = self.named(schedule, "backfill")
         lanes = triggers.backfill(self.writable(), record, start, end, at_once, self.now())
         made = sum(1 for _, created in lanes if created)
         self.audit.record(

@@ -163,6 +163,27 @@ def test_trigger_and_backfill(ops: App, clock: FakeClock, cli: Callable[..., Run
     assert cli("trigger", "nothing", app=ops).code == 3
 
 
+def test_verbs_on_a_finished_schedule_are_refused(ops: App, cli: Callable[..., Run]) -> None:
+    ops.task(name="daily", cron="0 6 * * *")(lambda: None)
+    ops.ensure_schedules()
+    ops.cancel("schedule:daily")
+    verbs = {
+        "pause": ["pause", "--schedule", "daily"],
+        "resume": ["resume", "--schedule", "daily"],
+        "trigger_schedule": ["trigger", "daily"],
+        "update_schedule": ["schedule-edit", "daily", "--every", "1m"],
+        "backfill": ["backfill", "daily", "--start", "3d", "--end", "1d"],
+    }
+    for verb, argv in verbs.items():
+        run = cli(*argv, app=ops)
+        assert (run.code, run.out) == (1, ""), argv
+        assert run.err == (
+            f"mongosched: error: {verb}: schedule schedule:daily (daily) was cancelled, "
+            "which stops it for good (app.retry_job brings it back)\n"
+        )
+    assert ops.count_jobs() == 1 and ops.pauses() == []
+
+
 def test_runners_lists_live_runners(make_app: Callable[..., App], cli: Callable[..., Run]) -> None:
     app = make_app()
     assert cli("runners", app=app).out.strip() == "no runners registered"

@@ -1162,6 +1162,29 @@ def test_run_a_schedule_now_and_backfill_it(
     assert browser.get("/schedules/backfill?id=schedule:nothing").status == 404
 
 
+def test_a_finished_schedule_is_refused_with_the_reason_not_a_crash(
+    sched: App, jobs: dict[str, Any], browser: Client
+) -> None:
+    form = browser.get("/schedules/trigger?id=schedule:tick")
+    sched.cancel("schedule:tick")  # it finishes while the form is open
+    why = "schedule schedule:tick (tick) was cancelled, which stops it for good"
+    fields = {"csrf_token": form.csrf(), "id": "schedule:tick"}
+    slot = sched.get_job("schedule:tick").scheduled_for
+    times = {"start": (slot - timedelta(hours=5)).isoformat(), "end": slot.isoformat()}
+    posts = [
+        ("/schedules/trigger", fields, 400),
+        ("/schedules/edit", {**fields, "every": "60"}, 400),
+        ("/schedules/backfill", {**fields, **times}, 400),
+        ("/pause", {**fields, "kind": "schedule", "name": "tick"}, 409),
+        ("/resume", {**fields, "kind": "schedule", "name": "tick"}, 409),
+    ]
+    for path, form_fields, status in posts:
+        reply = browser.post(path, form_fields)
+        assert reply.status == status, (path, reply.body)
+        assert why in html.unescape(reply.body), path
+    assert sched.count_jobs(task="tick") == 1 and sched.pauses() == []
+
+
 def test_the_schedules_page_says_why_a_schedule_paused_and_what_it_missed(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:

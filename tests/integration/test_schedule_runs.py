@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mongosched import App, current_job
-from mongosched.errors import InvalidSchedule
+from mongosched.errors import InvalidSchedule, ScheduleFinished
 from mongosched.events import Event
 from mongosched.observe.metrics import instrument, render
 from mongosched.schedule import jitter_offset
@@ -336,3 +336,39 @@ def test_a_finished_backfill_is_no_longer_listed_as_a_schedule(
     drain_all(apps)
     listed = {str(s["id"]) for s in apps[0].schedules()}
     assert listed == {schedule_id("tick")}  # the declared schedule only
+
+
+def test_a_finished_schedule_refuses_pause_resume_trigger_edit_and_backfill(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    apps, ran = runners(make_app, clock, cron="0 9 * * *")
+    app = apps[0]
+    nine = START.replace(hour=9)
+    [lane] = app.backfill("tick", nine - timedelta(days=2), nine - timedelta(days=1))
+    drain_all(apps)
+    assert lane.refresh().status.value == "completed"
+    app.pause(schedule="tick")
+    app.cancel(schedule_id("tick"))  # switched off while paused: its pause stays stored
+    runs = len(ran)
+    refusals: list[tuple[str, Callable[[Any], Any]]] = [
+        ("pause", lambda s: app.pause(schedule=s)),
+        ("trigger_schedule", app.trigger_schedule),
+        ("update_schedule", lambda s: app.update_schedule(s, every=60)),
+        ("backfill", lambda s: app.backfill(s, nine - timedelta(days=4), nine)),
+        ("resume", lambda s: app.resume(schedule=s)),
+    ]
+    for verb, act in refusals:
+        with pytest.raises(
+            ScheduleFinished,
+            match=f"^{verb}: backfill job {lane.id} \\(tick\\) has completed: it has no slots",
+        ):
+            act(str(lane.id))
+        with pytest.raises(
+            ScheduleFinished,
+            match=f"^{verb}: schedule {schedule_id('tick')} \\(tick\\) was cancelled, which stops",
+        ):
+            act("tick")
+    assert app.pauses() == []  # the resume removed the pause it could no longer undo
+    assert drain_all(apps) == 0 and len(ran) == runs  # nothing was made to run
+    assert app.get_job(schedule_id("tick")).status.value == "cancelled"
+    assert [e.action for e in app.audit.entries(limit=2)] == ["resume", "cancel"]
