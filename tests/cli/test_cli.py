@@ -308,6 +308,73 @@ def test_jobs_show_the_log_records_kept_with_the_job(sched: App, cli: Callable[.
     assert "logs" not in plain.out  # none kept: no section
 
 
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b31m\x7f"
+"""Escape sequences a terminal would play: ESC, BEL (C0), CSI (C1) and DEL."""
+RAW = ("\x1b", "\x07", "\x9b", "\x7f")
+SHOWN = "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\x7f"
+"""How the text output writes :data:`HOSTILE`: each control character as its escape."""
+
+
+def assert_escaped(text: Run, as_json: Run, *values: Any) -> None:
+    """Neither output holds a control character raw; the text shows each escaped and
+    the JSON holds it as data (``values``: what the JSON decodes it as, somewhere)."""
+    for run in (text, as_json):
+        assert run.code == 0, run.err
+        assert not [c for c in RAW if c in run.out], run.out
+    assert SHOWN in text.out
+    decoded = json.dumps(as_json.json(), ensure_ascii=False)
+    for value in values:
+        assert json.dumps(value, ensure_ascii=False)[1:-1] in decoded
+
+
+def test_jobs_show_escapes_control_characters_in_an_error_and_a_log_line(
+    sched: App, cli: Callable[..., Run]
+) -> None:
+    @sched.task(name="cli.hostile", retry=0)
+    def hostile() -> None:
+        logging.getLogger("cli.task").warning("log %s", HOSTILE)
+        raise ValueError(f"error {HOSTILE}")
+
+    job = hostile.schedule()
+    drain(sched)
+    text = cli("jobs", "show", str(job.id), app=sched)
+    as_json = cli("jobs", "show", str(job.id), "--json", app=sched)
+    assert_escaped(text, as_json, f"error {HOSTILE}", f"log {HOSTILE}")
+    assert text.fields()["error"] == f"ValueError: error {SHOWN}"
+    assert f"[1] log {SHOWN}" in text.out
+
+
+def test_audit_escapes_control_characters_in_an_actor(sched: App, cli: Callable[..., Run]) -> None:
+    sched.pause(queue="reports", actor=f"mallory{HOSTILE}")  # a Basic-auth user name, say
+    text = cli("audit", app=sched)
+    as_json = cli("audit", "--json", app=sched)
+    assert_escaped(text, as_json, f"mallory{HOSTILE}")
+    assert as_json.json()[0]["actor"] == f"mallory{HOSTILE}"
+
+
+def test_jobs_show_into_a_pipe_closed_early_ends_quietly(shared_db: SharedDatabase) -> None:
+    """``mongosched jobs show ID | head -1``: the reader leaves after one line of much
+    more than a pipe holds; the command ends as SIGPIPE would end it, saying nothing."""
+    app = add_tasks(App(shared_db.uri()))
+    job = app.schedule("cli.echo", "x" * 512 * 1024)  # far more than a pipe's buffer
+    app.close()
+    env = {**os.environ, "MONGOSCHED_CLI_TEST_URI": shared_db.uri()}
+    command = [sys.executable, "-m", "mongosched", "--app", "tests.support.cli_app:app",
+               "jobs", "show", str(job.id)]  # fmt: skip
+    with subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as shown:
+        assert shown.stdout is not None and shown.stderr is not None
+        head = subprocess.run(
+            ["head", "-1"], stdin=shown.stdout, capture_output=True, timeout=20, check=True
+        )
+        shown.stdout.close()  # head's end is the only reader left, and it has gone
+        stderr = shown.stderr.read()
+        assert shown.wait(timeout=20) == 141, stderr
+    assert head.stdout.decode() == f"id:         {job.id}\n"
+    assert stderr == b""
+
+
 def test_json_holds_plain_data(sched: App, cli: Callable[..., Run]) -> None:
     """ObjectIds as their hex strings, bytes as base64, times as ISO 8601 UTC."""
     ref = ObjectId()
