@@ -15,7 +15,11 @@ from mongosched import App, JobStatus, current_job
 from mongosched.cli import main
 from mongosched.operations.audit import local_actor
 from mongosched.testing import FakeClock, drain
+from tests.support.bounds import bounded_app
+from tests.support.server_fixtures import shared_db
 from tests.support.waiting import wait_for
+
+__all__ = ["bounded_app", "shared_db"]
 
 START = datetime(2031, 3, 3, 8, 0, tzinfo=timezone.utc)
 
@@ -229,3 +233,36 @@ def test_audit_lists_what_the_commands_did_and_who_ran_them(
     assert lines[0].split() == headers
     assert len(lines) == 3 and "alice" in lines[1] and "resume" in lines[1]
     assert lines[1].rstrip().endswith("argument")
+
+
+BEYOND = [
+    (["jobs", "purge", "--older-than", "99999999999d"], "--older-than: must be a finite number"),
+    (["retry", "--since", "99999999999d"], "--since: must be a finite number"),
+    (["cancel", "--created-before", "99999999999d"], "--created-before: must be a finite"),
+    (["jobs", "list", "--limit", "1e20"], "--limit: must be a whole number"),
+    (["jobs", "list", "--limit", str(2**63)], "--limit: must be a whole number from 0 to"),
+    (["audit", "--limit", "1e20"], "--limit: must be a whole number"),
+    (["audit", "--limit", str(2**63)], "--limit: must be a whole number from 1 to"),
+    (["retry", "--all", "--batch-size", str(2**63)], "--batch-size: must be a whole number"),
+    (["backfill", "t", "--start", "99999999d", "--end", "1d"], "--start: must be a finite"),
+    (["backfill", "t", "--start", "0001-01-01T00:00Z", "--end", "1d"], "--start: must be from"),
+    (["backfill", "t", "--start", "1d", "--end", "9999-12-31T23:59Z"], "--end: must be from"),
+    (["backfill", "t", "--start", "9999-12-30T00:00Z", "--end", "9999-12-31Z"], "--start: must"),
+    (["backfill", "t", "--start", "2d", "--end", "1d", "--at-once", str(2**63)], "--at-once:"),
+    (["schedule-edit", "t", "--every", "99999999999d"], "--every: must be a finite number"),
+    (["pause", "--queue", "q" * 5000], "queue must be at most 1,024 characters"),
+]
+
+
+@pytest.mark.parametrize(("argv", "said"), BEYOND, ids=[" ".join(a)[:40] for a, _ in BEYOND])
+def test_a_value_beyond_its_bound_is_a_usage_error(
+    bounded_app: App, cli: Callable[..., Run], argv: list[str], said: str
+) -> None:
+    jobs = sorted((str(j.id), j.status.value, j.run_at) for j in bounded_app.get_jobs(limit=0))
+    run = cli(*argv, app=bounded_app)
+    assert (run.code, run.out) == (2, ""), run.err
+    assert said in run.err and "Traceback" not in run.err
+    assert run.err.splitlines()[-1].startswith("mongosched")  # argparse's usage, then one line
+    assert len(run.err) < 2000  # the value itself is not repeated whole
+    after = sorted((str(j.id), j.status.value, j.run_at) for j in bounded_app.get_jobs(limit=0))
+    assert after == jobs and bounded_app.pauses() == []

@@ -1185,6 +1185,36 @@ def test_a_finished_schedule_is_refused_with_the_reason_not_a_crash(
     assert sched.count_jobs(task="tick") == 1 and sched.pauses() == []
 
 
+OUT_OF_BOUNDS_QUERIES = [
+    ("/jobs?page=" + "9" * 5000, "page must be a whole number from 1 to 1000000, not a 5000"),
+    ("/jobs?page=1000001", "page must be an int from 1 to 1000000, not 1000001"),
+]
+OUT_OF_BOUNDS_BACKFILLS = [
+    ({"start": "9999-12-30T00:00", "end": "9999-12-31T00:00"}, "start must be from 1900-01-01"),
+    ({"start": "2030-01-01T00:00", "end": "9999-12-31T23:59"}, "end must be from 1900-01-01"),
+    ({"start": "0001-01-01T00:00", "end": "2030-01-01T00:00"}, "start must be from 1900-01-01"),
+    ({"start": "2030-01-01", "end": "2030-01-02", "at_once": "9" * 5000}, "at most at once must"),
+]
+
+
+def test_input_beyond_its_bound_answers_400_saying_so(
+    sched: App, jobs: dict[str, Any], browser: Client
+) -> None:
+    for path, said in OUT_OF_BOUNDS_QUERIES:
+        reply = browser.get(path)
+        assert reply.status == 400 and said in reply.body, path
+        assert len(reply.body) < 20_000  # the value itself is not repeated whole
+    # Not a number at all (a superscript two, a hand-edited link): the first page.
+    assert browser.get("/jobs?page=²").body == browser.get("/jobs").body
+    form = browser.get("/schedules/backfill?id=schedule:tick")
+    before = sched.count_jobs(task="tick")
+    for fields, said in OUT_OF_BOUNDS_BACKFILLS:
+        posted = {"csrf_token": form.csrf(), "id": "schedule:tick", "at_once": "1", **fields}
+        reply = browser.post("/schedules/backfill", posted)
+        assert reply.status == 400 and said in html.unescape(reply.body), fields
+    assert sched.count_jobs(task="tick") == before  # nothing was stored
+
+
 def test_the_schedules_page_says_why_a_schedule_paused_and_what_it_missed(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
