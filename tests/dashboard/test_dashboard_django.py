@@ -132,3 +132,37 @@ def test_a_django_task_shows_its_own_arguments_and_priority(app: App) -> None:
     priority = re.search(r"<dt>Priority</dt><dd>(.*?)</dd>", page)
     assert priority is not None
     assert priority[1].startswith("10 <span") and "mongosched priority 4.6" in priority[1]
+
+
+def test_an_action_is_audited_as_the_django_user_who_did_it(app: App, failed: Any) -> None:
+    """No token is involved: the entry names the signed-in staff user, known as the
+    Django user."""
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user("operator", staff=True))
+    reply = client.post(f"{PREFIX}jobs/{failed.id}/retry")
+    assert reply.status_code == 303
+    [entry] = app.audit.entries(job=failed.id)  # the project's trail is kept across tests
+    assert (entry.action, entry.via, entry.actor, entry.known_by) == (
+        "retry",
+        "dashboard",
+        "operator",
+        "django user",
+    )
+
+
+def test_the_view_mounted_without_the_staff_guard_audits_no_user_as_unauthenticated(
+    app: App, failed: Any
+) -> None:
+    from django.contrib.auth.models import AnonymousUser
+    from django.test import RequestFactory
+
+    from mongosched.contrib.django.dashboard import page
+
+    request = RequestFactory().post(f"{PREFIX}jobs/{failed.id}/retry")
+    request.user = AnonymousUser()
+    request._dont_enforce_csrf_checks = True  # type: ignore[attr-defined]
+    assert page(request, f"jobs/{failed.id}/retry").status_code == 303
+    [entry] = app.audit.entries(job=failed.id)
+    assert (entry.actor, entry.known_by) == ("anonymous", "unauthenticated")

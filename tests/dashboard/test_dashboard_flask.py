@@ -103,3 +103,35 @@ def test_posts_need_the_sessions_csrf_token(site: Any) -> None:
     assert reply.status_code == 303
     assert reply.headers["Location"] == f"{PREFIX}/jobs/{job.id}?done=retried"
     assert job.refresh().status is JobStatus.PENDING
+
+
+@pytest.mark.parametrize(
+    ("hooks", "actor", "known_by"),
+    [
+        ({"auth": lambda: True, "user": lambda: "ann"}, "ann", "flask user"),
+        ({"auth": lambda: True, "user": lambda: None}, "flask auth hook", "flask auth hook"),
+        ({"allow_unauthenticated": True}, "unauthenticated", "unauthenticated"),
+    ],
+    ids=["user hook", "auth hook only", "no hook"],
+)
+def test_an_action_is_audited_as_the_way_flask_knew_the_actor(
+    site: Any, hooks: dict[str, Any], actor: str, known_by: str
+) -> None:
+    """No token is involved in a mounted dashboard: the entry says how Flask let the
+    request in (the user hook's name, else the auth hook, else nothing)."""
+    sched = site.extensions["mongosched"].app
+    mounted = Flask("mounted")
+    mounted.config["SECRET_KEY"] = "s3cret"
+    mounted.register_blueprint(dashboard_blueprint(sched, **hooks), url_prefix="/d")
+    client = mounted.test_client()
+    path = f"/d/jobs/{site.failed.id}/retry"
+    token = re.search(r'name="csrf_token" value="([^"]+)"', client.get(path).get_data(True))
+    assert token
+    assert client.post(path, data={"csrf_token": token[1]}).status_code == 303
+    [entry] = sched.audit.entries()
+    assert (entry.action, entry.via, entry.actor, entry.known_by) == (
+        "retry",
+        "dashboard",
+        actor,
+        known_by,
+    )

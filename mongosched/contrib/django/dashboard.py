@@ -55,7 +55,7 @@ def page(request: HttpRequest, path: str = "") -> HttpResponse:
         host_checks_csrf=True,
         user=user,
         actor=user or "anonymous",
-        known_by="django user",
+        known_by="django user" if user else "unauthenticated",  # page mounted unguarded
     )
     answer = Dashboard(get_app()).handle(_request(request, path), session)
     response = HttpResponse(answer.data, status=answer.status, content_type=answer.content_type)
