@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from mongosched._core.records import JobStatus
 from mongosched.dashboard.data import Operations
 from mongosched.dashboard.render import (
     Context,
@@ -66,15 +67,7 @@ def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
                 ago(row.get("last_run"), now),
                 _last(row),
                 _missed(row, now),
-                fmt(
-                    '<a class="button small" href="{}">Edit…</a> {} '
-                    '<a class="button small" href="{}">Run now…</a> '
-                    '<a class="button small" href="{}">Backfill…</a>',
-                    ctx.url("/schedules/edit", [("id", name)]),
-                    pause_link(ctx, "schedule", name, paused=paused),
-                    ctx.url("/schedules/trigger", [("id", name)]),
-                    ctx.url("/schedules/backfill", [("id", name)]),
-                ),
+                _actions(ctx, name, paused, finished=JobStatus(row["status"]).is_final),
             ]
         )
     headers = [
@@ -90,6 +83,23 @@ def schedules_page(ops: Operations, ctx: Context) -> tuple[str, Markup]:
         "",
     ]
     return "Schedules", boxed(table(headers, rows, empty="No repeating schedules."))
+
+
+def _actions(ctx: Context, name: str, paused: bool, *, finished: bool) -> Markup:
+    """A schedule's buttons: none for a finished one (a cancelled declared schedule,
+    listed as switched off, takes no edit, trigger or backfill), but the resume that
+    removes a pause left from before it ended."""
+    if finished:
+        return pause_link(ctx, "schedule", name, paused=True) if paused else Markup("")
+    return fmt(
+        '<a class="button small" href="{}">Edit…</a> {} '
+        '<a class="button small" href="{}">Run now…</a> '
+        '<a class="button small" href="{}">Backfill…</a>',
+        ctx.url("/schedules/edit", [("id", name)]),
+        pause_link(ctx, "schedule", name, paused=paused),
+        ctx.url("/schedules/trigger", [("id", name)]),
+        ctx.url("/schedules/backfill", [("id", name)]),
+    )
 
 
 def _state(row: dict[str, Any], paused: bool) -> Markup:

@@ -1166,7 +1166,12 @@ def test_a_finished_schedule_is_refused_with_the_reason_not_a_crash(
     sched: App, jobs: dict[str, Any], browser: Client
 ) -> None:
     form = browser.get("/schedules/trigger?id=schedule:tick")
+    sched.pause(schedule="tick")
     sched.cancel("schedule:tick")  # it finishes while the form is open
+    listed = browser.get("/schedules").body  # listed, switched off: only its resume
+    assert "/schedules/trigger?id=schedule%3Atick" not in listed
+    assert "/schedules/edit?id=schedule%3Atick" not in listed
+    assert "/resume?kind=schedule&amp;name=schedule%3Atick" in listed
     why = "schedule schedule:tick (tick) was cancelled, which stops it for good"
     fields = {"csrf_token": form.csrf(), "id": "schedule:tick"}
     slot = sched.get_job("schedule:tick").scheduled_for
@@ -1176,7 +1181,7 @@ def test_a_finished_schedule_is_refused_with_the_reason_not_a_crash(
         ("/schedules/edit", {**fields, "every": "60"}, 400),
         ("/schedules/backfill", {**fields, **times}, 400),
         ("/pause", {**fields, "kind": "schedule", "name": "tick"}, 409),
-        ("/resume", {**fields, "kind": "schedule", "name": "tick"}, 409),
+        ("/resume", {**fields, "kind": "schedule", "name": "tick"}, 409),  # its pause goes
     ]
     for path, form_fields, status in posts:
         reply = browser.post(path, form_fields)
