@@ -385,12 +385,16 @@ LEASE_SCHEMA: dict[str, tuple[type, ...]] = {"token": (str,), "until": (datetime
 
 def check_document(doc: Mapping[str, Any]) -> None:
     """Raise :class:`MalformedJob` naming the first field a job document lacks or holds
-    with the wrong type, so that no code past the store meets a malformed job."""
+    with the wrong type, so that no code past the store meets a malformed job. Every
+    claimed job pays it: the fields of a document as BSON decodes it have exactly the
+    types listed (:data:`_DECODED`), which one look-up each confirms; any other (a
+    subclass, a missing field, a wrong type) is checked in full."""
+    get = doc.get
+    for name, decoded in _DECODED:
+        if type(get(name)) not in decoded:
+            _check_fields(doc)
+            break
     job = doc.get("_id")
-    for name, types in SCHEMA.items():
-        value = doc.get(name)
-        if not isinstance(value, types) or isinstance(value, bool):
-            raise MalformedJob(f"job {job}: field {name!r} is {_describe(value)}")
     if doc["status"] not in STATUSES:
         raise MalformedJob(f"job {job}: field 'status' is {doc['status']!r}, not a status")
     lease = doc.get("lease")
@@ -402,6 +406,18 @@ def check_document(doc: Mapping[str, Any]) -> None:
                 raise MalformedJob(
                     f"job {job}: field 'lease.{name}' is {_describe(lease.get(name))}"
                 )
+
+
+def _check_fields(doc: Mapping[str, Any]) -> None:
+    job = doc.get("_id")
+    for name, types in SCHEMA.items():
+        value = doc.get(name)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise MalformedJob(f"job {job}: field {name!r} is {_describe(value)}")
+
+
+_DECODED = [(name, frozenset(types)) for name, types in SCHEMA.items()]
+""":data:`SCHEMA` as exact types (a bool is not an int here either)."""
 
 
 def _describe(value: Any) -> str:
@@ -418,7 +434,9 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
     are a dozen of the forty; :func:`assembled` skips the frozen ``__init__``."""
     if check:
         check_document(doc)
-    values = dict(_ABSENT)
+    record = object.__new__(JobRecord)  # filled as assembled() does, without its check:
+    values = record.__dict__  # _ABSENT names every field (checked once, below)
+    values.update(_ABSENT)
     readers = _READERS
     for key, value in doc.items():
         reader = readers.get(key)
@@ -433,19 +451,23 @@ def to_record(doc: Mapping[str, Any], *, check: bool = False) -> JobRecord:
     values["kwargs"] = dict(doc.get("kwargs") or {})  # a dict of its own, always
     if values["dedupe_key"] is None:
         values["dedupe_scope"] = None
-    return assembled(JobRecord, values)
+    return record
 
 
 def _lease_record(lease: Any) -> LeaseInfo | None:
     if not lease:
         return None
-    return LeaseInfo(
-        owner=lease.get("owner"),
-        token=lease.get("token"),
-        until=aware(lease.get("until")),
-        heartbeat_at=aware(lease.get("heartbeat_at")),
-        host=lease.get("host"),
-        pid=lease.get("pid"),
+    get = lease.get
+    return assembled(
+        LeaseInfo,
+        {
+            "owner": get("owner"),
+            "token": get("token"),
+            "until": aware(get("until")),
+            "heartbeat_at": aware(get("heartbeat_at")),
+            "host": get("host"),
+            "pid": get("pid"),
+        },
     )
 
 
@@ -529,7 +551,9 @@ _ABSENT: dict[str, Any] = {
     "kwargs": None,
     **{name: absent for _, name, _, absent in _FIELDS},
 }
-"""A record's values when its document has none of the optional fields."""
+"""A record's values when its document has none of the optional fields: one for each
+of the record's fields (:func:`to_record` relies on it)."""
+assembled(JobRecord, _ABSENT)  # a TypeError at import if a field is missing or unknown
 
 
 def _trace(value: Any) -> dict[str, str] | None:
