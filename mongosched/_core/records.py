@@ -261,14 +261,17 @@ def ended_attempt(job: JobRecord, settlement: Settlement) -> AttemptRecord | Non
         return None
     if settlement.attempts is not None and settlement.attempts < job.attempts:
         return None  # given back uncounted: it never ran
-    return AttemptRecord(
-        attempt=job.attempts,
-        runner=lease.owner,
-        host=lease.host,
-        pid=lease.pid,
-        started_at=job.started_at,
-        ended_at=settlement.now,
-        status=settlement.status,
+    return assembled(  # (once or twice per job settled)
+        AttemptRecord,
+        {
+            "attempt": job.attempts,
+            "runner": lease.owner,
+            "host": lease.host,
+            "pid": lease.pid,
+            "started_at": job.started_at,
+            "ended_at": settlement.now,
+            "status": settlement.status,
+        },
     )
 
 

@@ -68,12 +68,18 @@ __all__ = [
 def ms(value: datetime) -> datetime:
     """``value`` as a stored job keeps it: UTC (a naive one taken as UTC), in whole
     milliseconds, as BSON datetimes are."""
-    if value.tzinfo is timezone.utc and not value.microsecond % 1000:
-        return value  # already so (App.now's times are): a write makes several
-    value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
-    if value.tzinfo is not timezone.utc:
-        value = value.astimezone(timezone.utc)
+    zone = value.tzinfo
+    if zone is not timezone.utc:
+        if zone is None or zone.utcoffset(None) == _NO_OFFSET:  # naive, or another UTC
+            value = value.replace(tzinfo=timezone.utc)  # (BSON's, on what a store read)
+        else:
+            value = value.astimezone(timezone.utc)
+    if not value.microsecond % 1000:
+        return value  # already so (App.now's times and what a store read are)
     return value.replace(microsecond=value.microsecond // 1000 * 1000)
+
+
+_NO_OFFSET = timedelta(0)
 
 
 def opt_ms(value: datetime | None) -> datetime | None:
@@ -185,7 +191,9 @@ def settled(job: JobRecord, settlement: Settlement, result: Any = None) -> JobRe
         if expires and s.delete_at is not None
         else job.delete_at,
         errors=job.errors if error is None else kept_errors(job.errors, error),
-        history=kept_attempts(job.history, ended_attempt(job, evolved(s, now=now))),
+        history=kept_attempts(
+            job.history, ended_attempt(job, s if now is s.now else evolved(s, now=now))
+        ),
         logs=job.logs if s.logs is None else tuple(evolved(e, at=ms(e.at)) for e in s.logs),
     )
 

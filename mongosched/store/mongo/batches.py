@@ -130,10 +130,11 @@ class _Settling:
                 continue
             token = job.lease.token if job.lease is not None else ""
             write = codec.new_token()
-            update = set_also(
-                settle_update(job.id, settlement, dedupe_hold(job), encoded, job),
-                {"last_write": write},
-            )
+            update = settle_update(job.id, settlement, dedupe_hold(job), encoded, job)
+            if type(update["$set"]) is dict:  # a fresh one: ours to add to
+                update["$set"]["last_write"] = write
+            else:  # raw, holding an encoded result
+                update = set_also(update, {"last_write": write})
             fence = {"_id": job.id, "lease.token": token, "status": RUNNING}
             fence.update(unchanged_since_claim(job))
             self.writes[n] = (write, {"q": fence, "u": update}, result)
