@@ -70,7 +70,7 @@ class Profiles:
         profile = getattr(self.local, "profile", None)
         if profile is not None:  # a nested call in a thread already profiled
             return call()
-        profile = self.local.profile = cProfile.Profile()
+        profile = self.local.profile = cProfile.Profile(time.thread_time)
         with self.lock:
             self.by_kind[kind].append(profile)
         profile.enable()
