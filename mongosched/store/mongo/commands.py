@@ -58,15 +58,22 @@ def find_batch(
     # The reply stays raw, then is decoded whole with the collection's own options:
     # Database.command decodes without the type decoders (Decimal128, not Decimal).
     options = collection.codec_options
+    global _raw
+    last, raw = _raw
+    if last is not options:  # with_options() validates every option anew: once
+        raw = options.with_options(document_class=RawBSONDocument)
+        _raw = (options, raw)
     reply = collection.database.command(
-        command,
-        read_preference=ReadPreference.PRIMARY,
-        codec_options=options.with_options(document_class=RawBSONDocument),
+        command, read_preference=ReadPreference.PRIMARY, codec_options=raw
     )
     batch: list[dict[str, Any]] = bson.decode(reply.raw, codec_options=options)["cursor"][
         "firstBatch"
     ]
     return batch
+
+
+_raw: tuple[Any, Any] = (None, None)
+"""The codec options find_batch last read a reply with, and the same but raw."""
 
 
 @dataclass
