@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import fields
 from datetime import datetime, timezone
 
-from bson import ObjectId
+import pytest
+from bson import ObjectId, tz_util
 
 from mongosched._core.records import JobRecord, JobStatus, LeaseInfo
+from mongosched._core.transitions import ms
+from mongosched.errors import MalformedJob
 from mongosched.store.mongo.documents import to_document, to_record
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -67,3 +70,39 @@ def test_optional_fields_present_are_read_and_a_scope_needs_its_key() -> None:
     assert record.on_dependency_failure == "cancel"
     assert record.waiting_for == (2,)
     assert {f.name for f in fields(JobRecord)} == record.__dict__.keys()
+
+
+def _claimed(**fields: object) -> dict[str, object]:
+    doc = to_document(JobRecord(task="t", run_at=T0, created_at=T0, updated_at=T0, id=1))  # type: ignore[arg-type]
+    doc.update(status="running", lease={"owner": "o", "token": "x", "until": T0})
+    doc.update(fields)
+    return doc
+
+
+class Name(str):
+    """A str of another type, as a custom document class might hold."""
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("priority", True), ("attempts", 1.5), ("task", None), ("run_at", "2026-01-01")],
+)
+def test_a_claimed_field_of_a_wrong_type_is_malformed_naming_it(field: str, value: object) -> None:
+    with pytest.raises(MalformedJob, match=f"field '{field}'"):
+        to_record(_claimed(**{field: value}), check=True)
+
+
+def test_a_claimed_field_of_a_subclass_of_its_type_passes_the_check() -> None:
+    """The check looks up each field's exact type first; another (a subclass) is
+    checked in full, and passes."""
+    record = to_record(_claimed(task=Name("t"), priority=2.5), check=True)
+    assert record.task == "t" and record.priority == 2.5
+
+
+def test_ms_makes_any_utc_zone_timezone_utc_and_converts_others() -> None:
+    bson_utc = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=tz_util.utc)
+    kept = ms(bson_utc)
+    assert kept.tzinfo is timezone.utc and kept == T0.replace(hour=12, microsecond=123000)
+    plus_one = datetime(2026, 1, 1, 13, 0, 0, 123000, tzinfo=tz_util.FixedOffset(60, "+1"))
+    assert ms(plus_one) == kept and ms(plus_one).tzinfo is timezone.utc
+    assert ms(kept) is kept  # already so: returned as it is
