@@ -335,3 +335,58 @@ def test_uuids_and_decimals_come_back_as_themselves(store: Store) -> None:
 def test_a_date_is_refused_with_a_hint(store: Store) -> None:
     with pytest.raises(SerializationError, match=r"argument 0 is not BSON-encodable.*isoformat"):
         store.insert([job(args=(date(2026, 1, 1),))])
+
+
+def debounced(n: int) -> JobRecord:
+    """Call ``n`` of a debounce: its arguments, due time and priority say which."""
+    return job(
+        at=T0 + sec(n),
+        args=(n,),
+        priority=n,
+        dedupe_key="k",
+        dedupe_scope="pending",
+        dedupe_replace=True,
+    )
+
+
+def needs_transactions(substrate: str) -> None:
+    if substrate == "wire":
+        pytest.skip("the wire stand-in has no multi-document transactions")
+
+
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["alone", "in_transaction"])
+def test_a_batch_of_one_debounce_key_keeps_the_last_call(
+    store: Store, substrate: str, in_transaction: bool
+) -> None:
+    if in_transaction:
+        needs_transactions(substrate)
+    calls = [debounced(n) for n in (1, 2, 3)]
+    transaction = store.begin() if in_transaction else None
+    into = store if transaction is None else store.within(transaction)
+    results = into.insert(calls)
+    if transaction is not None:
+        transaction.commit()
+    assert [created for _, created in results] == [True, False, False]
+    assert len({stored.id for stored, _ in results}) == 1
+    assert results[-1][0].args == (3,)
+    kept = store.get(results[0][0].id)
+    assert kept is not None
+    assert (kept.args, kept.run_at, kept.priority) == ((3,), T0 + sec(3), 3)
+    assert store.count(JobQuery(task="t")) == 1
+
+
+def test_a_debounce_in_a_transaction_replaces_a_stored_job_when_it_commits(
+    store: Store, substrate: str
+) -> None:
+    needs_transactions(substrate)
+    first = add(store, debounced(1))[0]
+    transaction = store.begin()
+    [(seen, created)] = store.within(transaction).insert([debounced(2)])
+    assert not created and seen.id == first.id and seen.args == (2,)
+    stored = store.get(first.id)
+    assert stored is not None and stored.args == (1,)  # not before it commits
+    transaction.commit()
+    kept = store.get(first.id)
+    assert kept is not None
+    assert (kept.args, kept.run_at, kept.priority) == ((2,), T0 + sec(2), 2)
+    assert store.count(JobQuery(task="t")) == 1

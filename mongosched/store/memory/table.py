@@ -42,7 +42,7 @@ from mongosched.store.memory.stored import (
 )
 from mongosched.store.memory.watch import DueWatchers
 
-__all__ = ["MemoryTable"]
+__all__ = ["MemoryTable", "holds_window"]
 
 
 class MemoryTable:
@@ -138,10 +138,8 @@ class MemoryTable:
             return window, False
         holder = self.rival(job)
         if holder is not None:
-            if job.record.dedupe_replace and holder.record.status in REPLACEABLE_STATUSES:
-                holder.record = transitions.replaced(holder.record, job.record)
-                holder.payload = job.payload
-                self._refresh(holder)
+            if job.record.dedupe_replace:
+                self.replace(holder, job)
             return holder, False
         if job.record.aging is not None or job.record.fair_key is not None:
             job.record = self.ranked(job.record, job.record.created_at)
@@ -150,6 +148,17 @@ class MemoryTable:
             self.windows[job.record.task, job.record.dedupe_key or ""] = job.id
         self._refresh(job, hold=True)
         return job, True
+
+    def replace(self, holder: StoredJob, job: StoredJob) -> bool:
+        """Debounce: ``holder`` (stored, or held by a transaction) takes what ``job``, a
+        later call with its dedupe key, replaces, if it still waits to be claimed."""
+        if holder.record.status not in REPLACEABLE_STATUSES:
+            return False
+        holder.record = transitions.replaced(holder.record, job.record)
+        holder.payload = job.payload
+        if self.jobs.get(holder.id) is holder:
+            self._refresh(holder)
+        return True
 
     def find(self, job_id: Any, status: JobStatus | None = None) -> StoredJob | None:
         """The job of that id (if it has ``status``, when given)."""
@@ -283,8 +292,7 @@ class MemoryTable:
         if r.dedupe_until is None:
             return None
         held = self.jobs.get(self.windows.get((r.task, r.dedupe_key or "")))
-        until = None if held is None else held.record.dedupe_until
-        return held if until is not None and until > r.created_at else None
+        return held if held is not None and holds_window(held, job) else None
 
     def _sync_key(self, job: StoredJob, hold: bool) -> None:
         """Release the job's key if it left the key's scope; with ``hold``, take it if
@@ -323,3 +331,12 @@ class MemoryTable:
         elif r.status is RUNNING and r.lease is not None:
             running = self.by_status[RUNNING]
             self.indexes.add_running(job, running.values(), len(running))
+
+
+def holds_window(held: StoredJob, job: StoredJob) -> bool:
+    """Whether ``held``'s throttle window is still open when ``job``, a call with a
+    window for the same dedupe key, is scheduled."""
+    until = held.record.dedupe_until
+    return (
+        job.record.dedupe_until is not None and until is not None and until > job.record.created_at
+    )

@@ -11,16 +11,19 @@ with the jobs held, under the store's lock, or neither does.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, NoReturn
 
+from mongosched._core import transitions
 from mongosched._core.records import DEDUPE_SCOPE_STATUSES as SCOPE_STATUSES
+from mongosched._core.records import REPLACEABLE_STATUSES as REPLACEABLE
 from mongosched._core.records import JobRecord, JobStatus, Settlement
 from mongosched._core.steps import StepRecord
 from mongosched.errors import StoreError, TransactionConflict, TransactionError
 from mongosched.store import codec
 from mongosched.store.memory.stored import StoredJob, encode_result
-from mongosched.store.memory.table import MemoryTable
+from mongosched.store.memory.table import MemoryTable, holds_window
 
 __all__ = ["MemoryTransaction", "MemoryTransactions", "StagedStore"]
 
@@ -34,6 +37,8 @@ class MemoryTransaction:
     def __init__(self, table: MemoryTable) -> None:
         self.table = table
         self.staged: list[StoredJob] = []
+        self.replacing: list[tuple[Any, StoredJob]] = []
+        """Debounces of stored jobs: each job's id, and the later call that replaces it."""
         self.open = True
 
     @property
@@ -48,8 +53,9 @@ class MemoryTransaction:
         """Store what the transaction holds, with ``outcome`` (a job and its settlement,
         fenced on its lease) if given, in one step: all of it, or nothing when the
         outcome's lease no longer holds (None) or a held job's dedupe key was taken
-        meanwhile (:class:`~mongosched.errors.TransactionConflict`). Ends the
-        transaction either way (committed, or aborted by the caller)."""
+        meanwhile, or a job it replaces (a debounce) was claimed meanwhile
+        (:class:`~mongosched.errors.TransactionConflict`). Ends the transaction either
+        way (committed, or aborted by the caller)."""
         if not self.open:
             raise TransactionError("the transaction has ended: it cannot commit")
         table = self.table
@@ -57,11 +63,13 @@ class MemoryTransaction:
         with table.lock:
             for job in self.staged:
                 if table.rival(job) is not None:
-                    r = job.record
-                    raise TransactionConflict(
-                        f"job {job.id} ({r.task}): dedupe key {r.dedupe_key!r} was taken "
-                        "since it was scheduled in the transaction; run it again"
-                    )
+                    conflict(job, "was taken")
+            replaced = []
+            for job_id, later in self.replacing:
+                holder = table.rival(later)
+                if holder is None or holder.id != job_id or holder.record.status not in REPLACEABLE:
+                    conflict(later, "moved to another job")
+                replaced.append((holder, later))
             stored = None
             if outcome is not None:
                 stored = table.settle_locked(outcome[0], outcome[1], result)
@@ -69,18 +77,28 @@ class MemoryTransaction:
                     return None
             for job in self.staged:
                 table.put(job)
-        self.open, self.staged = False, []
+            for holder, later in replaced:
+                table.replace(holder, later)
+        self.abort()
         return stored
 
     def abort(self) -> None:
         self.open = False
-        self.staged = []
+        self.staged, self.replacing = [], []
 
     def end(self) -> None:
         self.abort()
 
     def retryable(self, error: BaseException) -> bool:
         return isinstance(error, TransactionConflict)
+
+
+def conflict(job: StoredJob, what: str) -> NoReturn:
+    r = job.record
+    raise TransactionConflict(
+        f"job {job.id} ({r.task}): dedupe key {r.dedupe_key!r} {what} since it was "
+        "scheduled in the transaction; run it again"
+    )
 
 
 class MemoryTransactions:
@@ -147,34 +165,41 @@ class StagedStore:
         for record, data in zip(jobs, encoded, strict=True):
             job = table.stored(record, data, codec.new_id() if record.id is None else record.id)
             holder = self._holder(job)
-            if holder is not None and job.record.dedupe_replace:
-                raise StoreError(
-                    f"task {job.record.task!r}: memory:// transactions do not replace a "
-                    "pending job (dedupe='replace'); schedule it outside the transaction"
-                )
-            if holder is not None:
-                results.append((holder, False))
+            if holder is None:
+                self.transaction.staged.append(job)
+                results.append((job.snapshot(), True))
                 continue
-            self.transaction.staged.append(job)
-            results.append((job.snapshot(), True))
+            if job.record.dedupe_replace and not holds_window(holder, job):
+                holder = self._replace(holder, job)
+            results.append((holder.snapshot(), False))
         return results
 
-    def _holder(self, job: StoredJob) -> JobRecord | None:
-        """The job, held or stored, that holds ``job``'s dedupe key (in its scope, or
-        by a throttle window still open)."""
+    def _holder(self, job: StoredJob) -> StoredJob | None:
+        """The job, held or stored, that holds ``job``'s dedupe key: a throttle window's
+        holder first (a call with a window), else the key's holder in its scope."""
         if job.key is None:
             return None
-        for held in self.transaction.staged:
-            if held.key == job.key and (
-                job.record.status in SCOPE_STATUSES[job.key[0]]
-                or job.record.dedupe_until is not None
-            ):
-                return held.snapshot()
+        held = [other for other in self.transaction.staged if other.key == job.key]
+        holder = next((other for other in held if holds_window(other, job)), None)
         with self.table.lock:
-            holder = self.table.window_holder(job)  # a call with a window: its holder first
             if holder is None:
-                holder = self.table.rival(job)
-            return None if holder is None else holder.snapshot()
+                holder = self.table.window_holder(job)
+            if holder is None and job.record.status in SCOPE_STATUSES[job.key[0]]:
+                holder = next(iter(held), None)
+            return holder if holder is not None else self.table.rival(job)
+
+    def _replace(self, holder: StoredJob, job: StoredJob) -> StoredJob:
+        """Debounce ``holder`` with ``job``: at once if the transaction holds it, else
+        when it commits (a copy shows the job as it will be)."""
+        if any(other is holder for other in self.transaction.staged):
+            self.table.replace(holder, job)
+            return holder
+        if holder.record.status not in REPLACEABLE:
+            return holder
+        self.transaction.replacing.append((holder.id, job))
+        return replace(
+            holder, record=transitions.replaced(holder.record, job.record), payload=job.payload
+        )
 
     def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
         return self.transaction.commit_with((job, settlement))

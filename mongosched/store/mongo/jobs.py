@@ -15,7 +15,6 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
-from mongosched._core import transitions
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
     REPLACEABLE_STATUSES,
@@ -47,6 +46,8 @@ from mongosched.store.mongo.updates import (
     dedupe_hold,
     edit_fields,
     keep_window,
+    replace_fields,
+    replacement,
     retry_update,
     revised,
     settle_update,
@@ -128,19 +129,26 @@ class MongoJobs:
     def _insert_in_transaction(self, docs: list[dict[str, Any]]) -> list[tuple[JobRecord, bool]]:
         """Insert in the view's transaction: a failed insert aborts a transaction, so
         each dedupe key's holder is looked for first (in the transaction's snapshot,
-        and among the jobs of this call). A key taken meanwhile by a write the snapshot
-        cannot see makes the insert conflict: the transaction runs again and finds it."""
+        and among the jobs of this call), in the order an insert outside one finds it
+        (a throttle window's holder first). A debounce replaces its holder, in the
+        store or of this call, as a later call does. A key taken meanwhile by a write
+        the snapshot cannot see makes the insert conflict: the transaction runs again
+        and finds it."""
         results: list[tuple[JobRecord, bool]] = []
         held: dict[tuple[str, str, Any], dict[str, Any]] = {}
         new = []
         for doc in docs:
             fields = [name for name in DEDUPE_FIELDS.values() if name in doc]
-            keys = [
-                (doc["task"], name, doc[name]) for name in (*fields, WINDOW_FIELD) if name in doc
-            ]
-            holder = next((held[key] for key in keys if key in held), None)
-            if holder is None and WINDOW_FIELD in doc:
+            keys = [(doc["task"], name, doc[name]) for name in fields]
+            window = [(doc["task"], WINDOW_FIELD, doc[WINDOW_FIELD])] if WINDOW_FIELD in doc else []
+            holder = next((held[key] for key in window if key in held), None)
+            if holder is None and window:
                 holder = self._window_holder(doc)  # a call with a window: its holder first
+            if holder is None:
+                holder = next((held[key] for key in keys if key in held), None)
+                if holder is not None and doc.get("dedupe_replace"):
+                    if holder["status"] in REPLACEABLE:
+                        replace_fields(holder, doc)
             if holder is None:
                 holder = self._key_holder(doc)
                 if holder is not None and doc.get("dedupe_replace"):
@@ -148,7 +156,7 @@ class MongoJobs:
             if holder is not None:
                 results.append((to_record(holder), False))
                 continue
-            held.update((key, doc) for key in keys)
+            held.update((key, doc) for key in (*keys, *window))
             new.append(doc)
             results.append((to_record(doc), True))
         if new:
@@ -192,11 +200,7 @@ class MongoJobs:
         keys of ``doc`` (a later call with its key), or None if it is no longer pending
         in that key's scope (claimed meanwhile: the key is free for ``doc``)."""
         name = DEDUPE_FIELDS["pending"]
-        fields = transitions.REPLACED
-        update: dict[str, Any] = {"$set": revised({k: doc[k] for k in fields if k in doc})}
-        unset = {k: "" for k in fields if k not in doc}
-        if unset:
-            update["$unset"] = unset
+        update = replacement(doc)
         query = {"_id": holder["_id"], "status": {"$in": REPLACEABLE}, name: doc.get(name)}
         return self.connection.modify("insert", query, update)
 

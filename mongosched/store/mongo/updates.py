@@ -26,7 +26,7 @@ from mongosched._core.records import (
     Settlement,
     ended_attempt,
 )
-from mongosched._core.transitions import kept_until, may_expire
+from mongosched._core.transitions import REPLACED, kept_until, may_expire
 from mongosched.store.claimant import here
 from mongosched.store.codec import CODEC_OPTIONS, new_token
 from mongosched.store.mongo.documents import (
@@ -119,6 +119,27 @@ def revised(fields: dict[str, Any]) -> dict[str, Any]:
     (:func:`claim_fence`) sees any change since it read the job."""
     fields["rev"] = new_token()
     return fields
+
+
+def replacement(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The update a debounce makes to the pending job holding ``doc``'s dedupe key: the
+    fields of ``doc`` that :data:`~mongosched._core.transitions.REPLACED` names, set,
+    and those ``doc`` has not, unset."""
+    fields = REPLACED
+    update: dict[str, Any] = {"$set": revised({k: doc[k] for k in fields if k in doc})}
+    unset = {k: "" for k in fields if k not in doc}
+    if unset:
+        update["$unset"] = unset
+    return update
+
+
+def replace_fields(held: dict[str, Any], doc: Mapping[str, Any]) -> None:
+    """:func:`replacement` applied to ``held``, a document not yet stored (a debounce
+    among the jobs of one insert)."""
+    update = replacement(doc)
+    held.update(update["$set"])
+    for name in update.get("$unset", {}):
+        held.pop(name, None)
 
 
 def claim_fence(doc: Mapping[str, Any]) -> dict[str, Any]:
