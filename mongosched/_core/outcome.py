@@ -135,21 +135,25 @@ class Decision:
 
 
 MAX_MESSAGE = 4 * 1024
-"""Characters of an error message a job keeps."""
+"""Bytes (UTF-8, as stored) of an error message a job keeps."""
 MAX_TRACEBACK = 32 * 1024
-"""Characters of a traceback a job keeps: the start and the end, where it was raised."""
+"""Bytes (UTF-8, as stored) of a traceback a job keeps: the start and the end, where it
+was raised."""
 
 
 def shorten(text: str, limit: int) -> str:
-    """``text`` cut to about ``limit`` characters from the middle, saying how much went,
-    and storable: what UTF-8 cannot hold (a lone surrogate in an exception's message)
-    escaped, as ``\\ud800``, not left to fail the write of the job's outcome."""
-    if len(text) > limit:
-        keep = limit // 2
-        text = f"{text[:keep]}\n[... {len(text) - 2 * keep} characters cut ...]\n{text[-keep:]}"
-    if text.isascii():
+    """``text`` cut to about ``limit`` bytes of UTF-8 (as stored) from the middle,
+    saying how much went, and storable: what UTF-8 cannot hold (a lone surrogate in an
+    exception's message) escaped, as ``\\ud800``, not left to fail the write of the
+    job's outcome."""
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) <= limit // 4 or len(text.encode("utf-8")) <= limit:
         return text
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    keep = limit // 2
+    head = text[:keep].encode("utf-8")[:keep].decode("utf-8", "ignore")
+    tail = text[-keep:].encode("utf-8")[-keep:].decode("utf-8", "ignore")
+    return f"{head}\n[... {len(text) - len(head) - len(tail)} characters cut ...]\n{tail}"
 
 
 def error_info(exc: BaseException, *, with_traceback: bool = True) -> ErrorInfo:

@@ -17,7 +17,7 @@ are taken where records are made (:func:`logging.setLogRecordFactory`, the facto
 place kept and called first), so no handler is added anywhere and a task that logs
 nothing costs the setting of a context variable. The package's own records are left
 out. A job keeps at most :data:`MAX_RECORDS` records and :data:`MAX_BYTES` of text
-for its current occurrence (its attempts: a repeating job's next slot, or an
+(in UTF-8) for its current occurrence (its attempts: a repeating job's next slot, or an
 operator's retry, starts afresh); past that, a last entry says how many were cut.
 """
 
@@ -114,7 +114,9 @@ for _name in ("mongosched", "mongosched.runner", "mongosched.store"):
 MAX_RECORDS = 200
 """Log records a job keeps (for its current occurrence)."""
 MAX_BYTES = 64 * 1024
-"""Characters of text (messages and logger names) a job keeps (likewise)."""
+"""Bytes of text (messages and logger names, in UTF-8, as stored) a job keeps
+(likewise): with :data:`MAX_RECORDS`, what bounds the logs within the room a job's
+document keeps for its outcome (``store.codec.OUTCOME_ROOM``)."""
 _OVERHEAD = 32
 """What an entry counts for beyond its text (its time, level and attempt)."""
 
@@ -136,7 +138,12 @@ def capture_level(value: object, task: str) -> int | None:
 
 
 def _size(entry: LogEntry) -> int:
-    return len(entry.message) + len(entry.logger) + _OVERHEAD
+    return _bytes(entry.message) + _bytes(entry.logger) + _OVERHEAD
+
+
+def _bytes(text: str) -> int:
+    """The length of ``text`` in UTF-8."""
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def _text(value: str) -> str:
@@ -178,7 +185,8 @@ class Capture:
         if len(self.kept) + len(new) >= MAX_RECORDS:
             self.cut += 1
             return
-        room = MAX_BYTES - self.size - len(record.name) - _OVERHEAD
+        name = _text(record.name)
+        room = MAX_BYTES - self.size - _bytes(name) - _OVERHEAD
         if room <= 0:
             self.cut += 1
             return
@@ -189,13 +197,15 @@ class Capture:
             message += "\n" + record.exc_text
         if record.stack_info:
             message += "\n" + record.stack_info
-        if len(message) > room:  # the last that fits, cut short
-            message = message[: max(0, room - 6)] + " [cut]"
+        message = _text(message[: room + 1])  # no more characters than bytes kept
+        if _bytes(message) > room:  # the last that fits, cut short
+            kept = message.encode("utf-8")[: max(0, room - 6)]
+            message = kept.decode("utf-8", "ignore") + " [cut]"
         entry = LogEntry(
             at=datetime.fromtimestamp(int(record.created * 1000) / 1000, timezone.utc),
             level=record.levelname,
-            logger=_text(record.name),
-            message=_text(message),
+            logger=name,
+            message=message,
             attempt=self.record.attempts,
         )
         self.size += _size(entry)

@@ -25,7 +25,10 @@ from mongosched.errors import ConfigurationError, InvalidJobId, ResultTooLarge, 
 
 __all__ = [
     "CODEC_OPTIONS",
+    "MAX_DOCUMENT_BYTES",
     "MAX_PAYLOAD_BYTES",
+    "MAX_VALUE_BYTES",
+    "OUTCOME_ROOM",
     "decode",
     "encode_payload",
     "encode_value",
@@ -59,9 +62,20 @@ CODEC_OPTIONS: CodecOptions[Any] = CodecOptions(
 representation, ``Decimal`` as Decimal128 (round-tripping to the same types). BSON has no
 tuples: a payload holding one is refused (it would reach the task as a list); a result's
 tuples are read back as lists."""
-MAX_PAYLOAD_BYTES = 15 * 1024 * 1024  # a document may not exceed 16 MiB
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+"""The largest document MongoDB stores: a job's, with its payload and its outcome."""
 MAX_VALUE_BYTES = 1024 * 1024
 """Largest result a job keeps (1 MiB as BSON): a result is a summary, not a data store."""
+OUTCOME_ROOM = 1024 * 1024
+"""What a job's document keeps free, beside its payload and its result, for what else a
+run writes with its outcome, each part bounded where it is made: the log records kept
+(``observe.logs.MAX_RECORDS`` and ``MAX_BYTES``), the error (``outcome.MAX_MESSAGE`` and
+``MAX_TRACEBACK`` characters), the progress message (64 Ki characters), the attempts'
+history, and the job's own fields. So an outcome write always fits, and a run never
+loses its result to the size of its document."""
+MAX_PAYLOAD_BYTES = MAX_DOCUMENT_BYTES - MAX_VALUE_BYTES - OUTCOME_ROOM
+"""Largest payload a job takes (14 MiB as BSON): the rest of its document is for its
+outcome."""
 
 HINT = (
     "pass ids and plain data (str, int, float, bool, None, datetime, UUID, Decimal, bytes, "

@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+import logging
+from dataclasses import fields, replace
 from datetime import datetime, timezone
 
+import bson
 import pytest
 from bson import ObjectId, tz_util
 
-from mongosched._core.records import JobRecord, JobStatus, LeaseInfo
+from mongosched._core import outcome
+from mongosched._core.records import (
+    ATTEMPTS_KEPT,
+    ERRORS_KEPT,
+    AttemptError,
+    AttemptRecord,
+    JobRecord,
+    JobStatus,
+    LeaseInfo,
+    schedule_id,
+)
 from mongosched._core.transitions import ms
+from mongosched._core.validate import MAX_TEXT
 from mongosched.errors import MalformedJob
-from mongosched.store.mongo.documents import to_document, to_record
+from mongosched.observe import logs
+from mongosched.store.codec import (
+    CODEC_OPTIONS,
+    MAX_DOCUMENT_BYTES,
+    MAX_PAYLOAD_BYTES,
+    MAX_VALUE_BYTES,
+)
+from mongosched.store.mongo.documents import (
+    attempt_document,
+    attempt_error_document,
+    error_document,
+    logs_document,
+    to_document,
+    to_record,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -106,3 +133,48 @@ def test_ms_makes_any_utc_zone_timezone_utc_and_converts_others() -> None:
     plus_one = datetime(2026, 1, 1, 13, 0, 0, 123000, tzinfo=tz_util.FixedOffset(60, "+1"))
     assert ms(plus_one) == kept and ms(plus_one).tzinfo is timezone.utc
     assert ms(kept) is kept  # already so: returned as it is
+
+
+def test_a_job_at_every_bound_fits_a_document_with_its_outcome() -> None:
+    """The payload limit leaves room for the result and for all a run writes beside
+    it, each at its bound and in four-byte characters: logs, errors, progress."""
+    wide = "\U0001f600"  # four bytes in UTF-8
+
+    def deep(n: int) -> None:
+        if n:
+            deep(n - 1)
+        raise ValueError(wide * (1 << 20))
+
+    try:
+        deep(500)
+    except ValueError as exc:
+        error = outcome.error_info(exc)
+    name = wide * MAX_TEXT
+    record = JobRecord(
+        task=name,
+        run_at=T0,
+        created_at=T0,
+        updated_at=T0,
+        id=schedule_id(name),
+        args=(b"p" * (MAX_PAYLOAD_BYTES - 64),),
+        queue=name,
+        label=name,
+        dedupe_key=name,
+        rate_key=name,
+        concurrency_key=name,
+        fair_key=name,
+    )
+    capture = logs.Capture(replace(record, attempts=1), logging.INFO)
+    for _ in range(logs.MAX_RECORDS + 1):
+        capture.add(logging.LogRecord(name, logging.INFO, "", 0, wide * 2000, (), None))
+    attempt = AttemptRecord(1, name, name, 1, T0, T0, JobStatus.PENDING)
+    doc = to_document(record)
+    doc.update(
+        result=b"r" * (MAX_VALUE_BYTES - 64),
+        error=error_document(error),
+        errors=[attempt_error_document(AttemptError(1, T0, error))] * ERRORS_KEPT,
+        logs=logs_document(capture.result() or ()),
+        history=[attempt_document(attempt)] * ATTEMPTS_KEPT,
+        progress={"value": 0.5, "message": wide * 65536, "at": T0},
+    )
+    assert len(bson.encode(doc, codec_options=CODEC_OPTIONS)) <= MAX_DOCUMENT_BYTES
