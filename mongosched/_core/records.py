@@ -524,11 +524,21 @@ class ScheduleChanges:
 
 @dataclass(frozen=True)
 class QueueBacklog:
-    """The work waiting in one queue: how many pending jobs are due, and when the one
-    due longest became due (what an autoscaler reads)."""
+    """The work of one queue that needs a runner now (what an autoscaler reads): how
+    many pending jobs are due and when the one due longest became due (None: none is
+    due), how many jobs are running, and how many of those have a lease that expired
+    (a runner died: a live one's reaper must return them)."""
 
     due: int
-    oldest: datetime
+    oldest: datetime | None
+    running: int = 0
+    expired: int = 0
+
+    @property
+    def total(self) -> int:
+        """Jobs due or running: a queue needs a runner while it is above zero (a
+        running job's runner, or the reaper of a dead one's lease)."""
+        return self.due + self.running
 
 
 PAUSE_KINDS = ("queue", "task", "schedule")

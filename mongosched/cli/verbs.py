@@ -270,7 +270,10 @@ def _print_stats(stats: Mapping[str, Any]) -> None:
         out("oldest due job: none")
     for queue, waiting in stats.get("backlog", {}).items():
         late = waiting["late_seconds"]
-        out(f"backlog: {queue}: {waiting['due']} due, the oldest {late:.1f} s late")
+        due = f"{waiting['due']} due" + ("" if late is None else f", the oldest {late:.1f} s late")
+        lapsed = f" ({waiting['expired']} with an expired lease)" if waiting["expired"] else ""
+        running = f"{waiting['running']} running{lapsed}"
+        out(f"backlog: {queue}: {waiting['total']} ({due}; {running})")
     running = stats["running"]
     expired = sum(1 for r in running if r["expired"])
     out(f"running: {len(running)}" + (f" ({expired} with an expired lease)" if expired else ""))

@@ -7,8 +7,9 @@ Two kinds of figures:
 
 * **from the store**, the same in every process: unfinished jobs per queue, task and
   status (``mongosched_jobs``), running jobs, the lateness of the job due longest,
-  the registered runners, and the backlog of each queue (due jobs, the lateness of
-  the one due longest: the signal to scale runners on, see :doc:`/operations`). Each
+  the registered runners, and the backlog of each queue (jobs due or running, the
+  signal to scale runners on, see :doc:`/operations`; due jobs, the lateness of the
+  one due longest, running jobs, expired leases). Each
   scrape reads them (three small aggregate reads);
 * **per process, from events** (:meth:`App.on`): jobs completed, failed and retried per
   task, and histograms of run time and of due-to-start delay, counted from the first
@@ -28,7 +29,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mongosched._core.records import JobStatus, RunnerInfo
+from mongosched._core.records import JobStatus, QueueBacklog, RunnerInfo
 from mongosched.errors import StoreError
 from mongosched.events import Event, Listener
 
@@ -256,22 +257,39 @@ def _store_families(app: Observed) -> Iterator[Family]:
     )
     backlog = app.store.backlog(now)
     queues = sorted({*backlog, *(queue for queue, _, _ in depth), *(app.queues or ())})
-    due = Family(
-        "mongosched_queue_due_jobs",
-        "gauge",
-        "Pending jobs due now, by queue (what runners could start at once)",
-    )
+    families = {
+        "total": Family(
+            "mongosched_queue_backlog_jobs",
+            "gauge",
+            "Jobs due or running, by queue (what to scale runners on: 0 only when the "
+            "queue needs no runner)",
+        ),
+        "due": Family(
+            "mongosched_queue_due_jobs",
+            "gauge",
+            "Pending jobs due now, by queue (what runners could start at once)",
+        ),
+        "running": Family("mongosched_queue_running_jobs", "gauge", "Running jobs, by queue"),
+        "expired": Family(
+            "mongosched_queue_expired_leases",
+            "gauge",
+            "Running jobs whose lease expired, by queue (their runner died: a live "
+            "runner's reaper returns them)",
+        ),
+    }
     lateness = Family(
         "mongosched_queue_lateness_seconds",
         "gauge",
         "Seconds the job due longest in the queue has been due (0: none is due)",
     )
     for queue in queues:
-        waiting = backlog.get(queue)
-        seconds = 0.0 if waiting is None else max(0.0, (now - waiting.oldest).total_seconds())
-        due.samples.append((due.name, {"queue": queue}, float(waiting.due if waiting else 0)))
+        waiting = backlog.get(queue, QueueBacklog(0, None))
+        for name, family in families.items():
+            family.samples.append((family.name, {"queue": queue}, float(getattr(waiting, name))))
+        since = waiting.oldest
+        seconds = 0.0 if since is None else max(0.0, (now - since).total_seconds())
         lateness.samples.append((lateness.name, {"queue": queue}, seconds))
-    yield due
+    yield from families.values()
     yield lateness
     runners = app.live_runners()
     stale = sum(1 for r in runners if r.stale)

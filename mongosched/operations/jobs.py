@@ -316,8 +316,10 @@ class JobOperations(Operations):
 
     def stats(self, *, running: bool = True) -> dict[str, Any]:
         """Counts by task (a labelled job under its label) and status, the oldest due
-        pending job, the ``backlog`` of each queue with jobs due (``due``: how many,
-        ``oldest_run_at`` and ``late_seconds`` of the one due longest), the running
+        pending job, the ``backlog`` of each queue with jobs due or running (``due``:
+        how many, ``oldest_run_at`` and ``late_seconds`` of the one due longest, None
+        when none is; ``running``, ``expired``: running jobs whose lease expired,
+        ``total``: due and running, what to scale runners on), the running
         leases, due jobs whose task no runner of this app knows, and ``clock_offset``:
         seconds the server's clock is ahead of this app's (None where the store has no
         clock).
@@ -348,7 +350,12 @@ class JobOperations(Operations):
                 queue: {
                     "due": waiting.due,
                     "oldest_run_at": waiting.oldest,
-                    "late_seconds": (now - waiting.oldest).total_seconds(),
+                    "late_seconds": None
+                    if waiting.oldest is None
+                    else (now - waiting.oldest).total_seconds(),
+                    "running": waiting.running,
+                    "expired": waiting.expired,
+                    "total": waiting.total,
                 }
                 for queue, waiting in sorted(self.store.backlog(now).items())
             },

@@ -63,8 +63,10 @@ class Admin(Protocol):
         depth; index-backed: final jobs are not read)."""
 
     def backlog(self, now: datetime) -> dict[str, QueueBacklog]:
-        """The due pending jobs of each queue that has some: how many, and when the
-        one due longest became due (index-backed: the claim index, no job read)."""
+        """The work of each queue that has some due or running (see
+        :class:`QueueBacklog`): due pending jobs and when the one due longest became
+        due, running jobs and those of them whose lease expired (index-backed: the
+        claim index and the reaper's, no job read)."""
 
     def add_pause(self, pause: Pause) -> bool:
         """Record a pause (its ``since`` kept if it exists). True if it is new."""

@@ -440,6 +440,7 @@ def test_a_running_job_shows_its_lease_and_progress_and_can_be_cancelled(
         assert parse_utc(row["lease_until"]) == lease.until
         text = cli("stats", app=sched).out
         assert "running: 1\n" in text and str(job.id) in text
+        assert "backlog: default: 1 (0 due; 1 running)" in text  # it still needs a runner
 
         run = cli("jobs", "cancel", str(job.id), app=sched)
         assert run.code == 0, run.err
@@ -615,9 +616,17 @@ def test_stats(
     assert (data["oldest_due"]["id"], data["oldest_due"]["late_seconds"]) == (str(due.id), 2.0)
     assert parse_utc(data["now"]) == clock()
     assert data["running"] == []
-    # the backlog per queue (an autoscaler's signal): due pending jobs, the oldest's lateness
+    # the backlog per queue (an autoscaler's signal): due pending jobs, the oldest's
+    # lateness, running jobs and expired leases
     assert data["backlog"] == {
-        "default": {"due": 2, "oldest_run_at": data["oldest_due"]["run_at"], "late_seconds": 2.0}
+        "default": {
+            "due": 2,
+            "oldest_run_at": data["oldest_due"]["run_at"],
+            "late_seconds": 2.0,
+            "running": 0,
+            "expired": 0,
+            "total": 2,
+        }
     }
 
     run = cli("stats", app=sched)
@@ -635,7 +644,7 @@ def test_stats(
     assert ["(all)", "3", "0", "1", "1", "0"] in [line.split()[:6] for line in lines]
     assert "due jobs of tasks this app does not register: cli.elsewhere (1)" in run.out
     assert f"oldest due job: {due.id} (cli.add)" in run.out
-    assert "backlog: default: 2 due, the oldest 2.0 s late" in run.out
+    assert "backlog: default: 2 (2 due, the oldest 2.0 s late; 0 running)" in run.out
     assert "running: 0" in run.out
 
 

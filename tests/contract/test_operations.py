@@ -29,6 +29,7 @@ from .helpers import (
     given_back,
     ids,
     job,
+    lapsed,
     raised,
     sec,
     succeeded,
@@ -422,13 +423,35 @@ def test_backlog_counts_due_pending_jobs_per_queue_and_the_oldest(store: Store) 
     assert store.backlog(LATER) == {
         "a": QueueBacklog(due=2, oldest=T0 - sec(30)),
         "b": QueueBacklog(due=1, oldest=T0 - sec(5)),
+        "default": QueueBacklog(due=0, oldest=None, running=1),
     }
     assert store.backlog(T0 - sec(5)) == {  # due at exactly now counts
         "a": QueueBacklog(due=1, oldest=T0 - sec(30)),
         "b": QueueBacklog(due=1, oldest=T0 - sec(5)),
+        "default": QueueBacklog(due=0, oldest=None, running=1),
     }
     store.settle(running, given_back(running))  # pending again, due as it was
     assert store.backlog(LATER)["default"] == QueueBacklog(due=1, oldest=T0 - sec(60))
+
+
+def test_backlog_counts_running_jobs_and_expired_leases_until_reaped(store: Store) -> None:
+    """Issue 32 #15: a queue whose jobs run, or whose runner died holding them (an
+    expired lease, waiting for a reaper), still needs a runner: an autoscaler that
+    counted due jobs only scaled to zero and left such a job running for good."""
+    add(store, job(queue="q", at=T0), job(queue="q", at=T0), job(queue="q", at=LATER))
+    first = claimed(store, queues=("q",), now=T0, lease=10)  # its runner dies
+    claimed(store, queues=("q",), now=T0 + sec(5), lease=300)
+    assert store.backlog(T0 + sec(9)) == {
+        "q": QueueBacklog(due=0, oldest=None, running=2, expired=0)
+    }
+    waiting = store.backlog(T0 + sec(11))["q"]
+    assert waiting == QueueBacklog(due=0, oldest=None, running=2, expired=1)
+    assert waiting.total == 2
+    assert store.backlog(LATER)["q"] == QueueBacklog(due=1, oldest=LATER, running=2, expired=1)
+    assert store.backlog(LATER)["q"].total == 3
+    assert store.reap(first, LATER, lapsed(first, LATER)) is not None  # by a live runner
+    after = store.backlog(LATER)["q"]
+    assert (after.running, after.expired) == (1, 0)
 
 
 def test_a_jobs_trace_context_is_stored_as_given(store: Store) -> None:

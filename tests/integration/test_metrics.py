@@ -87,6 +87,8 @@ def test_render_parses_with_prometheus_client(
     assert got[("mongosched_queue_due_jobs", (("queue", "later"),))] == 1
     assert got[("mongosched_queue_lateness_seconds", (("queue", "default"),))] == 100
     assert got[("mongosched_queue_lateness_seconds", (("queue", "later"),))] == 10
+    assert got[("mongosched_queue_backlog_jobs", (("queue", "later"),))] == 1
+    assert got[("mongosched_queue_running_jobs", (("queue", "later"),))] == 0
     assert got[("mongosched_store_up", ())] == 1
     assert got[("mongosched_jobs_completed_total", (("task", odd),))] == 3
     assert got[("mongosched_jobs_completed_total", (("task", "flaky"),))] == 1
@@ -108,7 +110,10 @@ def test_render_parses_with_prometheus_client(
         "mongosched_jobs": "gauge",
         "mongosched_running_jobs": "gauge",
         "mongosched_oldest_due_lateness_seconds": "gauge",
+        "mongosched_queue_backlog_jobs": "gauge",
         "mongosched_queue_due_jobs": "gauge",
+        "mongosched_queue_running_jobs": "gauge",
+        "mongosched_queue_expired_leases": "gauge",
         "mongosched_queue_lateness_seconds": "gauge",
         "mongosched_runners": "gauge",
         "mongosched_store_up": "gauge",
@@ -212,27 +217,38 @@ def _completed(port: int) -> float:
     return got.get(("mongosched_jobs_completed_total", (("task", "ok"),)), 0.0)
 
 
-def test_the_documented_keda_query_counts_the_due_backlog(database: Any) -> None:
+def test_the_documented_keda_query_counts_the_due_and_running_backlog(database: Any) -> None:
     """The MongoDB scaler's query of docs/operations.rst, as written there, run on a real
-    server: it counts the due pending jobs of its queue, as the metric does (on a real
-    MongoDB exactly as written; SecantusDB is given the time for ``$$NOW``)."""
+    server: it counts the due pending and the running jobs of its queue, an expired
+    lease too, as the metric does (on a real MongoDB exactly as written; SecantusDB is
+    given the time for ``$$NOW``). Issue 32 #15: it counted due jobs only, so the last
+    replica went while a job ran or waited for the reaper."""
     text = (Path(__file__).parents[2] / "docs" / "operations.rst").read_text()
     line = next(ln for ln in text.splitlines() if ln.strip().startswith("query: '{"))
     query = json.loads(line.strip()[len("query: '") : -1])
     collection = next(
         ln.split(":", 1)[1].strip() for ln in text.splitlines() if "collection: mongosched" in ln
     )
-    app = App(database=database, collection=collection)
+    clock = FakeClock(datetime.now(timezone.utc))
+    app = App(database=database, collection=collection, clock=clock, lease_duration=5)
     app.task(name="work")(lambda: None)
     past = app.now() - timedelta(minutes=1)
-    for _ in range(3):
+    for _ in range(4):
         app.get_task("work").configure(run_at=past).schedule()
     app.get_task("work").configure(delay=3600).schedule()  # not due
-    assert app.runner(workers=1).claim_next() is not None  # running: not waiting
+    assert app.runner(workers=1).claim_next() is not None  # running: still needs a runner
+    assert app.runner(workers=1).claim_next() is not None  # its runner dies: lease expires
     app.get_task("work").configure(queue="other", run_at=past).schedule()  # another queue
+    clock.advance(seconds=10)
+    due = next(branch for branch in query["$or"] if "$expr" in branch)
     if not TEST_URI:  # SecantusDB compares $$NOW above every date (pinned): give it the time
-        query["$expr"]["$lte"][1] = app.now()
-    assert database[collection].count_documents(query) == 2
+        due["$expr"]["$lte"][1] = app.now()
+    assert database[collection].count_documents(query) == 4
     got = samples(metrics.render(app))
-    assert got[("mongosched_queue_due_jobs", (("queue", "default"),))] == 2
-    assert got[("mongosched_queue_due_jobs", (("queue", "other"),))] == 1
+    default, other = (("queue", "default"),), (("queue", "other"),)
+    assert got[("mongosched_queue_backlog_jobs", default)] == 4
+    assert got[("mongosched_queue_due_jobs", default)] == 2
+    assert got[("mongosched_queue_running_jobs", default)] == 2
+    assert got[("mongosched_queue_expired_leases", default)] == 2
+    assert got[("mongosched_queue_backlog_jobs", other)] == 1
+    assert app.stats()["backlog"]["default"]["total"] == 4

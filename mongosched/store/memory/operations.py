@@ -134,12 +134,16 @@ class MemoryOperations:
             for stored in self._table.by_status[PENDING].values():
                 job = stored.record
                 if job.run_at <= now:
-                    seen = found.get(job.queue)
-                    found[job.queue] = (
-                        QueueBacklog(1, job.run_at)
-                        if seen is None
-                        else QueueBacklog(seen.due + 1, min(seen.oldest, job.run_at))
-                    )
+                    seen = found.get(job.queue, QueueBacklog(0, None))
+                    oldest = job.run_at if seen.oldest is None else min(seen.oldest, job.run_at)
+                    found[job.queue] = replace(seen, due=seen.due + 1, oldest=oldest)
+            for stored in self._table.by_status[RUNNING].values():
+                job = stored.record
+                seen = found.get(job.queue, QueueBacklog(0, None))
+                lapsed = job.lease is not None and job.lease.until < now
+                found[job.queue] = replace(
+                    seen, running=seen.running + 1, expired=seen.expired + int(lapsed)
+                )
         return found
 
     # Pauses and schedule edits -----------------------------------------------------------------

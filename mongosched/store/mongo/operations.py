@@ -203,14 +203,38 @@ class MongoOperations:
         }
 
     def backlog(self, now: datetime) -> dict[str, QueueBacklog]:
+        now = ms(now)
+        pending = {"$eq": ["$status", PENDING]}
+        running = {"$eq": ["$status", RUNNING]}
+        expired = {"$and": [running, {"$lt": ["$lease.until", now]}]}
         pipeline: list[dict[str, Any]] = [
-            {"$match": {"status": PENDING, "run_at": {"$lte": ms(now)}}},  # the "due" index
-            {"$group": {"_id": "$queue", "due": {"$sum": 1}, "oldest": {"$min": "$run_at"}}},
+            {
+                "$match": {  # the "due" index, and the reaper's
+                    "$or": [{"status": PENDING, "run_at": {"$lte": now}}, {"status": RUNNING}]
+                }
+            },
+            {
+                "$group": {
+                    "_id": "$queue",
+                    "due": {"$sum": {"$cond": [pending, 1, 0]}},
+                    "oldest": {"$min": {"$cond": [pending, "$run_at", None]}},
+                    "running": {"$sum": {"$cond": [running, 1, 0]}},
+                    "expired": {"$sum": {"$cond": [expired, 1, 0]}},
+                }
+            },
         ]
         rows = self.connection.retrying(
             "backlog", lambda _: list(self.connection.jobs.aggregate(pipeline))
         )
-        return {r["_id"]: QueueBacklog(int(r["due"]), aware(r["oldest"])) for r in rows}
+        return {
+            r["_id"]: QueueBacklog(
+                int(r["due"]),
+                None if r["oldest"] is None else aware(r["oldest"]),
+                int(r["running"]),
+                int(r["expired"]),
+            )
+            for r in rows
+        }
 
     # Pauses -------------------------------------------------------------------------------------
     def add_pause(self, pause: Pause) -> bool:
