@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from mongosched._core import validate
+from mongosched._core.backoff import Backoff
 from mongosched.errors import ConfigurationError
 
 __all__ = ["ENV_INDEX", "ENV_SUPERVISOR", "Supervisor", "watch_supervisor"]
@@ -238,11 +239,7 @@ class Supervisor:
                 slot.failures,
             )
             return code if code > 0 else EXIT_FAILED
-        delay = (
-            0.0
-            if slot.failures == 0
-            else min(self.backoff * 2 ** (slot.failures - 1), self.max_backoff)
-        )
+        delay = Backoff(first=self.backoff, most=self.max_backoff).after(slot.failures)
         log.warning(
             "supervisor: process %d (pid %d) %s after %.1f s; restarting it%s",
             slot.index + 1,

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from mongosched._core.backoff import Backoff
 from mongosched.errors import ConfigurationError, WatchUnavailable
 from mongosched.runner.host import RunnerHost
 from mongosched.store import DueWatch, Store
@@ -49,9 +50,13 @@ class Wakeable(Protocol):
     """What the watcher needs of its runner (a :class:`~mongosched.runner.runner.Runner`)."""
 
     app: RunnerHost
-    name: str
     store: Store
-    poll_interval: float
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def poll_interval(self) -> float: ...
 
     @property
     def queues(self) -> Sequence[str] | None: ...
@@ -99,7 +104,7 @@ class WakeWatcher:
         return True
 
     def _run(self) -> None:
-        pause = 0.0
+        failures = 0
         try:
             while not self._stopping.is_set():
                 try:
@@ -118,7 +123,8 @@ class WakeWatcher:
                     return
                 except Exception:
                     self.state = "retrying"
-                    pause = min(max(pause * 2, self.runner.poll_interval), 30.0)
+                    failures += 1
+                    pause = Backoff(first=self.runner.poll_interval, most=30.0).after(failures)
                     log.exception(
                         "runner %s: watching for due jobs failed; polling, retrying in %.1f s",
                         self.runner.name,

@@ -27,6 +27,7 @@ from typing import Any
 
 from pymongo.errors import ConnectionFailure, OperationFailure, PyMongoError
 
+from mongosched._core.backoff import Backoff
 from mongosched.errors import WatchUnavailable
 from mongosched.store.due import DueHint
 from mongosched.store.mongo.connection import MongoConnection
@@ -174,7 +175,7 @@ class MongoDueWatch:
                     log.warning("watch: change stream failed (%s); resuming", _gist(exc))
                 else:
                     log.debug("watch: change stream failed again (%s)", _gist(exc))
-                self._closed.wait(min(PAUSE_MAX, 0.05 * 2 ** min(failures, 10)))
+                self._closed.wait(Backoff(first=0.1, most=PAUSE_MAX).after(failures))
             finally:
                 if stream is not None:
                     try:
