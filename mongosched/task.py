@@ -322,6 +322,13 @@ class Task(Generic[P, R]):
         return self.rate_limit is not None or self.concurrency is not None
 
     @property
+    def takes_permit(self) -> bool:
+        """Whether each of its runs takes one of the task's concurrency permits (a
+        concurrency limit without a key: the global permit; a keyed limit takes its
+        key's slot instead)."""
+        return self.concurrency is not None and self.concurrency_key is None
+
+    @property
     def writes_own_outcome(self) -> bool:
         """Whether its worker writes each outcome itself, never handing it to a
         batched claim: a limited task (its permit or slot is released after the

@@ -48,6 +48,7 @@ __all__ = [
     "after_dependency",
     "cancelled",
     "decide",
+    "decide_or_fail",
     "ending",
     "expired",
     "error_info",
@@ -230,6 +231,38 @@ def uncomputable(
     :func:`malformed` says."""
     why = f"its outcome cannot be computed ({type(exc).__name__}: {exc})"
     return malformed(job, why, now, retention)
+
+
+def decide_or_fail(
+    job: JobRecord,
+    ending: Ending,
+    *,
+    now: datetime,
+    retention: Retention,
+    retry: RetryPolicy | None = None,
+    result: object = None,
+    error: BaseException | None = None,
+    slot: datetime | None = None,
+    timeout: float | None = None,
+    logs: tuple[LogEntry, ...] | None = None,
+) -> Decision:
+    """:func:`decide`, or, when ``job``'s rule no longer computes, the job failed alone
+    (:func:`uncomputable`): what every holder of an ended attempt writes."""
+    try:
+        return decide(
+            job,
+            ending,
+            now=now,
+            retention=retention,
+            retry=retry,
+            result=result,
+            error=error,
+            slot=slot,
+            timeout=timeout,
+            logs=logs,
+        )
+    except Exception as exc:  # its rule no longer computes: it fails alone
+        return uncomputable(job, exc, now, retention)
 
 
 def given_back(job: JobRecord, now: datetime) -> Settlement:

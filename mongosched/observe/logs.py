@@ -32,7 +32,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from mongosched._core.records import JobRecord, LogEntry
-from mongosched.errors import ConfigurationError
+from mongosched.errors import ConfigurationError, StoreError
 
 if TYPE_CHECKING:
     from mongosched._core.outcome import Decision
@@ -42,6 +42,7 @@ __all__ = [
     "MAX_BYTES",
     "MAX_RECORDS",
     "Capture",
+    "Contained",
     "JobFields",
     "bind",
     "bound",
@@ -86,6 +87,52 @@ def bound(record: JobRecord) -> Iterator[None]:
         yield
     finally:
         unbind(token)
+
+
+class Contained:
+    """A block whose errors are logged, never raised: one it expects (``expected``, a
+    database error by default) as a warning ending with its message, anything else
+    with its traceback. ``args`` fill both messages (the expected one's last ``%s`` is
+    the error); ``record``: the job whose fields the lines carry.
+
+    ::
+
+        with Contained(log, "runner %s: failed: %s", "runner %s: failed", name):
+            ...
+    """
+
+    __slots__ = ("log", "warning", "message", "args", "record", "expected")
+
+    def __init__(
+        self,
+        log: logging.Logger,
+        warning: str,
+        message: str,
+        *args: Any,
+        record: JobRecord | None = None,
+        expected: type[Exception] = StoreError,
+    ) -> None:
+        self.log = log
+        self.warning = warning
+        self.message = message
+        self.args = args
+        self.record = record
+        self.expected = expected
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> bool:
+        if exc is None or not isinstance(exc, Exception):
+            return False
+        extra = None if self.record is None else fields(self.record)
+        if isinstance(exc, self.expected):
+            self.log.warning(self.warning, *self.args, exc, extra=extra)
+        else:
+            self.log.error(self.message, *self.args, exc_info=exc, extra=extra)
+        return True
 
 
 class JobFields(logging.Filter):

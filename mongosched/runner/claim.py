@@ -22,9 +22,12 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mongosched._core.records import JobRecord, LogEntry
+from mongosched._core import outcome
+from mongosched._core.outcome import Decision, Ending, Retention
+from mongosched._core.records import JobRecord, LogEntry, MissedSlots, evolved
 from mongosched.errors import JobTimeout, StoreError
 from mongosched.job import JobContext, as_current
+from mongosched.retry import RetryPolicy
 from mongosched.store import Store
 
 if TYPE_CHECKING:
@@ -103,7 +106,7 @@ class Claim:
         self.deferred = False
         """Whether its outcome was deferred to the next batched claim's write (its
         worker's place freed at once; announced after that write: see
-        :class:`~mongosched.runner.outcomes.Settler`)."""
+        :class:`~mongosched.runner.settler.Settler`)."""
         self._lock = threading.Lock()
         self._finished = False
         self._running = threading.Lock()
@@ -134,6 +137,74 @@ class Claim:
         """Seconds a run may take: the job's own timeout, else its task's."""
         own = self.record.timeout
         return own if own is not None else self.task.timeout
+
+    # What the runner records on it (each field changes here only) ----------------------------
+    def took_permit(self) -> None:
+        """It holds a concurrency permit of its task (renewed with the lease)."""
+        self.has_permit = True
+
+    def drop_permit(self) -> bool:
+        """It no longer holds its permit: True when it held one (to release)."""
+        had, self.has_permit = self.has_permit, False
+        return had
+
+    def took_slot(self, key: str) -> None:
+        """It holds the keyed concurrency slot ``key`` (renewed with the lease)."""
+        self.slot_key = key
+
+    def drop_slot(self) -> str | None:
+        """It no longer holds its keyed slot: the key it held (to release), or None."""
+        key, self.slot_key = self.slot_key, None
+        return key
+
+    def took_rate(self) -> None:
+        """A start of its task's rate limit was recorded for it."""
+        self.rate_taken = True
+
+    def drop_rate(self) -> bool:
+        """Its recorded start is given back: True when one was recorded (to return)."""
+        had, self.rate_taken = self.rate_taken, False
+        return had
+
+    def defer(self) -> None:
+        """Its outcome waits for the next batched claim's write."""
+        self.deferred = True
+
+    def kept_logs(self, entries: tuple[LogEntry, ...] | None) -> None:
+        """The job's log entries after its run, written with its outcome."""
+        self.logs = entries
+
+    def run_for(self, slot: datetime, missed: MissedSlots | None) -> None:
+        """A repeating job's run is for ``slot`` (its record says so, with the slots it
+        dropped, ``missed``, written with the outcome)."""
+        self.record = evolved(self.record, scheduled_for=slot, missed=missed)
+
+    def runs_slot(self, slot: datetime) -> None:
+        """The run that follows is for ``slot`` (a retry of it runs the same slot)."""
+        self.slot = self.ctx.scheduled_for = slot
+
+    def decision(
+        self,
+        ending: Ending,
+        result: Any,
+        error: BaseException | None,
+        retry: RetryPolicy,
+        retention: Retention,
+    ) -> Decision:
+        """What follows its attempt's end (:func:`~mongosched._core.outcome.decide_or_fail`
+        for its job, as of now, with the slot it ran for, its timeout and its logs)."""
+        return outcome.decide_or_fail(
+            self.record,
+            ending,
+            now=self.keeper.now(),
+            retention=retention,
+            retry=retry,
+            result=result,
+            error=error,
+            slot=self.slot,
+            timeout=self.timeout,
+            logs=self.logs,
+        )
 
     def finish(self) -> None:
         """No more heartbeats: from here on the holder writes only its outcome. Called

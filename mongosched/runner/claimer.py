@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,11 +20,9 @@ from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import StoreError
 from mongosched.observe import logs
 from mongosched.runner.claim import Claim, LeaseKeeper
-from mongosched.runner.host import RunnerHost
 from mongosched.runner.limiter import Gate
-from mongosched.runner.outcomes import Settler
+from mongosched.runner.parts import RunnerParts
 from mongosched.runner.pauses import PauseSet
-from mongosched.runner.settings import RunnerSettings
 from mongosched.store import Patience
 
 __all__ = ["Claimer"]
@@ -39,35 +37,21 @@ class Claimer:
     """Takes jobs for a runner's steps and admits them (see the module); in a threaded
     runner, only the dispatcher claims, and a worker only releases what its claim holds.
 
-    :param app: the app: its tasks, clock and retention.
-    :param settings: the runner's (its name, queues, lease and intervals).
+    :param parts: the runner's: its app (tasks, clock, retention), its settings (name,
+        queues, lease and intervals), and the settler whose waiting outcomes a batched
+        claim writes.
     :param keeper: holds the claims (see :class:`~mongosched.runner.claim.LeaseKeeper`).
-    :param settler: writes outcomes; a batched claim takes those waiting.
-    :param settle_held: writes what becomes of a claim that does not run.
-    :param settle_unrun: writes and announces a claimed job that ended unrun.
     """
 
-    def __init__(
-        self,
-        app: RunnerHost,
-        settings: RunnerSettings,
-        *,
-        keeper: LeaseKeeper,
-        settler: Settler,
-        settle_held: Callable[[Claim, Settlement], JobRecord | None],
-        settle_unrun: Callable[[Claim, Decision], None],
-    ) -> None:
-        self.app = app
-        self.store = app.store
-        self.settings = settings
+    def __init__(self, parts: RunnerParts, *, keeper: LeaseKeeper) -> None:
+        self.parts = parts
+        self.app = parts.app
+        self.store = parts.store
+        self.settings = settings = parts.settings
         self.keeper = keeper
         """Who holds the claims (each :class:`Claim` renews its lease through it)."""
-        self.settler = settler
+        self.settler = parts.settler
         """Whose waiting outcomes a batched claim writes."""
-        self.settle_held = settle_held
-        """Writes what becomes of a claim that does not run (given back, held back)."""
-        self.settle_unrun = settle_unrun
-        """Writes and announces how a claimed job ended without running (expired)."""
         self.gate = Gate(self.store, settings.poll_interval)
         """Flow-control limits at claim time (rate limits, keyed concurrency)."""
         self.pause_set = PauseSet(self.store, settings.poll_interval)
@@ -78,7 +62,7 @@ class Claimer:
         self._ranked_of: tuple[int, list[str]] = (-1, [])
 
     def claim_batch(self, limit: int) -> list[Claim]:
-        """:meth:`RunnerSteps.claim_batch <mongosched.runner.cycle.RunnerSteps.claim_batch>`."""
+        """:meth:`RunnerSteps.claim_batch <mongosched.runner.steps.RunnerSteps.claim_batch>`."""
         limit = validate.whole(limit, what="claim_batch: limit")
         claims: list[Claim] = []
         try:
@@ -186,14 +170,10 @@ class Claimer:
         """Admit each job a batched claim took, adding the claims to ``claims``: one
         whose admission fails is given back (see :meth:`admit`) and the others go on."""
         for record in records:
-            try:
+            claim = None
+            not_admitted = "job %s (%s): not admitted"
+            with logs.Contained(log, f"{not_admitted}: %s", not_admitted, record.id, record.task):
                 claim = self.admit(record, now)
-            except StoreError as exc:
-                log.warning("job %s (%s): not admitted: %s", record.id, record.task, exc)
-                continue
-            except Exception:
-                log.exception("job %s (%s): not admitted", record.id, record.task)
-                continue
             if claim is not None:
                 claims.append(claim)
 
@@ -217,7 +197,7 @@ class Claimer:
         record, task, store = claim.record, claim.task, self.store
         arrived = self.app.now()  # the claim's reply: what the checks below go by
         if outcome.is_expired(record, arrived):
-            self.settle_unrun(claim, outcome.expired(record, arrived, self.app.retention))
+            self._settle_unrun(claim, outcome.expired(record, arrived, self.app.retention))
             return None
         if not by_id and self.pause_set.holds(record.id):  # paused since we read
             self.give_back(claim)
@@ -242,7 +222,8 @@ class Claimer:
             )
             self.give_back(claim)
             return None
-        if task.concurrency is not None and task.concurrency_key is None:
+        if task.takes_permit:
+            assert task.concurrency is not None
             if not store.take_permit(
                 task.name,
                 task.concurrency,
@@ -255,7 +236,7 @@ class Claimer:
                 self.give_back(claim)
                 self._saturated[task.name] = time.monotonic() + self.settings.poll_interval
                 return None
-            claim.has_permit = True
+            claim.took_permit()
         held = self.gate.admit(claim, now)  # the start counts at the claim (started_at)
         if held is not None:  # a flow-control limit is saturated
             self.give_back(claim, held)
@@ -274,8 +255,7 @@ class Claimer:
         """``claim`` is done with what it holds: no more heartbeats, its permit and its
         limits given back (``started``: its job ran, so its start still counts)."""
         claim.finish()
-        if claim.has_permit:
-            claim.has_permit = False
+        if claim.drop_permit():
             try:
                 self.store.release_permit(claim.task.name, claim.token)
             except StoreError as exc:  # the permit's lease expires on its own
@@ -287,7 +267,18 @@ class Claimer:
         (or as ``settlement`` says: held back by a limit)."""
         self.release(claim, started=False)
         back = settlement or outcome.given_back(claim.record, self.app.now())
-        self.settle_held(claim, back)
+        self.parts.settle_held(claim, back)
+
+    def _settle_unrun(self, claim: Claim, decision: Decision) -> None:
+        """A claimed job that ends without running (expired): write the decision, and
+        announce it."""
+        record, parts = claim.record, self.parts
+        stored = parts.settle_held(claim, decision.settlement)
+        if stored is not None:
+            decision = decision.as_written(stored.status)
+            log.info("job %s (%s): %s", record.id, record.task, decision.error)
+            parts.emit(decision.event, stored, error=None)
+            parts.release_dependents(stored)
 
     def give_back_or_leave(self, claim: Claim) -> None:
         """Give back a claim that will not run, after something else failed; if that

@@ -17,10 +17,13 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from mongosched._core.backoff import Backoff
 from mongosched.errors import StoreError
+from mongosched.observe import logs
 from mongosched.runner.claim import Claim
-from mongosched.runner.cycle import RunnerSteps
+from mongosched.runner.parts import RunnerParts
 from mongosched.runner.presence import Registration
+from mongosched.runner.steps import RunnerSteps
 from mongosched.task import SCRIPT_PREFIX, script_task_explanation
 
 __all__ = ["Dispatcher"]
@@ -31,30 +34,31 @@ log = logging.getLogger("mongosched.runner")
 class Dispatcher:
     """The claiming loop of one runner (see the module).
 
-    :param steps: the runner's synchronous steps: its settings, the preparation, the
-        claimer and settler a claim uses, the reaper's passes.
+    :param parts: the runner's: its settings, the settler, and what spans its threads
+        (the free workers' places: the dispatcher takes one before it claims, and the
+        worker that runs the claim gives it back; the stop; whether it batches).
+    :param steps: the runner's synchronous steps: the preparation, the claimer, the
+        reaper's passes.
     :param registration: the runner's entry among the live runners, which the
         dispatcher refreshes and, when it ends, removes.
-    :param free: one place per worker thread that is free; the dispatcher takes one
-        before it claims, and the worker that runs the claim gives it back.
-    :param stopping: set when the runner stops.
     :param submit: hands a claim (holding a free worker's place) to a worker.
     """
 
     def __init__(
         self,
+        parts: RunnerParts,
         steps: RunnerSteps,
         *,
         registration: Registration,
-        free: threading.Semaphore,
-        stopping: threading.Event,
         submit: Callable[[Claim], None],
     ) -> None:
+        self.parts = parts
         self.steps = steps
-        self.settings = steps.settings
+        self.settings = parts.settings
+        self.flight = parts.flight
         self.registration = registration
-        self._free = free
-        self._stopping = stopping
+        self._free = parts.flight.free
+        self._stopping = parts.flight.stopping
         self._submit = submit
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
@@ -62,11 +66,12 @@ class Dispatcher:
         self._due_lock = threading.Lock()
         self._next_due: datetime | None = None  # guarded by _due_lock
         self._held = 0  # free workers' places the dispatcher holds
-        self._batching = False  # the last claims found a backlog: claim in batches
         self._full_rounds = 0  # claims in a row that found all they asked for
         self._last_reap = 0.0
         self._last_unknown_check = 0.0
         self._explained: set[str] = set()  # script tasks whose due jobs were explained
+        self._backoff = Backoff(first=self.settings.poll_interval, most=30.0)
+        """How long it waits after database errors in a row."""
         self.last_poll: float | None = None
         """When it last claimed without an error (a :func:`time.monotonic` time)."""
         self.last_error: str | None = None
@@ -100,10 +105,6 @@ class Dispatcher:
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout)
 
-    def claiming(self) -> bool:
-        """Whether a batched claim comes in a moment (the settler defers outcomes to it)."""
-        return self._batching and not self._stopping.is_set()
-
     # Waking -----------------------------------------------------------------------------------
     def wake(self, at: datetime | None = None) -> None:
         """Claim now instead of at the end of the idle wait; with ``at`` (a job's due
@@ -114,7 +115,7 @@ class Dispatcher:
                 # A due time already past is one the claim this wake-up causes serves:
                 # keeping it would hide ``at`` (the idle wait drops a past time, then
                 # waits a whole poll interval).
-                if due is None or at < due or due <= self.steps.app.now():
+                if due is None or at < due or due <= self.parts.app.now():
                     self._next_due = at
         self._wake.set()
 
@@ -126,7 +127,7 @@ class Dispatcher:
             due = self._next_due
             if due is None:
                 return poll_interval
-            left = (due - self.steps.app.now()).total_seconds()
+            left = (due - self.parts.app.now()).total_seconds()
             if left <= 0:
                 self._next_due = None
             return min(poll_interval, max(0.0, left))
@@ -157,14 +158,15 @@ class Dispatcher:
 
     def _prepare_with_backoff(self) -> bool:
         """Prepare, retrying while the database cannot be reached; False if stopped."""
-        steps, backoff = self.steps, 0.0
+        steps, failures = self.steps, 0
         while not self._stopping.is_set():
             try:
                 steps.prepare()
                 self.check_clock()
             except StoreError as exc:
                 self.last_error = f"database: {exc}"
-                backoff = min(max(backoff * 2, self.settings.poll_interval), 30.0)
+                failures += 1
+                backoff = self._backoff.after(failures)
                 log.warning(
                     "runner %s: waiting for the database (%s); retrying in %.1f s",
                     self.settings.name,
@@ -183,7 +185,7 @@ class Dispatcher:
         it) and warn when they differ by more than a tenth of the lease (at least 1 s):
         leases compare times written by many hosts. Returns the offset in seconds
         (server ahead: positive), or None. It does this when it starts."""
-        offset = self.steps.store.clock_offset(self.steps.app.now)
+        offset = self.parts.store.clock_offset(self.parts.app.now)
         if offset is None:
             return None
         seconds = offset.total_seconds()
@@ -207,7 +209,7 @@ class Dispatcher:
             self._stop_batching()
 
     def _until_stopped(self) -> None:
-        backoff = 0.0
+        failures = 0
         while not self._stopping.is_set():
             if not self._free.acquire(timeout=self.settings.poll_interval):
                 self._maintain_safely()
@@ -220,7 +222,8 @@ class Dispatcher:
                 self._release_held()
                 self._stop_batching()
                 self.last_error = f"database: {exc}"
-                backoff = min(max(backoff * 2, self.settings.poll_interval), 30.0)
+                failures += 1
+                backoff = self._backoff.after(failures)
                 log.warning(
                     "runner %s: database error (%s); retrying in %.1f s",
                     self.settings.name,
@@ -237,9 +240,9 @@ class Dispatcher:
                 self._stopping.wait(self.settings.poll_interval)
                 continue
             self.last_poll = time.monotonic()
-            if backoff:
+            if failures:
                 log.info("runner %s: database reachable again", self.settings.name)
-                backoff = 0.0
+                failures = 0
                 self.last_error = None
             if not claimed:
                 self._wake.wait(self._idle_wait())
@@ -259,7 +262,7 @@ class Dispatcher:
             self._release_held()
             return False
         workers = self.settings.workers
-        if self._batching:
+        if self.flight.batching:
             deadline = time.monotonic() + self.settings.gather
             while self._held < workers:
                 if not self._free.acquire(timeout=max(0.0, deadline - time.monotonic())):
@@ -273,7 +276,7 @@ class Dispatcher:
             # not say so: a lone job is claimed alone, and so is the next one).
             full = claimed >= asked
             if full and (asked > 1 or self._full_rounds > 0):
-                self._batching = True
+                self.flight.batching = True
                 self._full_rounds += 1
             else:
                 self._stop_batching()
@@ -288,8 +291,8 @@ class Dispatcher:
     def _stop_batching(self) -> None:
         """Claim one job at a time again: no claim is coming, so the deferred
         outcomes are written now."""
-        self._batching, self._full_rounds = False, 0
-        self.steps.settler.flush()
+        self.flight.batching, self._full_rounds = False, 0
+        self.parts.settler.flush()
 
     def _release_held(self) -> None:
         """Give back the free workers' places the dispatcher holds."""
@@ -299,12 +302,9 @@ class Dispatcher:
 
     # Maintenance ------------------------------------------------------------------------------
     def _maintain_safely(self) -> None:
-        try:
+        failed = "runner %s: maintenance failed"
+        with logs.Contained(log, f"{failed}: %s", failed, self.settings.name):
             self._maintain()
-        except StoreError as exc:
-            log.warning("runner %s: maintenance failed: %s", self.settings.name, exc)
-        except Exception:
-            log.exception("runner %s: maintenance failed", self.settings.name)
 
     def _maintain(self) -> None:
         """Periodic work: refresh the runner's entry (every few seconds), reap expired
@@ -318,15 +318,15 @@ class Dispatcher:
             steps.sweep()
         if clock - self._last_unknown_check >= 60.0:
             self._last_unknown_check = clock
-            steps.store.quarantine(steps.app.now())
+            self.parts.store.quarantine(self.parts.app.now())
             self.report_unknown_tasks()
 
     def report_unknown_tasks(self) -> dict[str, int]:
         """Log the due jobs of tasks the runner does not know (left pending), and
         returns how many of each; a task named after a script run as ``__main__`` is
         explained once."""
-        tasks = self.steps.app.tasks
-        unknown = self.steps.store.unknown_due_tasks(tasks, self.steps.app.now())
+        tasks = self.parts.app.tasks
+        unknown = self.parts.store.unknown_due_tasks(tasks, self.parts.app.now())
         if unknown:
             log.warning(
                 "due jobs of tasks this runner does not know (left pending): %s",

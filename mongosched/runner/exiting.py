@@ -7,14 +7,26 @@ import logging
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from mongosched.runner.runner import Runner
-
-__all__ = ["RunnersAtExit", "at_exit"]
+__all__ = ["RunnersAtExit", "Stoppable", "at_exit"]
 
 log = logging.getLogger("mongosched.runner")
+
+
+class Stoppable(Protocol):
+    """What is stopped at exit (a :class:`~mongosched.runner.runner.Runner`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def is_running(self) -> bool: ...
+
+    @property
+    def shutdown_timeout(self) -> float: ...
+
+    def stop(self, graceful: bool = True, timeout: float | None = 30.0) -> bool: ...
 
 
 class RunnersAtExit:
@@ -27,11 +39,11 @@ class RunnersAtExit:
     """
 
     def __init__(self) -> None:
-        self._runners: weakref.WeakSet[Runner] = weakref.WeakSet()
+        self._runners: weakref.WeakSet[Stoppable] = weakref.WeakSet()
         self._registered = False
         self._lock = threading.Lock()
 
-    def add(self, runner: Runner) -> None:
+    def add(self, runner: Stoppable) -> None:
         with self._lock:
             self._runners.add(runner)
             if not self._registered:
@@ -42,7 +54,7 @@ class RunnersAtExit:
                 except RuntimeError:  # already shutting down
                     atexit.register(self.stop_all)
 
-    def discard(self, runner: Runner) -> None:
+    def discard(self, runner: Stoppable) -> None:
         with self._lock:
             self._runners.discard(runner)
 

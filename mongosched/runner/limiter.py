@@ -70,7 +70,7 @@ class Gate:
             if not got.taken:
                 self.held_back += 1
                 return outcome.held_back(record, now, now + self.backoff)
-            claim.slot_key = slot
+            claim.took_slot(slot)
         limit = task.rate_limit
         if limit is not None:
             key = _rate_key(claim)
@@ -85,7 +85,7 @@ class Gate:
                         self._free_at[task.name] = got.free_at
                     return outcome.held_back(record, now, None)
                 return self._hold_key(claim, now, key, got.free_at or now)
-            claim.rate_taken = True
+            claim.took_rate()
         return None
 
     def _hold_key(
@@ -112,11 +112,10 @@ class Gate:
         job did not start) its recorded start."""
         task, store = claim.task, self.store
         try:
-            if claim.slot_key is not None:
-                slot, claim.slot_key = claim.slot_key, None
+            slot = claim.drop_slot()
+            if slot is not None:
                 store.release_slot(task.name, slot, claim.token)
-            if claim.rate_taken and not started:
-                claim.rate_taken = False
+            if not started and claim.drop_rate():
                 store.return_rate(task.name, _rate_key(claim), claim.token)
         except StoreError as exc:  # a slot expires with its lease; a start with its window
             log.warning("could not release a limit of %s: %s", task.name, exc)

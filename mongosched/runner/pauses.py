@@ -7,7 +7,7 @@ narrow, so while a queue is paused it claims from an explicit list: the queues t
 hold pending jobs (read with the pause set, from the claim index), less the paused
 ones. A paused schedule is out of the claimable status already; a run of it claimed
 by a runner that had not yet seen the pause is given back and held (see
-:meth:`~mongosched.runner.cycle.RunnerSteps.claim_next`). So are the jobs of a paused
+:meth:`~mongosched.runner.steps.RunnerSteps.claim_next`). So are the jobs of a paused
 label (a task's name that labels jobs of another task, as a Django task's path does):
 the claim cannot leave them out (the label is no key of the claim index), the pause
 moved them out of the claimable status, and one scheduled since is held when claimed.

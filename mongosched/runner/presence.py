@@ -36,9 +36,14 @@ FORGET_AFTER = timedelta(minutes=10)
 class Registered(Protocol):
     """What the registration reads of its runner."""
 
-    name: str
-    workers: int
-    queues: list[str] | None
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def workers(self) -> int: ...
+
+    @property
+    def queues(self) -> list[str] | None: ...
 
     @property
     def in_flight(self) -> int: ...

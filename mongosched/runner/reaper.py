@@ -21,7 +21,7 @@ from mongosched._core.outcome import Decision, Ending
 from mongosched._core.records import JobRecord
 from mongosched.observe import logs
 from mongosched.runner import dependencies
-from mongosched.runner.host import RunnerHost
+from mongosched.runner.parts import RunnerParts
 
 __all__ = ["Reaper"]
 
@@ -31,30 +31,24 @@ log = logging.getLogger("mongosched.runner")
 class Reaper:
     """Reaps expired leases and sweeps (see the module).
 
-    :param app: the runner's app: its clock and retention.
-    :param lease_duration: the runner's; the sweep leaves a job finished less than
-        a lease ago to the worker that may still be releasing its dependents.
-    :param emit: sends each job's event.
-    :param release_dependents: releases the jobs waiting for a job reaped to a final
-        status.
+    :param parts: the runner's: its app (clock, retention), its lease (the sweep leaves
+        a job finished less than a lease ago to the worker that may still be releasing
+        its dependents), its events and the release of dependents.
     :param repeated: follows up a repeating job reaped to its next slot (the slots it
         dropped, a pause after failures).
     """
 
     def __init__(
         self,
-        app: RunnerHost,
+        parts: RunnerParts,
         *,
-        lease_duration: float,
-        emit: dependencies.Emit,
-        release_dependents: Callable[[JobRecord], None],
         repeated: Callable[[Decision, JobRecord], None] = lambda decision, stored: None,
     ) -> None:
-        self.app = app
-        self.store = app.store
-        self.lease_duration = lease_duration
-        self.emit = emit
-        self.release_dependents = release_dependents
+        self.app = parts.app
+        self.store = parts.store
+        self.lease_duration = parts.settings.lease_duration
+        self.emit = parts.emit
+        self.release_dependents = parts.release_dependents
         self.repeated = repeated
         self.walk = dependencies.Walk()
         """Where the sweep's walk of waiting jobs goes on (a page per pass)."""
@@ -68,12 +62,9 @@ class Reaper:
         reaped = 0
         retention = self.app.retention
         for record in self.store.leases_expired(now):
-            try:
-                decision = outcome.decide(
-                    record, Ending.LEASE_EXPIRED, now=now, retention=retention
-                )
-            except Exception as exc:  # its rule no longer computes: it fails alone
-                decision = outcome.uncomputable(record, exc, now, retention)
+            decision = outcome.decide_or_fail(
+                record, Ending.LEASE_EXPIRED, now=now, retention=retention
+            )
             stored = self.store.reap(record, now, decision.settlement)
             if stored is not None:
                 reaped += 1

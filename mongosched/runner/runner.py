@@ -2,9 +2,10 @@
 
 A :class:`Runner` is made of objects, each given its collaborators when it is made:
 its checked options (:class:`~mongosched.runner.settings.RunnerSettings`); the
-:class:`~mongosched.runner.outcomes.Settler` that writes outcomes; its synchronous
-steps (:class:`~mongosched.runner.cycle.RunnerSteps`: run a claim, write and announce
-its outcome), which hold the :class:`~mongosched.runner.claimer.Claimer` (claims and
+:class:`~mongosched.runner.settler.Settler` that writes outcomes; its synchronous
+steps (:class:`~mongosched.runner.steps.RunnerSteps`), which hold the
+:class:`~mongosched.runner.attempt.Attempt` (run a claim, write and announce its
+outcome), the :class:`~mongosched.runner.claimer.Claimer` (claims and
 admits jobs) and the :class:`~mongosched.runner.reaper.Reaper` (expired leases, the
 sweep); its :class:`~mongosched.runner.dispatcher.Dispatcher` (one thread that claims
 a job only when a worker thread is free, submits it to a
@@ -26,8 +27,8 @@ at once.
 Thread            Owns                             Locks it takes       I/O (and never)
 ================  ===============================  ===================  ===================
 dispatcher        the dispatcher's state           its own (reads       claims (batched,
-                  (``_held``, ``_batching``,       ``_next_due``);      with the deferred
-                  ``_full_rounds``,                ``_idle`` (adds a    outcomes), admis-
+                  (``_held``, ``_full_rounds``,    ``_next_due``);      with the deferred
+                  ``batching`` of ``flight``,      ``idle`` (adds a     outcomes), admis-
                   ``last_poll``, ``last_error``),  claim); the          sions (permits,
                   the claimer's (``claimed``,      settler's (writes    limits, give backs),
                   ``_saturated``, its gate's and   the deferred         reaps and sweeps,
@@ -41,7 +42,7 @@ dispatcher        the dispatcher's state           its own (reads       claims (
                                                                         jobs it ends itself
                                                                         (reaped, expired
                                                                         unrun)
-worker (pool)     the claim it runs (its           ``_idle`` (a claim   the job's own;
+worker (pool)     the claim it runs (its           ``idle`` (a claim    the job's own;
                   ``deferred``, permit and         done: forgotten and  its outcome write
                   limit flags, once finished)      counted in           (alone, or for those
                                                    ``finished``); the   queued meanwhile: a
@@ -60,7 +61,7 @@ heartbeat         the claims it keeps alive, in    the heartbeats';     lease, p
 watcher           its watch and ``state``          the dispatcher's     reads the store's
                                                    (``wake`` sets       change stream. Never
                                                    ``_next_due``)       claims nor writes
-caller of stop    ``_pool``, ``_heartbeats``,      ``_idle`` (reads     none: sets flags,
+caller of stop    ``pool``, ``heartbeats``,        ``idle`` (reads      none: sets flags,
                   ``_watcher``, ``stop_by``, the   the claims, waits    interrupts jobs (not
                   dispatcher's thread (start,      for them); a         graceful), joins and
                   join)                            claim's (abort)      waits within one
@@ -68,12 +69,15 @@ caller of stop    ``_pool``, ``_heartbeats``,      ``_idle`` (reads     none: se
                                                                         waits past it
 ================  ===============================  ===================  ===================
 
-Guarded: ``_claims`` (the claims in flight) and ``finished`` by ``_idle``, whose
+The state that spans the threads is :attr:`Runner.flight` (an
+:class:`~mongosched.runner.inflight.InFlight`), made first with the other
+:class:`~mongosched.runner.parts.RunnerParts`. Guarded: its ``claims`` (the claims in
+flight) and ``finished`` by its ``idle``, whose
 condition also tells a stop when a claim leaves; the dispatcher's ``_next_due`` by its
 own lock (a caller's :meth:`Runner.wake` takes it too); the settler's queue and writer
-by its own lock (:mod:`mongosched.runner.outcomes`; ``bulk_writes`` only changes in the
+by its own lock (:mod:`mongosched.runner.settler`; ``bulk_writes`` only changes in the
 writer, one at a time); each :class:`~mongosched.runner.claim.Claim`'s lease by its lock.
-Shared: ``_free`` counts the free workers' places; the dispatcher takes one before it
+Shared: ``free`` counts the free workers' places; the dispatcher takes one before it
 claims, and a claim's worker gives it back when its outcome is written, or at once when
 the outcome is deferred. Handed between threads: a claim's fields set at admission
 reach its worker through the pool's queue, and a deferred outcome reaches the worker
@@ -88,29 +92,28 @@ import math
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from functools import partial
 from types import FrameType
 from typing import Any
 
 from mongosched._core import validate
 from mongosched._core.outcome import Decision
-from mongosched._core.records import JobRecord
-from mongosched.errors import ConfigurationError, MongoschedError, WorkerShutdown
-from mongosched.observe import logs
+from mongosched.errors import ConfigurationError, WorkerShutdown
 from mongosched.runner import exiting
+from mongosched.runner.attempt import finishing
 from mongosched.runner.claim import Claim
-from mongosched.runner.cycle import RunnerSteps
 from mongosched.runner.dispatcher import Dispatcher
 from mongosched.runner.heartbeats import Heartbeats
 from mongosched.runner.host import RunnerHost
-from mongosched.runner.outcomes import Leased, LeaseEnd, Settler
+from mongosched.runner.inflight import InFlight
+from mongosched.runner.parts import RunnerParts
 from mongosched.runner.presence import Registration
 from mongosched.runner.settings import RunnerSettings
+from mongosched.runner.settler import Settler
+from mongosched.runner.steps import RunnerSteps
 from mongosched.runner.wakeup import WakeWatcher, wake_mode
-from mongosched.store import Patience
 
 __all__ = ["Runner", "RunnerHost"]
 
@@ -161,60 +164,73 @@ class Runner:
         )
         self.app = app
         self.store = app.store
-        self.name = settings.name
-        self.workers = settings.workers
-        self.queues = settings.queues
-        self.lease_duration = settings.lease_duration
-        self.poll_interval = settings.poll_interval
-        self.heartbeat_interval = settings.heartbeat_interval
-        self.reap_interval = settings.reap_interval
+        self.settings = settings
+        """Its checked options (each part reads them here)."""
         self.shutdown_timeout = validate.seconds(shutdown_timeout, what="Runner: shutdown_timeout")
         self.wake_mode = wake_mode(
             getattr(app, "wake", "auto") if wake is None else wake, what="Runner"
         )
-        self.stop_by = math.inf
-        """When a stop's deadline falls (a :func:`time.monotonic` time): no holder's
-        write retries past it (see :meth:`_patience`)."""
         self._watcher: WakeWatcher | None = None
-        self._free = threading.Semaphore(self.workers)
-        self._stopping = threading.Event()
-        self._claims: dict[Any, Claim] = {}
-        self._idle = threading.Condition()
-        self._pool: ThreadPoolExecutor | None = None
-        self._heartbeats: Heartbeats | None = None
-        self.finished = 0
-        self.settler = Settler(
-            self.store,
-            gather=settings.gather,
-            company=self._in_flight_others,
-            # The dispatcher is made below, with the steps this settler is part of.
-            claiming=lambda: self.dispatcher.claiming(),
-            run_soon=self._run_soon,
-            patience=self._patience,
-        )
+        self.flight = InFlight(settings.workers, app.now)
+        """What spans its threads: the claims in flight, the free workers' places, the
+        stop, whether a batched claim is coming."""
+        self.settler = Settler(app.store, gather=settings.gather, crew=self.flight)
         """Writes outcomes: alone, together when several finish at once, or with the
         next batched claim."""
-        self.steps = RunnerSteps(
-            app,
-            settings,
-            runner=self,
-            settler=self.settler,
-            patience=self._patience,
-            defer=self._defer,
+        self.parts = RunnerParts(
+            app=app, settings=settings, runner=self, flight=self.flight, settler=self.settler
         )
+        """What its pieces share, made before them."""
+        self.steps = RunnerSteps(self.parts)
         """The synchronous steps its threads take (claim, run a claim, reap)."""
         self.claimer = self.steps.claimer
         """Claims jobs and admits them (the pause set and the flow-control gate)."""
         self.registration = Registration(self.store, self)
         """This runner's entry in the registry of live runners (:meth:`App.live_runners`)."""
         self.dispatcher = Dispatcher(
-            self.steps,
-            registration=self.registration,
-            free=self._free,
-            stopping=self._stopping,
-            submit=self._submit,
+            self.parts, self.steps, registration=self.registration, submit=self._submit
         )
         """The thread that claims jobs and hands them to workers."""
+
+    # Its options (held once, in its settings) ---------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def workers(self) -> int:
+        return self.settings.workers
+
+    @property
+    def queues(self) -> list[str] | None:
+        return self.settings.queues
+
+    @property
+    def lease_duration(self) -> float:
+        return self.settings.lease_duration
+
+    @property
+    def poll_interval(self) -> float:
+        return self.settings.poll_interval
+
+    @property
+    def heartbeat_interval(self) -> float:
+        return self.settings.heartbeat_interval
+
+    @property
+    def reap_interval(self) -> float:
+        return self.settings.reap_interval
+
+    @property
+    def stop_by(self) -> float:
+        """When a stop's deadline falls (a :func:`time.monotonic` time): no holder's
+        write retries past it."""
+        return self.flight.stop_by
+
+    @property
+    def finished(self) -> int:
+        """Jobs its workers ran to their end."""
+        return self.flight.finished
 
     # Steps in the caller's thread ------------------------------------------------------------
     # (Not started, a runner has no threads: eager mode, drain and tests call these.)
@@ -227,36 +243,36 @@ class Runner:
         return self.claimer.claimed
 
     def prepare(self) -> None:
-        """See :meth:`RunnerSteps.prepare <mongosched.runner.cycle.RunnerSteps.prepare>`."""
+        """See :meth:`RunnerSteps.prepare <mongosched.runner.steps.RunnerSteps.prepare>`."""
         self.steps.prepare()
 
     def claim_next(self, *, job_id: Any = None) -> Claim | None:
-        """See :meth:`RunnerSteps.claim_next <mongosched.runner.cycle.RunnerSteps.claim_next>`."""
+        """See :meth:`RunnerSteps.claim_next <mongosched.runner.steps.RunnerSteps.claim_next>`."""
         return self.steps.claim_next(job_id=job_id)
 
     def claim_batch(self, limit: int) -> list[Claim]:
-        """See :meth:`RunnerSteps.claim_batch <mongosched.runner.cycle.RunnerSteps.claim_batch>`."""
+        """See :meth:`RunnerSteps.claim_batch <mongosched.runner.steps.RunnerSteps.claim_batch>`."""
         return self.steps.claim_batch(limit)
 
     def run_claim(self, claim: Claim) -> Decision | None:
-        """See :meth:`RunnerSteps.run_claim <mongosched.runner.cycle.RunnerSteps.run_claim>`."""
+        """See :meth:`RunnerSteps.run_claim <mongosched.runner.steps.RunnerSteps.run_claim>`."""
         return self.steps.run_claim(claim)
 
     def run_claims(self, claims: Sequence[Claim]) -> list[Decision | None]:
-        """See :meth:`RunnerSteps.run_claims <mongosched.runner.cycle.RunnerSteps.run_claims>`."""
+        """See :meth:`RunnerSteps.run_claims <mongosched.runner.steps.RunnerSteps.run_claims>`."""
         return self.steps.run_claims(claims)
 
     def run_until_idle(self, *, limit: int = 10_000) -> int:
         """See :meth:`RunnerSteps.run_until_idle
-        <mongosched.runner.cycle.RunnerSteps.run_until_idle>`."""
+        <mongosched.runner.steps.RunnerSteps.run_until_idle>`."""
         return self.steps.run_until_idle(limit=limit)
 
     def reap(self) -> int:
-        """See :meth:`RunnerSteps.reap <mongosched.runner.cycle.RunnerSteps.reap>`."""
+        """See :meth:`RunnerSteps.reap <mongosched.runner.steps.RunnerSteps.reap>`."""
         return self.steps.reap()
 
     def sweep(self) -> int:
-        """See :meth:`RunnerSteps.sweep <mongosched.runner.cycle.RunnerSteps.sweep>`."""
+        """See :meth:`RunnerSteps.sweep <mongosched.runner.steps.RunnerSteps.sweep>`."""
         return self.steps.sweep()
 
     # Lifecycle -------------------------------------------------------------------------------
@@ -267,8 +283,7 @@ class Runner:
     @property
     def in_flight(self) -> int:
         """Jobs this runner holds leases for."""
-        with self._idle:
-            return len(self._claims)
+        return self.flight.count()
 
     def registered_tasks(self) -> list[str]:
         """The tasks this runner can run."""
@@ -281,11 +296,12 @@ class Runner:
         cannot be reached. :attr:`ready` says when it has."""
         if self.is_running:
             raise ConfigurationError(f"runner {self.name} is already started")
-        self._stopping.clear()
-        self.stop_by = math.inf
-        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mongosched-worker")
-        self._heartbeats = Heartbeats(self.workers, self.heartbeat_interval, self.name)
-        self._heartbeats.start()
+        flight = self.flight
+        flight.stopping.clear()
+        flight.stop_by = math.inf
+        flight.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mongosched-worker")
+        flight.heartbeats = Heartbeats(self.workers, self.heartbeat_interval, self.name)
+        flight.heartbeats.start()
         self.app.attach(self)
         exiting.at_exit.add(self)
         log.info(
@@ -324,35 +340,33 @@ class Runner:
         is left to the leases' expiry (a warning says how many); this thread itself
         does no I/O.
         """
+        flight = self.flight
         deadline = None if timeout is None else time.monotonic() + timeout
         if deadline is not None:
-            self.stop_by = min(self.stop_by, deadline)
-        self._stopping.set()
+            flight.stop_by = min(flight.stop_by, deadline)
+        flight.stopping.set()
         self.dispatcher.wake()
         watcher = self._watcher
         if watcher is not None:
             watcher.stop()
         if not graceful:
-            with self._idle:
-                claims = list(self._claims.values())
-            for claim in claims:
+            for claim in flight.held():
                 claim.abort("shutdown", WorkerShutdown)
         # It may be waiting on an unreachable database: one deadline bounds it all.
         self.dispatcher.join(_remaining(deadline))
-        done = self._wait_idle(_remaining(deadline))
+        done = flight.wait_idle(_remaining(deadline))
         if watcher is not None:  # its server cursor closes within a getMore's wait
             watcher.join(1.0 if deadline is None else min(1.0, deadline - time.monotonic()))
-        if self._pool is not None:  # first: no claim reaches a worker from now on
-            self._pool.shutdown(wait=False)
-        if self._heartbeats is not None:  # they end once the jobs in flight are over
-            self._heartbeats.stop()
+        if flight.pool is not None:  # first: no claim reaches a worker from now on
+            flight.pool.shutdown(wait=False)
+        if flight.heartbeats is not None:  # they end once the jobs in flight are over
+            flight.heartbeats.stop()
         exiting.at_exit.discard(self)
         self.app.detach(self)
         if done:
             log.info("runner %s stopped", self.name)
         else:
-            with self._idle:
-                claims = list(self._claims.values())
+            claims = flight.held()
             unwritten = sum(claim.finished for claim in claims)
             log.warning(
                 "runner %s stopped claiming; %d job(s) still running, %d outcome(s) not "
@@ -365,16 +379,6 @@ class Runner:
         self.app.emit("runner:stop", runner=self)
         return done
 
-    def _wait_idle(self, timeout: float | None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._idle:
-            while self._claims:
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                self._idle.wait(remaining)
-        return True
-
     def run_forever(self) -> None:
         """Start, and block until SIGINT/SIGTERM (graceful stop; a second signal stops at
         once) or until :meth:`stop` is called from another thread."""
@@ -384,7 +388,7 @@ class Runner:
             nonlocal signals
             signals += 1
             log.info("signal %s: %s", signum, "stopping" if signals == 1 else "stopping now")
-            self._stopping.set()
+            self.flight.stopping.set()
             self.dispatcher.wake()
             if signals > 1:
                 threading.Thread(target=self.stop, kwargs={"graceful": False, "timeout": 5}).start()
@@ -395,7 +399,7 @@ class Runner:
                 previous[sig] = signal.signal(sig, handler)
         try:
             self.start()
-            while not self._stopping.wait(0.5):
+            while not self.flight.stopping.wait(0.5):
                 pass
             self.stop(graceful=True, timeout=self.shutdown_timeout)
         finally:
@@ -419,7 +423,7 @@ class Runner:
         database backoff)."""
         now = time.monotonic()
         dispatcher = self.dispatcher
-        started = dispatcher.started and not self._stopping.is_set()
+        started = dispatcher.started and not self.flight.stopping.is_set()
         alive = self.is_running
         since = None if dispatcher.last_poll is None else now - dispatcher.last_poll
         stale = since is not None and since > 10 * self.poll_interval + 60
@@ -436,122 +440,31 @@ class Runner:
             "last_error": dispatcher.last_error,
         }
 
-    def _in_flight_others(self) -> int:
-        with self._idle:
-            return len(self._claims) - 1
-
-    def _patience(self, held: Sequence[Leased]) -> Patience:
-        """How long a holder's write (an outcome, a claim given back) retries a
-        transient database error: until the last of the leases of ``held`` ends
-        (nothing renews them during the write; until then no other holder can have the
-        job, and the write stays fenced on its token anyway), or the runner's stop
-        deadline (what is not written by then is left to the leases' expiry)."""
-        return LeaseEnd(self, held)
-
-    def _defer(self, claim: Claim, decision: Decision, seconds: float) -> bool:
-        """With a backlog, ``claim``'s outcome waits for the next batched claim, and
-        its worker's place is freed at once, so that the claim can be made (and carry
-        the outcome); what follows the write runs later, in a worker
-        (:meth:`_after_deferred_write`)."""
-        if claim.task.writes_own_outcome:
-            return False
-        after_write = partial(self._after_deferred_write, claim, decision, seconds)
-        if not self.settler.defer(claim.record, decision.settlement, claim.until, after_write):
-            return False
-        claim.deferred = True
-        self._free.release()
-        return True
-
-    def _after_deferred_write(
-        self,
-        claim: Claim,
-        decision: Decision,
-        seconds: float,
-        stored: JobRecord | None,
-        failure: BaseException | None,
-    ) -> None:
-        """A deferred outcome was written (found ``stored``, or raised ``failure``):
-        finish it as a worker finishes its own (:meth:`RunnerSteps.after_write
-        <mongosched.runner.cycle.RunnerSteps.after_write>`), and it is done."""
-        try:
-            after_write = self.steps.after_write
-            self._logging_errors(claim, after_write, claim, decision, seconds, stored, failure)
-        finally:
-            self._done(claim)
-
-    def _run_soon(self, work: Callable[[], None]) -> None:
-        """Have a worker run ``work`` (what follows the outcomes a claim wrote)."""
-        pool = self._pool
-        try:
-            if pool is not None:
-                pool.submit(work)
-                return
-        except RuntimeError:  # the pool is shut: the interpreter is exiting
-            pass
-        work()
-
     def _submit(self, claim: Claim) -> None:
         """Hand a claim (holding one free worker's place) to a worker."""
-        assert self._pool is not None and self._heartbeats is not None
-        with self._idle:
-            self._claims[claim.job_id] = claim
+        flight = self.flight
+        assert flight.pool is not None and flight.heartbeats is not None
+        flight.add(claim)
         # Watched before it is submitted: a stop shuts the pool before it lets the
         # heartbeat threads end, so a claim that reaches a worker is always kept alive.
-        self._heartbeats.watch(claim)
+        flight.heartbeats.watch(claim)
         try:
-            self._pool.submit(self._work, claim)
+            flight.pool.submit(self._work, claim)
         except RuntimeError:  # the pool is shut: stopping, or the interpreter exiting
             log.info("runner %s: workers are shut; giving job %s back", self.name, claim.job_id)
-            self._stopping.set()
-            self._heartbeats.forget(claim)
-            self._forget(claim)
-            self._free.release()
+            flight.stopping.set()
+            flight.heartbeats.forget(claim)
+            flight.forget(claim)
+            flight.free.release()
             self.claimer.give_back_or_leave(claim)
 
     def _work(self, claim: Claim) -> None:
         try:
-            self._logging_errors(claim, self.steps.run_claim, claim)
+            with finishing(claim):
+                self.steps.run_claim(claim)
         finally:
             if not claim.deferred:  # (else after its write)
-                self._done(claim)
-
-    def _logging_errors(self, claim: Claim, step: Callable[..., Any], *args: Any) -> None:
-        """Run ``step(*args)``, a step of running or finishing ``claim``, logging what
-        escapes it (a job's own errors never do: they are its outcome)."""
-        try:
-            step(*args)
-        except MongoschedError as exc:
-            log.warning(
-                "job %s (%s): database error (%s); its outcome may not be recorded: if not, "
-                "it runs again once its lease expires",
-                claim.job_id,
-                claim.task.name,
-                exc,
-                extra=logs.fields(claim.record),
-            )
-        except Exception:
-            log.exception(
-                "job %s (%s): internal error while finishing",
-                claim.job_id,
-                claim.task.name,
-                extra=logs.fields(claim.record),
-            )
-
-    def _done(self, claim: Claim) -> None:
-        """``claim``'s outcome is written (or could not be): it is no longer in flight."""
-        if self._heartbeats is not None:
-            self._heartbeats.forget(claim)
-        self._forget(claim, finished=True)
-        if not claim.deferred:  # (else its place was freed when it was deferred)
-            self._free.release()
-
-    def _forget(self, claim: Claim, finished: bool = False) -> None:
-        """``claim`` is no longer in flight (``finished``: it ran to its end)."""
-        with self._idle:
-            self._claims.pop(claim.job_id, None)
-            if finished:
-                self.finished += 1
-            self._idle.notify_all()
+                self.flight.done(claim)
 
     def check_clock(self) -> float | None:
         """Compare this host's clock with the database server's and warn when they

@@ -36,73 +36,67 @@ from __future__ import annotations
 import logging
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from mongosched._core.backoff import Backoff
 from mongosched._core.outcome import Decision, Ending
 from mongosched._core.records import JobRecord, JobStatus
 from mongosched.errors import SerializationError, StoreError
 from mongosched.observe import logs
 from mongosched.runner.claim import Claim
+from mongosched.runner.host import RunnerHost
 from mongosched.transaction import Transaction, as_current
 
-if TYPE_CHECKING:
-    from mongosched.runner.cycle import RunnerSteps
-
-__all__ = ["TransactionalRun"]
+__all__ = ["TransactionalRun", "Written"]
 
 log = logging.getLogger("mongosched.runner")
 
-BACKOFF = 0.005
-"""Seconds of the first back-off before a function runs again after a conflict."""
-MAX_BACKOFF = 0.5
+BACKOFF = Backoff(first=0.01, most=0.5)
+"""How long a function waits before it runs again after a conflict (full jitter)."""
+
+Written = tuple[Decision, JobRecord | None]
+"""The decision committed with a run, and the job as it left it (None: its fenced
+write found the lease lost, and nothing was committed)."""
 
 
 class TransactionalRun:
-    """One attempt of a transactional task's claimed job (see the module)."""
+    """How an attempt calls a transactional task's function (see the module): in
+    transactions, until one commits with the job's outcome or the attempt ends
+    otherwise. It knows the claim, and the app for its transactions and its
+    retention; the store and the lease are the claim's."""
 
-    def __init__(self, steps: RunnerSteps, claim: Claim) -> None:
-        self.steps = steps
+    def __init__(self, app: RunnerHost, claim: Claim) -> None:
+        self.app = app
         self.claim = claim
-        self.written: tuple[Decision, JobRecord | None] | None = None
-        """The decision committed with the run, and the job as it left it (None: its
-        fenced write found the lease lost, and nothing was committed)."""
+        self.written: Written | None = None
+        """What was committed with the run (None: nothing; its outcome is written
+        outside the transaction)."""
         self.runs = 0
         """How many times the function ran (a transient error runs it again)."""
 
-    def run(self) -> Decision | None:
-        """Run, commit, and report the outcome as :meth:`RunnerSteps.run_claim` does."""
-        steps, claim = self.steps, self.claim
-        ran = steps._run(claim, self._call)
-        if ran is None:
-            return None
-        result, error, seconds = ran
-        if self.written is not None:
-            claim.finish()
-            return steps._announce(claim, *self.written, seconds)
-        return steps._conclude(claim, result, error, seconds)  # outside the transaction
-
-    def _call(self) -> tuple[Any, BaseException | None]:
+    def call(self) -> tuple[Any, BaseException | None]:
         """Run the function in transactions until one commits or the attempt ends
-        otherwise: ``(result, error)`` as :meth:`Claim.call` returns them."""
+        otherwise: ``(result, error)`` as :meth:`Claim.call` returns them, and what was
+        committed in :attr:`written`."""
         claim = self.claim
         timeout = claim.timeout
         assert timeout is not None, "a transactional task has a timeout"
         deadline = claim.started + timeout
         while True:
             try:
-                if not claim.hold(deadline - time.monotonic() + self.steps.lease_duration):
+                if not claim.hold(deadline - time.monotonic() + claim.keeper.lease_duration):
                     return None, None  # lost: nothing runs, nothing is written
             except StoreError as exc:
                 return None, exc
             if claim.ctx.is_cancelled():  # asked before the run began
                 claim.resume()
                 return None, None
-            store = self.steps.store
+            store = claim.keeper.store
             tx = Transaction(store, store.begin(), owned=True)
             claim.ctx.transaction = tx
             try:
                 self.runs += 1
-                with as_current(tx), self.steps.app.bind_transaction(tx):
+                with as_current(tx), self.app.bind_transaction(tx):
                     result, error = claim.call()
                 if error is None and not claim.ctx.is_cancelled():
                     error = self._commit(tx, result)
@@ -122,10 +116,11 @@ class TransactionalRun:
         """Write the success in ``tx``, fenced, and commit. None when that is done
         (:attr:`written` says how), or when it is to be written outside instead (a
         result that cannot be stored: that write fails the job); else the error."""
-        steps, claim = self.steps, self.claim
-        decision = steps._decide_safely(claim, Ending.SUCCESS, result, None, claim.task.retry)
+        claim = self.claim
+        retry, retention = claim.task.retry, self.app.retention
+        decision = claim.decision(Ending.SUCCESS, result, None, retry, retention)
         try:
-            stored = steps.store.within(tx.handle).settle(claim.record, decision.settlement)
+            stored = claim.keeper.store.within(tx.handle).settle(claim.record, decision.settlement)
         except SerializationError:
             return None
         except Exception as exc:
@@ -148,7 +143,7 @@ class TransactionalRun:
         if time.monotonic() >= deadline:
             return False
         try:
-            current = self.steps.store.get(claim.job_id)
+            current = claim.keeper.store.get(claim.job_id)
         except StoreError:
             return False
         lease = None if current is None else current.lease
@@ -170,6 +165,6 @@ class TransactionalRun:
         )
         # A conflict with a transaction still open comes back until that one ends:
         # back off a little (full jitter), as the drivers' retries do.
-        pause = min(MAX_BACKOFF, BACKOFF * 2 ** min(self.runs, 10))
+        pause = BACKOFF.after(self.runs)
         time.sleep(min(random.uniform(0, pause), max(0.0, deadline - time.monotonic())))
         return True

@@ -540,7 +540,7 @@ def test_stop_leaves_what_it_cannot_write_by_its_deadline_and_says_so(
     try:
         gate.set()  # they finish: no outcome can be written now
         wait_for(
-            lambda: all(claim.finished for claim in list(runner._claims.values())),
+            lambda: all(claim.finished for claim in runner.flight.held()),
             message="the 4 runs over",
         )
         started = time.monotonic()
@@ -557,8 +557,8 @@ def test_stop_leaves_what_it_cannot_write_by_its_deadline_and_says_so(
 
 
 def _heartbeat_threads(runner: Any) -> list[threading.Thread]:
-    assert runner._heartbeats is not None
-    return list(runner._heartbeats._threads)
+    assert runner.flight.heartbeats is not None
+    return list(runner.flight.heartbeats._threads)
 
 
 def test_a_stop_that_timed_out_leaves_no_heartbeat_thread_behind(app: App) -> None:

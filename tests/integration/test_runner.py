@@ -607,10 +607,10 @@ def test_jobs_finished_in_many_worker_threads_are_each_counted() -> None:
     runner = app.runner(workers=40)
     claims = runner.claim_batch(40)
     for claim in claims:
-        runner._claims[claim.job_id] = claim
-    runner.finished = _SlowCount(0)
+        runner.flight.add(claim)
+    runner.flight.finished = _SlowCount(0)
     threads = [
-        threading.Thread(target=lambda part=part: [runner._done(c) for c in part])
+        threading.Thread(target=lambda part=part: [runner.flight.done(c) for c in part])
         for part in (claims[n::8] for n in range(8))
     ]
     for thread in threads:
@@ -639,7 +639,7 @@ def test_the_jobs_in_flight_are_read_under_their_lock() -> None:
     """The settler asks how many other jobs run (to wait for their outcomes): it reads
     the claims in flight under the lock that guards them."""
     runner = App("memory://").runner(workers=2)
-    assert _blocked_while_held(runner._idle, runner._in_flight_others)[0]
+    assert _blocked_while_held(runner.flight.idle, runner.flight.others)[0]
 
 
 def test_a_stop_cancels_a_job_under_its_claims_lock(app: App) -> None:
@@ -652,7 +652,7 @@ def test_a_stop_cancels_a_job_under_its_claims_lock(app: App) -> None:
     runner = app.runner(workers=1).start()
     try:
         assert started.wait(10)
-        [claim] = list(runner._claims.values())
+        [claim] = runner.flight.held()
         stop = partial(runner.stop, graceful=False, timeout=5)
         waited, reason = _blocked_while_held(claim._lock, stop, lambda: claim.ctx.cancel_reason)
         assert waited and reason is None

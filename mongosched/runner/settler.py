@@ -38,7 +38,7 @@ from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import SerializationError
 from mongosched.store import Patience, Store
 
-__all__ = ["AfterWrite", "LeaseEnd", "Leased", "Settler"]
+__all__ = ["AfterWrite", "Alone", "Crew", "LeaseEnd", "Leased", "Settler"]
 
 log = logging.getLogger("mongosched")
 
@@ -94,20 +94,38 @@ class LeaseEnd:
         return min(self.end, self.holder.stop_by)
 
 
-def _nobody() -> int:
-    return 0
+class Crew(Protocol):
+    """What a settler needs of the runner whose outcomes it writes (an
+    :class:`~mongosched.runner.inflight.InFlight`)."""
+
+    def others(self) -> int:
+        """How many other jobs are running (that may finish in a moment)."""
+
+    def claiming(self) -> bool:
+        """Whether a batched claim will take the queued outcomes in a moment."""
+
+    def run_soon(self, work: Callable[[], None]) -> None:
+        """Run what follows deferred outcomes once they are written."""
+
+    def patience(self, held: Sequence[Leased]) -> Patience | None:
+        """How long a write of the outcomes of ``held`` retries a transient error."""
 
 
-def _no_claim() -> bool:
-    return False
+class Alone:
+    """A settler's crew outside a runner: no other job, no claim coming, what follows
+    a write run at once, the store's usual few retries."""
 
+    def others(self) -> int:
+        return 0
 
-def _at_once(work: Callable[[], None]) -> None:
-    work()
+    def claiming(self) -> bool:
+        return False
 
+    def run_soon(self, work: Callable[[], None]) -> None:
+        work()
 
-def _no_patience(held: Sequence[Leased]) -> Patience | None:
-    return None
+    def patience(self, held: Sequence[Leased]) -> Patience | None:
+        return None
 
 
 class _Outcome:
@@ -158,29 +176,21 @@ _FLUSH = object()  # the writer when a flush took it
 class Settler:
     """Writes holders' outcomes (see the module)."""
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        gather: float = 0.0,
-        company: Callable[[], int] = _nobody,
-        claiming: Callable[[], bool] = _no_claim,
-        run_soon: Callable[[Callable[[], None]], None] = _at_once,
-        patience: Callable[[Sequence[Leased]], Patience | None] = _no_patience,
-    ) -> None:
+    def __init__(self, store: Store, *, gather: float = 0.0, crew: Crew | None = None) -> None:
+        crew = Alone() if crew is None else crew
         self.store = store
         self.gather = gather
         """Seconds a writer waits for the others' outcomes when other jobs are running."""
-        self.company = company
+        self.company = crew.others
         """How many other jobs are running (that may finish in a moment)."""
-        self.claiming = claiming
+        self.claiming = crew.claiming
         """Whether a batched claim will take the queued outcomes in a moment (a runner
         with a backlog says so)."""
-        self.run_soon = run_soon
+        self.run_soon = crew.run_soon
         """Runs what follows deferred outcomes once they are written (a runner has its
         workers run them, so that a claim's writer, the dispatcher, never runs
         listeners)."""
-        self.patience = patience
+        self.patience = crew.patience
         """How long a write of the given outcomes goes on retrying a transient database
         error (a runner says: until the last of their leases ends, or it stops; see
         :data:`~mongosched.store.Patience`). By default the store's usual few retries."""
