@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT))
 from bench.harness import Successes, load, start_stub  # noqa: E402
 from bench.harness import thread_cpu as all_thread_cpu  # noqa: E402
 from mongosched import App  # noqa: E402
+from mongosched.runner.attempt import Attempt  # noqa: E402
 from mongosched.runner.dispatcher import Dispatcher  # noqa: E402
-from mongosched.runner.runner import Runner  # noqa: E402
 
 KINDS = ("dispatcher", "worker", "heartbeat", "other")
 
@@ -97,21 +97,21 @@ class Profiles:
 @contextmanager
 def profiled(profiles: Profiles) -> Iterator[None]:
     """Profile the dispatcher's thread and every worker's runs of a claim."""
-    run, work = Dispatcher._run, Runner._work
+    run, work = Dispatcher._run, Attempt.work
 
     def dispatcher_run(self: Dispatcher) -> None:
         profiles.run("dispatcher", lambda: run(self))
 
-    def worker_work(self: Runner, claim: Any) -> None:
+    def worker_work(self: Attempt, claim: Any) -> None:
         profiles.run("worker", lambda: work(self, claim))
 
     Dispatcher._run = dispatcher_run  # type: ignore[method-assign]
-    Runner._work = worker_work  # type: ignore[method-assign]
+    Attempt.work = worker_work  # type: ignore[method-assign]
     try:
         yield
     finally:
         Dispatcher._run = run  # type: ignore[method-assign]
-        Runner._work = work  # type: ignore[method-assign]
+        Attempt.work = work  # type: ignore[method-assign]
 
 
 def drain(app: App, noop: Any, jobs: int, backlog: int, workers: int) -> dict[str, float]:

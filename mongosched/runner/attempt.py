@@ -28,6 +28,7 @@ from mongosched.job import Suspended
 from mongosched.observe import logs, tracing
 from mongosched.retry import RetryPolicy
 from mongosched.runner.claim import Claim
+from mongosched.runner.claimer import Claimer
 from mongosched.runner.parts import RunnerParts
 from mongosched.runner.slots import Slots
 from mongosched.runner.transactional import TransactionalRun, Written
@@ -64,39 +65,63 @@ class Attempt:
     :param parts: the runner's.
     :param slots: settles a repeating job's slot before its run, and says what
         followed after.
+    :param claimer: releases what a claim holds (its permit, its limits) once run.
     """
 
-    def __init__(self, parts: RunnerParts, slots: Slots) -> None:
+    def __init__(self, parts: RunnerParts, slots: Slots, claimer: Claimer) -> None:
         self.parts = parts
         self.slots = slots
-        self.retention = parts.app.retention
+        self.claimer = claimer
+
+    def work(self, claim: Claim) -> None:
+        """A worker's whole part in a claim handed to it: :meth:`run`, what escapes it
+        logged; then the claim is done (unless its outcome was deferred: then once
+        that is written)."""
+        try:
+            with finishing(claim):
+                self.run(claim)
+        finally:
+            if not claim.deferred:  # (else after its write)
+                self.parts.flight.done(claim)
 
     def run(self, claim: Claim) -> Decision | None:
-        """Run ``claim``'s job and record its outcome: the decision, or None when it did
-        not run to a recorded outcome (its repeating slot moved on, or its lease was
-        lost). With a backlog the outcome may be deferred to the next batched claim's
-        write: the decision as made, announced after that write."""
-        ran = self._run(claim)
-        if ran is None:
-            return None
-        result, error, seconds, written = ran
-        if written is not None:  # committed with the run
-            claim.finish()
-            return self.announce(claim, *written, seconds)
-        decision = self.decide(claim, result, error)
-        if decision is None or self._defer(claim, decision, seconds):
-            return decision
+        """Run ``claim``'s job, record its outcome and release what the claim holds:
+        the decision, or None when it did not run to a recorded outcome (its repeating
+        slot moved on, or its lease was lost). With a backlog the outcome may be
+        deferred to the next batched claim's write: the decision as made, announced
+        after that write."""
         try:
-            stored = self.parts.settler.settle(claim.record, decision.settlement, claim.until)
-            failure = None
-        except SerializationError as exc:
-            stored, failure = None, exc
-        return self.after_write(claim, decision, seconds, stored, failure)
+            ran = self._run(claim)
+            if ran is None:
+                return None
+            result, error, seconds, written = ran
+            if written is not None:  # committed with the run
+                claim.finish()
+                return self.announce(claim, *written, seconds)
+            decision = self.decide(claim, result, error)
+            if decision is None or self._defer(claim, decision, seconds):
+                return decision
+            try:
+                stored = self.parts.settler.settle(claim.record, decision.settlement, claim.until)
+                failure = None
+            except SerializationError as exc:
+                stored, failure = None, exc
+            return self.after_write(claim, decision, seconds, stored, failure)
+        finally:
+            self.claimer.release(claim, started=True)
 
     def run_together(self, claims: Sequence[Claim]) -> list[Decision | None]:
         """Run several claimed jobs one after another, then write their outcomes
         together (see :meth:`RunnerSteps.run_claims
-        <mongosched.runner.steps.RunnerSteps.run_claims>`)."""
+        <mongosched.runner.steps.RunnerSteps.run_claims>`), and release what each
+        claim holds."""
+        try:
+            return self._together(claims)
+        finally:
+            for claim in claims:
+                self.claimer.release(claim, started=True)
+
+    def _together(self, claims: Sequence[Claim]) -> list[Decision | None]:
         ran = [self._run(claim) for claim in claims]
         decisions: list[Decision | None] = [None] * len(claims)
         todo = []
@@ -168,7 +193,8 @@ class Attempt:
             )
             return None
         ending = outcome.ending(claim.ctx.cancel_reason, error)
-        return claim.decision(ending, result, error, claim.task.retry, self.retention)
+        app = self.parts.app
+        return claim.decision(ending, result, error, claim.task.retry, app.now(), app.retention)
 
     # 3. Write (or defer) ----------------------------------------------------------------------
     def _defer(self, claim: Claim, decision: Decision, seconds: float) -> bool:
@@ -213,7 +239,10 @@ class Attempt:
         """After the outcome write found ``stored`` (or raised ``failure``): a result
         that cannot be stored fails the job instead; otherwise as :meth:`announce`."""
         if isinstance(failure, SerializationError):
-            decision = claim.decision(Ending.ERROR, None, failure, NEVER_RETRY, self.retention)
+            app = self.parts.app
+            decision = claim.decision(
+                Ending.ERROR, None, failure, NEVER_RETRY, app.now(), app.retention
+            )
             stored = self.parts.settler.settle(claim.record, decision.settlement, claim.until)
         elif failure is not None:
             raise failure
@@ -237,6 +266,7 @@ class Attempt:
         decision = decision.as_written(stored.status)
         logs.log_decision(claim.record, claim.task.name, decision, seconds)
         self.parts.emit(decision.event, stored, error=decision.error)
-        self.slots.repeated(decision, stored)
+        if stored.repeat is not None:
+            self.slots.repeated(decision, stored)
         self.parts.release_dependents(stored)
         return decision

@@ -143,28 +143,25 @@ class Claim:
         """It holds a concurrency permit of its task (renewed with the lease)."""
         self.has_permit = True
 
-    def drop_permit(self) -> bool:
-        """It no longer holds its permit: True when it held one (to release)."""
-        had, self.has_permit = self.has_permit, False
-        return had
+    def drop_permit(self) -> None:
+        """It no longer holds its permit (about to release it)."""
+        self.has_permit = False
 
     def took_slot(self, key: str) -> None:
         """It holds the keyed concurrency slot ``key`` (renewed with the lease)."""
         self.slot_key = key
 
-    def drop_slot(self) -> str | None:
-        """It no longer holds its keyed slot: the key it held (to release), or None."""
-        key, self.slot_key = self.slot_key, None
-        return key
+    def drop_slot(self) -> None:
+        """It no longer holds its keyed slot (about to release it)."""
+        self.slot_key = None
 
     def took_rate(self) -> None:
         """A start of its task's rate limit was recorded for it."""
         self.rate_taken = True
 
-    def drop_rate(self) -> bool:
-        """Its recorded start is given back: True when one was recorded (to return)."""
-        had, self.rate_taken = self.rate_taken, False
-        return had
+    def drop_rate(self) -> None:
+        """Its recorded start is given back (about to be returned)."""
+        self.rate_taken = False
 
     def defer(self) -> None:
         """Its outcome waits for the next batched claim's write."""
@@ -189,14 +186,15 @@ class Claim:
         result: Any,
         error: BaseException | None,
         retry: RetryPolicy,
+        now: datetime,
         retention: Retention,
     ) -> Decision:
         """What follows its attempt's end (:func:`~mongosched._core.outcome.decide_or_fail`
-        for its job, as of now, with the slot it ran for, its timeout and its logs)."""
+        for its job at ``now``, with the slot it ran for, its timeout and its logs)."""
         return outcome.decide_or_fail(
             self.record,
             ending,
-            now=self.keeper.now(),
+            now=now,
             retention=retention,
             retry=retry,
             result=result,

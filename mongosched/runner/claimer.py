@@ -255,7 +255,8 @@ class Claimer:
         """``claim`` is done with what it holds: no more heartbeats, its permit and its
         limits given back (``started``: its job ran, so its start still counts)."""
         claim.finish()
-        if claim.drop_permit():
+        if claim.has_permit:
+            claim.drop_permit()
             try:
                 self.store.release_permit(claim.task.name, claim.token)
             except StoreError as exc:  # the permit's lease expires on its own

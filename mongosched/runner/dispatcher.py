@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from datetime import datetime
 
 from mongosched._core.backoff import Backoff
@@ -41,7 +40,6 @@ class Dispatcher:
         reaper's passes.
     :param registration: the runner's entry among the live runners, which the
         dispatcher refreshes and, when it ends, removes.
-    :param submit: hands a claim (holding a free worker's place) to a worker.
     """
 
     def __init__(
@@ -50,7 +48,6 @@ class Dispatcher:
         steps: RunnerSteps,
         *,
         registration: Registration,
-        submit: Callable[[Claim], None],
     ) -> None:
         self.parts = parts
         self.steps = steps
@@ -59,7 +56,6 @@ class Dispatcher:
         self.registration = registration
         self._free = parts.flight.free
         self._stopping = parts.flight.stopping
-        self._submit = submit
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
         self._ready = threading.Event()
@@ -287,6 +283,26 @@ class Dispatcher:
             for claim in claims:
                 self._submit(claim)
         return claimed > 0
+
+    def _submit(self, claim: Claim) -> None:
+        """Hand a claim (holding one free worker's place) to a worker."""
+        flight = self.flight
+        assert flight.pool is not None and flight.heartbeats is not None
+        flight.add(claim)
+        # Watched before it is submitted: a stop shuts the pool before it lets the
+        # heartbeat threads end, so a claim that reaches a worker is always kept alive.
+        flight.heartbeats.watch(claim)
+        try:
+            flight.pool.submit(self.steps.attempt.work, claim)
+        except RuntimeError:  # the pool is shut: stopping, or the interpreter exiting
+            log.info(
+                "runner %s: workers are shut; giving job %s back", self.settings.name, claim.job_id
+            )
+            flight.stopping.set()
+            flight.heartbeats.forget(claim)
+            flight.forget(claim)
+            flight.free.release()
+            self.steps.claimer.give_back_or_leave(claim)
 
     def _stop_batching(self) -> None:
         """Claim one job at a time again: no claim is coming, so the deferred

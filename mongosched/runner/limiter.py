@@ -112,10 +112,12 @@ class Gate:
         job did not start) its recorded start."""
         task, store = claim.task, self.store
         try:
-            slot = claim.drop_slot()
+            slot = claim.slot_key
             if slot is not None:
+                claim.drop_slot()
                 store.release_slot(task.name, slot, claim.token)
-            if not started and claim.drop_rate():
+            if claim.rate_taken and not started:
+                claim.drop_rate()
                 store.return_rate(task.name, _rate_key(claim), claim.token)
         except StoreError as exc:  # a slot expires with its lease; a start with its window
             log.warning("could not release a limit of %s: %s", task.name, exc)

@@ -102,7 +102,6 @@ from mongosched._core import validate
 from mongosched._core.outcome import Decision
 from mongosched.errors import ConfigurationError, WorkerShutdown
 from mongosched.runner import exiting
-from mongosched.runner.attempt import finishing
 from mongosched.runner.claim import Claim
 from mongosched.runner.dispatcher import Dispatcher
 from mongosched.runner.heartbeats import Heartbeats
@@ -187,9 +186,7 @@ class Runner:
         """Claims jobs and admits them (the pause set and the flow-control gate)."""
         self.registration = Registration(self.store, self)
         """This runner's entry in the registry of live runners (:meth:`App.live_runners`)."""
-        self.dispatcher = Dispatcher(
-            self.parts, self.steps, registration=self.registration, submit=self._submit
-        )
+        self.dispatcher = Dispatcher(self.parts, self.steps, registration=self.registration)
         """The thread that claims jobs and hands them to workers."""
 
     # Its options (held once, in its settings) ---------------------------------------------
@@ -439,32 +436,6 @@ class Runner:
             "wake": "poll" if self._watcher is None else self._watcher.state,
             "last_error": dispatcher.last_error,
         }
-
-    def _submit(self, claim: Claim) -> None:
-        """Hand a claim (holding one free worker's place) to a worker."""
-        flight = self.flight
-        assert flight.pool is not None and flight.heartbeats is not None
-        flight.add(claim)
-        # Watched before it is submitted: a stop shuts the pool before it lets the
-        # heartbeat threads end, so a claim that reaches a worker is always kept alive.
-        flight.heartbeats.watch(claim)
-        try:
-            flight.pool.submit(self._work, claim)
-        except RuntimeError:  # the pool is shut: stopping, or the interpreter exiting
-            log.info("runner %s: workers are shut; giving job %s back", self.name, claim.job_id)
-            flight.stopping.set()
-            flight.heartbeats.forget(claim)
-            flight.forget(claim)
-            flight.free.release()
-            self.claimer.give_back_or_leave(claim)
-
-    def _work(self, claim: Claim) -> None:
-        try:
-            with finishing(claim):
-                self.steps.run_claim(claim)
-        finally:
-            if not claim.deferred:  # (else after its write)
-                self.flight.done(claim)
 
     def check_clock(self) -> float | None:
         """Compare this host's clock with the database server's and warn when they

@@ -42,10 +42,10 @@ class RunnerSteps:
         self.lease_duration = parts.settings.lease_duration
         self.slots = Slots(parts)
         """A repeating job's slots, before its run and after."""
-        self.attempt = Attempt(parts, self.slots)
-        """Runs a claim: run, decide, write (or defer), announce."""
         self.claimer = Claimer(parts, keeper=self)
         """Claims jobs and admits them (the pause set and the flow-control gate)."""
+        self.attempt = Attempt(parts, self.slots, self.claimer)
+        """Runs a claim: run, decide, write (or defer), announce."""
         self.reaper = Reaper(parts, repeated=self.slots.repeated)
         """Reaps expired leases and sweeps (:meth:`reap`, :meth:`sweep`)."""
 
@@ -94,10 +94,7 @@ class RunnerSteps:
         outcome may be deferred to the next batched claim's write: the decision as made,
         announced after that write. Without a heartbeat (as in :meth:`run_until_idle`) a
         task's timeout is not enforced."""
-        try:
-            return self.attempt.run(claim)
-        finally:
-            self.claimer.release(claim, started=True)
+        return self.attempt.run(claim)
 
     def run_claims(self, claims: Sequence[Claim]) -> list[Decision | None]:
         """Run several claimed jobs in this thread, one after another, then record
@@ -105,11 +102,7 @@ class RunnerSteps:
         lease (a job whose lease was lost meanwhile is reported alone, as
         :meth:`run_claim` reports it). Returns the decisions, in order. Nothing renews
         a lease between its job's end and the write."""
-        try:
-            return self.attempt.run_together(claims)
-        finally:
-            for claim in claims:
-                self.claimer.release(claim, started=True)
+        return self.attempt.run_together(claims)
 
     def run_until_idle(self, *, limit: int = 10_000) -> int:
         """Run due jobs in this thread until none is due (or ``limit`` attempts ran);

@@ -117,8 +117,10 @@ class TransactionalRun:
         (:attr:`written` says how), or when it is to be written outside instead (a
         result that cannot be stored: that write fails the job); else the error."""
         claim = self.claim
-        retry, retention = claim.task.retry, self.app.retention
-        decision = claim.decision(Ending.SUCCESS, result, None, retry, retention)
+        app = self.app
+        decision = claim.decision(
+            Ending.SUCCESS, result, None, claim.task.retry, app.now(), app.retention
+        )
         try:
             stored = claim.keeper.store.within(tx.handle).settle(claim.record, decision.settlement)
         except SerializationError:
