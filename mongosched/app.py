@@ -27,7 +27,7 @@ from mongosched.operations.scheduling import SchedulingOperations
 from mongosched.runner.host import RunnerHost
 from mongosched.runner.inprocess import InProcess
 from mongosched.runner.runner import Runner
-from mongosched.runner.wakeup import wake_mode
+from mongosched.runner.watcher import wake_mode
 from mongosched.store import Database, Store, in_process, open_store
 from mongosched.task import (
     SCRIPT_PREFIX,

@@ -14,7 +14,7 @@ from mongosched._core.records import JobStatus
 from mongosched.cli import dashboard, verbs, workflows
 from mongosched.cli.parser_ops import OPERATION_VERBS, add_operation_verbs
 from mongosched.errors import ConfigurationError, OutOfBounds
-from mongosched.runner.wakeup import WAKE_MODES
+from mongosched.runner.watcher import WAKE_MODES
 
 __all__ = [
     "EXIT_CODES",

@@ -19,9 +19,9 @@ from mongosched._core.records import JobQuery, JobStatus
 from mongosched.app import App, Cancellation
 from mongosched.cli.exits import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CommandError
 from mongosched.cli.output import cell, job_json, listing, out, print_json, ran, table, to_json
+from mongosched.cli.supervisor import ENV_INDEX, Supervisor, watch_supervisor
 from mongosched.job import Job
 from mongosched.observe import metrics
-from mongosched.runner.supervisor import ENV_INDEX, Supervisor, watch_supervisor
 
 __all__ = [
     "STATUSES",

@@ -51,7 +51,7 @@ log = logging.getLogger("mongosched")
 
 STALE_AFTER = timedelta(seconds=15)
 """A runner whose entry was not refreshed for this long is shown ``stale`` (runners
-refresh theirs every few seconds; see :mod:`mongosched.runner.presence`)."""
+refresh theirs every few seconds; see :mod:`mongosched.runner.registration`)."""
 
 
 def declaration(

@@ -20,7 +20,7 @@ from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import StoreError
 from mongosched.observe import logs
 from mongosched.runner.claim import Claim, LeaseKeeper
-from mongosched.runner.limiter import Gate
+from mongosched.runner.gate import Gate
 from mongosched.runner.parts import RunnerParts
 from mongosched.runner.pauses import PauseSet
 from mongosched.store import Patience

@@ -21,7 +21,7 @@ from mongosched.errors import StoreError
 from mongosched.observe import logs
 from mongosched.runner.claim import Claim
 from mongosched.runner.parts import RunnerParts
-from mongosched.runner.presence import Registration
+from mongosched.runner.registration import Registration
 from mongosched.runner.steps import RunnerSteps
 from mongosched.task import SCRIPT_PREFIX, script_task_explanation
 

@@ -44,7 +44,7 @@ class RunnerHost:
     poll_interval: float
     retention: Retention
     wake: str
-    """The app's wake mode (see :mod:`mongosched.runner.wakeup`)."""
+    """The app's wake mode (see :mod:`mongosched.runner.watcher`)."""
     events: Listeners
     now: Callable[[], datetime]
     """The app's clock."""

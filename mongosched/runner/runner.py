@@ -12,7 +12,7 @@ a job only when a worker thread is free, submits it to a
 :class:`~concurrent.futures.ThreadPoolExecutor`, re-polls at once after a claim and
 waits ``poll_interval`` when there was nothing to do, and between claims reaps and
 sweeps); the worker pool; the :class:`~mongosched.runner.heartbeats.Heartbeats` that keep
-each claim's lease alive; and a :class:`~mongosched.runner.wakeup.WakeWatcher` that
+each claim's lease alive; and a :class:`~mongosched.runner.watcher.WakeWatcher` that
 wakes the dispatcher when a job becomes due elsewhere. The runner itself keeps what
 spans its threads: the claims in flight, the free workers' places, the stop.
 Its workers run claims with those steps; its public steps (:meth:`Runner.claim_next`,
@@ -101,18 +101,18 @@ from typing import Any
 from mongosched._core import validate
 from mongosched._core.outcome import Decision
 from mongosched.errors import ConfigurationError, WorkerShutdown
-from mongosched.runner import exiting
+from mongosched.runner import at_exit
 from mongosched.runner.claim import Claim
 from mongosched.runner.dispatcher import Dispatcher
 from mongosched.runner.heartbeats import Heartbeats
 from mongosched.runner.host import RunnerHost
 from mongosched.runner.inflight import InFlight
 from mongosched.runner.parts import RunnerParts
-from mongosched.runner.presence import Registration
+from mongosched.runner.registration import Registration
 from mongosched.runner.settings import RunnerSettings
 from mongosched.runner.settler import Settler
 from mongosched.runner.steps import RunnerSteps
-from mongosched.runner.wakeup import WakeWatcher, wake_mode
+from mongosched.runner.watcher import WakeWatcher, wake_mode
 
 __all__ = ["Runner", "RunnerHost"]
 
@@ -134,7 +134,7 @@ class Runner:
         exiting) waits for jobs in flight.
     :param wake: how it learns of jobs that become due elsewhere: ``"auto"``,
         ``"change_stream"`` or ``"poll"`` (default: the app's ``wake``; see
-        :mod:`mongosched.runner.wakeup`).
+        :mod:`mongosched.runner.watcher`).
     """
 
     def __init__(
@@ -300,7 +300,7 @@ class Runner:
         flight.heartbeats = Heartbeats(self.workers, self.heartbeat_interval, self.name)
         flight.heartbeats.start()
         self.app.attach(self)
-        exiting.at_exit.add(self)
+        at_exit.runners.add(self)
         log.info(
             "runner %s started: %d worker(s), queues %s, tasks %s, wake %s",
             self.name,
@@ -358,7 +358,7 @@ class Runner:
             flight.pool.shutdown(wait=False)
         if flight.heartbeats is not None:  # they end once the jobs in flight are over
             flight.heartbeats.stop()
-        exiting.at_exit.discard(self)
+        at_exit.runners.discard(self)
         self.app.detach(self)
         if done:
             log.info("runner %s stopped", self.name)

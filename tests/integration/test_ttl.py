@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from mongosched import App, JobStatus
-from mongosched.runner.presence import FORGET_AFTER
+from mongosched.runner.registration import FORGET_AFTER
 from mongosched.testing import FakeClock, drain
 from tests.support.realserver import RealServer, sweep_ttl
 from tests.support.server_fixtures import with_database

@@ -1,4 +1,4 @@
-"""Waking runners when a job becomes due elsewhere (App(wake=...), mongosched.runner.wakeup).
+"""Waking runners when a job becomes due elsewhere (App(wake=...), mongosched.runner.watcher).
 
 On SecantusDB's real change streams (``shared_db``: a one-member replica set; a real
 MongoDB with ``MONGOSCHED_TEST_URI``), across processes and across a restart of the

@@ -389,6 +389,52 @@ def test_type_only_imports_follow_the_layer_order_too() -> None:
     assert not problems, "type-only imports against the layer order:\n" + "\n".join(problems)
 
 
+RUNNER_ORDER = [
+    "host",
+    "settings",
+    "heartbeats",
+    "dependencies",
+    "claim",
+    "settler",
+    "inflight",
+    "parts",
+    "gate",
+    "pauses",
+    "transactional",
+    "slots",
+    "claimer",
+    "reaper",
+    "attempt",
+    "steps",
+    "registration",
+    "watcher",
+    "dispatcher",
+    "at_exit",
+    "runner",
+    "inprocess",
+]
+"""The runner's modules, lowest first: each imports only those before it (type-only
+imports included), so an attempt's path reads downward: the dispatcher hands claims to
+the steps' attempt, which uses the claimer, the slots and the transactional call, and
+none of those knows the attempt."""
+
+
+def test_the_runners_modules_import_downward() -> None:
+    runner = "mongosched.runner."
+    names = {name.removeprefix(runner) for name in MODULES if name.startswith(runner)}
+    assert names == set(RUNNER_ORDER), "a runner module was added or renamed: place it"
+    rank = {name: n for n, name in enumerate(RUNNER_ORDER)}
+    problems = [
+        f"    {imp.where()}: imports {target}"
+        for imp in TYPED_IMPORTS
+        if imp.module.startswith(runner)
+        for target in edges(imp)
+        if target.startswith(runner)
+        and rank[target.removeprefix(runner)] >= rank[imp.module.removeprefix(runner)]
+    ]
+    assert not problems, "runner modules importing one above them:\n" + "\n".join(problems)
+
+
 def test_the_layer_check_sees_an_upward_import() -> None:
     upward = Import("mongosched.store.mongo", "mongosched.runner.claim", ("Claim",), 1, None)
     assert layer_of(upward.target) > layer_of(upward.module)

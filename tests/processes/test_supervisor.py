@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from mongosched.cli.supervisor import ENV_INDEX, ENV_SUPERVISOR, Supervisor
 from mongosched.cli.verbs import child_command
-from mongosched.runner.supervisor import ENV_INDEX, ENV_SUPERVISOR, Supervisor
 from tests.processes.test_processes import LEASE, connected, overlaps, runs_by_job, scheduler
 from tests.support.processes import LoggedProcess
 from tests.support.waiting import wait_for

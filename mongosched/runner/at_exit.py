@@ -1,4 +1,4 @@
-"""Stopping the runners still running when the process exits (:data:`at_exit`)."""
+"""Stopping the runners still running when the process exits (:data:`runners`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 import weakref
 from typing import Protocol
 
-__all__ = ["RunnersAtExit", "Stoppable", "at_exit"]
+__all__ = ["RunnersAtExit", "Stoppable", "runners"]
 
 log = logging.getLogger("mongosched.runner")
 
@@ -67,12 +67,13 @@ class RunnersAtExit:
                 runner.stop(graceful=True, timeout=runner.shutdown_timeout)
 
 
-at_exit = RunnersAtExit()
+runners = RunnersAtExit()
+"""This process's runners to stop at its exit."""
 
 
 def _reset_after_fork() -> None:
-    global at_exit
-    at_exit = RunnersAtExit()
+    global runners
+    runners = RunnersAtExit()
 
 
 if hasattr(os, "register_at_fork"):
