@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pymongo import WriteConcern
 from pymongo.client_session import ClientSession
@@ -32,9 +32,6 @@ from pymongo.errors import (
 )
 
 from mongosched.errors import StoreError, StoreUnavailable, TransactionConflict, TransactionError
-
-if TYPE_CHECKING:
-    from mongosched.store.mongo.connection import MongoConnection
 
 __all__ = ["MongoTransaction", "MongoTransactions", "TransientConflict"]
 
@@ -169,10 +166,25 @@ class MongoTransaction:
             raise StoreError(f"{what}: {exc}") from exc
 
 
+class Connected(Protocol):
+    """What the transactions need of the store's connection (a
+    :class:`~mongosched.store.mongo.connection.MongoConnection`)."""
+
+    @property
+    def database(self) -> Any:
+        """The pymongo ``Database`` of the jobs."""
+
+    @property
+    def write_concern(self) -> int | str | None: ...
+
+    @property
+    def connect_timeout(self) -> float: ...
+
+
 class MongoTransactions:
     """``database``, ``begin`` and ``join`` of the MongoDB store."""
 
-    def __init__(self, connection: MongoConnection) -> None:
+    def __init__(self, connection: Connected) -> None:
         self.connection = connection
 
     def database(self) -> Any:
