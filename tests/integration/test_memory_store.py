@@ -13,9 +13,17 @@ from typing import Any
 
 import pytest
 
-from mongosched._core.records import JobQuery, JobRecord, JobStatus, PendingChanges, Settlement
+from mongosched._core.records import (
+    JobQuery,
+    JobRecord,
+    JobStatus,
+    Pause,
+    PendingChanges,
+    Settlement,
+)
 from mongosched.store import Store
 from mongosched.store.memory import MemoryStore
+from mongosched.store.memory.stored import StoredJob
 from tests.support.waiting import wait_child
 
 T0 = datetime(2024, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -114,6 +122,49 @@ def test_claim_looks_at_bucket_heads_only(store: MemoryStore) -> None:
     got = claim(store, tasks=("other",))
     assert got is not None and got.task == "other" and got.run_at == T0 - sec(60)
     assert claim(store, tasks=("other",)) is not None and store.examined <= 3
+
+
+class Unscannable(dict[Any, StoredJob]):
+    """A store's table of jobs that fails the test when read whole."""
+
+    def values(self) -> Any:
+        raise AssertionError("a look at every job in the store")
+
+    items = __iter__ = values
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} jobs>"
+
+
+def forbid_scans(store: MemoryStore) -> None:
+    table = store.table
+    jobs = Unscannable(table.jobs)
+    table.jobs = table.indexes._jobs = table.flow._jobs = jobs
+
+
+def test_runners_holds_and_releases_of_paused_jobs_read_no_backlog(store: MemoryStore) -> None:
+    """The sweep's release of held jobs whose pause is gone (every reap interval) and
+    a claim's hold of a job of a paused label look at the paused jobs, or the job
+    named, not at every job: a backlog of 20,000 pending jobs costs them nothing."""
+    add(store, *[job("other") for _ in range(20_000)])
+    mail, kept = add(store, job(label="app.mail"), job(label="app.kept", at=T0 + sec(1)))
+    for label in ("app.mail", "app.kept"):
+        store.add_pause(Pause("task", label, LATER))
+    assert store.hold_label("app.mail", LATER) == 1
+    late = add(store, job(label="app.kept"))[0]  # scheduled since the pause
+    forbid_scans(store)
+    assert store.hold_label("app.kept", LATER, ids=[late.id, mail.id]) == 1
+    assert store.release_unpaused(LATER) == 0  # every hold has its pause
+    store.remove_pause("task", "app.mail")
+    assert store.release_unpaused(LATER) == 1
+    assert store.release_label("app.kept", LATER) == 1
+    assert claim(store) is not None  # the store's indexes still read the same jobs
+    status = {j.id: store.get(j.id).status for j in (mail, kept, late)}  # type: ignore[union-attr]
+    assert status == {
+        mail.id: JobStatus.RUNNING,
+        kept.id: JobStatus.PENDING,
+        late.id: JobStatus.PENDING,
+    }
 
 
 # Fork -------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -33,6 +33,7 @@ from mongosched.store.memory.stored import (
     PAUSED,
     PENDING,
     RUNNING,
+    StoredJob,
     ms,
     purgeable,
     sort_key,
@@ -182,24 +183,20 @@ class MemoryOperations:
         with self._table.lock:
             if ("task", label) not in self._pauses:  # resumed meanwhile
                 return 0
-            chosen = [
-                job
-                for job in self._table.jobs.values()
-                if job.record.label == label
-                and job.record.status is PENDING
-                and (ids is None or job.id in ids)
-            ]
+            if ids is None:
+                pending: Iterable[StoredJob] = self._table.by_status[PENDING].values()
+            else:  # a runner's hold of the job it claimed: no look at the others
+                pending = filter(None, (self._table.find(job_id, PENDING) for job_id in ids))
+            chosen = in_order(job for job in pending if job.record.label == label)
             for job in chosen:
                 self._table.write(job, transitions.paused(job.record, now))
             return len(chosen)
 
     def release_label(self, label: str, now: datetime) -> int:
         with self._table.lock:
-            chosen = [
-                job
-                for job in self._table.jobs.values()
-                if job.record.label == label and job.record.status is PAUSED
-            ]
+            chosen = in_order(
+                j for j in self._table.by_status[PAUSED].values() if j.record.label == label
+            )
             for job in chosen:
                 self._table.write(job, transitions.resumed(job.record, now), hold=True)
             return len(chosen)
@@ -217,14 +214,13 @@ class MemoryOperations:
 
     def release_unpaused(self, now: datetime) -> int:
         with self._table.lock:
-            chosen = [
+            chosen = in_order(  # the reaper's sweep, every reap interval: no look at the backlog
                 job
-                for job in self._table.jobs.values()
-                if job.record.status is PAUSED
-                and (job.record.label is not None or job.repeat is not None)
+                for job in self._table.by_status[PAUSED].values()
+                if (job.record.label is not None or job.repeat is not None)
                 and ("task", job.record.label) not in self._pauses
                 and (job.repeat is None or ("schedule", str(job.id)) not in self._pauses)
-            ]
+            )
             for job in chosen:
                 self._table.write(job, transitions.resumed(job.record, now), hold=True)
             return len(chosen)
@@ -294,3 +290,9 @@ class MemoryOperations:
                     del self._runners[runner_id]
             found = [runner for runner, _ in self._runners.values()]
         return sorted(found, key=lambda r: (r.name, r.id))
+
+
+def in_order(jobs: Iterable[StoredJob]) -> list[StoredJob]:
+    """``jobs`` in the order they were stored, each once (a map by status, or a list of
+    ids, may hold them in another)."""
+    return sorted({job.id: job for job in jobs}.values(), key=lambda job: job.seq)
