@@ -1,17 +1,20 @@
 """Throughput of no-op jobs, in memory and through the MongoDB wire protocol.
 
-    python bench/throughput.py [--backlogs 1000,100000] [--timed 5000] [--json] [--help]
+    python bench/throughput.py [--backlogs 1000,10000,100000] [--timed 5000] [--json] [--help]
 
-1. memory://, 8 workers: jobs/s at a 1,000 and a 100,000-job backlog (scheduled with
-   schedule_bulk; ``--timed`` jobs are timed out of it, in refilled rounds when the
-   backlog is smaller), their ratio, and the due-to-start delay (started_at - run_at).
+1. memory://, 8 workers: jobs/s and CPU per job at a 1,000, 10,000 and 100,000-job
+   backlog (scheduled with schedule_bulk; ``--timed`` jobs are timed out of it, in
+   refilled rounds when the backlog is smaller), the ratio of the smallest's rate to
+   the largest's, and the due-to-start delay (started_at - run_at; ``--delay-jobs 0``:
+   not measured).
 2. Real pymongo over a socket to bench/stub_server.py (a fast in-memory wire-protocol
    server) in a process of its own, so the CPU taken here is the client's alone: round
    trips per job by phase (see phase_of) with a backlog and for a job scheduled alone
    to an idle runner, client CPU us/job (and by thread: dispatcher, workers,
    heartbeats), jobs/s. ``--stand-in-jobs N``: the same through the test stand-in
    (tests/support/server.py; slow). With MONGOSCHED_BENCH_URI set, the same on that
-   server, in a database of its own that is dropped at the end.
+   server, in a database of its own that is dropped at the end. ``--stub-jobs 0``:
+   memory:// alone.
 
 Performance claims live here, as printed numbers, never in timed tests.
 """
@@ -19,6 +22,7 @@ Performance claims live here, as printed numbers, never in timed tests.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -81,12 +85,38 @@ def run(
     return seconds, cpu
 
 
+class FullCollections:
+    """The garbage collector's full (generation 2) passes, and their seconds, while
+    :attr:`counting`: each stops every thread for a time that grows with the objects
+    the whole process holds (a large backlog among them), at moments the allocations
+    of any app in the process decide."""
+
+    def __init__(self) -> None:
+        self.counting = False
+        self.passes, self.seconds, self._began = 0, 0.0, 0.0
+        gc.callbacks.append(self._seen)
+
+    def _seen(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2 or not self.counting:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.passes += 1
+            self.seconds += time.perf_counter() - self._began
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._seen)
+
+
 def memory_rates(backlogs: list[int], timed: int, workers: int, chunk: int, repeat: int) -> dict:
     """Runs of ``timed`` jobs, each backlog in an app of its own, topped up before each
     run; the runs alternate between backlogs, so that load from elsewhere on the machine
-    falls on each alike. Median of ``repeat`` runs."""
+    falls on each alike. Median of ``repeat`` runs, and the full collections that fell
+    in each backlog's runs (all of them)."""
     apps = {backlog: noop_app(f"memory://bench-{uuid.uuid4().hex}") for backlog in backlogs}
     runs: dict[int, list[tuple[float, float]]] = {backlog: [] for backlog in backlogs}
+    collections = {backlog: FullCollections() for backlog in backlogs}
     for _ in range(repeat):
         for backlog, (app, noop) in apps.items():
             seconds = cpu = 0.0
@@ -94,14 +124,20 @@ def memory_rates(backlogs: list[int], timed: int, workers: int, chunk: int, repe
                 need = backlog - app.count_jobs(status="pending")
                 for start in range(0, need, chunk):
                     app.schedule_bulk(noop.job() for _ in range(min(chunk, need - start)))
+                collections[backlog].counting = True
                 s, c = run(app, workers, batch)
+                collections[backlog].counting = False
                 seconds, cpu = seconds + s, cpu + c
             runs[backlog].append((timed / seconds, cpu / timed * 1e6))
+    for counted in collections.values():
+        counted.close()
     return {
         str(backlog): {
             "jobs_per_s": statistics.median(rate for rate, _ in values),
             "cpu_us_per_job": statistics.median(cpu for _, cpu in values),
             "runs": [rate for rate, _ in values],
+            "full_collections": collections[backlog].passes,
+            "full_collections_ms": collections[backlog].seconds * 1000,
         }
         for backlog, values in runs.items()
     }
@@ -279,12 +315,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add = parser.add_argument
     add("--workers", type=int, default=8)
-    add("--backlogs", default="1000,100000", help="comma-separated backlog sizes")
+    add("--backlogs", default="1000,10000,100000", help="comma-separated backlog sizes")
     add("--timed", type=int, default=5000, help="jobs timed per run (memory://)")
     add("--repeat", type=int, default=3, help="runs per backlog; the median is shown")
     add("--chunk", type=int, default=10_000, help="schedule_bulk chunk size")
-    add("--delay-jobs", type=int, default=2000, help="jobs for the due-to-start delay")
-    add("--stub-jobs", type=int, default=5000, help="jobs through bench/stub_server.py")
+    add("--delay-jobs", type=int, default=2000, help="jobs for the due-to-start delay (0: none)")
+    add("--stub-jobs", type=int, default=5000, help="jobs through bench/stub_server.py (0: none)")
     add("--lone-jobs", type=int, default=50, help="jobs scheduled one at a time (wire)")
     add("--stand-in-jobs", type=int, default=0, help="jobs through the (slow) test stand-in")
     add("--wire-jobs", type=int, default=1000, help="jobs at MONGOSCHED_BENCH_URI")
@@ -307,7 +343,9 @@ def main() -> None:
         say(
             f"memory:// {workers} workers, backlog {backlog:,}: {r['jobs_per_s']:,.0f} jobs/s "
             f"(goal >= {GOAL_RATE:,}: {met}; runs "
-            f"{', '.join(f'{x:,.0f}' for x in r['runs'])}), CPU {r['cpu_us_per_job']:,.0f} us/job"
+            f"{', '.join(f'{x:,.0f}' for x in r['runs'])}), CPU {r['cpu_us_per_job']:,.0f} us/job; "
+            f"full GC passes in its runs: {r['full_collections']} "
+            f"({r['full_collections_ms']:,.0f} ms)"
         )
     if len(backlogs) > 1:
         small, large = (rates[str(b)]["jobs_per_s"] for b in (min(backlogs), max(backlogs)))
@@ -316,20 +354,21 @@ def main() -> None:
             f"memory:// rate at backlog {min(backlogs):,} / rate at {max(backlogs):,}: "
             f"{ratio:.2f} (goal <= {GOAL_RATIO}: {'met' if ratio <= GOAL_RATIO else 'MISSED'})"
         )
-    d = results["memory_delay"] = memory_delay(options.delay_jobs, workers)
-    say(
-        f"memory:// due-to-start delay of {options.delay_jobs:,} jobs scheduled 10 per 10 ms "
-        f"while a runner runs: p50 {d['p50_ms']:.0f} ms, p99 {d['p99_ms']:.0f} ms, "
-        f"max {d['max_ms']:.0f} ms (started_at - run_at; both stored in whole ms)"
-    )
-
-    process, uri = start_stub()
-    try:
-        r = results["wire_stub"] = wire_run(uri, options.stub_jobs, workers, options.lone_jobs)
-    finally:
-        process.terminate()
-        process.wait(10)
-    report_wire("wire protocol to bench/stub_server.py (own process)", r, workers, False)
+    if options.delay_jobs:
+        d = results["memory_delay"] = memory_delay(options.delay_jobs, workers)
+        say(
+            f"memory:// due-to-start delay of {options.delay_jobs:,} jobs scheduled 10 per 10 "
+            f"ms while a runner runs: p50 {d['p50_ms']:.0f} ms, p99 {d['p99_ms']:.0f} ms, "
+            f"max {d['max_ms']:.0f} ms (started_at - run_at; both stored in whole ms)"
+        )
+    if options.stub_jobs:
+        process, uri = start_stub()
+        try:
+            r = results["wire_stub"] = wire_run(uri, options.stub_jobs, workers, options.lone_jobs)
+        finally:
+            process.terminate()
+            process.wait(10)
+        report_wire("wire protocol to bench/stub_server.py (own process)", r, workers, False)
     if options.stand_in_jobs:
         process, uri = start_stand_in()
         try:
