@@ -15,8 +15,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from mongosched import Every
+
 FINAL = frozenset({"completed", "failed", "cancelled", "expired"})
 UNFINISHED = frozenset({"pending", "running", "paused", "waiting"})
+ENDINGS = ("ok", "error", "fail", "overrun")
+"""How a run ends: returns; raises (retried while attempts remain); raises ``Fail``
+(never retried); overruns (interrupted by ``JobTimeout`` when it has a timeout,
+else it returns late)."""
 
 
 class Refused(Exception):
@@ -33,6 +39,21 @@ class TaskSpec:
     aging: float | None = None  # seconds per level
     fair: bool = False  # fair_key: the job's first argument
     weights: tuple[tuple[str, float], ...] = ()
+    backoff: str = "fixed"  # a RetryPolicy's (retry=int: "fixed", no delay)
+    delay: float = 0.0
+    max_delay: float | None = None
+    timeout: float | None = None  # the task's own (a job's configure() wins)
+    pause_after: int | None = None  # a repeating job of it pauses after so many failures
+
+    def delay_for(self, attempt: int) -> float:
+        """retry.py ``RetryPolicy.delay_for`` (no jitter): after attempt ``attempt``."""
+        if self.backoff == "linear":
+            seconds = self.delay * attempt
+        elif self.backoff == "exponential":
+            seconds = self.delay * 2.0 ** (attempt - 1)
+        else:
+            seconds = self.delay
+        return seconds if self.max_delay is None else min(seconds, self.max_delay)
 
     @property
     def ranked(self) -> bool:
@@ -67,6 +88,13 @@ class MJob:
     holder: str | None = None  # the runner holding its lease
     until: datetime | None = None
     cancel_requested: bool = False
+    timeout: float | None = None  # its own (what runs it: its own, else its task's)
+    waiting_for: list[int] = field(default_factory=list)  # handles of its dependencies
+    run_anyway: bool = False  # on_dependency_failure="run"
+    every: float | None = None  # a repeating job's interval
+    scheduled_for: datetime | None = None  # its slot (a trigger's run: the trigger's time)
+    started_at: datetime | None = None
+    failures: int = 0  # a repeating job's failed runs in a row
 
 
 @dataclass
@@ -82,10 +110,23 @@ class Options:
     dedupe_window: float | None = None
     replace: bool = False
     expires: float | None = None
+    timeout: float | None = None
+    after: tuple[int, ...] = ()  # depends_on: the machine's picks (handles, for the model)
+    run_anyway: bool = False  # on_dependency_failure="run"
+    every: float | None = None  # repeat=Every(seconds=every)
 
-    def configure(self) -> dict[str, Any]:
-        """The keyword arguments of ``Task.configure`` these stand for."""
+    def configure(self, depends_on: list[Any] | None = None) -> dict[str, Any]:
+        """The keyword arguments of ``Task.configure`` these stand for (``depends_on``:
+        the store's ids of the jobs :attr:`after` names)."""
         out: dict[str, Any] = {"delay": self.delay, "queue": self.queue}
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
+        if depends_on:
+            out["depends_on"] = depends_on
+            if self.run_anyway:
+                out["on_dependency_failure"] = "run"
+        if self.every is not None:
+            out["repeat"] = Every(seconds=self.every)
         if self.priority is not None:
             out["priority"] = self.priority
         if self.label is not None:
@@ -148,13 +189,32 @@ class Model:
         return None
 
     # Scheduling --------------------------------------------------------------------------
+    def refusal(self, task: str, o: Options, now: datetime) -> str | None:
+        """Why scheduling ``task`` with ``o`` is refused now (None: it is not):
+        flow-control.rst ("Expiry", "Dependencies"), cron.rst (a repeating job)."""
+        spec = self.tasks[task]
+        run_at = now + timedelta(seconds=o.delay)
+        if o.expires is not None and now + timedelta(seconds=o.expires) <= run_at:
+            return "expires must be after the job is due"
+        if o.every is not None:
+            if spec.ranked:
+                return "a repeating task neither ages nor shares"
+            if o.expires is not None or o.after:
+                return "a repeating job takes neither expires nor depends_on"
+            if o.label is not None:
+                return "a repeating job takes no label"
+        if o.after and o.dedupe_key is not None:
+            return "depends_on and dedupe_key cannot be combined"
+        return None
+
     def schedule(self, task: str, args: list[Any], o: Options, now: datetime) -> int:
+        why = self.refusal(task, o, now)
+        if why is not None:
+            raise Refused(why)
         spec = self.tasks[task]
         run_at = now + timedelta(seconds=o.delay)
         priority = spec.priority if o.priority is None else o.priority
         expires_at = None if o.expires is None else now + timedelta(seconds=o.expires)
-        if expires_at is not None and expires_at <= run_at:
-            raise Refused("expires must be after the job is due")
         scope = "pending" if o.replace else o.dedupe_scope
         if o.dedupe_key is not None:
             held = self.key_holder(task, o.dedupe_key, scope, now, o.dedupe_window is not None)
@@ -167,15 +227,15 @@ class Model:
                 if o.replace and held.status in ("pending", "paused") and not in_window:
                     # Debounce: the last call wins. Issue 32 item 2: a replacement
                     # carries every option of the new call that describes the job
-                    # (arguments, due time, expiry, priority, label); the rank stays
-                    # (flow-control.rst: "a debounce does not move it").
+                    # (arguments, due time, expiry, priority, label, timeout); the rank
+                    # stays (flow-control.rst: "a debounce does not move it").
                     held.args, held.run_at = list(args), run_at
                     if self.replace_carries_options:
                         held.expires_at, held.priority = expires_at, priority
-                        held.label = o.label
+                        held.label, held.timeout = o.label, o.timeout
                     return held.handle
-                if not o.replace or held.status != "running":
-                    return held.handle
+                if in_window or not o.replace or held.status != "running":
+                    return held.handle  # "a call within the window returns" its holder
                 # a running job is not touched: the new job waits behind it
         handle = self.made
         self.made += 1
@@ -190,14 +250,18 @@ class Model:
             max_attempts=spec.retries + 1,
             label=o.label,
             dedupe_key=o.dedupe_key,
-            scope=None if o.dedupe_key is None else ("pending" if o.replace else o.dedupe_scope),
-            made_scope=None
-            if o.dedupe_key is None
-            else ("pending" if o.replace else o.dedupe_scope),
+            scope=None if o.dedupe_key is None else scope,
+            made_scope=None if o.dedupe_key is None else scope,
             window_until=None
             if o.dedupe_window is None or o.dedupe_key is None
             else now + timedelta(seconds=o.dedupe_window),
             expires_at=expires_at,
+            timeout=o.timeout,
+            waiting_for=list(dict.fromkeys(o.after)),
+            run_anyway=o.run_anyway,
+            every=o.every,
+            # cron.rst: an explicit start (a delay given) is an interval's first slot.
+            scheduled_for=None if o.every is None else run_at,
         )
         if spec.aging is not None:
             job.rank = _ms(run_at) + (priority - 1) * spec.aging * 1000
@@ -206,7 +270,34 @@ class Model:
             if run_at <= now:  # else unplaced until due (see _place)
                 job.rank = self._fair_start(spec, job.fair_key, now)
         self.jobs[handle] = job
+        if job.waiting_for:
+            # flow-control.rst "Dependencies": stored waiting; dependencies already
+            # final are resolved at once.
+            job.status = "waiting"
+            for parent in list(job.waiting_for):
+                if self.jobs[parent].status in FINAL:
+                    self._release(job, self.jobs[parent], now)
         return handle
+
+    def trigger(self, handle: int, now: datetime) -> int:
+        """cron.rst "Run now": a job of its own, due now, with the schedule's payload,
+        queue, priority and attempts, for the slot "now"; the schedule does not move."""
+        schedule = self.jobs[handle]
+        made = self.made
+        self.made += 1
+        self.jobs[made] = MJob(
+            handle=made,
+            task=schedule.task,
+            args=list(schedule.args),
+            queue=schedule.queue,
+            priority=schedule.priority,
+            run_at=now,
+            created_at=now,
+            max_attempts=schedule.max_attempts,
+            timeout=schedule.timeout,
+            scheduled_for=now,
+        )
+        return made
 
     def _fair_start(self, spec: TaskSpec, key: str, now: datetime) -> float:
         """Start-time fair queueing (flow-control.rst, "Fair shares across keys"): a
@@ -303,10 +394,11 @@ class Model:
             if job.status in swept and _expired(job, now):
                 self._finish(job, "expired", now)
 
-    def run(self, runner: str, limit: int, ok: bool, now: datetime) -> list[int]:
+    def run(self, runner: str, limit: int, ending: str, now: datetime) -> list[int]:
         """``drain``-like steps of one runner (testing.rst): the sweep, then claim and
-        run due jobs one at a time, each ending ``ok`` or raising, until ``limit`` ran
-        or none is due. Returns the handles run, in order."""
+        run due jobs one at a time, each ending as ``ending`` says (see
+        :data:`ENDINGS`), until ``limit`` ran or none is due. Returns the handles run,
+        in order."""
         self.sweep(now)
         ran: list[int] = []
         while len(ran) < limit:
@@ -314,9 +406,19 @@ class Model:
             if job is None:
                 break
             if job.status == "running":
+                if job.every is not None and job.attempts == 1:
+                    job.scheduled_for = self._misfire(job, now)
                 ran.append(job.handle)
-                self.settle(job, ok, now)
+                self.settle(job, ending, now)
         return ran
+
+    def _misfire(self, job: MJob, now: datetime) -> datetime:
+        """cron.rst "Missed slots", ``coalesce`` (the default, no grace): the first
+        attempt at a slot runs for the latest slot due by now."""
+        assert job.every is not None and job.scheduled_for is not None
+        every = timedelta(seconds=job.every)
+        anchor = job.scheduled_for
+        return anchor + every * ((now - anchor) // every) if now > anchor else anchor
 
     def claim_only(self, runner: str, count: int, now: datetime) -> list[int]:
         """A runner claims and then dies holding its claims (no run, no write)."""
@@ -353,26 +455,58 @@ class Model:
         return job
 
     def _claimed(self, job: MJob, runner: str, now: datetime) -> None:
-        job.status, job.holder = "running", runner
+        job.status, job.holder, job.started_at = "running", runner, now
         job.until = now + timedelta(seconds=self.lease)
         job.attempts += 1
         if job.fair_key is not None and job.rank is not None:
             self.fair_clock[job.task] = max(self.fair_clock.get(job.task, job.rank), job.rank)
 
-    def settle(self, job: MJob, ok: bool, now: datetime) -> None:
-        """concepts.rst "Retries": a failed attempt with attempts left is due again
-        (retry=int: no delay); the rank stays (flow-control.rst)."""
+    def settle(self, job: MJob, ending: str, now: datetime) -> None:
+        """concepts.rst "Retries", flow-control.rst "Timeouts": a failed attempt with
+        attempts left is due again after the policy's delay (retry=int: none); ``Fail``
+        is never retried; an overrun past the job's timeout is a failed attempt,
+        retried whatever the policy retries on; the rank stays. A repeating job
+        goes on to its next slot (cron.rst "Failures")."""
         job.holder = job.until = None
+        if ending == "overrun":  # nothing interrupts a run without a timeout
+            ending = "ok" if self.timeout_of(job) is None else "timeout"
+        again = ending != "fail" and job.attempts < job.max_attempts
         if job.cancel_requested:
             self._finish(job, "cancelled", now)
-        elif ok:
-            self._finish(job, "completed", now)
-        elif job.attempts < job.max_attempts:
-            job.status, job.run_at = "pending", now
+        elif ending == "ok":
+            if job.every is None:
+                self._finish(job, "completed", now)
+            else:
+                self._next_slot(job, True, now)
+        elif again:
+            delay = self.tasks[job.task].delay_for(job.attempts)
+            job.status, job.run_at = "pending", now + timedelta(seconds=delay)
+        elif job.every is not None:
+            self._next_slot(job, False, now)
         else:
             self._finish(job, "failed", now)
 
+    def timeout_of(self, job: MJob) -> float | None:
+        """flow-control.rst "Timeouts": the job's own, else its task's."""
+        return self.tasks[job.task].timeout if job.timeout is None else job.timeout
+
+    def _next_slot(self, job: MJob, ok: bool, now: datetime) -> None:
+        """cron.rst: a repeating job's run ended: the slot after the one it ran for
+        (no drift); slots that came due while it ran are skipped (``overlap="skip"``);
+        ``pause_after`` failed runs in a row pause it."""
+        assert job.every is not None and job.scheduled_for is not None
+        every, ran_for = timedelta(seconds=job.every), job.scheduled_for
+        nxt = ran_for + every
+        if (job.started_at or ran_for) < nxt <= now:
+            nxt = ran_for + every * ((now - ran_for) // every + 1)
+        job.status, job.attempts, job.run_at, job.scheduled_for = "pending", 0, nxt, nxt
+        job.failures = 0 if ok else job.failures + 1
+        limit = self.tasks[job.task].pause_after
+        if not ok and limit is not None and job.failures >= limit:
+            self.pause("schedule", str(job.handle))
+
     def _finish(self, job: MJob, status: str, now: datetime) -> None:
+        """``job`` ends ``status``; the jobs waiting for it are released."""
         job.status, job.finished_at = status, now
         job.holder = job.until = None
         if job.scope is not None:
@@ -383,6 +517,21 @@ class Model:
         if delete_at is not None and job.window_until is not None:
             delete_at = max(delete_at, job.window_until)
         job.delete_at = delete_at
+        for child in list(self.jobs.values()):
+            self._release(child, job, now)
+
+    def _release(self, child: MJob, parent: MJob, now: datetime) -> None:
+        """flow-control.rst "Dependencies": a completed dependency is crossed off (any,
+        under ``on_dependency_failure="run"``), and with none left the job is pending;
+        another ends it cancelled, never run, and its own dependents in turn."""
+        if child.status != "waiting" or parent.handle not in child.waiting_for:
+            return
+        if parent.status == "completed" or child.run_anyway:
+            child.waiting_for.remove(parent.handle)
+            if not child.waiting_for:
+                child.status = "pending"
+        else:
+            self._finish(child, "cancelled", now)
 
     def reap(self, now: datetime) -> None:
         """concepts.rst: running jobs whose lease expired go back to pending (the
@@ -394,10 +543,12 @@ class Model:
                 job.holder = job.until = None
                 if job.cancel_requested:
                     self._finish(job, "cancelled", now)
-                elif job.attempts >= job.max_attempts:
-                    self._finish(job, "failed", now)
-                else:
+                elif job.attempts < job.max_attempts:
                     job.status, job.run_at = "pending", now
+                elif job.every is not None:
+                    self._next_slot(job, False, now)
+                else:
+                    self._finish(job, "failed", now)
 
     # Operators ---------------------------------------------------------------------------
     def cancel(self, handle: int, now: datetime) -> str:
@@ -424,6 +575,8 @@ class Model:
                 raise Refused("its dedupe key is held")
         job.status, job.run_at, job.attempts = "pending", now, 0
         job.expires_at = job.finished_at = job.delete_at = None
+        if job.every is not None:  # DECIDED (docs silent, as the stores do): its slot is now
+            job.scheduled_for = now
         job.cancel_requested = False
         job.scope = job.made_scope
 
@@ -452,20 +605,28 @@ class Model:
 
     def pause(self, kind: str, name: str) -> None:
         """operations.rst "Pausing and resuming": a queue or task pause leaves their
-        jobs pending (runners leave them out); a label's pending jobs wait ``paused``."""
+        jobs pending (runners leave them out); a label's pending jobs wait ``paused``,
+        and so does a paused schedule (``name``: its handle)."""
         self.pauses.add((kind, name))
-        if kind == "task":
-            for job in self.jobs.values():
-                if job.label == name and job.status == "pending":
-                    job.status = "paused"
+        for job in self._named(kind, name):
+            if job.status == "pending":
+                job.status = "paused"
 
     def resume(self, kind: str, name: str) -> None:
-        """The pause is lifted: a label's held jobs are pending again, due as they were."""
+        """The pause is lifted: held jobs are pending again, due as they were (a
+        schedule: at the slot it waited for)."""
         self.pauses.discard((kind, name))
+        for job in self._named(kind, name):
+            if job.status == "paused":
+                job.status = "pending"
+
+    def _named(self, kind: str, name: str) -> list[MJob]:
+        """The jobs a pause of ``kind`` ``name`` holds ``paused``."""
+        if kind == "schedule":
+            return [self.jobs[int(name)]] if int(name) in self.jobs else []
         if kind == "task":
-            for job in self.jobs.values():
-                if job.label == name and job.status == "paused":
-                    job.status = "pending"
+            return [j for j in self.jobs.values() if j.label == name]
+        return []
 
     def restart(self, runner: str) -> None:
         """A runner starts afresh: it reads the pauses at its first claim."""
