@@ -144,6 +144,24 @@ def test_a_dedupe_key_in_a_transaction_returns_the_job_holding_it(app: App) -> N
     assert app.count_jobs() == 2
 
 
+def test_a_debounce_in_a_transaction_replaces_the_job_when_it_commits(app: App) -> None:
+    """Finding N5 of the model (tests/model/test_found.py): memory:// refused it."""
+    send, _ = tasks(app)
+    debounced = send.configure(dedupe_key="doc-7", dedupe="replace")
+    held = debounced.schedule(1)
+    with pytest.raises(RuntimeError), app.transaction():
+        assert debounced.schedule(2).id == held.id
+        raise RuntimeError
+    assert held.refresh().args == [1]  # aborted: untouched
+    with app.transaction():
+        assert debounced.schedule(3).id == held.id
+        new = send.configure(dedupe_key="doc-8", dedupe="replace").schedule(4)
+        again = send.configure(dedupe_key="doc-8", dedupe="replace").schedule(5)
+        assert again.id == new.id
+    assert held.refresh().args == [3] and again.refresh().args == [5]
+    assert app.count_jobs() == 2
+
+
 def test_schedule_bulk_and_dependencies_commit_and_abort_with_the_transaction(
     app: App,
 ) -> None:

@@ -173,3 +173,13 @@ def test_m1_a_label_paused_since_a_runner_read_its_pauses(
         state.run(limit=1, ok=True, runner="r1")  # reads it: holds the other
 
     replay("M1", steps)
+
+
+@found("N5", "memory:// transactions refuse a debounce of a held key")
+def test_n5_debounce_in_a_transaction(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        o = Options(dedupe_key="k1", replace=True)
+        state.schedule(n=0, o=o, task="t.plain", tenant="a")
+        state.transaction(calls=[("t.plain", "a", 1, o)], commit=True)
+
+    replay("N5", steps)
