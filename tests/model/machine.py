@@ -172,9 +172,10 @@ OPTIONS = st.builds(
     after=st.sampled_from([(), (), (), (), (0,), (1,), (-1,), (0, -1)]),
     run_anyway=st.booleans(),
     every=st.sampled_from([None] * 7 + [EVERY]),
+    cron=st.sampled_from([False] * 5 + [True]),
 )
 """``after``: the jobs it depends on, by their place among the model's (see
-``Machine._after``); ``every``: t.every's jobs always repeat."""
+``Machine._options``); t.every's jobs always repeat (``every``, or ``cron``)."""
 
 
 class Aborted(Exception):
@@ -220,7 +221,7 @@ class Machine(RuleBasedStateMachine):
         """``o`` as the model takes it: ``after`` as handles (none while there is no
         job), and a job of t.every repeating."""
         after = tuple(h for h in map(self._handle, o.after) if h is not None)
-        every = EVERY if task == "t.every" and o.every is None else o.every
+        every = EVERY if task == "t.every" and not o.repeats else o.every
         return replace(o, after=after, every=every)
 
     def _steps_around(self, task: str, o: Options) -> bool:

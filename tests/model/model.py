@@ -15,7 +15,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from mongosched import Every
+from mongosched import Cron, Every
+
+CRON = Cron("*/2 * * * *", timezone="Asia/Kolkata")
+"""The cron rule of the machine's ``Options(cron=True)``: every even minute of a zone
+whose offset (+05:30) is a whole number of its periods, so that its slots are the
+multiples of :data:`CRON_PERIOD` seconds since the epoch (an interval's count from
+its first slot)."""
+CRON_PERIOD = 120.0
 
 FINAL = frozenset({"completed", "failed", "cancelled", "expired"})
 UNFINISHED = frozenset({"pending", "running", "paused", "waiting"})
@@ -91,7 +98,8 @@ class MJob:
     timeout: float | None = None  # its own (what runs it: its own, else its task's)
     waiting_for: list[int] = field(default_factory=list)  # handles of its dependencies
     run_anyway: bool = False  # on_dependency_failure="run"
-    every: float | None = None  # a repeating job's interval
+    every: float | None = None  # a repeating job's interval (a cron rule's period)
+    aligned: bool = False  # a cron rule's: its slots are multiples of the period
     scheduled_for: datetime | None = None  # its slot (a trigger's run: the trigger's time)
     started_at: datetime | None = None
     failures: int = 0  # a repeating job's failed runs in a row
@@ -114,6 +122,11 @@ class Options:
     after: tuple[int, ...] = ()  # depends_on: the machine's picks (handles, for the model)
     run_anyway: bool = False  # on_dependency_failure="run"
     every: float | None = None  # repeat=Every(seconds=every)
+    cron: bool = False  # repeat=CRON (instead of every)
+
+    @property
+    def repeats(self) -> bool:
+        return self.cron or self.every is not None
 
     def configure(self, depends_on: list[Any] | None = None) -> dict[str, Any]:
         """The keyword arguments of ``Task.configure`` these stand for (``depends_on``:
@@ -125,7 +138,9 @@ class Options:
             out["depends_on"] = depends_on
             if self.run_anyway:
                 out["on_dependency_failure"] = "run"
-        if self.every is not None:
+        if self.cron:
+            out["repeat"] = CRON
+        elif self.every is not None:
             out["repeat"] = Every(seconds=self.every)
         if self.priority is not None:
             out["priority"] = self.priority
@@ -196,7 +211,7 @@ class Model:
         run_at = now + timedelta(seconds=o.delay)
         if o.expires is not None and now + timedelta(seconds=o.expires) <= run_at:
             return "expires must be after the job is due"
-        if o.every is not None:
+        if o.repeats:
             if spec.ranked:
                 return "a repeating task neither ages nor shares"
             if o.expires is not None or o.after:
@@ -259,10 +274,13 @@ class Model:
             timeout=o.timeout,
             waiting_for=list(dict.fromkeys(o.after)),
             run_anyway=o.run_anyway,
-            every=o.every,
-            # cron.rst: an explicit start (a delay given) is an interval's first slot.
-            scheduled_for=None if o.every is None else run_at,
+            every=CRON_PERIOD if o.cron else o.every,
+            aligned=o.cron,
         )
+        if o.repeats:
+            # cron.rst: an explicit start (a delay given) is an interval's first slot,
+            # and a cron rule's first slot is its first at or after it.
+            job.scheduled_for = job.run_at = _aligned(run_at, CRON_PERIOD) if o.cron else run_at
         if spec.aging is not None:
             job.rank = _ms(run_at) + (priority - 1) * spec.aging * 1000
         elif spec.fair:
@@ -281,7 +299,8 @@ class Model:
 
     def trigger(self, handle: int, now: datetime) -> int:
         """cron.rst "Run now": a job of its own, due now, with the schedule's payload,
-        queue, priority and attempts, for the slot "now"; the schedule does not move."""
+        queue, priority and attempts, for the slot "now"; the schedule does not move.
+        DECIDED (docs silent, the stores agree): a cancelled schedule is triggered too."""
         schedule = self.jobs[handle]
         made = self.made
         self.made += 1
@@ -333,17 +352,20 @@ class Model:
                 job.rank = self._fair_start(self.tasks[job.task], job.fair_key, now)
 
     # Claims and runs -------------------------------------------------------------------
-    def _claim_order(self, job: MJob, now: datetime) -> tuple[float, datetime, bool, int]:
+    def _claim_order(self, job: MJob, now: datetime) -> tuple[float, datetime, bool, int, int]:
         """How claims compare jobs (concepts.rst; flow-control.rst, "Priority aging"):
         by effective priority, then due time, then (DECIDED, docs silent, as the stores
-        do) an unranked job before a ranked one, then the order they were made."""
+        do) an unranked job before a ranked one, ranked jobs of different tasks in the
+        order the tasks were registered, then the order they were made."""
         spec = self.tasks[job.task]
         effective = job.priority
         if spec.aging is not None and job.rank is not None:
             # The rank is when the effective priority reaches 1, fixed when the job is
             # made (an edit of its priority or a retry's delay does not move it).
             effective = 1 + (job.rank - _ms(now)) / (spec.aging * 1000)
-        return (effective, job.run_at, job.rank is not None, job.handle)
+        ranked = job.rank is not None
+        order = list(self.tasks).index(job.task) if ranked else 0
+        return (effective, job.run_at, ranked, order, job.handle)
 
     def next_claim(self, runner: str, now: datetime) -> MJob | None:
         """The job a runner's claim takes now, given the pauses it last read."""
@@ -415,10 +437,8 @@ class Model:
     def _misfire(self, job: MJob, now: datetime) -> datetime:
         """cron.rst "Missed slots", ``coalesce`` (the default, no grace): the first
         attempt at a slot runs for the latest slot due by now."""
-        assert job.every is not None and job.scheduled_for is not None
-        every = timedelta(seconds=job.every)
-        anchor = job.scheduled_for
-        return anchor + every * ((now - anchor) // every) if now > anchor else anchor
+        assert job.scheduled_for is not None
+        return _latest(job, job.scheduled_for, now)
 
     def claim_only(self, runner: str, count: int, now: datetime) -> list[int]:
         """A runner claims and then dies holding its claims (no run, no write)."""
@@ -494,11 +514,11 @@ class Model:
         """cron.rst: a repeating job's run ended: the slot after the one it ran for
         (no drift); slots that came due while it ran are skipped (``overlap="skip"``);
         ``pause_after`` failed runs in a row pause it."""
-        assert job.every is not None and job.scheduled_for is not None
-        every, ran_for = timedelta(seconds=job.every), job.scheduled_for
-        nxt = ran_for + every
+        assert job.scheduled_for is not None
+        ran_for = job.scheduled_for
+        nxt = _next_after(job, ran_for)
         if (job.started_at or ran_for) < nxt <= now:
-            nxt = ran_for + every * ((now - ran_for) // every + 1)
+            nxt = _next_after(job, _latest(job, ran_for, now))
         job.status, job.attempts, job.run_at, job.scheduled_for = "pending", 0, nxt, nxt
         job.failures = 0 if ok else job.failures + 1
         limit = self.tasks[job.task].pause_after
@@ -655,6 +675,35 @@ def _holds(job: MJob) -> bool:
 def _expired(job: MJob, now: datetime) -> bool:
     """flow-control.rst: a job that has not started *before* its expiry never runs."""
     return job.expires_at is not None and job.expires_at <= now
+
+
+def _next_after(job: MJob, slot: datetime) -> datetime:
+    """A repeating job's first slot after ``slot`` (schedule.py ``next_after``)."""
+    assert job.every is not None
+    if job.aligned:
+        return _aligned(slot + timedelta(microseconds=1), job.every)
+    return slot + timedelta(seconds=job.every)
+
+
+def _latest(job: MJob, anchor: datetime, now: datetime) -> datetime:
+    """A repeating job's latest slot from ``anchor`` (its slot, a slot itself) up to
+    ``now``: ``anchor`` when none after it is due."""
+    assert job.every is not None
+    step = timedelta(seconds=job.every)
+    if now <= anchor:
+        return anchor
+    if job.aligned:
+        latest = _aligned(now, job.every)
+        latest = latest if latest == now else latest - step
+        return max(latest, anchor)
+    return anchor + step * ((now - anchor) // step)
+
+
+def _aligned(when: datetime, period: float) -> datetime:
+    """The first multiple of ``period`` seconds since the epoch at or after ``when``."""
+    step = timedelta(seconds=period)
+    since = when - datetime.fromtimestamp(0, when.tzinfo)
+    return when + (-since) % step
 
 
 def _ms(when: datetime) -> float:
