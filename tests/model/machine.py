@@ -157,25 +157,34 @@ def make_side(name: str, clock: FakeClock) -> Side:
 
 
 DELAYS = st.sampled_from([0.0, 30.0, 90.0])
-OPTIONS = st.builds(
-    Options,
-    delay=DELAYS,
-    priority=st.sampled_from([None, 1.0, 5.0, 9.0]),
-    queue=st.sampled_from(["default", "q2"]),
-    label=st.sampled_from([None, "L"]),
-    dedupe_key=st.sampled_from([None, None, "k1", "k2"]),
-    dedupe_scope=st.sampled_from(["active", "pending"]),
-    dedupe_window=st.sampled_from([None, None, 120.0]),
-    replace=st.booleans(),
-    expires=st.sampled_from([None, None, 60.0, 200.0]),
-    timeout=st.sampled_from([None, None, None, 5.0]),
-    after=st.sampled_from([(), (), (), (), (0,), (1,), (-1,), (0, -1)]),
-    run_anyway=st.booleans(),
-    every=st.sampled_from([None] * 7 + [EVERY]),
-    cron=st.sampled_from([False] * 5 + [True]),
-)
-"""``after``: the jobs it depends on, by their place among the model's (see
-``Machine._options``); t.every's jobs always repeat (``every``, or ``cron``)."""
+EXTRAS: list[dict[str, Any]] = [{}] * 6 + [
+    {"timeout": 5.0},
+    {"after": (0,)},
+    {"after": (-1,)},
+    {"after": (0, -1), "run_anyway": True},
+    {"after": (1,), "run_anyway": True},
+    {"every": EVERY},
+    {"cron": True},
+    {"every": EVERY, "timeout": 5.0},
+]
+"""The options added since the first ten, drawn together (one draw, not five: what
+an example costs is mostly drawing). ``after``: the jobs it depends on, by their
+place among the model's (see ``Machine._options``); t.every's jobs always repeat."""
+OPTIONS = st.tuples(
+    st.builds(
+        Options,
+        delay=DELAYS,
+        priority=st.sampled_from([None, 1.0, 5.0, 9.0]),
+        queue=st.sampled_from(["default", "q2"]),
+        label=st.sampled_from([None, "L"]),
+        dedupe_key=st.sampled_from([None, None, "k1", "k2"]),
+        dedupe_scope=st.sampled_from(["active", "pending"]),
+        dedupe_window=st.sampled_from([None, None, 120.0]),
+        replace=st.booleans(),
+        expires=st.sampled_from([None, None, 60.0, 200.0]),
+    ),
+    st.sampled_from(EXTRAS),
+).map(lambda drawn: replace(drawn[0], **drawn[1]))
 
 
 class Aborted(Exception):
