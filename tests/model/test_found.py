@@ -183,3 +183,15 @@ def test_n5_debounce_in_a_transaction(replay: Callable[[str, Steps], None]) -> N
         state.transaction(calls=[("t.plain", "a", 1, o)], commit=True)
 
     replay("N5", steps)
+
+
+def test_n6_a_window_in_a_transaction(replay: Callable[[str, Steps], None]) -> None:
+    """A call with a window, in a transaction: the window of a job made in the same
+    transaction holds it, whatever scope each call gives (memory:// made a second job)."""
+
+    def steps(state: Machine) -> None:
+        o = Options(dedupe_key="k1", dedupe_window=120.0)
+        pending = Options(dedupe_key="k1", dedupe_window=120.0, dedupe_scope="pending")
+        state.transaction(calls=[("t.aging", "a", 0, o), ("t.aging", "a", 0, pending)], commit=True)
+
+    replay("N6", steps)

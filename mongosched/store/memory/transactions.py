@@ -180,7 +180,10 @@ class StagedStore:
         if job.key is None:
             return None
         held = [other for other in self.transaction.staged if other.key == job.key]
-        holder = next((other for other in held if holds_window(other, job)), None)
+        r = job.record  # a window holds the key whatever scope either call gives
+        keyed = (o for o in self.transaction.staged if o.record.dedupe_key == r.dedupe_key)
+        windows = (o for o in keyed if o.record.task == r.task and holds_window(o, job))
+        holder = next(windows, None)
         with self.table.lock:
             if holder is None:
                 holder = self.table.window_holder(job)
