@@ -195,3 +195,15 @@ def test_n6_a_window_in_a_transaction(replay: Callable[[str, Steps], None]) -> N
         state.transaction(calls=[("t.aging", "a", 0, o), ("t.aging", "a", 0, pending)], commit=True)
 
     replay("N6", steps)
+
+
+@found("N7", "a debounce that changes a held job's label leaves it paused for good")
+def test_n7_debounce_moves_a_held_job_off_its_label(replay: Callable[[str, Steps], None]) -> None:
+    def steps(state: Machine) -> None:
+        state.schedule(
+            n=0, o=Options(label="L", dedupe_key="k1", replace=True), task="t.plain", tenant="a"
+        )
+        state.pause(what=("task", "L"))
+        state.schedule(n=1, o=Options(dedupe_key="k1", replace=True), task="t.plain", tenant="a")
+
+    replay("N7", steps)
