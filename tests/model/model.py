@@ -228,6 +228,8 @@ class Model:
             raise Refused(why)
         spec = self.tasks[task]
         run_at = now + timedelta(seconds=o.delay)
+        if o.cron:  # cron.rst: a cron rule's first slot is its first at or after the start
+            run_at = _aligned(run_at, CRON_PERIOD)
         priority = spec.priority if o.priority is None else o.priority
         expires_at = None if o.expires is None else now + timedelta(seconds=o.expires)
         scope = "pending" if o.replace else o.dedupe_scope
@@ -278,9 +280,8 @@ class Model:
             aligned=o.cron,
         )
         if o.repeats:
-            # cron.rst: an explicit start (a delay given) is an interval's first slot,
-            # and a cron rule's first slot is its first at or after it.
-            job.scheduled_for = job.run_at = _aligned(run_at, CRON_PERIOD) if o.cron else run_at
+            # cron.rst: an explicit start (a delay given) is an interval's first slot.
+            job.scheduled_for = run_at
         if spec.aging is not None:
             job.rank = _ms(run_at) + (priority - 1) * spec.aging * 1000
         elif spec.fair:
@@ -352,20 +353,24 @@ class Model:
                 job.rank = self._fair_start(self.tasks[job.task], job.fair_key, now)
 
     # Claims and runs -------------------------------------------------------------------
-    def _claim_order(self, job: MJob, now: datetime) -> tuple[float, datetime, bool, int, int]:
+    def _claim_order(self, job: MJob, now: datetime) -> tuple[float, float, bool, int, int]:
         """How claims compare jobs (concepts.rst; flow-control.rst, "Priority aging"):
-        by effective priority, then due time, then (DECIDED, docs silent, as the stores
-        do) an unranked job before a ranked one, ranked jobs of different tasks in the
-        order the tasks were registered, then the order they were made."""
+        by effective priority, then due time (a fair job's: its fair start, kept
+        across its retries, as _core/ranks.py merges them), then (DECIDED, docs
+        silent, as the stores do) an unranked job before a ranked one, ranked jobs of
+        different tasks in the order the tasks were registered, then the order they
+        were made."""
         spec = self.tasks[job.task]
-        effective = job.priority
+        effective, due = job.priority, _ms(job.run_at)
         if spec.aging is not None and job.rank is not None:
             # The rank is when the effective priority reaches 1, fixed when the job is
             # made (an edit of its priority or a retry's delay does not move it).
             effective = 1 + (job.rank - _ms(now)) / (spec.aging * 1000)
+        elif spec.fair and job.rank is not None:
+            due = job.rank
         ranked = job.rank is not None
         order = list(self.tasks).index(job.task) if ranked else 0
-        return (effective, job.run_at, ranked, order, job.handle)
+        return (effective, due, ranked, order, job.handle)
 
     def next_claim(self, runner: str, now: datetime) -> MJob | None:
         """The job a runner's claim takes now, given the pauses it last read."""
