@@ -207,3 +207,18 @@ def test_n7_debounce_moves_a_held_job_off_its_label(replay: Callable[[str, Steps
         state.schedule(n=1, o=Options(dedupe_key="k1", replace=True), task="t.plain", tenant="a")
 
     replay("N7", steps)
+
+
+def test_n8_a_tie_of_an_ordinary_and_a_fair_job(replay: Callable[[str, Steps], None]) -> None:
+    """Equal priority, and the ordinary job due when the fair one starts: memory://
+    claimed the ordinary job first, the server the fair one."""
+
+    def steps(state: Machine) -> None:
+        state.schedule(n=0, o=PLAIN, task="t.backoff", tenant="a")
+        state.die(count=1, runner="r1")
+        state.advance(seconds=600)
+        state.reap(runner="r1")  # due again now
+        state.schedule(n=3, o=PLAIN, task="t.fair", tenant="a")  # starts now
+        state.die(count=1, runner="r1")
+
+    replay("N8", steps)

@@ -368,10 +368,12 @@ class MongoBatches:
         plain = [task for task in tasks if task not in ranked]
         self.fair.place(ranked, queues, now, limit)  # unplaced fair jobs come due
         docs = []
-        for task in ranked:
-            docs += find({**claim_query([task], queues, now), **RANKED}, RANK_SORT)
         if plain:
             docs += find(claim_query(plain, queues, now), CLAIM_SORT)
+        for task in ranked:
+            docs += find({**claim_query([task], queues, now), **RANKED}, RANK_SORT)
+        # A stable sort: on equal keys an ordinary job comes first, then the ranked
+        # tasks' in the order given, as memory:// merges them.
         docs.sort(key=lambda doc: _claim_key(doc, now))
         return docs[:limit]
 
