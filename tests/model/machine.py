@@ -15,6 +15,7 @@ import logging
 import os
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -191,6 +192,13 @@ OPTIONS = st.tuples(
 ).map(lambda drawn: replace(drawn[0], **drawn[1]))
 
 
+TASK = st.sampled_from(sorted(TASKS))
+TENANT = st.sampled_from(["a", "b", "c"])
+Call = tuple[str, str, int, Options]
+"""One scheduling call: the task, the tenant and ``n`` (its arguments), its options."""
+CALL = st.tuples(TASK, TENANT, st.integers(0, 3), OPTIONS)
+
+
 class Aborted(Exception):
     """Raised in a ``with app.transaction():`` block to abort it."""
 
@@ -280,7 +288,7 @@ class Machine(RuleBasedStateMachine):
                 )
                 side.ids[handle] = job.id
 
-    def _schedule_many(self, calls: list[tuple[str, str, int, Options]]) -> list[int] | None:
+    def _schedule_many(self, calls: list[Call]) -> list[int] | None:
         """The model schedules ``calls`` in order, all or none: their handles, or None
         when one is refused (then nothing is made)."""
         now = self.clock()
@@ -288,73 +296,48 @@ class Machine(RuleBasedStateMachine):
             return None
         return [self.model.schedule(task, [tenant, n], o, now) for task, tenant, n, o in calls]
 
-    # Rules ---------------------------------------------------------------------------
-    @rule(
-        task=st.sampled_from(sorted(TASKS)),
-        tenant=st.sampled_from(["a", "b", "c"]),
-        n=st.integers(0, 3),
-        o=OPTIONS,
-    )
-    def schedule(self, task: str, tenant: str, n: int, o: Options) -> None:
-        o = self._options(task, o)
-        if self._steps_around(task, o):
-            return
-        handles = self._schedule_many([(task, tenant, n, o)])
-        for side in self.sides:
-            spec = self._job_of(side, task, tenant, n, o)
-            if handles is None:
-                with pytest.raises(MongoschedError):
-                    side.app.schedule_spec(spec)
-            else:
-                self._made(side, handles, [side.app.schedule_spec(spec)])
-        self.stats["schedule"] += 1
-
-    @rule(
-        calls=st.lists(
-            st.tuples(
-                st.sampled_from(sorted(TASKS)),
-                st.sampled_from(["a", "b", "c"]),
-                st.integers(0, 3),
-                OPTIONS,
-            ),
-            min_size=2,
-            max_size=3,
-        )
-    )
-    def schedule_bulk(self, calls: list[tuple[str, str, int, Options]]) -> None:
-        """``app.schedule_bulk``: several jobs in one call, in order, all or none."""
+    def _prepared(self, calls: list[Call]) -> list[Call] | None:
+        """``calls`` with their options as the model takes them; None when one meets
+        an open item (the step is then left out)."""
         calls = [(t, tenant, n, self._options(t, o)) for t, tenant, n, o in calls]
-        if any(self._steps_around(t, o) for t, _, _, o in calls):
-            return
+        return None if any(self._steps_around(t, o) for t, _, _, o in calls) else calls
+
+    def _scheduled(self, calls: list[Call], call: Callable[[Side, list[Any]], list[Any]]) -> None:
+        """``call`` schedules the specs of ``calls`` on each side, all or none, as the
+        model does."""
         handles = self._schedule_many(calls)
         for side in self.sides:
-            specs = [self._job_of(side, *call) for call in calls]
+            specs = [self._job_of(side, *c) for c in calls]
             if handles is None:
                 with pytest.raises(MongoschedError):
-                    side.app.schedule_bulk(specs)
+                    call(side, specs)
             else:
-                self._made(side, handles, side.app.schedule_bulk(specs))
-        self.stats["bulk"] += 1
+                self._made(side, handles, call(side, specs))
 
-    @rule(
-        calls=st.lists(
-            st.tuples(
-                st.sampled_from(sorted(TASKS)),
-                st.sampled_from(["a", "b", "c"]),
-                st.integers(0, 3),
-                OPTIONS,
-            ),
-            min_size=1,
-            max_size=2,
-        ),
-        commit=st.booleans(),
-    )
-    def transaction(self, calls: list[tuple[str, str, int, Options]], commit: bool) -> None:
+    # Rules ---------------------------------------------------------------------------
+    @rule(task=TASK, tenant=TENANT, n=st.integers(0, 3), o=OPTIONS)
+    def schedule(self, task: str, tenant: str, n: int, o: Options) -> None:
+        calls = self._prepared([(task, tenant, n, o)])
+        if calls is not None:
+            self._scheduled(calls, lambda side, specs: [side.app.schedule_spec(specs[0])])
+            self.stats["schedule"] += 1
+
+    @rule(calls=st.lists(CALL, min_size=2, max_size=3))
+    def schedule_bulk(self, calls: list[Call]) -> None:
+        """``app.schedule_bulk``: several jobs in one call, in order, all or none."""
+        prepared = self._prepared(calls)
+        if prepared is not None:
+            self._scheduled(prepared, lambda side, specs: side.app.schedule_bulk(specs))
+            self.stats["bulk"] += 1
+
+    @rule(calls=st.lists(CALL, min_size=1, max_size=2), commit=st.booleans())
+    def transaction(self, calls: list[Call], commit: bool) -> None:
         """``with app.transaction():`` schedules, then commits or aborts (transactions.rst:
         the jobs exist if and only if it commits; a refused one aborts it)."""
-        calls = [(t, tenant, n, self._options(t, o)) for t, tenant, n, o in calls]
-        if any(self._steps_around(t, o) for t, _, _, o in calls):
+        prepared = self._prepared(calls)
+        if prepared is None:
             return
+        calls = prepared
         if open_item("N5") and any(o.replace and o.dedupe_key for _, _, _, o in calls):
             return  # finding N5: memory:// transactions refuse a debounce of a held key
         now = self.clock()
@@ -377,27 +360,42 @@ class Machine(RuleBasedStateMachine):
                 self._made(side, handles, jobs)
         self.stats["transaction"] += 1
 
+    def _schedule_handle(self, i: int) -> int | None:
+        """The ``i``-th repeating job (modulo their number), or None: there is none."""
+        schedules = sorted(h for h, j in self.model.jobs.items() if j.every is not None)
+        return schedules[i % len(schedules)] if schedules else None
+
     @rule(i=st.integers(0, 50))
     def trigger(self, i: int) -> None:
         """``app.trigger_schedule``: a repeating job's run now, beside its slots."""
-        schedules = sorted(h for h, j in self.model.jobs.items() if j.every is not None)
-        if not schedules:
+        handle = self._schedule_handle(i)
+        if handle is None:
             return
-        handle = schedules[i % len(schedules)]
-        made = self.model.trigger(handle, self.clock())
+        try:
+            made = self.model.trigger(handle, self.clock())
+        except Refused:
+            for side in self.sides:
+                with pytest.raises(MongoschedError):
+                    side.app.trigger_schedule(side.ids[handle])
+            return
         for side in self.sides:
             self._made(side, [made], [side.app.trigger_schedule(side.ids[handle])])
 
     @rule(i=st.integers(0, 50))
     def resume_schedule(self, i: int) -> None:
-        """``app.resume(schedule=...)`` of a repeating job (``pause_after`` paused it)."""
-        schedules = sorted(h for h, j in self.model.jobs.items() if j.every is not None)
-        if not schedules:
+        """``app.resume(schedule=...)`` of a repeating job (``pause_after`` paused it);
+        one that ended is refused (operations.rst, "Finished schedules"), its pause
+        removed all the same."""
+        handle = self._schedule_handle(i)
+        if handle is None:
             return
-        handle = schedules[i % len(schedules)]
         self.model.resume("schedule", str(handle))
         for side in self.sides:
-            side.app.resume(schedule=side.ids[handle])
+            if self.model.jobs[handle].status in FINAL:
+                with pytest.raises(MongoschedError):
+                    side.app.resume(schedule=side.ids[handle])
+            else:
+                side.app.resume(schedule=side.ids[handle])
 
     @rule(
         runner=st.sampled_from(RUNNERS),

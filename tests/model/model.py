@@ -301,8 +301,10 @@ class Model:
     def trigger(self, handle: int, now: datetime) -> int:
         """cron.rst "Run now": a job of its own, due now, with the schedule's payload,
         queue, priority and attempts, for the slot "now"; the schedule does not move.
-        DECIDED (docs silent, the stores agree): a cancelled schedule is triggered too."""
+        A schedule that ended (cancelled: "stops it for good") is refused."""
         schedule = self.jobs[handle]
+        if schedule.status in FINAL:
+            raise Refused(f"trigger of a {schedule.status} schedule")
         made = self.made
         self.made += 1
         self.jobs[made] = MJob(
