@@ -218,6 +218,12 @@ def edited(job: JobRecord, changes: PendingChanges, now: datetime) -> JobRecord:
     )
 
 
+def releases_hold(status: JobStatus, repeating: bool, label: str | None, new: str | None) -> bool:
+    """Whether a debounce that gives a job of ``status`` the label ``new`` (it had
+    ``label``) releases it from its hold: a label's hold ends with the label."""
+    return status is JobStatus.PAUSED and not repeating and label != new
+
+
 REPLACED = (
     "args",
     "kwargs",
@@ -239,8 +245,13 @@ alike in a record and a stored document."""
 
 def replaced(job: JobRecord, later: JobRecord) -> JobRecord:
     """Debounce (``dedupe="replace"``): a waiting job takes the fields of a ``later``
-    call with its dedupe key that :data:`REPLACED` names."""
-    values = {name: getattr(later, name) for name in REPLACED}
+    call with its dedupe key that :data:`REPLACED` names. A job held by its label's
+    pause (``paused``, not repeating) that takes another label is released: the
+    hold was the old label's, and a runner holds it again when it claims it if the
+    new label is paused too."""
+    values: dict[str, Any] = {name: getattr(later, name) for name in REPLACED}
+    if releases_hold(job.status, job.repeat is not None, job.label, later.label):
+        values["status"] = JobStatus.PENDING
     values.update(
         args=tuple(later.args),
         kwargs=dict(later.kwargs),

@@ -249,6 +249,11 @@ class Model:
                     held.args, held.run_at = list(args), run_at
                     if self.replace_carries_options:
                         held.expires_at, held.priority = expires_at, priority
+                        if held.status == "paused" and held.every is None:
+                            # DECIDED (N7): a label's hold ends with the label; a
+                            # runner holds it again at its claim if the new one is
+                            # paused (flow-control.rst, "Debounce")
+                            held.status = "pending" if held.label != o.label else "paused"
                         held.label, held.timeout = o.label, o.timeout
                     return held.handle
                 if in_window or not o.replace or held.status != "running":

@@ -200,8 +200,10 @@ class MongoJobs:
         keys of ``doc`` (a later call with its key), or None if it is no longer pending
         in that key's scope (claimed meanwhile: the key is free for ``doc``)."""
         name = DEDUPE_FIELDS["pending"]
-        update = replacement(doc)
-        query = {"_id": holder["_id"], "status": {"$in": REPLACEABLE}, name: doc.get(name)}
+        update = replacement(doc, holder)
+        # As read: the update's status (a label's hold released or kept) goes by it.
+        query = {"_id": holder["_id"], "status": holder["status"], name: doc.get(name)}
+        query["label"] = holder.get("label")
         return self.connection.modify("insert", query, update)
 
     def _window_holder(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from mongosched._core.records import (
     Settlement,
     ended_attempt,
 )
-from mongosched._core.transitions import REPLACED, kept_until, may_expire
+from mongosched._core.transitions import REPLACED, kept_until, may_expire, releases_hold
 from mongosched.store.claimant import here
 from mongosched.store.codec import CODEC_OPTIONS, new_token
 from mongosched.store.mongo.documents import (
@@ -121,12 +121,17 @@ def revised(fields: dict[str, Any]) -> dict[str, Any]:
     return fields
 
 
-def replacement(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """The update a debounce makes to the pending job holding ``doc``'s dedupe key: the
-    fields of ``doc`` that :data:`~mongosched._core.transitions.REPLACED` names, set,
-    and those ``doc`` has not, unset."""
+def replacement(doc: Mapping[str, Any], holder: Mapping[str, Any]) -> dict[str, Any]:
+    """The update a debounce makes to ``holder``, the waiting job holding ``doc``'s
+    dedupe key: the fields of ``doc`` that
+    :data:`~mongosched._core.transitions.REPLACED` names, set, and those ``doc`` has
+    not, unset; a label's hold released with the label
+    (:func:`~mongosched._core.transitions.releases_hold`)."""
     fields = REPLACED
     update: dict[str, Any] = {"$set": revised({k: doc[k] for k in fields if k in doc})}
+    status = JobStatus(holder["status"])
+    if releases_hold(status, "repeat" in holder, holder.get("label"), doc.get("label")):
+        update["$set"]["status"] = JobStatus.PENDING.value
     unset = {k: "" for k in fields if k not in doc}
     if unset:
         update["$unset"] = unset
@@ -136,7 +141,7 @@ def replacement(doc: Mapping[str, Any]) -> dict[str, Any]:
 def replace_fields(held: dict[str, Any], doc: Mapping[str, Any]) -> None:
     """:func:`replacement` applied to ``held``, a document not yet stored (a debounce
     among the jobs of one insert)."""
-    update = replacement(doc)
+    update = replacement(doc, held)
     held.update(update["$set"])
     for name in update.get("$unset", {}):
         held.pop(name, None)
