@@ -8,12 +8,15 @@ call ``sweep_ttl``), a resume token refused (tests/integration/test_wake.py runs
 restart it tests), a collection scan for the claim (the query plan tests run on a real
 MongoDB only), ``$$NOW`` not compared as a date (the documented KEDA query is given
 the time on it), a state change error with no topology version (the fail-point tests
-give their clients a short heartbeat interval).
+give their clients a short heartbeat interval), a transaction past its lifetime aborted
+only when another transaction comes (tests that kill a process inside a transaction run
+``sweeping_transactions``).
 """
 
 from __future__ import annotations
 
 import ast
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -22,14 +25,19 @@ from typing import Any
 
 import pytest
 from pymongo import WriteConcern
-from pymongo.errors import NotPrimaryError, OperationFailure
+from pymongo.errors import NetworkTimeout, NotPrimaryError, OperationFailure
 from pymongo.server_type import SERVER_TYPE
 
 from mongosched.store.mongo import MongoStore
 from tests.contract.helpers import LATER, T0, add, claimed, job, sec
 from tests.contract.test_mongo_only import explain_claim, stages
 from tests.support import realserver
-from tests.support.realserver import RealServer, configure_fail_point, sweep_ttl
+from tests.support.realserver import (
+    RealServer,
+    configure_fail_point,
+    sweep_transactions,
+    sweep_ttl,
+)
 from tests.support.server_fixtures import with_database
 from tests.support.waiting import wait_for
 
@@ -173,6 +181,30 @@ def test_pinned_the_ttl_sweep_interval_of_the_configuration_is_not_applied(
     finally:
         client.drop_database("pinned")
         client.close()
+
+
+@pytest.mark.timeout(180)
+def test_pinned_a_transaction_past_its_lifetime_is_aborted_only_when_another_comes(
+    real_server: RealServer, client: Any, db: Any
+) -> None:
+    """A transaction left open (as by a killed client) that wrote a document: past its
+    lifetime (60 s) a write to that document outside it still waits, where MongoDB's
+    background sweep has aborted it; the next transaction's statement aborts it, and
+    the write goes through."""
+    db.jobs.insert_one({"_id": 1})
+    session = client.start_session()
+    session.start_transaction()
+    db.jobs.update_one({"_id": 1}, {"$set": {"by": "dead"}}, session=session)
+    time.sleep(63)  # past its lifetime; no transaction in between
+    other = real_server.client(socketTimeoutMS=3000)
+    try:
+        with pytest.raises(NetworkTimeout):
+            other.get_database(db.name).jobs.update_one({"_id": 1}, {"$set": {"by": "next"}})
+        sweep_transactions(client)
+        wait_for(lambda: db.jobs.find_one({"_id": 1}).get("by") == "next", timeout=10)
+    finally:
+        other.close()
+        session.end_session()
 
 
 def test_pinned_a_resume_token_given_after_a_command_is_refused(db: Any) -> None:

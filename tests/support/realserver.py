@@ -35,7 +35,12 @@ the test support works around it (never the library):
   the journal). The test servers run with ``--sync-on-commit`` (each commit is in the
   journal before the reply), so a crash loses only what was never acknowledged;
 * its query planner chooses a collection scan for the claim's ``findAndModify`` where
-  MongoDB's uses the claim index: the query plan tests run on a real MongoDB only.
+  MongoDB's uses the claim index: the query plan tests run on a real MongoDB only;
+* it aborts a transaction idle past its lifetime (60 s, as MongoDB's
+  ``transactionLifetimeLimitSeconds``) only when a transaction's statement reaches it,
+  where MongoDB sweeps them in the background: a killed client's open transaction
+  blocks the writes to what it wrote for good if no transaction follows. A test that
+  kills a process inside a transaction runs :func:`sweeping_transactions`.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -64,6 +70,7 @@ __all__ = [
     "required",
     "server_binary",
     "sweep_ttl",
+    "sweeping_transactions",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -289,6 +296,35 @@ def sweep_ttl(client: pymongo.MongoClient[Any]) -> int:
     """Run the server's TTL sweep now (what its monitor does each interval); the number
     of documents it deleted. See the module docstring for why tests need it."""
     return int(client.admin.command("secantusAdmin.pruneTtl")["pruned"])
+
+
+def sweep_transactions(client: pymongo.MongoClient[Any]) -> None:
+    """Send the server a transaction's statement, so that it aborts the transactions
+    idle past their lifetime (see the module docstring)."""
+    with client.start_session() as session, session.start_transaction():
+        client.get_database("sweep").get_collection("sweep").find_one({}, session=session)
+
+
+@contextlib.contextmanager
+def sweeping_transactions(uri: str, every: float = 2.0) -> Iterator[None]:
+    """While the block runs, sweep the server's transactions every ``every`` seconds
+    (:func:`sweep_transactions`), as MongoDB's background sweep does."""
+    stop = threading.Event()
+    client: pymongo.MongoClient[Any] = pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000)
+
+    def sweep() -> None:
+        while not stop.wait(every):
+            with contextlib.suppress(pymongo.errors.PyMongoError):
+                sweep_transactions(client)
+
+    thread = threading.Thread(target=sweep, name="transaction sweeper", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        client.close()
 
 
 @contextlib.contextmanager
