@@ -402,6 +402,7 @@ class App:
     set_event = Delegated("_workflows", Workflows.set_event)
     get_event = Delegated("_workflows", Workflows.get_event)
     steps = Delegated("_workflows", Workflows.steps)
+    is_workflow = Delegated("_workflows", Workflows.is_workflow)
     cancel_workflow = Delegated("_workflows", Workflows.cancel_workflow)
     retry_workflow = Delegated("_workflows", Workflows.retry_workflow)
     fork_workflow = Delegated("_workflows", Workflows.fork_workflow)

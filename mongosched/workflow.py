@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from mongosched._core.outcome import Retention, cancelled, error_info, given_back
-from mongosched._core.records import JobStatus, PendingChanges
+from mongosched._core.records import JobRecord, JobStatus, PendingChanges
 from mongosched._core.steps import StepKind, StepRecord, check_bound, check_replay
 from mongosched.errors import (
     ConfigurationError,
@@ -43,6 +43,8 @@ from mongosched.errors import (
 )
 from mongosched.events import Event
 from mongosched.job import Job, JobContext, Suspended, current_job
+from mongosched.operations.audit import AuditTrail, checked_actor
+from mongosched.operations.jobs import Cancellation
 from mongosched.retry import RetryPolicy
 from mongosched.store import Staged, Store, codec
 from mongosched.task import JobSpec, Task
@@ -93,7 +95,10 @@ class WorkflowHost(Protocol):
     @property
     def tasks(self) -> Mapping[str, Task[Any, Any]]: ...
 
-    def cancel(self, job_id: Any, *, actor: str | None = None) -> Any: ...
+    @property
+    def audit(self) -> AuditTrail: ...
+
+    def cancel(self, job_id: Any, *, actor: str | None = None) -> Cancellation: ...
 
     def retry_job(self, job_id: Any, *, actor: str | None = None) -> Job[Any]: ...
 
@@ -399,6 +404,11 @@ class Workflows:
         finally:
             _active.reset(token)
 
+    def is_workflow(self, task: str) -> bool:
+        """Whether ``task`` (a registered task's name, as a job's ``task``) is a
+        workflow of this app."""
+        return task in self.names
+
     # Inside a workflow -----------------------------------------------------------------------
     def sleep(self, duration: timedelta | float) -> None:
         """Sleep durably: the worker is freed and the workflow runs on after
@@ -517,51 +527,70 @@ class Workflows:
         return store.steps(store.parse_id(workflow_id))
 
     # Operators -------------------------------------------------------------------------------
-    def cancel_workflow(self, workflow_id: Any) -> list[Any]:
-        """Cancel a workflow and the jobs it gathered that have not ended; returns the
-        ids of the gathered jobs asked to stop."""
+    def cancel_workflow(self, workflow_id: Any, *, actor: str | None = None) -> Cancellation:
+        """Cancel a workflow as :meth:`App.cancel <mongosched.App.cancel>` does, and
+        the jobs it gathered that have not ended (each cancel in the audit trail).
+        ``actor``: who did it."""
         store = self.app.store
-        workflow_id = store.parse_id(workflow_id)
-        self.app.cancel(workflow_id)
-        children = [
-            child
-            for step in store.steps(workflow_id)
-            if step.kind is StepKind.GATHER
-            for child in step.children
-        ]
-        for child in children:
-            record = store.get(child)
-            if record is not None and not record.status.is_final:
-                self.app.cancel(child)
-        return children
+        workflow_id = self._require(workflow_id, "cancel_workflow", actor).id
+        done = self.app.cancel(workflow_id, actor=actor)
+        for step in store.steps(workflow_id):
+            for child in step.children if step.kind is StepKind.GATHER else ():
+                record = store.get(child)
+                if record is not None and not record.status.is_final:
+                    self.app.cancel(child, actor=actor)
+        return done
 
-    def retry_workflow(self, workflow_id: Any) -> Job[Any]:
+    def retry_workflow(self, workflow_id: Any, *, actor: str | None = None) -> Job[Any]:
         """Run a failed (or cancelled) workflow again from its failed step: the records
         from that step on are forgotten (all of them when none failed), the earlier
-        ones kept."""
+        ones kept. Audited as :meth:`App.retry_job <mongosched.App.retry_job>` is."""
         store = self.app.store
-        workflow_id = store.parse_id(workflow_id)
+        workflow_id = self._require(workflow_id, "retry_workflow", actor).id
         failed = [s.position for s in store.steps(workflow_id) if s.error is not None]
         if failed:
             store.forget_steps(workflow_id, failed[0])
-        return self.app.retry_job(workflow_id)
+        return self.app.retry_job(workflow_id, actor=actor)
 
-    def fork_workflow(self, workflow_id: Any, position: int) -> Job[Any]:
+    def fork_workflow(
+        self, workflow_id: Any, position: int, *, actor: str | None = None
+    ) -> Job[Any]:
         """A new run of a workflow, with the same arguments, whose history is a copy of
-        the original's before ``position``: those steps are not run again."""
+        the original's before ``position``: those steps are not run again. Kept in the
+        audit trail (action ``fork``, on the original). ``actor``: who did it."""
+        record = self._require(workflow_id, "fork_workflow", actor)
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise ConfigurationError(
+                f"fork_workflow of workflow {record.id} ({record.task}): position must be "
+                f"a step's position (an int of 0 or more), not {position!r}"
+            )
         store = self.app.store
-        workflow_id = store.parse_id(workflow_id)
-        record = store.get(workflow_id)
-        if record is None or record.task not in self.names:
-            raise JobNotFound(f"workflow {workflow_id} does not exist in this app")
         task = self.app.tasks[record.task]
         job: Job[Any] = task.configure(queue=record.queue, priority=record.priority).schedule(
             *record.args, **record.kwargs
         )
-        for step in store.steps(workflow_id):
+        for step in store.steps(record.id):
             if step.position < position:
                 store.record_step(replace(step, workflow=job.id), None)
+        self.app.audit.record(
+            "fork",
+            f"workflow {record.id} ({record.task})",
+            count=1,
+            detail=f"from position {position}: job {job.id}",
+            actor=actor,
+            job=record.id,
+        )
         return job
+
+    def _require(self, workflow_id: Any, what: str, actor: str | None) -> JobRecord:
+        """The job record of workflow ``workflow_id``, the actor checked; raises
+        :class:`~mongosched.errors.JobNotFound` when no workflow of this app has it."""
+        checked_actor(actor, what)
+        store = self.app.store
+        record = store.get(store.parse_id(workflow_id))
+        if record is None or not self.is_workflow(record.task):
+            raise JobNotFound(f"{what}: workflow {workflow_id} does not exist in this app")
+        return record
 
     # Waking ----------------------------------------------------------------------------------
     def wake(self, workflow_id: Any) -> bool:

@@ -204,8 +204,9 @@ def _priority(job: Job) -> str:
 
 
 def jobs_cancel(app: App, args: argparse.Namespace) -> int:
+    """Cancel a job; a workflow's, with the jobs it gathered."""
     job = require_job(app, args.id)
-    outcome = app.cancel(job.id)
+    outcome = (app.cancel_workflow if app.is_workflow(job.task) else app.cancel)(job.id)
     if outcome is Cancellation.ALREADY_FINISHED:
         status = require_job(app, args.id).status
         raise CommandError(f"job {job.id} ({job.task}) is already {status}; not cancelled")
@@ -217,7 +218,9 @@ def jobs_cancel(app: App, args: argparse.Namespace) -> int:
 
 
 def jobs_retry(app: App, args: argparse.Namespace) -> int:
-    job = app.retry_job(require_job(app, args.id).id)
+    """Retry a job; a workflow's, from its failed step."""
+    job = require_job(app, args.id)
+    job = (app.retry_workflow if app.is_workflow(job.task) else app.retry_job)(job.id)
     out(f"job {job.id} ({job.task}) is pending again")
     return EXIT_OK
 

@@ -9,14 +9,14 @@ from typing import Any
 from mongosched.app import App
 from mongosched.cli.exits import EXIT_NOT_FOUND, EXIT_OK, CommandError
 from mongosched.cli.output import cell, out, print_json, to_json
-from mongosched.cli.verbs import require_job
+from mongosched.cli.verbs import jobs_cancel, jobs_retry, require_job
 
 __all__ = ["add_arguments"]
 
 
 def _workflow(app: App, job_id: str) -> Any:
     job = require_job(app, job_id)
-    if job.task not in app._workflows.names:
+    if not app.is_workflow(job.task):
         raise CommandError(f"job {job.id} ({job.task}) is not a workflow", EXIT_NOT_FOUND)
     return job
 
@@ -38,8 +38,15 @@ def show(app: App, args: argparse.Namespace) -> int:
     for step in steps:
         if step.error is not None:
             outcome = f"error {step.error.get('type')}: {step.error.get('message')}"
-        elif step.kind.value in ("sleep", "wait"):
+        elif step.kind.value == "sleep":
             outcome = f"until {cell(step.until)}"
+        elif step.kind.value == "wait":
+            outcome = f"for event {step.name!r} until {cell(step.until)}"
+        elif step.kind.value == "event":
+            outcome = "no event by the deadline" if step.event is None else "received"
+            outcome += f" {step.name!r}" + (
+                "" if step.event is None else f": {to_json(step.value)}"
+            )
         elif step.kind.value == "gather":
             outcome = "jobs " + ", ".join(str(child) for child in step.children)
         else:
@@ -51,21 +58,19 @@ def show(app: App, args: argparse.Namespace) -> int:
         )
     last = steps[-1] if steps else None
     if last is not None and last.kind.value in ("sleep", "wait") and job.status == "pending":
-        out(f"waiting: {last.kind.value} {cell(last.name)} until {cell(last.until)}")
+        what = "sleep" if last.kind.value == "sleep" else f"wait for event {last.name!r}"
+        out(f"waiting: {what} until {cell(last.until)}")
     return EXIT_OK
 
 
 def cancel(app: App, args: argparse.Namespace) -> int:
-    job = _workflow(app, args.id)
-    children = app.cancel_workflow(job.id)
-    out(f"workflow {job.id} cancelled; {len(children)} gathered job(s) asked to stop")
-    return EXIT_OK
+    _workflow(app, args.id)
+    return jobs_cancel(app, args)
 
 
 def retry(app: App, args: argparse.Namespace) -> int:
-    job = app.retry_workflow(_workflow(app, args.id).id)
-    out(f"workflow {job.id} is pending again, from its failed step")
-    return EXIT_OK
+    _workflow(app, args.id)
+    return jobs_retry(app, args)
 
 
 def fork(app: App, args: argparse.Namespace) -> int:

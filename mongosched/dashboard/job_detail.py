@@ -394,8 +394,15 @@ def _steps_panel(ctx: Context, job: Job, steps: list[Any]) -> Markup:
     def outcome(step: Any) -> Any:
         if step.error is not None:
             return fmt("{}: {}", step.error.get("type"), step.error.get("message"))
-        if step.kind.value in ("sleep", "wait"):
-            return fmt("until {}", stamp(step.until) if step.until else "-")
+        until = stamp(step.until) if step.until else "-"
+        if step.kind.value == "sleep":
+            return fmt("until {}", until)
+        if step.kind.value == "wait":
+            return fmt("for event {} until {}", step.name, until)
+        if step.kind.value == "event":
+            if step.event is None:
+                return fmt("no event {} by the deadline", step.name)
+            return fmt("received {}: {}", step.name, pretty(step.value))
         if step.children:
             return join(link(ctx, f"/jobs/{child}", child) for child in step.children)
         return pretty(step.value)

@@ -78,3 +78,28 @@ def test_show_prints_the_timeline_and_retry_fork_cancel_act(
 
     plain = app.task(name="plain")(lambda: None).schedule()
     assert run(capsys, app, "workflows", "show", str(plain.id))[0] == 3
+
+
+def test_show_names_the_event_waited_for_and_jobs_cancel_stops_a_workflow(
+    make_app: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = make_app(clock=FakeClock(START))
+
+    @app.workflow(name="approval")
+    def approval() -> Any:
+        first = app.wait_for("approved", timeout=timedelta(hours=4))
+        return first, app.wait_for("shipped", timeout=timedelta(hours=1))
+
+    job = approval.schedule()
+    drain(app)
+    app.send(job.id, "approved", {"by": "ops"})
+    drain(app)
+    code, text = run(capsys, app, "workflows", "show", str(job.id))
+    assert code == 0
+    assert "for event 'approved' until 2031-03-03 12:00:00" in text
+    assert 'received \'approved\': {"by": "ops"}' in text
+    assert "waiting: wait for event 'shipped' until 2031-03-03 09:00:00" in text
+    assert run(capsys, app, "jobs", "cancel", str(job.id))[0] == 0  # a workflow's cancel
+    assert job.refresh().status is JobStatus.CANCELLED
+    assert [e.action for e in app.audit.entries()] == ["cancel"]
+    assert run(capsys, app, "workflows", "cancel", str(job.id))[0] != 0  # already ended

@@ -38,6 +38,22 @@ def test_a_workflow_job_page_shows_its_steps(app: App) -> None:
     assert f'href="/jobs/{child.id}"' in body  # the gathered job, linked
 
 
+def test_the_steps_panel_names_the_event_waited_for_and_received(app: App) -> None:
+    @app.workflow(name="approval")
+    def approval() -> None:
+        app.wait_for("approved")
+        app.wait_for("shipped")
+
+    job = approval.schedule()
+    drain(app)
+    app.send(job.id, "approved", "by ops")
+    drain(app)
+    page = Client(StandaloneDashboard(app, TOKEN), headers={"Authorization": f"Bearer {TOKEN}"})
+    body = page.get(f"/jobs/{job.id}").body
+    assert "for event approved until" in body and "received approved:" in body
+    assert "by ops" in body and "for event shipped until" in body
+
+
 def test_the_workflow_buttons_cancel_retry_and_fork(app: App) -> None:
     calls, broken = Counter[str](), {"yes": True}
 

@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from mongosched import App, JobStatus, NonDeterminismError, current_job, patched
+from mongosched import (
+    App,
+    Cancellation,
+    ConfigurationError,
+    JobNotFound,
+    JobStatus,
+    NonDeterminismError,
+    current_job,
+    patched,
+)
 from mongosched._core.steps import StepKind, StepRecord
 from mongosched.testing import FakeClock, drain
 from tests.support.transactions import (
@@ -320,6 +329,41 @@ def test_cancel_cancels_what_the_workflow_gathered(wf_app: App) -> None:
 
     job = gathering.schedule()
     drain(app)
-    [child] = app.cancel_workflow(job.id)
+    assert app.cancel_workflow(job.id, actor="ops") is Cancellation.CANCELLED
     assert job.refresh().status is JobStatus.CANCELLED
-    assert app.get_job(child).status is JobStatus.CANCELLED  # type: ignore[union-attr]
+    [child] = app.get_jobs(task="slow", limit=0)
+    assert child.status is JobStatus.CANCELLED
+    cancels = [(e.action, e.job, e.actor) for e in app.audit.entries()]
+    assert ("cancel", job.id, "ops") in cancels and ("cancel", child.id, "ops") in cancels
+
+
+def test_is_workflow_tells_a_workflow_from_a_task(wf_app: App) -> None:
+    app = wf_app
+
+    @app.task(name="plain")
+    def plain() -> None: ...
+
+    @app.workflow(name="flow")
+    def flow() -> None: ...
+
+    assert app.is_workflow("flow") and not app.is_workflow("plain")
+    assert not app.is_workflow("nothing")
+    with pytest.raises(JobNotFound, match="cancel_workflow: workflow .* does not exist"):
+        app.cancel_workflow(plain.schedule().id)
+
+
+def test_a_fork_is_in_the_audit_trail_and_its_position_checked(wf_app: App) -> None:
+    app, calls = wf_app, Counter[str]()
+    once = two_steps(app, "once", calls, {"yes": False})
+    job = once.schedule()
+    drain(app)
+    fork = app.fork_workflow(job.id, 1, actor="ops")
+    [entry] = [e for e in app.audit.entries() if e.action == "fork"]
+    assert (entry.actor, entry.job, entry.count) == ("ops", job.id, 1)
+    assert entry.target == f"workflow {job.id} (once)"
+    assert entry.detail == f"from position 1: job {fork.id}"
+    for bad in (-1, "1", True):
+        with pytest.raises(
+            ConfigurationError, match=r"fork_workflow of workflow .*\(once\): position"
+        ):
+            app.fork_workflow(job.id, bad)  # type: ignore[arg-type]
