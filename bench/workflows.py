@@ -8,15 +8,20 @@ Prints:
 * store calls per step of a 20-step workflow run in one go, beside a plain job's calls
   (each store call is one round trip on MongoDB), and the same on a replay that finds
   every step recorded;
-* worker CPU (``time.process_time``) per step, beside a plain job's per job;
+* worker CPU (``time.process_time``) and wall time per step, beside a plain job's per
+  job, and the same for a transactional step;
 * the replay time of a ``--steps``-step workflow whose history is all recorded;
-* threads held by ``--sleepers`` sleeping workflows (they wait in the store).
+* threads held by ``--sleepers`` sleeping workflows (they wait in the store), the
+  growth of this process's peak memory (on ``memory://`` the store is in it) and, on a
+  server, the database's sizes (``dbStats``) and the server's resident memory
+  (``serverStatus``, where it says) before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import threading
 import time
 import uuid
@@ -90,6 +95,14 @@ def run(app: App, clock: FakeClock, steps: int, sleepers: int) -> None:
             app.sleep(60)
         return total
 
+    @app.step(name="written", transactional=True)
+    def written(i: int) -> int:
+        return i
+
+    @app.workflow(name="writing")
+    def writing(count: int) -> int:
+        return sum(written(i) for i in range(count))
+
     @app.workflow(name="sleeper")
     def sleeper() -> None:
         app.sleep(timedelta(days=1))
@@ -98,16 +111,18 @@ def run(app: App, clock: FakeClock, steps: int, sleepers: int) -> None:
     jobs = 200
     plain_jobs = [plain.schedule() for _ in range(jobs)]
     calls.clear()
-    cpu = time.process_time()
+    cpu, wall = time.process_time(), time.perf_counter()
     drain(app)
+    plain_wall = (time.perf_counter() - wall) / jobs
     plain_cpu = (time.process_time() - cpu) / jobs
     plain_calls = sum(calls.values()) / jobs
     assert all(j.refresh().result == 1 for j in plain_jobs)
 
     job = many.schedule(20, True)
     calls.clear()
-    cpu = time.process_time()
+    cpu, wall = time.process_time(), time.perf_counter()
     drain(app)
+    step_wall = (time.perf_counter() - wall) / 20
     step_cpu = (time.process_time() - cpu) / 20
     first = dict(calls)
     clock.advance(timedelta(seconds=61))
@@ -115,12 +130,27 @@ def run(app: App, clock: FakeClock, steps: int, sleepers: int) -> None:
     drain(app)
     replay = dict(calls)
     assert job.refresh().result == sum(range(20))
-    print(f"plain job: {plain_calls:.1f} store calls per job, {plain_cpu * 1e6:.0f} us CPU per job")
+    print(
+        f"plain job: {plain_calls:.1f} store calls per job, {plain_cpu * 1e6:.0f} us CPU, "
+        f"{plain_wall * 1e3:.2f} ms wall per job"
+    )
     print(
         f"20-step workflow, first run: {first} ({first.get('record_step', 0) / 20:.1f} writes per step)"
     )
-    print(f"  worker CPU per step: {step_cpu * 1e6:.0f} us")
+    print(f"  per step: {step_cpu * 1e6:.0f} us worker CPU, {step_wall * 1e3:.2f} ms wall")
     print(f"  replay of the 20 recorded steps: {replay} (one steps read)")
+
+    tx = writing.schedule(20)
+    calls.clear()
+    cpu, wall = time.process_time(), time.perf_counter()
+    drain(app)
+    tx_wall = (time.perf_counter() - wall) / 20
+    tx_cpu = (time.process_time() - cpu) / 20
+    assert tx.refresh().result == sum(range(20))
+    print(
+        f"20 transactional steps: {dict(calls)}; per step {tx_cpu * 1e6:.0f} us worker CPU, "
+        f"{tx_wall * 1e3:.2f} ms wall"
+    )
 
     long = many.schedule(steps, True)
     drain(app)
@@ -130,13 +160,43 @@ def run(app: App, clock: FakeClock, steps: int, sleepers: int) -> None:
     print(f"replay of a {steps}-step workflow: {(time.perf_counter() - started) * 1e3:.1f} ms")
     assert long.refresh().result == sum(range(steps))
 
+    sizes = server_sizes(app)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     app.schedule_bulk([sleeper.job() for _ in range(sleepers)])
     before = threading.active_count()
+    started = time.perf_counter()
     drain(app, limit=sleepers + 1)
+    elapsed = time.perf_counter() - started
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak  # KiB on Linux
     print(
         f"{sleepers} sleeping workflows: {app.count_jobs(task='sleeper', status='pending')} "
-        f"pending, threads before {before}, after {threading.active_count()}"
+        f"pending, threads before {before}, after {threading.active_count()}; "
+        f"put to sleep in {elapsed:.1f} s; this process's peak memory grew {grown / 1024:.1f} MiB"
     )
+    after = server_sizes(app)
+    for key in after:
+        change = after[key] - sizes.get(key, 0)
+        print(
+            f"  server {key}: {after[key] / 2**20:.1f} MiB ({change / max(sleepers, 1):.0f} B per sleeper)"
+        )
+
+
+def server_sizes(app: App) -> dict[str, float]:
+    """The database's data, storage and index sizes and the server's resident memory,
+    in bytes (empty on ``memory://``; a figure the server does not give is left out)."""
+    database = getattr(app.store, "connection", None)
+    if database is None:
+        return {}
+    database = database.database
+    stats = database.command("dbStats")
+    sizes = {k: float(stats[k]) for k in ("dataSize", "storageSize", "indexSize") if k in stats}
+    try:
+        resident = database.client.admin.command("serverStatus").get("mem", {}).get("resident")
+    except Exception:  # a server without serverStatus
+        resident = None
+    if resident:
+        sizes["resident memory"] = float(resident) * 2**20  # MiB in serverStatus
+    return sizes
 
 
 if __name__ == "__main__":

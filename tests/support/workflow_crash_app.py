@@ -105,9 +105,9 @@ def main() -> None:
     # One worker: one workflow in flight when the process dies (the soak runs four).
     runner = app.runner(workers=int(os.environ.get("WORKERS", "4")))
     runner.start()
-    while app.count_jobs(task="ten", status="pending") + app.count_jobs(
-        task="ten", status="running"
-    ):
+    # Ended: final statuses never change back, so two counts cannot race a reap.
+    total = app.count_jobs(task="ten")
+    while app.count_jobs(task="ten", status=["completed", "failed", "cancelled"]) < total:
         time.sleep(0.05)
     runner.stop(timeout=5)
 
