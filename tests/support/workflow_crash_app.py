@@ -105,6 +105,7 @@ def main() -> None:
     # One worker: one workflow in flight when the process dies (the soak runs four).
     runner = app.runner(workers=int(os.environ.get("WORKERS", "4")))
     runner.start()
+    (folder / f"started-{os.getpid()}").touch()  # the soak's kill clock starts here
     # Ended: final statuses never change back, so two counts cannot race a reap.
     total = app.count_jobs(task="ten")
     while app.count_jobs(task="ten", status=["completed", "failed", "cancelled"]) < total:
