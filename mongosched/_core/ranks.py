@@ -23,7 +23,8 @@ inserted: ``since + (priority - 1) * interval``, in milliseconds since the epoch
   ranked index, by the rank's range: :func:`unplaced_until`).
 
 The start is stored with the job (``fair_at``), not derived from its rank, so an edit of
-its priority moves no other job.
+its priority moves no other job; it ranks the edited job again from its start
+(:func:`edited_rank`).
 
 At a given time ``now``, the job's effective priority is ``priority`` less one level per
 ``interval`` waited since ``since`` (it keeps rising past 1). Ranks sort the same way
@@ -47,6 +48,7 @@ __all__ = [
     "claim_key",
     "unplaced",
     "unplaced_until",
+    "edited_rank",
     "effective_priority",
     "fair_clock",
     "fair_start",
@@ -77,6 +79,19 @@ def rank(since: float, priority: float, aging: float | None) -> float:
 def since_of(job_rank: float, priority: float, aging: float | None) -> float:
     """What :func:`rank` was given as ``since``."""
     return job_rank - (priority - 1) * (STRICT if aging is None else aging) * 1000.0
+
+
+def edited_rank(
+    job_rank: float | None, fair_at: float | None, priority: float, aging: float | None
+) -> float | None:
+    """The rank of a ranked job once an edit set its priority to ``priority``. A placed
+    fair job that does not age is ranked from its fair start again, so that priority
+    still decides first among its task's jobs (its start, and every other job, stay).
+    Any other keeps its rank: an aging job's is fixed when it is scheduled, and an
+    unplaced job takes its rank, from its priority then, when it is placed."""
+    if job_rank is None or fair_at is None or aging is not None:
+        return job_rank
+    return rank(fair_at, priority, None)
 
 
 def effective_priority(

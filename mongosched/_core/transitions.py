@@ -22,6 +22,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from mongosched._core import ranks
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
     AttemptError,
@@ -207,9 +208,11 @@ def cancel_requested(job: JobRecord, now: datetime) -> JobRecord:
 def edited(job: JobRecord, changes: PendingChanges, now: datetime) -> JobRecord:
     """A pending job edited (``None``: unchanged)."""
     c = changes
+    priority = job.priority if c.priority is None else c.priority
     return evolved(
         job,
-        priority=job.priority if c.priority is None else c.priority,
+        priority=priority,
+        rank=ranks.edited_rank(job.rank, job.fair_at, priority, job.aging),
         queue=job.queue if c.queue is None else c.queue,
         run_at=job.run_at if c.run_at is None else ms(c.run_at),
         args=job.args if c.args is None else tuple(c.args),

@@ -298,3 +298,12 @@ def test_an_unplaced_job_moved_later_takes_its_start_at_its_new_due_time(store: 
         assert claim_fair(store, T0 + sec(10)).fair_key == "A"
     order = [claim_fair(store, T0 + sec(20)).fair_key for _ in range(2)]
     assert "C" in order, order
+
+
+def test_a_priority_edit_of_a_fair_job_counts_among_its_task_s_jobs(store: Store) -> None:
+    """Model soak, seed 1111: the edited job kept the rank of its old priority, so its
+    task's claims took A (the earlier start) first; priority decides first."""
+    a, b = add(store, job("fair", fair_key="A"), job("fair", fair_key="B"))  # A starts first
+    assert store.update_pending(b, PendingChanges(priority=1), T0) is not None
+    assert store.update_pending(a, PendingChanges(priority=9), T0) is not None
+    assert [claim_fair(store, LATER).fair_key for _ in range(2)] == ["B", "A"]

@@ -222,3 +222,19 @@ def test_n8_a_tie_of_an_ordinary_and_a_fair_job(replay: Callable[[str, Steps], N
         state.die(count=1, runner="r1")
 
     replay("N8", steps)
+
+
+def test_n9_priority_edit_of_a_fair_job(replay: Callable[[str, Steps], None]) -> None:
+    """Model soak, seed 1111: a priority edit of a placed fair job left its rank (made
+    from its old priority), so its task's claims went on taking the jobs in the old
+    order; priority decides first among a fair task's jobs (flow-control.rst)."""
+
+    def steps(state: Machine) -> None:
+        state.schedule(n=0, o=PLAIN, task="t.fair", tenant="a")
+        state.advance(seconds=1)
+        state.schedule(n=0, o=PLAIN, task="t.fair", tenant="b")
+        state.update_job(delay=None, i=0, priority=9.0)
+        state.update_job(delay=None, i=1, priority=1.0)
+        state.run(limit=2, ok=True, runner="r0")
+
+    replay("N9", steps)

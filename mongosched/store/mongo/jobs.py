@@ -15,6 +15,7 @@ from typing import Any
 from pymongo import ASCENDING, DESCENDING
 from pymongo.errors import BulkWriteError, DuplicateKeyError
 
+from mongosched._core import ranks
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
     REPLACEABLE_STATUSES,
@@ -352,8 +353,20 @@ class MongoJobs:
             kwargs = job.kwargs if changes.kwargs is None else changes.kwargs
             codec.encode_payload(job.task, args, kwargs)
             fields.update(args=list(args), kwargs=dict(kwargs))
+        query: dict[str, Any] = {"_id": job.id, "status": PENDING}
+        if changes.priority is not None and job.rank is not None:
+            # A ranked job: its rank follows the new priority (see ranks.edited_rank),
+            # fenced on the rank as read (a placement since gives it a new one).
+            fields["rank"] = ranks.edited_rank(job.rank, job.fair_at, changes.priority, job.aging)
+            query["rank"] = job.rank
         update = {"$set": revised(fields)}
-        doc = self.connection.modify("update", {"_id": job.id, "status": PENDING}, update)
+        doc = self.connection.modify("update", query, update)
+        if doc is None and "rank" in query:
+            current = self.connection.retrying(
+                "update", lambda _: self.connection.jobs.find_one({"_id": job.id})
+            )
+            if current is not None and current.get("rank") != job.rank:
+                return self.update_pending(to_record(current), changes, now)  # placed since
         return None if doc is None else to_record(doc)
 
     def retry_finished(self, job_id: Any, status: JobStatus, now: datetime) -> JobRecord | None:
