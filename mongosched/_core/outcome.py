@@ -48,7 +48,6 @@ __all__ = [
     "after_dependency",
     "cancelled",
     "decide",
-    "decide_or_fail",
     "ending",
     "expired",
     "error_info",
@@ -233,38 +232,6 @@ def uncomputable(
     return malformed(job, why, now, retention)
 
 
-def decide_or_fail(
-    job: JobRecord,
-    ending: Ending,
-    *,
-    now: datetime,
-    retention: Retention,
-    retry: RetryPolicy | None = None,
-    result: object = None,
-    error: BaseException | None = None,
-    slot: datetime | None = None,
-    timeout: float | None = None,
-    logs: tuple[LogEntry, ...] | None = None,
-) -> Decision:
-    """:func:`decide`, or, when ``job``'s rule no longer computes, the job failed alone
-    (:func:`uncomputable`): what every holder of an ended attempt writes."""
-    try:
-        return decide(
-            job,
-            ending,
-            now=now,
-            retention=retention,
-            retry=retry,
-            result=result,
-            error=error,
-            slot=slot,
-            timeout=timeout,
-            logs=logs,
-        )
-    except Exception as exc:  # its rule no longer computes: it fails alone
-        return uncomputable(job, exc, now, retention)
-
-
 def given_back(job: JobRecord, now: datetime) -> Settlement:
     """A claim given back without running to its end (its runner stopped, or the
     task's concurrency permits were all taken): pending again, in its place in line,
@@ -363,8 +330,15 @@ def decide(
     repeating job ran for (default: its ``scheduled_for``). Unless the attempt ended
     by cancellation, the settlement says what to write instead if a cancel request
     arrived meanwhile (the store checks it in the same write).
+
+    It never raises: a job whose rule no longer computes (a repeating job's rule
+    written by hand, say) fails alone (:func:`uncomputable`), as every holder of an
+    ended attempt writes it.
     """
-    decision = _decide(job, ending, now, retention, retry, result, error, slot, timeout, rng)
+    try:
+        decision = _decide(job, ending, now, retention, retry, result, error, slot, timeout, rng)
+    except Exception as exc:  # its rule no longer computes: it fails alone
+        return uncomputable(job, exc, now, retention)
     settlement = decision.settlement
     on_cancel = settlement.on_cancel
     if ending is not Ending.CANCELLED and on_cancel is None:  # a success has its own

@@ -4,7 +4,7 @@
    :class:`~mongosched.runner.slots.Slots`; a transactional task's function runs in
    transactions, by :class:`~mongosched.runner.transactional.TransactionalRun`, which
    may commit the outcome itself);
-2. **decide**: what follows the run (:func:`mongosched._core.outcome.decide_or_fail`);
+2. **decide**: what follows the run (:func:`mongosched._core.outcome.decide`);
 3. **write**, fenced on the lease token: at once (with the outcomes of the jobs that
    finish meanwhile), or, with a backlog, *deferred* to the next batched claim's write,
    the worker's place freed at once (:class:`~mongosched.runner.settler.Settler`);

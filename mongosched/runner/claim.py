@@ -189,9 +189,9 @@ class Claim:
         now: datetime,
         retention: Retention,
     ) -> Decision:
-        """What follows its attempt's end (:func:`~mongosched._core.outcome.decide_or_fail`
+        """What follows its attempt's end (:func:`~mongosched._core.outcome.decide`
         for its job at ``now``, with the slot it ran for, its timeout and its logs)."""
-        return outcome.decide_or_fail(
+        return outcome.decide(
             self.record,
             ending,
             now=now,

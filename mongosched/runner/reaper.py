@@ -62,9 +62,7 @@ class Reaper:
         reaped = 0
         retention = self.app.retention
         for record in self.store.leases_expired(now):
-            decision = outcome.decide_or_fail(
-                record, Ending.LEASE_EXPIRED, now=now, retention=retention
-            )
+            decision = outcome.decide(record, Ending.LEASE_EXPIRED, now=now, retention=retention)
             stored = self.store.reap(record, now, decision.settlement)
             if stored is not None:
                 reaped += 1
