@@ -218,6 +218,7 @@ class Machine(RuleBasedStateMachine):
         if SERVER is not None:
             self.sides.append(make_side("server", self.clock))
         self.stats: Counter[str] = Counter()
+        self.calls: list[Call] = []  # the scheduling calls made, for schedule_again
         SIDES.update(side.name for side in self.sides)
         self._quiet = logging.getLogger("mongosched")
         self._level = self._quiet.level
@@ -313,10 +314,30 @@ class Machine(RuleBasedStateMachine):
     # Rules ---------------------------------------------------------------------------
     @rule(task=TASK, tenant=TENANT, n=st.integers(0, 3), o=OPTIONS)
     def schedule(self, task: str, tenant: str, n: int, o: Options) -> None:
+        self.calls.append((task, tenant, n, o))
         calls = self._prepared([(task, tenant, n, o)])
         if calls is not None:
             self._scheduled(calls, lambda side, specs: [side.app.schedule_spec(specs[0])])
             self.stats["schedule"] += 1
+
+    @rule(
+        i=st.integers(0, 7),
+        n=st.integers(0, 3),
+        delay=DELAYS,
+        expires=st.sampled_from([None, 60.0, 200.0]),
+        label=st.sampled_from([None, "L"]),
+    )
+    def schedule_again(
+        self, i: int, n: int, delay: float, expires: float | None, label: str | None
+    ) -> None:
+        """An earlier call made again (its task, tenant, dedupe key and the rest), with
+        other arguments, delay, expiry and label: where options meet (a debounce of a
+        job held, delayed or expiring; a window's second call) without waiting for two
+        independent draws to agree."""
+        if not self.calls:
+            return
+        task, tenant, _, o = self.calls[i % len(self.calls)]
+        self.schedule(task, tenant, n, replace(o, delay=delay, expires=expires, label=label))
 
     @rule(calls=st.lists(CALL, min_size=2, max_size=3))
     def schedule_bulk(self, calls: list[Call]) -> None:
