@@ -11,7 +11,8 @@ import pytest
 
 from mongosched._core.records import JobQuery
 from mongosched.store.mongo import MongoStore
-from mongosched.store.mongo.documents import INDEXES, PERMIT_INDEXES, RANK_SORT, RANKED
+from mongosched.store.mongo.documents import RANK_SORT, RANKED
+from mongosched.store.mongo.indexes import INDEXES, PERMIT_INDEXES
 from mongosched.store.mongo.updates import claim_query
 
 from .helpers import (

@@ -37,14 +37,14 @@ from pymongo.errors import ConfigurationError as DriverConfigurationError
 
 from mongosched.errors import ConfigurationError, StoreError, StoreUnavailable
 from mongosched.store import codec
-from mongosched.store.mongo.documents import (
+from mongosched.store.mongo.documents import aware
+from mongosched.store.mongo.indexes import (
     AUDIT_INDEXES,
     INDEXES,
     LIMIT_INDEXES,
     PAUSE_INDEXES,
     PERMIT_INDEXES,
     RUNNER_INDEXES,
-    aware,
 )
 from mongosched.store.patience import Patience
 

@@ -16,7 +16,8 @@ from mongosched._core.steps import StepKind, StepRecord
 from mongosched._core.transitions import ms
 from mongosched.store import codec
 from mongosched.store.mongo.connection import MongoConnection
-from mongosched.store.mongo.documents import Index, aware
+from mongosched.store.mongo.documents import aware
+from mongosched.store.mongo.indexes import Index
 
 __all__ = ["STEP_INDEXES", "MongoWorkflows", "step_document", "step_record"]
 
