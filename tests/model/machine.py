@@ -644,8 +644,9 @@ class Machine(RuleBasedStateMachine):
             if job.status.value == "running":
                 lease = job.lease
                 assert lease is not None
+            held = self.model.jobs[side.handle_of(job.id)]
             if job.dedupe_key is not None and job.status.value in ("pending", "paused"):
-                scope = self.model.jobs[side.handle_of(job.id)].made_scope
-                keys[(job.task, job.dedupe_key, scope)] += 1
+                if held.scope is not None:  # one back from a run whose key was taken has none
+                    keys[(job.task, job.dedupe_key, held.made_scope)] += 1
         assert all(n <= 1 for n in keys.values()), f"{side.name}: a key held twice: {keys}"
         del now

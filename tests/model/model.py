@@ -513,6 +513,7 @@ class Model:
         elif again:
             delay = self.tasks[job.task].delay_for(job.attempts)
             job.status, job.run_at = "pending", now + timedelta(seconds=delay)
+            self._back_in_scope(job)
         elif job.every is not None:
             self._next_slot(job, False, now)
         else:
@@ -532,10 +533,28 @@ class Model:
         if (job.started_at or ran_for) < nxt <= now:
             nxt = _next_after(job, _latest(job, ran_for, now))
         job.status, job.attempts, job.run_at, job.scheduled_for = "pending", 0, nxt, nxt
+        self._back_in_scope(job)
         job.failures = 0 if ok else job.failures + 1
         limit = self.tasks[job.task].pause_after
         if not ok and limit is not None and job.failures >= limit:
             self.pause("schedule", str(job.handle))
+
+    def _back_in_scope(self, job: MJob) -> None:
+        """A job back to pending from a run holds its ``pending`` key again, unless
+        another job took the key while it ran (the Store's settle: "unless another job
+        took it meanwhile"); then it holds none."""
+        if job.scope != "pending" or job.dedupe_key is None:
+            return
+        for other in self.jobs.values():
+            if (
+                other is not job
+                and other.task == job.task
+                and other.dedupe_key == job.dedupe_key
+                and other.scope == "pending"
+                and _holds(other)
+            ):
+                job.scope = None
+                return
 
     def _finish(self, job: MJob, status: str, now: datetime) -> None:
         """``job`` ends ``status``; the jobs waiting for it are released."""
@@ -577,6 +596,7 @@ class Model:
                     self._finish(job, "cancelled", now)
                 elif job.attempts < job.max_attempts:
                     job.status, job.run_at = "pending", now
+                    self._back_in_scope(job)
                 elif job.every is not None:
                     self._next_slot(job, False, now)
                 else:

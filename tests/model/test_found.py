@@ -238,3 +238,26 @@ def test_n9_priority_edit_of_a_fair_job(replay: Callable[[str, Steps], None]) ->
         state.run(limit=2, ok=True, runner="r0")
 
     replay("N9", steps)
+
+
+def test_m2_a_job_back_from_a_run_whose_key_was_taken_holds_none(
+    replay: Callable[[str, Steps], None],
+) -> None:
+    """Where the model was wrong: a repeating job with a ``pending``-scope key was
+    reaped back to pending after another job took its key while it ran; the model gave
+    it the key back (two holders), as the machine's own check then counted it. The
+    stores keep the key with the job that took it (``Store.settle``: "unless another
+    job took it meanwhile"). mutants.py's control run found it (seed 11)."""
+
+    def steps(state: Machine) -> None:
+        keyed = Options(dedupe_key="k1", replace=True)
+        state.schedule(n=0, o=keyed, task="t.every", tenant="a")
+        state.die(count=1, runner="r0")
+        state.schedule(
+            n=1, o=Options(dedupe_key="k1", dedupe_scope="pending"), task="t.every", tenant="a"
+        )
+        state.advance(seconds=61)
+        state.reap(runner="r0")
+        state.schedule(n=2, o=keyed, task="t.every", tenant="a")  # replaces the key's holder
+
+    replay("M2", steps)
