@@ -130,7 +130,9 @@ def test_randomized_kills_over_a_thousand_workflows_lose_and_double_nothing(
     rng, kills, begun = random.Random(35), 0, time.monotonic()
     with sweeping_transactions(uri):  # as MongoDB does; see realserver.py
         while True:
-            child = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.DEVNULL)
+            stderr = tmp_path / "stderr"  # the last process's, for a failure to show
+            with stderr.open("wb") as sink:
+                child = subprocess.Popen(command, cwd=ROOT, stderr=sink)
             started = tmp_path / f"started-{child.pid}"
             # From its runner's start: a loaded machine takes seconds to import.
             while not started.exists() and child.poll() is None:
@@ -142,7 +144,7 @@ def test_randomized_kills_over_a_thousand_workflows_lose_and_double_nothing(
                 child.wait()
                 kills += 1
                 continue
-            assert child.returncode == 0
+            assert child.returncode == 0, stderr.read_text(errors="replace")[-4000:]
             break
     elapsed = time.monotonic() - begun
     app = App(uri)
