@@ -217,15 +217,23 @@ def test_a_failover_during_a_backlog_costs_retries_never_a_second_run(
     store = app.store
     assert isinstance(store, MongoStore)
     faulty = _faulty(store)
-    settle_many = store.settle_many
+    settle_many, settle_and_claim = store.settle_many, store.settle_and_claim
 
-    def failing_over(items: Any, patience: Any = None) -> Any:
+    def fail_over() -> None:
         if not faulty.injected:  # the first batched settle meets the failover
             faulty.fail("update", *[STEPPED_DOWN] * 6)
             faulty.fail("find_one_and_update", *[STEPPED_DOWN] * 6)
+
+    def failing_over(items: Any, patience: Any = None) -> Any:
+        fail_over()
         return settle_many(items, patience)
 
+    def failing_over_with_claims(items: Any, **claim: Any) -> Any:
+        fail_over()  # a busy runner's outcomes ride in its next claim's write
+        return settle_and_claim(items, **claim)
+
     store.settle_many = failing_over  # type: ignore[method-assign]
+    store.settle_and_claim = failing_over_with_claims  # type: ignore[method-assign]
     app.schedule_bulk(work.job(n) for n in range(60))
     runner = app.runner(workers=4).start()
     try:
