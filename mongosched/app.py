@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from mongosched._core import validate
 from mongosched._core.delegation import Delegated
 from mongosched._core.outcome import Retention
+from mongosched._core.scripts import SCRIPT_PREFIX, script_task_warning
 from mongosched.errors import ConfigurationError, StoreError, TaskNotRegistered
 from mongosched.events import Listener, Listeners
 from mongosched.job import Job
@@ -29,13 +30,7 @@ from mongosched.runner.inprocess import InProcess
 from mongosched.runner.runner import Runner
 from mongosched.runner.watcher import wake_mode
 from mongosched.store import Database, Store, in_process, open_store
-from mongosched.task import (
-    SCRIPT_PREFIX,
-    Task,
-    TaskOptions,
-    script_task_warning,
-    task_options,
-)
+from mongosched.task import Task, TaskOptions, task_options
 from mongosched.transaction import RETRY_TIME, Transaction, TransactionIntegration, Transactions
 from mongosched.workflow import Workflows
 

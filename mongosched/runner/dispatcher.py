@@ -17,13 +17,13 @@ import time
 from datetime import datetime
 
 from mongosched._core.backoff import Backoff
+from mongosched._core.scripts import SCRIPT_PREFIX, script_task_explanation
 from mongosched.errors import StoreError
 from mongosched.observe import logs
 from mongosched.runner.claim import Claim
 from mongosched.runner.parts import RunnerParts
 from mongosched.runner.registration import Registration
 from mongosched.runner.steps import RunnerSteps
-from mongosched.task import SCRIPT_PREFIX, script_task_explanation
 
 __all__ = ["Dispatcher"]
 
