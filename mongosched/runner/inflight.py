@@ -9,12 +9,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
 from mongosched.runner.claim import Claim
 from mongosched.runner.heartbeats import Heartbeats
+from mongosched.runner.pool import WorkerPool
 from mongosched.runner.settler import Leased, LeaseEnd
 from mongosched.store import Patience
 
@@ -42,7 +42,7 @@ class InFlight:
         self.batching = False
         """Whether the last claims found a backlog, so a batched claim comes in a moment
         (the dispatcher's: only it changes it)."""
-        self.pool: ThreadPoolExecutor | None = None
+        self.pool: WorkerPool | None = None
         """The worker threads, while the runner runs."""
         self.heartbeats: Heartbeats | None = None
         """The heartbeat threads, while the runner runs."""

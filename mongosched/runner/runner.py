@@ -8,8 +8,8 @@ steps (:class:`~mongosched.runner.steps.RunnerSteps`), which hold the
 outcome), the :class:`~mongosched.runner.claimer.Claimer` (claims and
 admits jobs) and the :class:`~mongosched.runner.reaper.Reaper` (expired leases, the
 sweep); its :class:`~mongosched.runner.dispatcher.Dispatcher` (one thread that claims
-a job only when a worker thread is free, submits it to a
-:class:`~concurrent.futures.ThreadPoolExecutor`, re-polls at once after a claim and
+a job only when a worker thread is free, hands it to the
+:class:`~mongosched.runner.pool.WorkerPool`, re-polls at once after a claim and
 waits ``poll_interval`` when there was nothing to do, and between claims reaps and
 sweeps); the worker pool; the :class:`~mongosched.runner.heartbeats.Heartbeats` that keep
 each claim's lease alive; and a :class:`~mongosched.runner.watcher.WakeWatcher` that
@@ -93,7 +93,6 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from types import FrameType
 from typing import Any
@@ -108,6 +107,7 @@ from mongosched.runner.heartbeats import Heartbeats
 from mongosched.runner.host import RunnerHost
 from mongosched.runner.inflight import InFlight
 from mongosched.runner.parts import RunnerParts
+from mongosched.runner.pool import WorkerPool
 from mongosched.runner.registration import Registration
 from mongosched.runner.settings import RunnerSettings
 from mongosched.runner.settler import Settler
@@ -296,7 +296,7 @@ class Runner:
         flight = self.flight
         flight.stopping.clear()
         flight.stop_by = math.inf
-        flight.pool = ThreadPoolExecutor(self.workers, thread_name_prefix="mongosched-worker")
+        flight.pool = WorkerPool(self.workers, "mongosched-worker")
         flight.heartbeats = Heartbeats(self.workers, self.heartbeat_interval, self.name)
         flight.heartbeats.start()
         self.app.attach(self)
@@ -355,7 +355,7 @@ class Runner:
         if watcher is not None:  # its server cursor closes within a getMore's wait
             watcher.join(1.0 if deadline is None else min(1.0, deadline - time.monotonic()))
         if flight.pool is not None:  # first: no claim reaches a worker from now on
-            flight.pool.shutdown(wait=False)
+            flight.pool.shutdown()
         if flight.heartbeats is not None:  # they end once the jobs in flight are over
             flight.heartbeats.stop()
         at_exit.runners.discard(self)

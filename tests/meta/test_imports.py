@@ -393,6 +393,7 @@ RUNNER_ORDER = [
     "host",
     "settings",
     "heartbeats",
+    "pool",
     "dependencies",
     "claim",
     "settler",
