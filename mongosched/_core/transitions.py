@@ -36,6 +36,7 @@ from mongosched._core.records import (
     ScheduleChanges,
     ScheduleEdit,
     Settlement,
+    assembled,
     ended_attempt,
     evolved,
     is_schedule_id,
@@ -121,7 +122,17 @@ def claimed(
     now = ms(now)
     until = ms(now + timedelta(seconds=lease_duration))
     host, pid = where if where is not None else (None, None)
-    lease = LeaseInfo(owner=owner, token=token, until=until, heartbeat_at=now, host=host, pid=pid)
+    lease = assembled(  # (once per job claimed)
+        LeaseInfo,
+        {
+            "owner": owner,
+            "token": token,
+            "until": until,
+            "heartbeat_at": now,
+            "host": host,
+            "pid": pid,
+        },
+    )
     return evolved(
         job,
         status=JobStatus.RUNNING,

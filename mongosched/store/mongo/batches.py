@@ -18,8 +18,8 @@ A batched claim takes up to ``limit`` due jobs in two round trips whatever the l
    job pending sets afresh), and setting a lease under a token of its own, made
    before the call.
 
-When every update landed at the first try, the claimed jobs are the documents read
-with the claim applied (:func:`~mongosched.store.mongo.updates.claimed_document`). Otherwise
+When every update landed at the first try, the claimed jobs are the jobs read, as
+the claim leaves them (:func:`~mongosched._core.transitions.claimed`). Otherwise
 (a racing claimer took some, one changed meanwhile, a reply was lost and the write
 repeated) a third round trip reads back, by id and token, the jobs whose update landed.
 
@@ -57,6 +57,7 @@ from mongosched._core import ranks, transitions
 from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import MalformedJob, SerializationError
 from mongosched.store import codec
+from mongosched.store.claimant import here
 from mongosched.store.mongo import commands
 from mongosched.store.mongo.connection import MongoConnection, patiently
 from mongosched.store.mongo.documents import (
@@ -73,7 +74,6 @@ from mongosched.store.mongo.updates import (
     claim_fence,
     claim_query,
     claim_update,
-    claimed_document,
     dedupe_hold,
     set_also,
     settle_update,
@@ -174,7 +174,9 @@ class _Claiming:
         lease_duration: float,
     ) -> None:
         self.docs = docs
+        self.owner = owner
         self.now = now
+        self.lease_duration = lease_duration
         self.ids = [doc["_id"] for doc in docs]
         self.tokens = {job_id: codec.new_token() for job_id in self.ids}
         self.updates = {
@@ -186,12 +188,12 @@ class _Claiming:
         ]
 
     def finish(self, leases: MongoLeases, read: dict[Any, Any] | None) -> list[JobRecord]:
-        """The jobs claimed, in claim order: the documents read with the claim applied
-        when every update landed (``read`` None), else those ``read`` back under their
-        token. A malformed one fails alone, unrun."""
-        docs = self.docs
+        """The jobs claimed, in claim order: when every update landed (``read`` None),
+        the jobs read, claimed as :func:`~mongosched._core.transitions.claimed` says
+        (what the update wrote); else those ``read`` back under their token. A
+        malformed one fails alone, unrun."""
         if read is None:
-            mine = {doc["_id"]: claimed_document(doc, self.updates[doc["_id"]]) for doc in docs}
+            mine = {doc["_id"]: doc for doc in self.docs}
         else:
             mine = {
                 job_id: doc
@@ -201,15 +203,23 @@ class _Claiming:
                 and (doc.get("lease") or {}).get("token") == self.tokens[job_id]
             }
         records = []
+        where = here()
         for job_id in self.ids:
             doc = mine.get(job_id)
             if doc is None:
                 continue  # another claimer was first
             try:
-                records.append(to_record(doc, check=True))
+                record = to_record(doc, check=True)
             except MalformedJob as exc:  # failed alone
                 fence = {"_id": job_id, "lease.token": self.tokens[job_id]}
                 leases.fail_malformed(fence, str(exc), self.now)
+                continue
+            if read is None:
+                token = self.tokens[job_id]
+                record = transitions.claimed(
+                    record, self.owner, token, self.now, self.lease_duration, where
+                )
+            records.append(record)
         return records
 
 

@@ -46,7 +46,6 @@ __all__ = [
     "claim_fence",
     "claim_query",
     "claim_update",
-    "claimed_document",
     "dedupe_hold",
     "edit_fields",
     "malformed_update",
@@ -150,20 +149,9 @@ def replace_fields(held: dict[str, Any], doc: Mapping[str, Any]) -> None:
 def claim_fence(doc: Mapping[str, Any]) -> dict[str, Any]:
     """What a batched claim adds to the claim filter for a job it read: still that
     document, unchanged since (``rev``, see :func:`revised`; ``updated_at`` too), so
-    that the claimed job is :func:`claimed_document` of what was read."""
+    that the claimed job is what was read, claimed
+    (:func:`~mongosched._core.transitions.claimed`)."""
     return {"_id": doc["_id"], "updated_at": doc.get("updated_at"), "rev": doc.get("rev")}
-
-
-def claimed_document(doc: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
-    """``doc`` as a :func:`claim_update` landing under :func:`claim_fence` leaves it,
-    computed instead of read back."""
-    claimed = dict(doc)
-    claimed.update(update["$set"])
-    for name, step in update["$inc"].items():
-        claimed[name] = claimed.get(name, 0) + step
-    for name in update["$unset"]:
-        claimed.pop(name, None)
-    return claimed
 
 
 def retry_update(now: datetime, repeating: bool, hold: Mapping[str, Any]) -> dict[str, Any]:
