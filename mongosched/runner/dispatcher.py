@@ -257,13 +257,9 @@ class Dispatcher:
         if self._stopping.is_set():
             self._release_held()
             return False
-        workers = self.settings.workers
-        if self.flight.batching:
-            deadline = time.monotonic() + self.settings.gather
-            while self._held < workers:
-                if not self._free.acquire(timeout=max(0.0, deadline - time.monotonic())):
-                    break
-                self._held += 1
+        more = self.settings.workers - self._held
+        if self.flight.batching and more > 0:  # woken once, when they are all free
+            self._held += self._free.take(more, self.settings.gather)
         asked = self._held
         claims: list[Claim] = []
         try:

@@ -18,7 +18,45 @@ from mongosched.runner.pool import WorkerPool
 from mongosched.runner.settler import Leased, LeaseEnd
 from mongosched.store import Patience
 
-__all__ = ["InFlight"]
+__all__ = ["InFlight", "Places"]
+
+
+class Places:
+    """The free workers' places, counted: a semaphore whose one taker (the dispatcher)
+    may wait for several at once, and is woken once, when they are all free, rather
+    than by each worker that frees one."""
+
+    __slots__ = ("_changed", "_free", "_want")
+
+    def __init__(self, count: int) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._free = count
+        self._want = 0  # how many the taker waits for (0: it does not wait)
+
+    def release(self, count: int = 1) -> None:
+        with self._changed:
+            self._free += count
+            if self._want and self._free >= self._want:
+                self._changed.notify()
+
+    def acquire(self, timeout: float | None = None) -> bool:
+        """Take one place, waiting up to ``timeout`` seconds for it; False if none
+        was freed by then."""
+        return self.take(1, timeout) == 1
+
+    def take(self, most: int, timeout: float | None) -> int:
+        """Take up to ``most`` places, waiting up to ``timeout`` seconds for that many
+        to be free: how many it took (fewer when the time ran out first)."""
+        with self._changed:
+            if self._free < most:
+                self._want = most
+                try:
+                    self._changed.wait_for(lambda: self._free >= most, timeout)
+                finally:
+                    self._want = 0
+            taken = min(self._free, most)
+            self._free -= taken
+            return taken
 
 
 class InFlight:
@@ -30,7 +68,7 @@ class InFlight:
 
     def __init__(self, workers: int, now: Callable[[], datetime]) -> None:
         self.now = now
-        self.free = threading.Semaphore(workers)
+        self.free = Places(workers)
         """One place per free worker thread: the dispatcher takes one before it claims,
         and a claim's worker gives it back when its outcome is written, or at once
         when the outcome is deferred."""
