@@ -1,6 +1,6 @@
 """A durable workflow's history, as values: one :class:`StepRecord` per recorded
 position, and the rules a replay applies to it (pure; the store keeps the records, and
-:mod:`mongosched.workflow` runs the replay).
+:mod:`mongosched.workflow.replay` runs the replay).
 
 A workflow's function runs from the top at every wake-up. Each call that must not run
 twice (a step, a sleep's wake-up time, an event received, the jobs a gather scheduled,

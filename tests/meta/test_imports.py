@@ -333,7 +333,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mongosched.observe",
         ),
     ),
-    ("runner and the app's operations", ("mongosched.runner", "mongosched.operations")),
+    (
+        "runner, the app's operations and its workflows",
+        ("mongosched.runner", "mongosched.operations", "mongosched.workflow"),
+    ),
     ("app", ("mongosched.app", "mongosched.testing", "mongosched")),
     (
         "front ends",
