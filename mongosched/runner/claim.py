@@ -1,5 +1,6 @@
 """A claimed job while a runner holds it (:class:`Claim`); the heartbeat threads that
-keep its lease alive are :class:`~mongosched.runner.heartbeats.Heartbeats`.
+keep its lease alive are :class:`~mongosched.runner.heartbeats.Heartbeats`, and what it
+renews its lease through is its :class:`~mongosched.runner.keeper.LeaseKeeper`.
 
 Each lease is renewed by a background thread of its own, never by the job's thread:
 while a claim is held, one of a runner's long-lived heartbeat threads (one per worker
@@ -20,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from mongosched._core import outcome
 from mongosched._core.outcome import Decision, Ending, Retention
@@ -28,31 +29,14 @@ from mongosched._core.records import JobRecord, LogEntry, MissedSlots, evolved
 from mongosched.errors import JobTimeout, StoreError
 from mongosched.job import JobContext, as_current
 from mongosched.retry import RetryPolicy
-from mongosched.store import Store
+from mongosched.runner.keeper import LeaseKeeper, stop_margin
 
 if TYPE_CHECKING:
     from mongosched.task import Task
 
-__all__ = ["Claim", "LeaseKeeper"]
+__all__ = ["Claim", "LeaseKeeper"]  # LeaseKeeper: what a Claim is made with
 
 log = logging.getLogger("mongosched.runner")
-
-
-class LeaseKeeper(Protocol):
-    """What a claim needs from the runner that holds it (its steps)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def lease_duration(self) -> float: ...
-
-    def now(self) -> datetime: ...
-
-    def lease_lost(self, claim: Claim, why: str) -> None: ...
 
 
 def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> None:
@@ -61,14 +45,6 @@ def _raise_in_thread(thread_id: int, exc_type: type[BaseException] | None) -> No
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(thread_id), ctypes.py_object(exc_type) if exc_type else None
     )
-
-
-def stop_margin(lease_duration: float) -> float:
-    """How long before its lease ends a holder that cannot renew the lease gives it up
-    and cancels its run: a tenth of the lease, at most a second. Another runner takes
-    the job only once the lease has ended, so by then a run that looks at its context
-    has stopped, and two holders never run the job at once."""
-    return min(lease_duration / 10, 1.0)
 
 
 def _monotonic(end: datetime, now: datetime) -> float | None:
@@ -334,7 +310,7 @@ class Claim:
             return
         self.lost = True
         self.ctx.cancel("lease_lost")
-        self.keeper.lease_lost(self, why)
+        self.keeper.lease_lost(self.record, why)
 
     # Running the function, and interrupting it --------------------------------------------
     def call(self) -> tuple[Any, BaseException | None]:

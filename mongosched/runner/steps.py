@@ -7,28 +7,23 @@ caller's thread. An attempt's own path is :class:`~mongosched.runner.attempt.Att
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
 from mongosched._core.outcome import Decision
-from mongosched.observe import logs
 from mongosched.runner.attempt import Attempt
 from mongosched.runner.claim import Claim
 from mongosched.runner.claimer import Claimer
+from mongosched.runner.keeper import LeaseKeeper
 from mongosched.runner.parts import RunnerParts
 from mongosched.runner.reaper import Reaper
 from mongosched.runner.slots import Slots
 
 __all__ = ["RunnerSteps"]
 
-log = logging.getLogger("mongosched.runner")
-
 
 class RunnerSteps:
-    """A runner's synchronous steps (see the module); the keeper of its claims' leases
-    (:class:`~mongosched.runner.claim.LeaseKeeper`).
+    """A runner's synchronous steps (see the module).
 
     :param parts: the runner's.
     """
@@ -37,32 +32,17 @@ class RunnerSteps:
         self.parts = parts
         self.app = parts.app
         self.store = parts.store
-        """Where its claims' leases are renewed."""
-        self.name = parts.settings.name
-        self.lease_duration = parts.settings.lease_duration
+        settings = parts.settings
+        self.keeper = LeaseKeeper(parts.store, parts.app.now, settings.lease_duration, parts.emit)
+        """What its claims renew their leases through (handed to each claim)."""
         self.slots = Slots(parts)
         """A repeating job's slots, before its run and after."""
-        self.claimer = Claimer(parts, keeper=self)
+        self.claimer = Claimer(parts, keeper=self.keeper)
         """Claims jobs and admits them (the pause set and the flow-control gate)."""
         self.attempt = Attempt(parts, self.slots, self.claimer)
         """Runs a claim: run, decide, write (or defer), announce."""
         self.reaper = Reaper(parts, repeated=self.slots.repeated)
         """Reaps expired leases and sweeps (:meth:`reap`, :meth:`sweep`)."""
-
-    # What a claim needs (LeaseKeeper) ---------------------------------------------------------
-    def now(self) -> datetime:
-        return self.app.now()
-
-    def lease_lost(self, claim: Claim, why: str) -> None:
-        log.warning(
-            "job %s (%s): lease lost (%s); another worker may run it, and this worker's "
-            "writes for it are refused",
-            claim.job_id,
-            claim.task.name,
-            why,
-            extra=logs.fields(claim.record),
-        )
-        self.parts.emit("job:lease_lost", claim.record, error=None)
 
     def prepare(self) -> None:
         """Indexes, decorator-declared schedules and concurrency permits (what a

@@ -63,7 +63,7 @@ class TransactionalRun:
     """How an attempt calls a transactional task's function (see the module): in
     transactions, until one commits with the job's outcome or the attempt ends
     otherwise. It knows the claim, and the app for its transactions and its
-    retention; the store and the lease are the claim's."""
+    retention; the lease is the claim's."""
 
     def __init__(self, app: RunnerHost, claim: Claim) -> None:
         self.app = app
@@ -91,7 +91,7 @@ class TransactionalRun:
             if claim.ctx.is_cancelled():  # asked before the run began
                 claim.resume()
                 return None, None
-            store = claim.keeper.store
+            store = self.app.store
             tx = Transaction(store, store.begin(), owned=True)
             claim.ctx.transaction = tx
             try:
@@ -122,7 +122,7 @@ class TransactionalRun:
             Ending.SUCCESS, result, None, claim.task.retry, app.now(), app.retention
         )
         try:
-            stored = claim.keeper.store.within(tx.handle).settle(claim.record, decision.settlement)
+            stored = app.store.within(tx.handle).settle(claim.record, decision.settlement)
         except SerializationError:
             return None
         except Exception as exc:
@@ -145,7 +145,7 @@ class TransactionalRun:
         if time.monotonic() >= deadline:
             return False
         try:
-            current = claim.keeper.store.get(claim.job_id)
+            current = self.app.store.get(claim.job_id)
         except StoreError:
             return False
         lease = None if current is None else current.lease

@@ -66,7 +66,7 @@ def test_a_holder_whose_heartbeats_stop_is_taken_over_and_its_completion_rejecte
     second.task(name="work", retry=2)(lambda: "second")
     # The first holder's heartbeats never arrive: its lease lapses while it still works.
     a = first.runner(workers=1)
-    a.steps.store = LostHeartbeats(a.store)  # type: ignore[assignment]
+    a.steps.keeper.store = LostHeartbeats(a.store)
     a.start()
     job = first.schedule("work")
     wait_for(lambda: job.refresh().status is JobStatus.RUNNING)

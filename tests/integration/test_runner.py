@@ -248,7 +248,7 @@ def test_lost_lease_is_taken_over_and_the_late_completion_is_rejected(
 
     # The first runner's heartbeats never reach the database: as if hung.
     a = first.runner(workers=1, reap_interval=0.05)
-    a.steps.store = LostHeartbeats(a.store)  # type: ignore[assignment]
+    a.steps.keeper.store = LostHeartbeats(a.store)
     a.start()
     job = slow.schedule()
     assert started.wait(10)

@@ -204,7 +204,7 @@ def test_the_heartbeat_leaves_the_job_alone_while_its_transaction_runs(
         return original(*args)
 
     spy = _Spy(app.store, renew=counting)
-    runner.steps.store = app.store = spy  # type: ignore[assignment]
+    runner.steps.keeper.store = app.store = spy  # type: ignore[assignment]
     job = ledger.pay.schedule("a")
     runner.start()
     try:

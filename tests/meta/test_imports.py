@@ -398,6 +398,7 @@ RUNNER_ORDER = [
     "heartbeats",
     "pool",
     "dependencies",
+    "keeper",
     "claim",
     "settler",
     "inflight",

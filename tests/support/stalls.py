@@ -15,10 +15,12 @@ class LostHeartbeats:
     def __init__(self, store: Any) -> None:
         self._store = store
 
-    def renew(self, job_id: Any, token: str, now: datetime, until: datetime) -> Renewal:
+    def renew(
+        self, job_id: Any, token: str, now: datetime, until: datetime, deadline: Any = None
+    ) -> Renewal:
         return Renewal(held=True)
 
-    def renew_permit(self, task: str, token: str, until: datetime) -> bool:
+    def renew_permit(self, task: str, token: str, until: datetime, deadline: Any = None) -> bool:
         return True
 
     def __getattr__(self, name: str) -> Any:
