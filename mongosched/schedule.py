@@ -1,4 +1,6 @@
 """Repeating rules: cron in an IANA timezone, fixed intervals, and the misfire policy.
+What a repeating job does with its rule's slots (misfire planning, jitter, overlap) is
+``_core/runs``.
 
 Pure: no I/O and no clock of its own. Every function takes the instants it works from
 and returns aware UTC datetimes.
@@ -27,13 +29,10 @@ run finished, so a schedule does not drift.
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from itertools import islice
 from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -47,26 +46,19 @@ __all__ = [
     "Every",
     "MISFIRE_POLICIES",
     "Misfire",
-    "MisfirePlan",
-    "OVERLAP_POLICIES",
     "Rule",
-    "Runs",
     "SKIP_GRACE",
-    "jitter_offset",
-    "overlapped",
-    "plan_misfire",
+    "aware",
+    "checked_seconds",
+    "one_of",
     "rule_from_document",
-    "slots_between",
 ]
 
 UTC = timezone.utc
 MISFIRE_POLICIES: tuple[str, ...] = ("coalesce", "skip", "all")
-OVERLAP_POLICIES: tuple[str, ...] = ("skip", "buffer_one", "allow", "cancel_running")
 SKIP_GRACE = timedelta(seconds=60)
 """How late a slot may start and still count as on time under ``misfire="skip"`` when
 no ``misfire_grace`` is given."""
-COUNT_LIMIT = 10_000
-"""Missed slots are counted (for the log) up to this many."""
 _ALIASES: dict[str, str] = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -94,7 +86,8 @@ class Rule(Protocol):
         """The rule as stored in a job's ``repeat`` field."""
 
 
-def _aware(value: datetime, what: str) -> datetime:
+def aware(value: datetime, what: str) -> datetime:
+    """``value`` in UTC; :class:`~mongosched.errors.InvalidSchedule` when it is naive."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidSchedule(f"{what} must be timezone-aware, not {value!r}")
     return value.astimezone(UTC)
@@ -235,7 +228,7 @@ class Cron:
     # Rule -------------------------------------------------------------------------------------
     def slots_after(self, after: datetime) -> Iterator[datetime]:
         """Every slot strictly later than ``after``, in order."""
-        after = _aware(after, "after")
+        after = aware(after, "after")
         # A repeated hour ahead may hold second occurrences of earlier wall-clock times.
         back = max(timedelta(0), self._offset(after) - self._offset(after + _SEARCH_MARGIN))
         start = (self._wall(after) - back).replace(microsecond=0) - _ONE_SECOND
@@ -243,7 +236,7 @@ class Cron:
 
     def slots_at_or_before(self, at: datetime) -> Iterator[datetime]:
         """Every slot at or before ``at``, latest first."""
-        at = _aware(at, "at")
+        at = aware(at, "at")
         ahead = max(timedelta(0), self._offset(at - _SEARCH_MARGIN) - self._offset(at))
         start = (self._wall(at) + ahead).replace(microsecond=0) + _ONE_SECOND
         return (t for t in self._instants_from(start, backwards=True) if t <= at)
@@ -312,7 +305,7 @@ class Every:
             raise InvalidSchedule(f"{where}every is too large: {seconds} seconds") from None
 
     def next_after(self, after: datetime) -> datetime:
-        return _aware(after, "after") + self.interval
+        return aware(after, "after") + self.interval
 
     def slots_back(self, anchor: datetime, now: datetime) -> Iterator[datetime]:
         due = int((now - anchor) // self.interval) if now > anchor else 0
@@ -362,8 +355,8 @@ class Misfire:
     max_catchup: int = 100
 
     def __post_init__(self) -> None:
-        _one_of(self.policy, MISFIRE_POLICIES, "misfire policy")
-        grace = _seconds(self.grace, "misfire_grace")
+        one_of(self.policy, MISFIRE_POLICIES, "misfire policy")
+        grace = checked_seconds(self.grace, "misfire_grace")
         if (
             not isinstance(self.max_catchup, int)
             or isinstance(self.max_catchup, bool)
@@ -391,192 +384,15 @@ class Misfire:
         )
 
 
-def _one_of(value: Any, choices: tuple[str, ...], what: str) -> None:
+def one_of(value: Any, choices: tuple[str, ...], what: str) -> None:
+    """Check that ``value`` is one of ``choices`` (:class:`InvalidSchedule`)."""
     if value not in choices:
         raise InvalidSchedule(f"{what} must be one of {', '.join(choices)}, not {value!r}")
 
 
-def _seconds(value: Any, what: str) -> float | None:
+def checked_seconds(value: Any, what: str) -> float | None:
     """Seconds from a number or a timedelta (None stays None), or InvalidSchedule."""
     try:
         return validate.seconds(value, what=what, allow_none=True)
     except ValueError as exc:
         raise InvalidSchedule(str(exc)) from None
-
-
-@dataclass(frozen=True)
-class MisfirePlan:
-    """What a repeating job does when it is picked up at ``now``.
-
-    ``run_slot``: the slot to run now (None: run nothing). ``next_slot``: where the job
-    waits when nothing runs. ``missed``: slots dropped by the policy (counted up to
-    :data:`COUNT_LIMIT`).
-    """
-
-    run_slot: datetime | None
-    next_slot: datetime | None
-    missed: int
-
-
-def plan_misfire(
-    rule: Rule,
-    scheduled_for: datetime,
-    now: datetime,
-    misfire: Misfire,
-    start_of: Callable[[datetime], datetime] | None = None,
-) -> MisfirePlan:
-    """Apply ``misfire`` to a job due at slot ``scheduled_for`` and picked up at ``now``.
-    ``start_of`` gives when a slot is due to start (a jittered slot starts after its
-    time); lateness counts from then (default: from the slot itself)."""
-    anchor = _aware(scheduled_for, "scheduled_for")
-    now = _aware(now, "now")
-    tolerance = misfire.tolerance
-
-    def on_time(slot: datetime) -> bool:
-        start = slot if start_of is None else start_of(slot)
-        return tolerance is None or now - start <= tolerance
-
-    if misfire.policy == "all":
-        # The earliest slot still to run: among the latest max_catchup due, within grace.
-        first: datetime | None = None
-        for n, slot in enumerate(rule.slots_back(anchor, now)):
-            if n >= misfire.max_catchup or not on_time(slot):
-                break
-            first = slot
-        if first is not None:
-            return MisfirePlan(first, None, _count(rule, anchor, first))
-        latest = next(rule.slots_back(anchor, now))
-        return MisfirePlan(None, rule.next_after(latest), _count(rule, anchor, latest) + 1)
-    latest = next(rule.slots_back(anchor, now))
-    missed = _count(rule, anchor, latest)
-    if on_time(latest):
-        return MisfirePlan(latest, None, missed)
-    return MisfirePlan(None, rule.next_after(latest), missed + 1)
-
-
-def _count(rule: Rule, anchor: datetime, end: datetime) -> int:
-    """Slots from ``anchor`` up to, not including, ``end`` (up to COUNT_LIMIT)."""
-    if end <= anchor:
-        return 0
-    back = rule.slots_back(anchor, end - timedelta(microseconds=1))
-    return sum(1 for _ in islice(back, COUNT_LIMIT))
-
-
-def jitter_offset(key: str, slot: datetime, jitter: timedelta) -> timedelta:
-    """How long after ``slot`` a jittered run starts: an offset in ``[0, jitter)``,
-    in whole milliseconds, drawn uniformly from a hash of ``key`` (the schedule) and
-    the slot, so that every runner computes the same offset for the same slot."""
-    if jitter <= timedelta(0):
-        return timedelta(0)
-    text = f"{key}\0{_aware(slot, 'slot').isoformat()}"
-    digest = hashlib.sha256(text.encode("utf-8")).digest()
-    fraction = int.from_bytes(digest[:8], "big") / 2**64
-    return timedelta(milliseconds=int(fraction * (jitter / timedelta(milliseconds=1))))
-
-
-@dataclass(frozen=True)
-class Runs:
-    """How the runs of a repeating job start, overlap and stop, beyond its rule and
-    its misfire policy (see :doc:`/cron`).
-
-    :param jitter: each slot starts at an offset in ``[0, jitter)`` after its time,
-        spread uniformly, the same offset for a slot in every runner (seconds or a
-        timedelta; None: on the slot).
-    :param overlap: what happens to slots that come due while a run still runs:
-        ``"skip"`` (default: none of them runs; the next run is the first slot after
-        the run ended), ``"buffer_one"`` (one run right after, for the latest of
-        them), ``"allow"`` (each starts on time, beside the running one) or
-        ``"cancel_running"`` (the running one is cancelled, then the slot starts).
-    :param pause_after: pause the schedule after this many failed runs in a row
-        (None: never).
-    """
-
-    jitter: float | timedelta | None = None
-    overlap: Literal["skip", "buffer_one", "allow", "cancel_running"] | str = "skip"
-    pause_after: int | None = None
-
-    def __post_init__(self) -> None:
-        _one_of(self.overlap, OVERLAP_POLICIES, "overlap")
-        jitter = _seconds(self.jitter, "jitter")
-        pause_after = self.pause_after
-        if pause_after is not None and (
-            not isinstance(pause_after, int) or isinstance(pause_after, bool) or pause_after < 1
-        ):
-            raise InvalidSchedule(f"pause_after must be an int >= 1 or None, not {pause_after!r}")
-        object.__setattr__(self, "jitter", jitter or None)
-
-    @property
-    def spawns(self) -> bool:
-        """Whether each slot runs as a job of its own beside the schedule (``allow``,
-        ``cancel_running``), so that runs can overlap."""
-        return self.overlap in ("allow", "cancel_running")
-
-    def start(self, key: str, slot: datetime) -> datetime:
-        """When the run of ``slot`` is due: the slot plus its jitter offset."""
-        if not isinstance(self.jitter, float):  # None: no jitter (a float once checked)
-            return slot
-        return slot + jitter_offset(key, slot, timedelta(seconds=self.jitter))
-
-    def to_document(self) -> dict[str, Any]:
-        """The options as a repeat document stores them, defaults left out (so a
-        schedule declared without them reads as it always did)."""
-        doc: dict[str, Any] = {}
-        if self.jitter is not None:
-            doc["jitter"] = self.jitter
-        if self.overlap != "skip":
-            doc["overlap"] = self.overlap
-        if self.pause_after is not None:
-            doc["pause_after"] = self.pause_after
-        return doc
-
-    @classmethod
-    def from_document(cls, repeat: Mapping[str, Any]) -> Runs:
-        """The options stored in a repeat document (absent ones: the defaults)."""
-        return cls(
-            jitter=repeat.get("jitter"),
-            overlap=repeat.get("overlap") or "skip",
-            pause_after=repeat.get("pause_after"),
-        )
-
-
-def overlapped(
-    rule: Rule,
-    slot: datetime,
-    ended: datetime,
-    due: Callable[[datetime], datetime] = lambda slot: slot,
-) -> tuple[int, datetime | None]:
-    """The slots after ``slot`` that came due (at ``due(slot)``: a jittered run's
-    start) up to ``ended`` (included), as while the run of ``slot`` ran: how many (up
-    to :data:`COUNT_LIMIT`) and the latest."""
-    anchor, ended = _aware(slot, "slot"), _aware(ended, "ended")
-    count, latest, nxt = 0, None, rule.next_after(anchor)
-    while due(nxt) <= ended and count < COUNT_LIMIT:
-        count, latest = count + 1, nxt
-        nxt = rule.next_after(nxt)
-    if count == COUNT_LIMIT:  # counted up to the limit; the latest is still exact
-        back = rule.slots_back(anchor, ended)
-        latest = next(back)
-        if due(latest) > ended:  # its jittered start is still to come
-            latest = next(back, latest)
-    return count, latest
-
-
-def slots_between(
-    rule: Rule, start: datetime, end: datetime, reference: datetime
-) -> Iterator[datetime]:
-    """The slots from ``start`` to ``end`` (both included), in order. An interval's
-    slots are ``reference`` (a slot of the job) plus whole multiples of it."""
-    start, end = _aware(start, "start"), _aware(end, "end")
-    if isinstance(rule, Every):
-        reference = _aware(reference, "reference")
-        slot = reference + rule.interval * math.ceil((start - reference) / rule.interval)
-        while slot <= end:
-            yield slot
-            slot += rule.interval
-    elif isinstance(rule, Cron):
-        for slot in rule.slots_after(start - timedelta(microseconds=1)):
-            if slot > end:
-                return
-            yield slot
-    else:
-        raise InvalidSchedule(f"no slots to list for {rule!r}")

@@ -10,8 +10,9 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from mongosched._core import validate
+from mongosched._core.runs import Runs
 from mongosched.errors import ConfigurationError, InvalidSchedule
-from mongosched.schedule import Cron, Every, Misfire, Rule, Runs
+from mongosched.schedule import Cron, Every, Misfire, Rule
 
 T = TypeVar("T")
 

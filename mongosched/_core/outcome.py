@@ -28,6 +28,7 @@ from mongosched._core.records import (
     assembled,
     evolved,
 )
+from mongosched._core.runs import Runs, overlapped, plan_misfire
 from mongosched._core.spawn import until
 from mongosched.errors import (
     DependencyFailed,
@@ -38,7 +39,7 @@ from mongosched.errors import (
     WorkerShutdown,
 )
 from mongosched.retry import RetryPolicy
-from mongosched.schedule import Misfire, Runs, overlapped, plan_misfire, rule_from_document
+from mongosched.schedule import Misfire, rule_from_document
 
 __all__ = [
     "Decision",

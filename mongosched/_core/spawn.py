@@ -18,8 +18,9 @@ from typing import Any
 
 from mongosched._core import validate
 from mongosched._core.records import JobRecord, evolved
+from mongosched._core.runs import slots_between
 from mongosched.errors import ConfigurationError
-from mongosched.schedule import Rule, rule_from_document, slots_between
+from mongosched.schedule import Rule, rule_from_document
 
 __all__ = [
     "MAX_BACKFILL",

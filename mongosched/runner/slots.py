@@ -13,10 +13,10 @@ from datetime import datetime
 from mongosched._core import outcome, spawn
 from mongosched._core.outcome import Decision
 from mongosched._core.records import JobQuery, JobRecord, JobStatus
+from mongosched._core.runs import Runs
 from mongosched.observe import logs
 from mongosched.runner.claim import Claim
 from mongosched.runner.parts import RunnerParts
-from mongosched.schedule import Runs
 
 __all__ = ["Slots"]
 

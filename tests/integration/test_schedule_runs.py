@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from mongosched import App, current_job
+from mongosched._core.runs import jitter_offset
 from mongosched.errors import InvalidSchedule, ScheduleFinished
 from mongosched.events import Event
 from mongosched.observe.metrics import instrument, render
-from mongosched.schedule import jitter_offset
 from mongosched.store import schedule_id
 from mongosched.testing import FakeClock, drain
 from tests.support.tasks import Recorder

@@ -11,9 +11,10 @@ import pytest
 from mongosched._core import outcome, spawn
 from mongosched._core.outcome import Ending, Retention
 from mongosched._core.records import JobRecord, JobStatus, LastRun, MissedSlots
+from mongosched._core.runs import Runs, jitter_offset, overlapped
 from mongosched.errors import ConfigurationError, InvalidSchedule
 from mongosched.retry import RetryPolicy
-from mongosched.schedule import Cron, Every, Runs, jitter_offset, overlapped
+from mongosched.schedule import Cron, Every
 
 T0 = datetime(2031, 3, 3, 8, 0, tzinfo=timezone.utc)
 MINUTE = timedelta(minutes=1)

@@ -31,16 +31,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mongosched._core.runs import COUNT_LIMIT, MisfirePlan, plan_misfire
 from mongosched.errors import ConfigurationError, InvalidSchedule
 from mongosched.schedule import (
-    COUNT_LIMIT,
     SKIP_GRACE,
     Cron,
     Every,
     Misfire,
-    MisfirePlan,
     Rule,
-    plan_misfire,
     rule_from_document,
 )
 
