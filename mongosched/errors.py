@@ -153,7 +153,7 @@ class ScheduleFinished(JobStateError):
 
 class LeaseLost(MongoschedError):
     """A job's holder stopped renewing its lease (it crashed, hung or lost the
-    network) and the lease expired: the error a reaped job records. Another worker may
+    network) and the lease expired: the error a reaped job records. Another runner may
     have taken the job over; the old holder's writes are refused (fencing)."""
 
 
@@ -216,5 +216,5 @@ class JobTimeout(BaseException):
 class WorkerShutdown(BaseException):
     """Raised inside a task's thread when its runner is stopped non-gracefully.
 
-    The job goes back to ``pending`` so another worker runs it again.
+    The job goes back to ``pending`` so another runner runs it again.
     """

@@ -314,7 +314,7 @@ class Job(Generic[R]):
         :class:`~mongosched.errors.WaitTimeout` after ``timeout`` seconds.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = interval
+        delay = interval
         while not self.refresh().is_finished:
             if deadline is not None:
                 remaining = deadline - time.monotonic()
@@ -322,9 +322,9 @@ class Job(Generic[R]):
                     raise WaitTimeout(
                         f"job {self.id} ({self.task}) still {self.status.value} after {timeout} s"
                     )
-                pause = min(pause, remaining)
-            time.sleep(pause)
-            pause = min(pause * 1.5, 1.0)
+                delay = min(delay, remaining)
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
         return self
 
     def __eq__(self, other: object) -> bool:
@@ -351,7 +351,7 @@ class LeaseHandle(Protocol):
 
     def hold(self, seconds: float) -> bool: ...
 
-    def resume(self) -> None: ...
+    def renew_again(self) -> None: ...
 
 
 class Suspended(BaseException):
@@ -391,7 +391,7 @@ class JobContext:
 
     def is_cancelled(self) -> bool:
         """True once the job should stop: cancelled by a user, timed out, its runner
-        shutting down, or its lease lost (another worker may now run it)."""
+        shutting down, or its lease lost (another runner may now run it)."""
         return self._reason is not None
 
     @property
@@ -436,15 +436,15 @@ class JobContext:
             self._lease.finish()
 
     def hold_lease(self, seconds: float) -> bool:
-        """Renew the lease for ``seconds`` and pause the heartbeat until
-        :meth:`resume_lease`: a transaction is to write the job's document. False once
+        """Renew the lease for ``seconds`` and stop the heartbeat's renewals until
+        :meth:`renew_lease_again`: a transaction is to write the job's document. False once
         the lease is lost (True without a runner's lease)."""
         return True if self._lease is None else self._lease.hold(seconds)
 
-    def resume_lease(self) -> None:
+    def renew_lease_again(self) -> None:
         """The heartbeat renews the lease again (after :meth:`hold_lease`)."""
         if self._lease is not None:
-            self._lease.resume()
+            self._lease.renew_again()
 
     def cancel(self, reason: str) -> None:
         """Mark the job as to stop, for ``reason`` (the runner's; the first reason

@@ -43,10 +43,10 @@ def script_task_warning(task: str) -> str:
 
 
 def script_task_explanation(task: str, known: Iterable[str]) -> str:
-    """What a worker says about due jobs of a ``__main__.*`` task it does not know."""
+    """What a runner says about due jobs of a ``__main__.*`` task it does not know."""
     suffix = "." + task.removeprefix(SCRIPT_PREFIX)
     alike = sorted(name for name in known if name.endswith(suffix))
-    knows = f"this worker knows it as {alike[0]!r}" if alike else "this worker has no such task"
+    knows = f"this process knows it as {alike[0]!r}" if alike else "this process has no such task"
     return (
         f"due jobs of task {task!r} wait: they were scheduled from a script run as "
         f"__main__ (python file.py), where a task's default name starts with __main__, "

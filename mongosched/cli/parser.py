@@ -47,7 +47,7 @@ environment:
 )
 
 VERBS = {
-    "worker": "run a worker until SIGTERM or SIGINT (then stop gracefully)",
+    "worker": "run a runner until SIGTERM or SIGINT (then stop gracefully)",
     "jobs": "list, show, cancel, retry or purge jobs",
     "workflows": "show a workflow's timeline; cancel, retry or fork it",
     "schedules": "list repeating jobs (cron and interval)",
@@ -269,7 +269,7 @@ def build_parser(
         type=_positive_int,
         default=workers,
         metavar="N",
-        help=f"threads (default {workers})",
+        help=f"the runner's worker threads (default {workers})",
     )
     worker.add_argument(
         "--queues", type=_names, metavar="a,b", help="queues to serve (default: the app's)"
@@ -283,7 +283,7 @@ def build_parser(
     worker.add_argument(
         "--wake",
         choices=WAKE_MODES,
-        help="how idle workers hear of new jobs: a change stream (auto: when the server "
+        help="how an idle runner hears of new jobs: a change stream (auto: when the server "
         "is a replica set) or polling (default: the app's)",
     )
     worker.add_argument(
@@ -291,8 +291,8 @@ def build_parser(
         type=_positive_int,
         default=1,
         metavar="N",
-        help="worker processes, each with --workers threads, under one supervisor that "
-        "restarts any that dies (default 1: this process runs the worker itself)",
+        help="processes, each with a runner of --workers threads, under one supervisor "
+        "that restarts any that dies (default 1: this process runs the runner itself)",
     )
     worker.add_argument(
         "--shutdown-timeout",
@@ -318,9 +318,9 @@ def build_parser(
         "--task-logs",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="print what tasks log, at --log-level, with the worker's own lines (they "
+        help="print what tasks log, at --log-level, with the runner's own lines (they "
         "are kept with each job either way; default: on; --no-task-logs: only the "
-        "worker's own lines)",
+        "runner's own lines)",
     )
     worker.set_defaults(run=verbs.worker)
 

@@ -303,7 +303,7 @@ def watch_supervisor(stop: threading.Event | None = None, interval: float = 1.0)
         while not done.wait(interval):
             if os.getppid() != supervisor:
                 log.warning(
-                    "supervisor (pid %d) is gone: stopping this worker (pid %d)",
+                    "supervisor (pid %d) is gone: stopping this process (pid %d)",
                     supervisor,
                     os.getpid(),
                 )

@@ -100,7 +100,7 @@ class SchedulingOperations(Operations):
         jobs = []
         for record, created in stored:
             if created and record.status is JobStatus.WAITING:
-                if tx is not None and tx.handle.deferred:  # stored at the commit
+                if tx is not None and tx.handle.stores_at_commit:  # stored at the commit
                     tx.on_commit(functools.partial(self._link, record))
                 else:
                     record = self._link(record, store)

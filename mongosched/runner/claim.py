@@ -3,8 +3,8 @@ keep its lease alive are :class:`~mongosched.runner.heartbeats.Heartbeats`, and 
 renews its lease through is its :class:`~mongosched.runner.keeper.LeaseKeeper`.
 
 Each lease is renewed by a background thread of its own, never by the job's thread:
-while a claim is held, one of a runner's long-lived heartbeat threads (one per worker
-slot) renews it every ``heartbeat_interval``, renews its concurrency permit with it,
+while a claim is held, one of a runner's long-lived heartbeat threads (one per worker)
+renews it every ``heartbeat_interval``, renews its concurrency permit with it,
 watches for a cancellation request and enforces the timeout (the job's own, else its
 task's). When a renewal finds the lease gone, the lease is *lost*: the job's context is
 cancelled and nothing more is written for it (every write is fenced on the lease token
@@ -76,7 +76,7 @@ class Claim:
         self.logs: tuple[LogEntry, ...] | None = None
         """The job's log entries after its run, to write with its outcome (None:
         unchanged; see :class:`~mongosched.observe.logs.Capture`)."""
-        self.paused = False
+        self.renewals_stopped = False
         """Whether the heartbeat leaves the job's document alone: a transaction of a
         transactional task is to write it (:meth:`hold`)."""
         self.deferred = False
@@ -227,7 +227,7 @@ class Claim:
         with self._lock:
             if self.lost:
                 return False
-            if self._finished or self.paused:
+            if self._finished or self.renewals_stopped:
                 return True
             now = keeper.now()
             until = now + timedelta(seconds=keeper.lease_duration)
@@ -264,8 +264,8 @@ class Claim:
             return True
 
     def hold(self, seconds: float) -> bool:
-        """Renew the lease to last ``seconds`` from now, then pause the heartbeat's
-        renewals until :meth:`resume`: a transaction is about to write the job's
+        """Renew the lease to last ``seconds`` from now, then stop the heartbeat's
+        renewals until :meth:`renew_again`: a transaction is about to write the job's
         document, and a renewal landing after the transaction's first read would make
         that write conflict (and abort the transaction). False once the lease is
         lost; raises the store's error."""
@@ -279,15 +279,15 @@ class Claim:
             if not renewal.held:
                 self._lose("the lease was gone when its transaction began")
                 return False
-            self.until, self.paused = until, True
+            self.until, self.renewals_stopped = until, True
             if renewal.cancel_requested:
                 self.ctx.cancel("cancelled")
             return True
 
-    def resume(self) -> None:
+    def renew_again(self) -> None:
         """The heartbeat renews the lease again (after :meth:`hold`)."""
         with self._lock:
-            self.paused = False
+            self.renewals_stopped = False
 
     def write_progress(self, value: float | None, message: str | None) -> bool:
         with self._lock:

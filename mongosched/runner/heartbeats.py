@@ -1,5 +1,5 @@
 """The heartbeat threads of a runner (:class:`Heartbeats`): long-lived threads, one per
-worker slot, that keep each held lease alive while its job runs.
+worker, that keep each held lease alive while its job runs.
 
 They know what they keep alive only through :class:`Kept` (a
 :class:`~mongosched.runner.claim.Claim` is one): when it was made, its timeout, whether
@@ -38,7 +38,7 @@ class Kept(Protocol):
 
 
 class Heartbeats:
-    """Long-lived heartbeat threads, one per worker slot: each adopts a held claim,
+    """Long-lived heartbeat threads, one per worker: each adopts a held claim,
     keeps it alive until it finishes, and waits for the next one. No thread is started
     per job, and none is woken for a job that ends before its lease needs renewing: a
     claim is adopted a third of a heartbeat interval after it was made (one whose task
@@ -54,7 +54,7 @@ class Heartbeats:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # idle threads but the timer
         self._timer_wake = threading.Condition(self._lock)  # the timer
-        self._held: dict[int, Kept] = {}  # watched, not adopted yet, by id()
+        self._watched: dict[int, Kept] = {}  # watched, not adopted yet, by id()
         self._urgent: collections.deque[Kept] = collections.deque()
         self._timer = False  # an idle thread waits for the next adoption
         self._timer_due: float | None = None  # when the timer wakes on its own (None: never)
@@ -79,20 +79,20 @@ class Heartbeats:
                 self._wake.notify()
                 self._timer_wake.notify()
                 return
-            self._held[id(claim)] = claim
+            self._watched[id(claim)] = claim
             if not self._timer:
-                if len(self._held) == 1:  # no thread times adoptions: an idle one will
+                if len(self._watched) == 1:  # no thread times adoptions: an idle one will
                     self._wake.notify()
             elif self._timer_due is None or claim.started + self.adopt_after < self._timer_due:
                 # The timer would wake too late for this one. (Claims come in the order
                 # they were made, so with a backlog the timer is rarely woken: it wakes
-                # on its own for the first held claim, and finds it gone or due.)
+                # on its own for the first watched claim, and finds it gone or due.)
                 self._timer_wake.notify()
 
     def forget(self, claim: Kept) -> None:
         """A finished claim: no thread needs to adopt it."""
         with self._lock:
-            self._held.pop(id(claim), None)
+            self._watched.pop(id(claim), None)
             self._stop_idle()
 
     def stop(self) -> None:
@@ -105,7 +105,7 @@ class Heartbeats:
     def _stop_idle(self) -> None:
         """Stopping, and no claim left to adopt: wake every idle thread, to end (called
         with the lock held)."""
-        if self._stopping and not self._held and not self._urgent:
+        if self._stopping and not self._watched and not self._urgent:
             self._wake.notify_all()
             self._timer_wake.notify_all()
 
@@ -127,13 +127,13 @@ class Heartbeats:
                     urgent = self._urgent.popleft()
                     self._stop_idle()
                     return urgent
-                for key in [k for k, c in self._held.items() if c.finished]:
-                    del self._held[key]
-                first = min(self._held.values(), key=_started, default=None)
+                for key in [k for k, c in self._watched.items() if c.finished]:
+                    del self._watched[key]
+                first = min(self._watched.values(), key=_started, default=None)
                 now = time.monotonic()
                 if first is not None and now >= first.started + self.adopt_after:
-                    del self._held[id(first)]
-                    if self._held:
+                    del self._watched[id(first)]
+                    if self._watched:
                         self._wake.notify()  # someone else times the next one
                     self._stop_idle()
                     return first

@@ -77,7 +77,7 @@ class LeaseKeeper:
     def lease_lost(self, record: JobRecord, why: str) -> None:
         """The lease of the job ``record`` is (as claimed) was lost, for ``why``."""
         log.warning(
-            "job %s (%s): lease lost (%s); another worker may run it, and this worker's "
+            "job %s (%s): lease lost (%s); another runner may run it, and this runner's "
             "writes for it are refused",
             record.id,
             record.task,

@@ -32,7 +32,7 @@ class Reaper:
     """Reaps expired leases and sweeps (see the module).
 
     :param parts: the runner's: its app (clock, retention), its lease (the sweep leaves
-        a job finished less than a lease ago to the worker that may still be releasing
+        a job finished less than a lease ago to the runner that may still be releasing
         its dependents), its events and the release of dependents.
     :param repeated: follows up a repeating job reaped to its next slot (the slots it
         dropped, a pause after failures).
@@ -54,7 +54,7 @@ class Reaper:
         """Where the sweep's walk of waiting jobs goes on (a page per pass)."""
 
     def reap(self) -> int:
-        """Give back jobs whose lease expired (their worker stopped heartbeating): to
+        """Give back jobs whose lease expired (their runner stopped renewing them): to
         pending while attempts remain, else failed (repeating jobs: the next slot).
         Returns how many were reaped. A job that cannot be processed is reported and
         skipped; it never stops the others."""

@@ -4,7 +4,7 @@ its job's outcome commit in one transaction, fenced on the lease.
 One attempt, in the worker's thread:
 
 1. The lease is renewed to last until the attempt's timeout (and one lease more),
-   and the heartbeat pauses its renewals (:meth:`Claim.hold`): a renewal of the job's
+   and the heartbeat stops its renewals (:meth:`Claim.hold`): a renewal of the job's
    document landing after the transaction's first read would make the transaction's
    own write of that document conflict, and abort it. The heartbeat still enforces
    the timeout.
@@ -89,7 +89,7 @@ class TransactionalRun:
             except StoreError as exc:
                 return None, exc
             if claim.ctx.is_cancelled():  # asked before the run began
-                claim.resume()
+                claim.renew_again()
                 return None, None
             store = self.app.store
             tx = Transaction(store, store.begin(), owned=True)
@@ -106,7 +106,7 @@ class TransactionalRun:
                 retry = error is not None and tx.handle.retryable(error)
                 if retry and self._again(deadline, error):  # type: ignore[arg-type]
                     continue
-                claim.resume()  # the outcome is written outside the transaction
+                claim.renew_again()  # the outcome is written outside the transaction
                 return (None, error) if error is not None else (result, None)
             finally:
                 claim.ctx.transaction = None
@@ -167,6 +167,6 @@ class TransactionalRun:
         )
         # A conflict with a transaction still open comes back until that one ends:
         # back off a little (full jitter), as the drivers' retries do.
-        pause = BACKOFF.after(self.runs)
-        time.sleep(min(random.uniform(0, pause), max(0.0, deadline - time.monotonic())))
+        wait = BACKOFF.after(self.runs)
+        time.sleep(min(random.uniform(0, wait), max(0.0, deadline - time.monotonic())))
         return True

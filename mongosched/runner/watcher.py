@@ -124,13 +124,13 @@ class WakeWatcher:
                 except Exception:
                     self.state = "retrying"
                     failures += 1
-                    pause = Backoff(first=self.runner.poll_interval, most=30.0).after(failures)
+                    delay = Backoff(first=self.runner.poll_interval, most=30.0).after(failures)
                     log.exception(
                         "runner %s: watching for due jobs failed; polling, retrying in %.1f s",
                         self.runner.name,
-                        pause,
+                        delay,
                     )
-                    self._stopping.wait(pause)
+                    self._stopping.wait(delay)
         finally:
             if self.state != "polling":
                 self.state = "stopped"

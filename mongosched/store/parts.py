@@ -61,7 +61,7 @@ class StoreTransaction(Protocol):
         or None for a store without one (``memory://``)."""
 
     @property
-    def deferred(self) -> bool:
+    def stores_at_commit(self) -> bool:
         """Whether jobs inserted in it are stored only when it commits (``memory://``:
         its writes are held until then) rather than written in it (MongoDB)."""
 

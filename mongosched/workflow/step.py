@@ -26,7 +26,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 TRANSACTION_LEASE = 60.0
-"""Seconds a transactional step's lease is renewed for while its heartbeat pauses."""
+"""Seconds a transactional step's lease is renewed for while its heartbeat's renewals stop."""
 
 
 @dataclass
@@ -115,7 +115,7 @@ class Step(Generic[P, R]):
         store = replay.store
         last: Exception | None = None
         for _ in range(100):
-            # The heartbeat pauses: a renewal of the job's document would conflict
+            # The heartbeat's renewals stop: a renewal of the job's document would conflict
             # with the transaction's fenced write of it.
             if not replay.ctx.hold_lease(TRANSACTION_LEASE):
                 raise WorkflowError(
@@ -148,7 +148,7 @@ class Step(Generic[P, R]):
                 raise
             finally:
                 replay.ctx.transaction = None
-                replay.ctx.resume_lease()
+                replay.ctx.renew_lease_again()
                 tx.handle.end()
         raise WorkflowError(
             f"workflow {replay.name!r}: step {self.name!r} kept conflicting (last: {last})"

@@ -211,7 +211,7 @@ def test_settle_many_reports_each_job_alone(store: Store) -> None:
     each concern their own job only, reported as a single settle reports them."""
     add(store, *[job(max_attempts=3) for _ in range(5)])
     lost, cancelled, unstorable, fine, also_fine = batch(store, 5)
-    # lost: its lease ran out and another worker holds it now.
+    # lost: its lease ran out and another runner holds it now.
     later = LATER + sec(LEASE + 1)
     assert store.reap(lost, later, lapsed(lost, later)) is not None
     taken = claim(store, now=later, owner="other")
@@ -290,7 +290,7 @@ def test_settle_and_claim_settles_as_settle_many_and_claims_as_claim_batch(
 ) -> None:
     """The outcomes of finished jobs and the next claims together: each settlement
     reported as settle_many reports it (a cancel requested meanwhile, a lease lost and
-    taken by another worker concern their own job only), the claims those of
+    taken by another runner concern their own job only), the claims those of
     claim_batch, in claim order; a settlement that misses never keeps a claim from
     landing, nor the other way round."""
     add(store, *[job(max_attempts=3, args=(n,)) for n in range(3)])

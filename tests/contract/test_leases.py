@@ -80,7 +80,7 @@ def test_record_slot_and_write_progress_land_for_the_holder(store: Store) -> Non
 def test_writes_with_a_wrong_or_old_token_change_nothing(store: Store) -> None:
     add(store, job(max_attempts=3))
     old = claimed(store)
-    # The lease runs out; the reaper puts the job back and another worker takes it.
+    # The lease runs out; the reaper puts the job back and another runner takes it.
     assert store.reap(old, LATER + sec(31), lapsed(old, LATER + sec(31))) is not None
     new = claimed(store, now=LATER + sec(32), owner="other")
     assert new.attempts == 2 and new.lease is not None

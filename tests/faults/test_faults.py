@@ -1085,7 +1085,7 @@ def test_a_retried_write_is_not_taken_for_an_earlier_write_of_the_same_holder(
         expired[0], outcome.Ending.LEASE_EXPIRED, now=clock(), retention=app.retention
     )
     assert store.reap(expired[0], clock(), reap.settlement) is not None
-    store.connection.retry_pause = 0.0
+    store.connection.retry_delay = 0.0
     store.connection.jobs = _DropFirstWrite(store.connection.jobs)
     store.connection.jobs.armed = True
     done = outcome.decide(first, outcome.Ending.SUCCESS, now=clock(), retention=app.retention)

@@ -582,7 +582,7 @@ def test_a_runner_explains_due_jobs_of_a_script_task_once_per_task(
     explained = [r.getMessage() for r in caplog.records if r.name == "mongosched.runner"]
     about_greet = [m for m in explained if "task '__main__.greet'" in m]
     assert len(about_greet) == 1, explained  # once, not per check
-    assert "this worker knows it as 'hello.greet'" in about_greet[0]
+    assert "this process knows it as 'hello.greet'" in about_greet[0]
     assert "@app.task(name='greet')" in about_greet[0]
     assert len([m for m in explained if "task '__main__.<lambda>'" in m]) == 1
     assert worker.count_jobs(status="pending") == 2  # left as they are

@@ -38,7 +38,7 @@ REFUSED = server_error(2)  # BadValue: not retryable
 
 def _faulty(store: MongoStore) -> FaultyCollection:
     """The store's job collection behind a fault injector that fails only as told."""
-    store.connection.retry_pause = 0.01
+    store.connection.retry_delay = 0.01
     faulty = FaultyCollection(store.connection.jobs, random.Random(0), rate=0.0)
     store.connection.jobs = faulty
     return faulty

@@ -53,7 +53,7 @@ MUTANTS = [
         "1",
         "a hold lands whether or not its pause is still stored, and the reaper's sweep "
         "releases nothing",
-        "mongosched/store/memory/operations.py",
+        "mongosched/store/memory/admin.py",
         'if ("task", label) not in self._pauses:  # resumed meanwhile',
         "if False:  # mutant: the hold no longer checks its pause",
     ),
@@ -61,7 +61,7 @@ MUTANTS = [
         "resume-race-sweep",
         "1",
         "(with resume-race) the reaper's sweep of held jobs with no pause does nothing",
-        "mongosched/store/memory/operations.py",
+        "mongosched/store/memory/admin.py",
         "                if (job.record.label is not None or job.repeat is not None)",
         "                if False",
     ),

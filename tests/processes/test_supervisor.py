@@ -184,7 +184,7 @@ def test_children_stop_when_their_supervisor_is_killed(
         sup.proc.kill()
         sup.proc.wait(10)
         wait_for(lambda: not any(alive(pid) for pid in pids), timeout=20, message="orphans stop")
-        assert "is gone: stopping this worker" in sup.log()
+        assert "is gone: stopping this process" in sup.log()
 
 
 # The supervisor alone, with commands that are not workers -------------------------------------

@@ -165,7 +165,7 @@ def inject(
 ) -> list[FaultyCollection]:
     """Wrap a MongoStore's collections; returns the wrappers (set ``enabled`` to switch).
     ``late`` and ``meanwhile`` act on the job collection's writes."""
-    store.connection.retry_pause = 0.0
+    store.connection.retry_delay = 0.0
     store.connection.jobs = FaultyCollection(
         store.connection.jobs, rng, rate, late, late_rate, meanwhile, meanwhile_rate
     )

@@ -98,13 +98,13 @@ def test_a_renewal_that_finds_the_lease_gone_loses_it_and_reports_it_once() -> N
     assert len(store.calls) == 1
 
 
-def test_a_hold_renews_once_then_the_heartbeat_leaves_the_job_alone_until_resumed() -> None:
+def test_a_hold_renews_once_then_the_heartbeat_leaves_the_job_alone_until_renewing_again() -> None:
     store, clock, events = FakeRenewals(), FakeClock(START), []
     claim = _claim(store, clock, events)
     assert claim.hold(120)
     assert claim.renew()  # paused: nothing written
     assert store.calls == [("renew", 7, "tok", START + timedelta(seconds=120))]
-    claim.resume()
+    claim.renew_again()
     assert claim.renew()
     assert len(store.calls) == 2
 

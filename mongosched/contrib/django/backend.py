@@ -35,7 +35,7 @@ in-process runner. ``django.tasks`` (Django 6) is used when present, else the
   ``task_started`` and ``task_finished`` in the worker, around the function;
   ``task_finished`` reports the outcome that is stored.
 * An exception fails the task (no retries: Django's semantics); a run cut short by a
-  dead worker runs again (at-least-once), up to three attempts.
+  dead runner runs again (at-least-once), up to three attempts.
 * The backend's ``QUEUES`` (default ``["default"]``) lists the queue names tasks may
   use; ``"QUEUES": []`` allows any. Queue names are mongosched queues.
 """
@@ -266,7 +266,7 @@ def mongosched_traceback(exc: BaseException) -> str:
 
 def _class_path(error: ErrorInfo) -> str:
     """Import path of the exception class a job failed with (a job reaped after its
-    worker died records :class:`~mongosched.errors.LeaseLost`)."""
+    runner died records :class:`~mongosched.errors.LeaseLost`)."""
     return error.path if error.module else "builtins.Exception"
 
 

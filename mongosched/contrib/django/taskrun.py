@@ -33,7 +33,7 @@ RUN_TASK = "mongosched.contrib.django.run_task"
 
 RETRY = RetryPolicy(retries=2, retry_on=())
 """Django's semantics: an exception fails the task at once (``retry_on=()``); but a
-run cut short by a dead worker (expired lease) runs again, up to three attempts."""
+run cut short by a dead runner (expired lease) runs again, up to three attempts."""
 
 
 @runtime_checkable

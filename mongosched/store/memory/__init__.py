@@ -28,12 +28,12 @@ from typing import Any
 from mongosched.errors import ConfigurationError, TransactionError
 from mongosched.store import codec
 from mongosched.store.control import Admin, Dependents, Limits, Permits
+from mongosched.store.memory.admin import MemoryAdmin
 from mongosched.store.memory.batches import MemoryBatches
-from mongosched.store.memory.flow import MemoryFlow
+from mongosched.store.memory.dependents import MemoryDependents
 from mongosched.store.memory.jobs import MemoryJobs
 from mongosched.store.memory.leases import MemoryLeases
 from mongosched.store.memory.limits import MemoryLimits
-from mongosched.store.memory.operations import MemoryOperations
 from mongosched.store.memory.permits import MemoryPermits
 from mongosched.store.memory.table import MemoryTable
 from mongosched.store.memory.transactions import MemoryTransaction, MemoryTransactions, StagedStore
@@ -121,32 +121,32 @@ class MemoryStore:
         self.claim_batch = batches.claim_batch
         self.settle_many = batches.settle_many
         self.settle_and_claim = batches.settle_and_claim
-        # Bulk operations, pauses, schedule edits, runners
-        operations: Admin = MemoryOperations(table)
-        self.select_ids = operations.select_ids
-        self.retry_many = operations.retry_many
-        self.cancel_many = operations.cancel_many
-        self.purge_many = operations.purge_many
-        self.finished_counts = operations.finished_counts
-        self.open_counts = operations.open_counts
-        self.backlog = operations.backlog
-        self.add_pause = operations.add_pause
-        self.remove_pause = operations.remove_pause
-        self.pauses = operations.pauses
-        self.pending_queues = operations.pending_queues
-        self.task_names = operations.task_names
-        self.labels = operations.labels
-        self.hold_label = operations.hold_label
-        self.release_label = operations.release_label
-        self.hold_schedules = operations.hold_schedules
-        self.release_unpaused = operations.release_unpaused
-        self.release_schedule = operations.release_schedule
-        self.update_schedule = operations.update_schedule
-        self.save_runner = operations.save_runner
-        self.remove_runner = operations.remove_runner
-        self.runners = operations.runners
-        self.record_audit = operations.record_audit
-        self.audit_entries = operations.audit_entries
+        # Admin: bulk writes, pauses, schedule edits, runners
+        admin: Admin = MemoryAdmin(table)
+        self.select_ids = admin.select_ids
+        self.retry_many = admin.retry_many
+        self.cancel_many = admin.cancel_many
+        self.purge_many = admin.purge_many
+        self.finished_counts = admin.finished_counts
+        self.open_counts = admin.open_counts
+        self.backlog = admin.backlog
+        self.add_pause = admin.add_pause
+        self.remove_pause = admin.remove_pause
+        self.pauses = admin.pauses
+        self.pending_queues = admin.pending_queues
+        self.task_names = admin.task_names
+        self.labels = admin.labels
+        self.hold_label = admin.hold_label
+        self.release_label = admin.release_label
+        self.hold_schedules = admin.hold_schedules
+        self.release_unpaused = admin.release_unpaused
+        self.release_schedule = admin.release_schedule
+        self.update_schedule = admin.update_schedule
+        self.save_runner = admin.save_runner
+        self.remove_runner = admin.remove_runner
+        self.runners = admin.runners
+        self.record_audit = admin.record_audit
+        self.audit_entries = admin.audit_entries
         # Concurrency permits
         permits: Permits = MemoryPermits(table)
         self.ensure_permits = permits.ensure_permits
@@ -155,16 +155,16 @@ class MemoryStore:
         self.release_permit = permits.release_permit
         self.permit_holders = permits.permit_holders
         # Expiry and dependencies
-        flow: Dependents = MemoryFlow(table)
-        self.start_deadlines_due = flow.start_deadlines_due
-        self.link_dependencies = flow.link_dependencies
-        self.unlinked = flow.unlinked
-        self.dependents = flow.dependents
-        self.release_dependent = flow.release_dependent
-        self.stranded = flow.stranded
-        self.dependents_released = flow.dependents_released
-        self.unreleased = flow.unreleased
-        self.orphaned = flow.orphaned
+        deps: Dependents = MemoryDependents(table)
+        self.start_deadlines_due = deps.start_deadlines_due
+        self.link_dependencies = deps.link_dependencies
+        self.unlinked = deps.unlinked
+        self.dependents = deps.dependents
+        self.release_dependent = deps.release_dependent
+        self.stranded = deps.stranded
+        self.dependents_released = deps.dependents_released
+        self.unreleased = deps.unreleased
+        self.orphaned = deps.orphaned
         # Rate limits and keyed concurrency
         limits: Limits = MemoryLimits(table)
         self.take_rate = limits.take_rate

@@ -31,7 +31,7 @@ __all__ = ["MemoryTransaction", "MemoryTransactions", "StagedStore"]
 class MemoryTransaction:
     """The jobs a memory transaction holds until it commits."""
 
-    deferred = True
+    stores_at_commit = True
     session = None
 
     def __init__(self, table: MemoryTable) -> None:
@@ -148,7 +148,7 @@ class StagedStore:
         self, job_ids: Sequence[Any], now: datetime, dependent: Any = None
     ) -> dict[Any, JobStatus]:
         """The statuses of the jobs that exist (they are linked when the transaction
-        commits: see :attr:`MemoryTransaction.deferred`)."""
+        commits: see :attr:`MemoryTransaction.stores_at_commit`)."""
         found = {}
         for job_id in job_ids:
             job = self.get(job_id)

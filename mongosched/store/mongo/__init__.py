@@ -31,13 +31,13 @@ from typing import Any
 from mongosched.errors import TransactionError
 from mongosched.store import codec
 from mongosched.store.control import Admin, Dependents, Limits, Permits
+from mongosched.store.mongo.admin import MongoAdmin
 from mongosched.store.mongo.batches import MongoBatches
 from mongosched.store.mongo.connection import MongoConnection
-from mongosched.store.mongo.flow import MongoFlow
+from mongosched.store.mongo.dependents import MongoDependents
 from mongosched.store.mongo.jobs import MongoJobs
 from mongosched.store.mongo.leases import MongoLeases
 from mongosched.store.mongo.limits import MongoLimits
-from mongosched.store.mongo.operations import MongoOperations
 from mongosched.store.mongo.permits import MongoPermits
 from mongosched.store.mongo.transactions import MongoTransaction, MongoTransactions
 from mongosched.store.mongo.watch import MongoDueWatch
@@ -63,7 +63,7 @@ class MongoStore:
         write_concern: str | int | None = "majority",
         connect_timeout: float = 5.0,
         retries: int = 3,
-        retry_pause: float = 0.1,
+        retry_delay: float = 0.1,
     ) -> None:
         if connection is None:
             connection = MongoConnection(
@@ -73,7 +73,7 @@ class MongoStore:
                 write_concern=write_concern,
                 connect_timeout=connect_timeout,
                 retries=retries,
-                retry_pause=retry_pause,
+                retry_delay=retry_delay,
             )
         self.connection = connection
         # Lifecycle
@@ -118,32 +118,32 @@ class MongoStore:
         self.claim_batch = batches.claim_batch
         self.settle_many = batches.settle_many
         self.settle_and_claim = batches.settle_and_claim
-        # Bulk operations, pauses, schedule edits, runners
-        operations: Admin = MongoOperations(connection, jobs.retry_finished)
-        self.select_ids = operations.select_ids
-        self.retry_many = operations.retry_many
-        self.cancel_many = operations.cancel_many
-        self.purge_many = operations.purge_many
-        self.finished_counts = operations.finished_counts
-        self.open_counts = operations.open_counts
-        self.backlog = operations.backlog
-        self.add_pause = operations.add_pause
-        self.remove_pause = operations.remove_pause
-        self.pauses = operations.pauses
-        self.pending_queues = operations.pending_queues
-        self.task_names = operations.task_names
-        self.labels = operations.labels
-        self.hold_label = operations.hold_label
-        self.release_label = operations.release_label
-        self.hold_schedules = operations.hold_schedules
-        self.release_unpaused = operations.release_unpaused
-        self.release_schedule = operations.release_schedule
-        self.update_schedule = operations.update_schedule
-        self.save_runner = operations.save_runner
-        self.remove_runner = operations.remove_runner
-        self.runners = operations.runners
-        self.record_audit = operations.record_audit
-        self.audit_entries = operations.audit_entries
+        # Admin: bulk writes, pauses, schedule edits, runners
+        admin: Admin = MongoAdmin(connection, jobs.retry_finished)
+        self.select_ids = admin.select_ids
+        self.retry_many = admin.retry_many
+        self.cancel_many = admin.cancel_many
+        self.purge_many = admin.purge_many
+        self.finished_counts = admin.finished_counts
+        self.open_counts = admin.open_counts
+        self.backlog = admin.backlog
+        self.add_pause = admin.add_pause
+        self.remove_pause = admin.remove_pause
+        self.pauses = admin.pauses
+        self.pending_queues = admin.pending_queues
+        self.task_names = admin.task_names
+        self.labels = admin.labels
+        self.hold_label = admin.hold_label
+        self.release_label = admin.release_label
+        self.hold_schedules = admin.hold_schedules
+        self.release_unpaused = admin.release_unpaused
+        self.release_schedule = admin.release_schedule
+        self.update_schedule = admin.update_schedule
+        self.save_runner = admin.save_runner
+        self.remove_runner = admin.remove_runner
+        self.runners = admin.runners
+        self.record_audit = admin.record_audit
+        self.audit_entries = admin.audit_entries
         # Concurrency permits
         permits: Permits = MongoPermits(connection)
         self.ensure_permits = permits.ensure_permits
@@ -152,16 +152,16 @@ class MongoStore:
         self.release_permit = permits.release_permit
         self.permit_holders = permits.permit_holders
         # Expiry and dependencies
-        flow: Dependents = MongoFlow(connection)
-        self.start_deadlines_due = flow.start_deadlines_due
-        self.link_dependencies = flow.link_dependencies
-        self.unlinked = flow.unlinked
-        self.dependents = flow.dependents
-        self.release_dependent = flow.release_dependent
-        self.stranded = flow.stranded
-        self.dependents_released = flow.dependents_released
-        self.unreleased = flow.unreleased
-        self.orphaned = flow.orphaned
+        deps: Dependents = MongoDependents(connection)
+        self.start_deadlines_due = deps.start_deadlines_due
+        self.link_dependencies = deps.link_dependencies
+        self.unlinked = deps.unlinked
+        self.dependents = deps.dependents
+        self.release_dependent = deps.release_dependent
+        self.stranded = deps.stranded
+        self.dependents_released = deps.dependents_released
+        self.unreleased = deps.unreleased
+        self.orphaned = deps.orphaned
         # Rate limits and keyed concurrency
         limits: Limits = MongoLimits(connection)
         self.take_rate = limits.take_rate

@@ -78,7 +78,7 @@ TRANSIENT_CODES = frozenset(
 primary stepping down or shutting down, a network error between servers): those the
 retryable writes of MongoDB's drivers retry."""
 
-MAX_PAUSE = 1.0
+MAX_DELAY = 1.0
 """Seconds between retries at most."""
 
 MIN_TIMEOUT = 0.001
@@ -114,7 +114,7 @@ class MongoConnection:
         write_concern: str | int | None,
         connect_timeout: float,
         retries: int,
-        retry_pause: float,
+        retry_delay: float,
     ) -> None:
         self.connect_timeout = connect_timeout
         if uri is not None:
@@ -125,7 +125,7 @@ class MongoConnection:
         self.collection_name = collection
         self.write_concern = write_concern
         self.retries = retries
-        self.retry_pause = retry_pause
+        self.retry_delay = retry_delay
         self._given_database = database
         self._client: Any = None
         self._database: Any = database
@@ -294,8 +294,8 @@ class MongoConnection:
             except (DuplicateKeyError, BulkWriteError):
                 raise  # the callers resolve these
             except PyMongoError as exc:
-                pause = min(self.retry_pause * (attempt + 1), MAX_PAUSE)
-                if not self._again(exc, attempt, time.monotonic() + pause, usual_end, by):
+                delay = min(self.retry_delay * (attempt + 1), MAX_DELAY)
+                if not self._again(exc, attempt, time.monotonic() + delay, usual_end, by):
                     log.debug("%s: %s", what, exc)
                     if not transient(exc):
                         raise StoreError(
@@ -304,12 +304,12 @@ class MongoConnection:
                     raise StoreUnavailable(self.unreachable(exc)) from exc
                 attempt += 1
                 log.debug("%s: %s; retrying (attempt %d)", what, _first_line(exc), attempt)
-                time.sleep(pause)
+                time.sleep(delay)
 
     def _again(
         self, exc: PyMongoError, attempt: int, until: float, usual_end: float, by: float | None
     ) -> bool:
-        """Whether a call that met ``exc`` runs again once its pause ends at ``until``.
+        """Whether a call that met ``exc`` runs again once its delay ends at ``until``.
         Never past ``by`` (:meth:`retrying`). Usually, after a :func:`transient` error,
         up to ``retries`` more times within ``connect_timeout`` (``usual_end``: a server
         that cannot be reached costs one timeout, not one per retry). Within
@@ -402,7 +402,7 @@ class MongoConnection:
 
 def patiently(patience: Patience | None, call: Callable[..., T], *args: Any) -> T:
     """``call(*args)``, in which a transient error, or any refusal by the server, goes
-    on being retried (with pauses of up to :data:`MAX_PAUSE`) until ``patience()``, not
+    on being retried (with delays of up to :data:`MAX_DELAY`) until ``patience()``, not
     only the usual few times (None: only those). A holder's outcome write has this
     patience: its run is over, and giving the write up would run the job again once its
     lease expires; the write stays fenced on the lease's token, so a retry never lands

@@ -88,7 +88,7 @@ class MongoTransaction:
     """A transaction on a pymongo session: one begun by the store (``owned``: it
     commits, aborts and ends it) or a caller's, joined (the caller does)."""
 
-    deferred = False
+    stores_at_commit = False
 
     def __init__(self, session: ClientSession, *, owned: bool, timeout: float) -> None:
         self.session = session

@@ -1,5 +1,5 @@
 """Expiry and dependencies in the in-memory store (a part of
-:class:`~mongosched.store.memory.MemoryStore`, as :mod:`mongosched.store.mongo.flow` is
+:class:`~mongosched.store.memory.MemoryStore`, as :mod:`mongosched.store.mongo.dependents` is
 of the MongoDB store). They read the flow-control indexes of
 :class:`~mongosched.store.memory.index.FlowIndex`, so that nothing scans. Every method
 runs under the store's one lock."""
@@ -15,10 +15,10 @@ from mongosched._core.records import JobRecord, JobStatus, Settlement
 from mongosched.store.memory.stored import ms
 from mongosched.store.memory.table import MemoryTable
 
-__all__ = ["MemoryFlow"]
+__all__ = ["MemoryDependents"]
 
 
-class MemoryFlow:
+class MemoryDependents:
     """Expiry and dependencies of :class:`~mongosched.store.memory.MemoryStore`
     (see :class:`~mongosched.store.Store` for what each does)."""
 

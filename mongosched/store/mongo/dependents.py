@@ -1,7 +1,7 @@
 """Expiry and dependencies in MongoDB (part of :class:`~mongosched.store.mongo.MongoStore`):
 the queries and updates on the job collection that flow control adds, each on an
 index of its own (``expiring``, ``waiting_for``, ``dependents``; the walk of
-:meth:`~MongoFlow.orphaned` on ``bulk_by_status``)."""
+:meth:`~MongoDependents.orphaned` on ``bulk_by_status``)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import FINAL, UNSTARTED, WAITING, ms, to_record
 from mongosched.store.mongo.updates import keep_window, revised, settle_update
 
-__all__ = ["MongoFlow"]
+__all__ = ["MongoDependents"]
 
 
-class MongoFlow:
+class MongoDependents:
     """Expiry sweeps and the release of dependents."""
 
     def __init__(self, connection: MongoConnection) -> None:

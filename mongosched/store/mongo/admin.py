@@ -1,6 +1,7 @@
-"""Operations on the MongoDB store beyond one job at a time (a part of
-:class:`~mongosched.store.mongo.MongoStore`): bulk writes by filter, a bounded batch of
-ids per write; pauses; schedule edits; the registry of live runners; throughput.
+"""The MongoDB store's :class:`~mongosched.store.control.Admin` part (of
+:class:`~mongosched.store.mongo.MongoStore`), its writes and reads beyond one job at a
+time: bulk writes by filter, a bounded batch of ids per write; pauses; schedule edits;
+the registry of live runners; throughput.
 
 Bulk writes take the ids a walk found (:meth:`select_ids`, keyset pagination in ``_id``
 order on the ``bulk_*`` indexes) and re-state in the write itself what the job must
@@ -51,7 +52,7 @@ from mongosched.store.mongo.updates import (
     settle_update,
 )
 
-__all__ = ["MongoOperations"]
+__all__ = ["MongoAdmin"]
 
 log = logging.getLogger("mongosched.store")
 
@@ -62,7 +63,7 @@ ID_TYPES = ("string", "objectId")
 ObjectIds. A range on ``_id`` matches one type only, so a walk takes them in turn."""
 
 
-class MongoOperations:
+class MongoAdmin:
     """Bulk writes, pauses, schedule edits and the runner registry in MongoDB. A bulk
     retry retries the few jobs that hold a dedupe key or a schedule one at a time, with
     ``retry_finished`` (:meth:`MongoJobs.retry_finished

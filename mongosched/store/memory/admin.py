@@ -1,7 +1,8 @@
-"""Operations on the in-memory store beyond one job at a time (part of
-:class:`~mongosched.store.memory.MemoryStore`): bulk writes by filter, pauses,
-schedule edits, the registry of live runners and throughput. Each method is one atomic
-step under the store's lock, as its MongoDB counterpart is one write per batch."""
+"""The in-memory store's :class:`~mongosched.store.control.Admin` part (of
+:class:`~mongosched.store.memory.MemoryStore`), beyond one job at a time: bulk writes
+by filter, pauses, schedule edits, the registry of live runners and throughput. Each
+method is one atomic step under the store's lock, as its MongoDB counterpart is one
+write per batch."""
 
 from __future__ import annotations
 
@@ -40,12 +41,12 @@ from mongosched.store.memory.stored import (
 )
 from mongosched.store.memory.table import MemoryTable
 
-__all__ = ["MemoryOperations"]
+__all__ = ["MemoryAdmin"]
 
 log = logging.getLogger("mongosched.store")
 
 
-class MemoryOperations:
+class MemoryAdmin:
     """Bulk writes, pauses, schedule edits and the runner registry, in memory."""
 
     def __init__(self, table: MemoryTable) -> None:
