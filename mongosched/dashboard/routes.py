@@ -18,10 +18,12 @@ from mongosched.dashboard.data import Operations
 from mongosched.dashboard.fleet import audit_page, runners_page, schedules_page
 from mongosched.dashboard.http import Request, Response
 from mongosched.dashboard.job_detail import job_page
+from mongosched.dashboard.job_list import jobs_page
+from mongosched.dashboard.overview import overview_page
 from mongosched.dashboard.render import Context, Markup, fmt, page
 from mongosched.dashboard.schedule_forms import backfill_action, schedule_edit, trigger_action
 from mongosched.dashboard.static import asset
-from mongosched.dashboard.views import jobs_page, notice, overview_page
+from mongosched.dashboard.views import notice
 from mongosched.errors import OutOfBounds, StoreError
 from mongosched.observe.metrics import CONTENT_TYPE
 
