@@ -34,7 +34,7 @@ from mongosched.runner.keeper import LeaseKeeper, stop_margin
 if TYPE_CHECKING:
     from mongosched.task import Task
 
-__all__ = ["Claim", "LeaseKeeper"]  # LeaseKeeper: what a Claim is made with
+__all__ = ["Claim"]
 
 log = logging.getLogger("mongosched.runner")
 

@@ -19,8 +19,9 @@ from mongosched._core.outcome import Decision
 from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import StoreError
 from mongosched.observe import logs
-from mongosched.runner.claim import Claim, LeaseKeeper
+from mongosched.runner.claim import Claim
 from mongosched.runner.gate import Gate
+from mongosched.runner.keeper import LeaseKeeper
 from mongosched.runner.parts import RunnerParts
 from mongosched.runner.pauses import PauseSet
 from mongosched.store import Patience
@@ -40,7 +41,7 @@ class Claimer:
     :param parts: the runner's: its app (tasks, clock, retention), its settings (name,
         queues, lease and intervals), and the settler whose waiting outcomes a batched
         claim writes.
-    :param keeper: holds the claims (see :class:`~mongosched.runner.claim.LeaseKeeper`).
+    :param keeper: holds the claims (see :class:`~mongosched.runner.keeper.LeaseKeeper`).
     """
 
     def __init__(self, parts: RunnerParts, *, keeper: LeaseKeeper) -> None:
@@ -201,12 +202,12 @@ class Claimer:
             return None
         if not by_id and self.pause_set.holds(record.id):  # paused since we read
             self.give_back(claim)
-            self._held(store.hold_schedules([record.id], arrived))
+            self._after_pause(store.hold_schedules([record.id], arrived))
             return None
         label = record.label
         if not by_id and label is not None and self.pause_set.holds_label(label):
             self.give_back(claim)  # scheduled since the pause: held as it held the others
-            self._held(store.hold_label(label, arrived, ids=[record.id]))
+            self._after_pause(store.hold_label(label, arrived, ids=[record.id]))
             return None
         if arrived + timedelta(seconds=self.settings.heartbeat_interval) >= claim.until:
             # The reply came so late that the lease ran out (or will before the first
@@ -244,7 +245,7 @@ class Claimer:
         self.claimed += 1
         return claim
 
-    def _held(self, count: int) -> None:
+    def _after_pause(self, count: int) -> None:
         """After a hold by the pause set: none held means the pause is gone from the
         store (resumed since the set was read), so the set is read again now rather
         than claim the job only to give it back until the next read."""

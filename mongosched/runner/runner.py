@@ -328,7 +328,7 @@ class Runner:
         (if the wait times out they go on, heartbeating, until they finish or the process
         ends). Not graceful: in-flight jobs are interrupted with
         :class:`~mongosched.errors.WorkerShutdown` and go back to ``pending`` for
-        another worker. Returns True when nothing is left in flight.
+        another runner. Returns True when nothing is left in flight.
 
         ``timeout`` is one deadline for everything the stop waits for: the dispatcher
         (and its last write of the outcomes handed off to it), the jobs, their outcome
