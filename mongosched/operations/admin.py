@@ -18,14 +18,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
-from mongosched._core import spawn, validate
+from mongosched._core import validate
 from mongosched._core.records import (
     IDLE_SCHEDULE_STATUSES,
     PAUSE_KINDS,
     JobRecord,
-    JobStatus,
     Pause,
     RunnerInfo,
     ScheduleChanges,
@@ -39,6 +38,7 @@ from mongosched.errors import (
     ScheduleFinished,
 )
 from mongosched.job import Job
+from mongosched.operations import triggers
 from mongosched.operations.audit import checked_actor
 from mongosched.operations.base import Operations
 from mongosched.schedule import Cron, Every, rule_from_document
@@ -131,6 +131,12 @@ class AdminOperations(Operations):
         pause = Pause(kind, name, now, reason)
         added = self.writable().add_pause(pause)
         if record is not None:
+            try:  # stored first, checked after: a schedule that finished meanwhile
+                self.unfinished(record, "pause")
+            except ScheduleFinished:
+                if added:
+                    self.writable().remove_pause(kind, name)
+                raise
             self.store.hold_schedules([record.id], now)
         if kind == "task":  # jobs labelled with the name (claimed by no task's name)
             self.store.hold_label(name, now)
@@ -157,19 +163,14 @@ class AdminOperations(Operations):
         try:
             kind, name, record = self._pause_target("resume", queue, task, schedule)
         except ScheduleFinished as exc:  # a pause stored before it ended is not left behind
-            if self.writable().remove_pause("schedule", str(exc.schedule)):
-                log.info("schedule %s: finished; its pause removed", exc.schedule)
-                self.audit.record(
-                    "resume",
-                    f"schedule {exc.schedule}",
-                    detail="finished: pause removed",
-                    actor=actor,
-                )
-                raise ScheduleFinished(f"{exc} (its pause is removed)", exc.schedule) from None
-            raise
+            removed = self.writable().remove_pause("schedule", str(exc.schedule))
+            self._finished_resume(exc, removed, actor)
         removed = self.writable().remove_pause(kind, name)
-        if record is not None:
-            self.store.release_schedule(record.id, self.now())
+        if record is not None and self.store.release_schedule(record.id, self.now()) is None:
+            try:  # not paused: maybe it finished since it was read
+                self.unfinished(record, "resume")
+            except ScheduleFinished as exc:
+                self._finished_resume(exc, removed, actor)
         if kind == "task":
             self.store.release_label(name, self.now())
         if removed:
@@ -178,6 +179,17 @@ class AdminOperations(Operations):
         self.audit.record(
             "resume", f"{kind} {name}", detail=None if removed else "was not paused", actor=actor
         )
+
+    def _finished_resume(self, exc: ScheduleFinished, removed: bool, actor: str | None) -> NoReturn:
+        """Refuse to resume a finished schedule, saying whether its pause, stored
+        before it ended, was removed (``removed``)."""
+        if not removed:
+            raise exc
+        log.info("schedule %s: finished; its pause removed", exc.schedule)
+        self.audit.record(
+            "resume", f"schedule {exc.schedule}", detail="finished: pause removed", actor=actor
+        )
+        raise ScheduleFinished(f"{exc} (its pause is removed)", exc.schedule) from None
 
     def pauses(self) -> list[Pause]:
         """What is paused, by kind (``queue``, ``task``, ``schedule``) and name."""
@@ -313,14 +325,11 @@ class AdminOperations(Operations):
                     None,
                 )
                 return schedule_row(updated, pause)
-            current = self.store.get(record.id)
-            if current is None:
-                raise JobNotFound(f"schedule {record.id} ({record.task}) no longer exists")
+            current = self.unfinished(record, "update_schedule")
             if current.status not in IDLE_SCHEDULE_STATUSES:
                 raise JobStateError(
                     f"schedule {record.id} ({record.task}) is {current.status}; it can be "
-                    "edited while it waits (pending or paused), so try again when the run "
-                    "ends" + (" (or retry it first)" if current.status.is_final else "")
+                    "edited while it waits (pending or paused), so try again when the run ends"
                 )
             record = current
         raise JobStateError(f"schedule {record.id} ({record.task}) keeps changing; not edited")
@@ -409,8 +418,15 @@ class AdminOperations(Operations):
         if record.repeat is None:
             raise ConfigurationError(f"job {record.id} ({record.task}) is not a repeating job")
         if record.status.is_final:
-            raise _finished(what, record)
+            raise triggers.refusal(what, record)
         return record
+
+    def unfinished(self, record: JobRecord, what: str) -> JobRecord:
+        """The repeating job ``record`` as stored now, read again after a write of the
+        operation ``what`` that it fenced off (or before which it may have finished):
+        :class:`~mongosched.errors.ScheduleFinished` if it finished meanwhile,
+        :class:`~mongosched.errors.JobNotFound` if it is gone."""
+        return triggers.unfinished(self.store, record, what)
 
     # Live runners ------------------------------------------------------------------------------
     def live_runners(self) -> list[RunnerInfo]:
@@ -429,18 +445,6 @@ class AdminOperations(Operations):
 def _declared(record: JobRecord) -> tuple[Any, str, float]:
     """A schedule's rule, queue and priority, as the declaration log lines name them."""
     return schedule_row(record, False)["rule"], record.queue, record.priority
-
-
-def _finished(what: str, record: JobRecord) -> ScheduleFinished:
-    """The error of ``what`` (an operation) on a finished schedule, saying why."""
-    kind = "backfill job" if spawn.until(record) is not None else "schedule"
-    if record.status is JobStatus.COMPLETED:
-        why = "has completed: it has no slots left to run"
-    elif record.status is JobStatus.CANCELLED:
-        why = "was cancelled, which stops it for good (app.retry_job brings it back)"
-    else:
-        why = f"ended {record.status.value} (app.retry_job brings it back)"
-    return ScheduleFinished(f"{what}: {kind} {record.id} ({record.task}) {why}", record.id)
 
 
 def _describe(changes: ScheduleChanges) -> str:

@@ -10,9 +10,10 @@ from datetime import datetime
 
 from mongosched._core import spawn, validate
 from mongosched._core.records import JobQuery, JobRecord, JobStatus
+from mongosched.errors import JobNotFound, JobStateError, ScheduleFinished
 from mongosched.store import Store
 
-__all__ = ["backfill", "trigger"]
+__all__ = ["backfill", "refusal", "trigger", "unfinished"]
 
 log = logging.getLogger("mongosched")
 
@@ -31,9 +32,36 @@ def _meets(lane: JobRecord, start: datetime, end: datetime) -> bool:
     return first is not None and last is not None and first <= end and last >= start
 
 
+def unfinished(store: Store, schedule: JobRecord, what: str) -> JobRecord:
+    """``schedule`` as stored now, for the operation ``what``, which a finished
+    schedule refuses (:class:`~mongosched.errors.ScheduleFinished`, saying why);
+    :class:`~mongosched.errors.JobNotFound` if it is gone."""
+    current = store.get(schedule.id)
+    if current is None:
+        raise JobNotFound(f"schedule {schedule.id} ({schedule.task}) no longer exists")
+    if current.status.is_final:
+        raise refusal(what, current)
+    return current
+
+
+def _runs(
+    store: Store, schedule: JobRecord, jobs: list[JobRecord], what: str
+) -> list[tuple[JobRecord, bool]]:
+    """Store ``jobs``, made to run slots of ``schedule``, in a write that a schedule
+    finished since it was read (cancelled meanwhile, say) refuses."""
+    for _ in range(5):
+        stored = store.insert_runs(schedule.id, jobs)
+        if stored is not None:
+            return stored
+        unfinished(store, schedule, what)  # raises, unless it was brought back since
+    raise JobStateError(f"schedule {schedule.id} ({schedule.task}) keeps changing; {what} refused")
+
+
 def trigger(store: Store, schedule: JobRecord, now: datetime) -> JobRecord:
     """Store a run of ``schedule`` due ``now`` (its slot: ``now``)."""
-    [(run, _)] = store.insert([spawn.slot_run(schedule, now, now, keyed=False)])
+    [(run, _)] = _runs(
+        store, schedule, [spawn.slot_run(schedule, now, now, keyed=False)], "trigger_schedule"
+    )
     log.info("schedule %s (%s) triggered: job %s", schedule.id, schedule.task, run.id)
     return run
 
@@ -56,7 +84,8 @@ def backfill(
         JobQuery(task=schedule.task, statuses=UNFINISHED), sort="run_at", limit=0
     )
     running = [lane for lane in unfinished if spawn.is_lane_of(lane, schedule)]
-    lanes = store.insert(spawn.backfill_lanes(schedule, start, end, at_once, now, running))
+    made = spawn.backfill_lanes(schedule, start, end, at_once, now, running)
+    lanes = _runs(store, schedule, made, "backfill") if made else []
     if not lanes:  # every slot of the range is on a lane already: those lanes
         meeting = [lane for lane in running if _meets(lane, start, end)]
         lanes = [(lane, False) for lane in sorted(meeting, key=_first_slot)]
@@ -70,3 +99,15 @@ def backfill(
         "" if all(created for _, created in lanes) else " (some already running)",
     )
     return lanes
+
+
+def refusal(what: str, record: JobRecord) -> ScheduleFinished:
+    """The error of ``what`` (an operation) on a finished schedule, saying why."""
+    kind = "backfill job" if spawn.until(record) is not None else "schedule"
+    if record.status is JobStatus.COMPLETED:
+        why = "has completed: it has no slots left to run"
+    elif record.status is JobStatus.CANCELLED:
+        why = "was cancelled, which stops it for good (app.retry_job brings it back)"
+    else:
+        why = f"ended {record.status.value} (app.retry_job brings it back)"
+    return ScheduleFinished(f"{what}: {kind} {record.id} ({record.task}) {why}", record.id)

@@ -110,6 +110,17 @@ class Admin(Protocol):
     def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
         """A paused repeating job back to pending, due as it was; None if not paused."""
 
+    def insert_runs(
+        self, schedule_id: Any, jobs: Sequence[JobRecord]
+    ) -> list[tuple[JobRecord, bool]] | None:
+        """:meth:`~mongosched.store.parts.Jobs.insert` ``jobs``, made to run slots of
+        the repeating job ``schedule_id`` (a triggered run, a backfill's lanes), only
+        while that job is not finished: None, and none of them left stored, when it is
+        finished or gone. MongoDB: the jobs are inserted, then the schedule is read; a
+        schedule finished by then has the jobs just made deleted while still pending
+        (a schedule that finishes after that read finished after its runs existed, as
+        when a trigger comes before a cancel)."""
+
     def update_schedule(
         self, job: JobRecord, changes: ScheduleChanges, now: datetime
     ) -> JobRecord | None:

@@ -358,6 +358,25 @@ def test_update_schedule_is_fenced_on_the_job_as_read(store: Store) -> None:
     assert redeclared is not None and redeclared.edit is None and redeclared.priority == 4
 
 
+def test_insert_runs_stores_the_runs_of_a_schedule_only_while_it_is_unfinished(
+    store: Store,
+) -> None:
+    """A triggered run or a backfill's lanes are stored in a write that a finished
+    schedule refuses: None, and none of them left stored (a dedupe key's holder
+    found meanwhile is not removed)."""
+    sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
+    held = add(store, job("a", dedupe_key="lane"))[0]
+    [(run, created)] = store.insert_runs(sched.id, [job("a", scheduled_for=T0)]) or []
+    assert created and store.get(run.id) is not None
+    assert store.cancel_pending(sched.id, cancelled()) is not None
+    lanes = [job("a", scheduled_for=LATER), job("a", dedupe_key="lane")]
+    assert store.insert_runs(sched.id, lanes) is None
+    assert store.insert_runs("schedule:gone", lanes) is None
+    assert {str(i) for i in ids(store.find(JobQuery(task="a"), limit=0))} == {
+        str(i) for i in ids([sched, held, run])
+    }
+
+
 # Workers ---------------------------------------------------------------------------------------------
 def runner(name: str, seen: int = 0) -> RunnerInfo:
     return RunnerInfo(

@@ -16,6 +16,7 @@ from mongosched._core.runs import jitter_offset
 from mongosched.errors import InvalidSchedule, ScheduleFinished
 from mongosched.events import Event
 from mongosched.observe.metrics import instrument, render
+from mongosched.operations.admin import AdminOperations
 from mongosched.store import schedule_id
 from mongosched.testing import FakeClock, drain
 from tests.support.tasks import Recorder
@@ -336,6 +337,48 @@ def test_a_finished_backfill_is_no_longer_listed_as_a_schedule(
     drain_all(apps)
     listed = {str(s["id"]) for s in apps[0].schedules()}
     assert listed == {schedule_id("tick")}  # the declared schedule only
+
+
+RACED_VERBS: dict[str, Callable[[App], Any]] = {
+    "pause": lambda app: app.pause(schedule="tick"),
+    "resume": lambda app: app.resume(schedule="tick"),
+    "trigger_schedule": lambda app: app.trigger_schedule("tick"),
+    "update_schedule": lambda app: app.update_schedule("tick", every=60),
+    "backfill": lambda app: app.backfill("tick", START - timedelta(days=3), START),
+}
+
+
+@pytest.mark.parametrize("verb", sorted(RACED_VERBS))
+def test_a_schedule_that_finishes_between_the_read_and_the_write_refuses_it(
+    make_app: Callable[..., App], clock: FakeClock, monkeypatch: pytest.MonkeyPatch, verb: str
+) -> None:
+    """The refusal of a finished schedule is in the write: cancelled after the
+    operation read it and before it wrote, it is refused all the same, and nothing
+    of the operation is left (no run, no lane, no pause, no edit)."""
+    read = AdminOperations.named
+
+    def read_then_cancelled(admin: AdminOperations, schedule: Any, what: str) -> Any:
+        record = read(admin, schedule, what)
+        if what == verb:
+            apps[0].cancel(record.id)  # it finishes between the read and the write
+        return record
+
+    monkeypatch.setattr(AdminOperations, "named", read_then_cancelled)
+    apps, ran = runners(make_app, clock, cron="0 9 * * *", count=1)
+    if verb == "resume":
+        apps[0].pause(schedule="tick")
+    before = apps[0].get_job(schedule_id("tick")).repeat
+    with pytest.raises(
+        ScheduleFinished,
+        match=f"^{verb}: schedule {schedule_id('tick')} \\(tick\\) was cancelled, which stops",
+    ):
+        RACED_VERBS[verb](apps[0])
+    assert apps[0].count_jobs(task="tick") == 1  # the schedule alone: no run, no lane
+    assert apps[0].pauses() == []
+    schedule = apps[0].get_job(schedule_id("tick"))
+    assert schedule.status.value == "cancelled" and schedule.repeat == before
+    clock.advance(days=2)
+    assert drain_all(apps) == 0 and ran == []
 
 
 def test_a_finished_schedule_refuses_pause_resume_trigger_edit_and_backfill(

@@ -141,6 +141,7 @@ class MemoryStore:
         self.hold_schedules = admin.hold_schedules
         self.release_unpaused = admin.release_unpaused
         self.release_schedule = admin.release_schedule
+        self.insert_runs = admin.insert_runs
         self.update_schedule = admin.update_schedule
         self.save_runner = admin.save_runner
         self.remove_runner = admin.remove_runner

@@ -234,6 +234,17 @@ class MemoryAdmin:
             self._table.write(job, transitions.resumed(job.record, now), hold=True)
             return job.snapshot()
 
+    def insert_runs(
+        self, schedule_id: Any, jobs: Sequence[JobRecord]
+    ) -> list[tuple[JobRecord, bool]] | None:
+        encoded = [self._table.encode(job) for job in jobs]
+        with self._table.lock:  # the schedule read and the jobs stored in one step
+            schedule = self._table.find(schedule_id)
+            if schedule is None or schedule.record.status.is_final:
+                return None
+            added = [self._table.add(job, data) for job, data in zip(jobs, encoded, strict=True)]
+            return [(job.snapshot(), created) for job, created in added]
+
     def update_schedule(
         self, job: JobRecord, changes: ScheduleChanges, now: datetime
     ) -> JobRecord | None:

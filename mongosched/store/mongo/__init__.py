@@ -119,7 +119,7 @@ class MongoStore:
         self.settle_many = batches.settle_many
         self.settle_and_claim = batches.settle_and_claim
         # Admin: bulk writes, pauses, schedule edits, runners
-        admin: Admin = MongoAdmin(connection, jobs.retry_finished)
+        admin: Admin = MongoAdmin(connection, jobs.retry_finished, jobs.insert)
         self.select_ids = admin.select_ids
         self.retry_many = admin.retry_many
         self.cancel_many = admin.cancel_many
@@ -138,6 +138,7 @@ class MongoStore:
         self.hold_schedules = admin.hold_schedules
         self.release_unpaused = admin.release_unpaused
         self.release_schedule = admin.release_schedule
+        self.insert_runs = admin.insert_runs
         self.update_schedule = admin.update_schedule
         self.save_runner = admin.save_runner
         self.remove_runner = admin.remove_runner

@@ -35,6 +35,7 @@ from mongosched.errors import JobStateError
 from mongosched.store import codec
 from mongosched.store.mongo.connection import MongoConnection
 from mongosched.store.mongo.documents import (
+    FINAL,
     KEEPS_DEPENDENTS,
     PENDING,
     RUNNING,
@@ -73,9 +74,11 @@ class MongoAdmin:
         self,
         connection: MongoConnection,
         retry_finished: Callable[[Any, JobStatus, datetime], JobRecord | None],
+        insert: Callable[[Sequence[JobRecord]], list[tuple[JobRecord, bool]]],
     ) -> None:
         self.connection = connection
         self.retry_finished = retry_finished
+        self.insert = insert
 
     # Bulk operations -------------------------------------------------------------------------
     def select_ids(self, query: JobQuery, *, after: Any = None, limit: int = 500) -> list[Any]:
@@ -351,6 +354,32 @@ class MongoAdmin:
         update = {"$set": revised({"status": PENDING, "updated_at": ms(now)})}
         doc = self.connection.modify("resume", {"_id": job_id, "status": PAUSED}, update)
         return None if doc is None else to_record(doc)
+
+    def insert_runs(
+        self, schedule_id: Any, jobs: Sequence[JobRecord]
+    ) -> list[tuple[JobRecord, bool]] | None:
+        # Stored first, the schedule read after: no insert can follow the read.
+        stored = self.insert(jobs)
+        unfinished = {"_id": schedule_id, "status": {"$nin": FINAL}}
+        if self.connection.retrying(
+            "schedule", lambda _: self.connection.jobs.find_one(unfinished, {"_id": 1})
+        ):
+            return stored
+        made = [run.id for run, created in stored if created]
+        fence = {"_id": {"$in": made}, "status": PENDING}
+        withdrawn = self.connection.retrying(
+            "withdraw runs", lambda _: self.connection.jobs.delete_many(fence)
+        ).deleted_count
+        if withdrawn < len(made):  # a runner took one in the moment between: it runs
+            log.warning(
+                "schedule %s finished as %d job(s) were made to run its slots; %d started "
+                "before they could be withdrawn",
+                schedule_id,
+                len(made),
+                len(made) - withdrawn,
+            )
+            return stored
+        return None
 
     def update_schedule(
         self, job: JobRecord, changes: ScheduleChanges, now: datetime
