@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from collections.abc import Callable
 
 from mongosched.app import App
 from mongosched.cli.exits import EXIT_USAGE, CommandError
@@ -27,18 +28,13 @@ TOKEN_VARIABLE = "MONGOSCHED_DASHBOARD_TOKEN"
 SERVERS = ("auto", "waitress", "gunicorn", "wsgiref")
 
 
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
-        raise argparse.ArgumentTypeError(f"must be a port number 0-65535, not {text!r}")
-    return int(text)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The verb's options, on its parser."""
+def add_arguments(parser: argparse.ArgumentParser, port: Callable[[str], int]) -> None:
+    """The verb's options, on its parser (``port``: the type of a port number, a
+    whole number from 0 to 65535 in ASCII digits)."""
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this host)"
     )
-    parser.add_argument("--port", type=_port, default=8080, help="port (default 8080; 0: any)")
+    parser.add_argument("--port", type=port, default=8080, help="port (default 8080; 0: any)")
     parser.add_argument(
         "--token",
         metavar="T",

@@ -117,7 +117,7 @@ def _number(kind: Callable[[str], float], *, minimum: float, strict: bool) -> Ca
     @_checked
     def parse(text: str) -> Any:
         try:
-            value = kind(text)
+            value = kind(text) if text.isascii() else None  # not float("١")
         except ValueError:
             value = None
         # Written so that NaN fails too: it compares false with everything.
@@ -131,6 +131,8 @@ def _number(kind: Callable[[str], float], *, minimum: float, strict: bool) -> Ca
 _positive_int = _number(int, minimum=1, strict=False)
 _non_negative_int = _number(int, minimum=0, strict=False)
 _positive_float = _number(float, minimum=0, strict=True)
+_priority = _checked(lambda text: validate.parse_whole(text, what=VALUE, maximum=10))
+_port = _checked(lambda text: validate.parse_whole(text, what=VALUE, minimum=0, maximum=65535))
 
 
 def _status_list(choices: Sequence[str]) -> Callable[[str], list[str]]:
@@ -360,7 +362,9 @@ def build_parser(
     purge.add_argument("--task", metavar="NAME", help="only jobs of this task")
     purge.set_defaults(run=verbs.jobs_purge)
 
-    workflows.add_arguments(verb(commands, "workflows", VERBS["workflows"]), verb, json_flag)
+    workflows.add_arguments(
+        verb(commands, "workflows", VERBS["workflows"]), verb, json_flag, _non_negative_int
+    )
     schedules = verb(commands, "schedules", VERBS["schedules"])
     json_flag(schedules)
     schedules.set_defaults(run=verbs.schedules)
@@ -375,7 +379,12 @@ def build_parser(
         verb,
         status_option,
         json_flag,
-        {"positive_int": _positive_int, "duration": parse_duration, "when": parse_when},
+        {
+            "positive_int": _positive_int,
+            "priority": _priority,
+            "duration": parse_duration,
+            "when": parse_when,
+        },
     )
-    dashboard.add_arguments(verb(commands, "dashboard", VERBS["dashboard"]))
+    dashboard.add_arguments(verb(commands, "dashboard", VERBS["dashboard"]), _port)
     return parser

@@ -100,7 +100,9 @@ def add_operation_verbs(
         "--every", type=types["duration"], metavar="DURATION", help="a new interval: 30s, 5m"
     )
     edit.add_argument("--timezone", metavar="ZONE", help="IANA name, with cron")
-    edit.add_argument("--priority", type=int, metavar="N", help="1 (first) to 10 (last)")
+    edit.add_argument(
+        "--priority", type=types["priority"], metavar="N", help="1 (first) to 10 (last)"
+    )
     edit.add_argument("--queue", metavar="Q", help="the queue its runs go to")
     json_flag(edit)
     edit.set_defaults(run=operations.schedule_edit)

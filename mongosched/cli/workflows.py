@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -79,7 +80,11 @@ def fork(app: App, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_arguments(parser: argparse.ArgumentParser, verb: Any, json_flag: Any) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser, verb: Any, json_flag: Any, position: Callable[[str], int]
+) -> None:
+    """The verb's actions, on its parser (``position``: the type of a step's position,
+    a whole number in ASCII digits)."""
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     shown = verb(actions, "show", "a workflow's steps as a timeline, and what it waits for")
     shown.add_argument("id", metavar="ID")
@@ -93,5 +98,5 @@ def add_arguments(parser: argparse.ArgumentParser, verb: Any, json_flag: Any) ->
         sub = verb(actions, name, help)
         sub.add_argument("id", metavar="ID")
         if name == "fork":
-            sub.add_argument("--from", dest="position", type=int, required=True, metavar="N")
+            sub.add_argument("--from", dest="position", type=position, required=True, metavar="N")
         sub.set_defaults(run=run)

@@ -21,7 +21,14 @@ from mongosched.dashboard.data import (
     Operations,
     bulk_label,
 )
-from mongosched.dashboard.http import Request, Response, query_string, redirect
+from mongosched.dashboard.http import (
+    BadInput,
+    Request,
+    Response,
+    query_string,
+    redirect,
+    whole_number,
+)
 from mongosched.dashboard.render import Context, Markup, fmt, hidden_fields, join
 from mongosched.errors import MongoschedError, OutOfBounds
 from mongosched.job import Job
@@ -139,9 +146,7 @@ def job_action(ops: Operations, ctx: Context, job: Job, action: str) -> Page | R
         return done(ctx, path, "retried")
 
     def fork() -> Response:
-        if not position.isdigit():
-            raise MongoschedError(f"fork of workflow {job.id}: from must be a step's position")
-        forked = ops.app.fork_workflow(job.id, int(position))
+        forked = ops.app.fork_workflow(job.id, whole_number(position, "from", minimum=0))
         return done(ctx, f"/jobs/{forked.id}", "forked")
 
     steps: dict[str, tuple[str, Markup, str, bool, Callable[[], Response]]] = {
@@ -207,6 +212,8 @@ def job_action(ops: Operations, ctx: Context, job: Job, action: str) -> Page | R
     if ctx.request.method == "POST":
         try:
             return deed()
+        except BadInput:
+            raise  # the page answers 400
         except MongoschedError as exc:
             return _confirm(
                 ctx, title, text, button, back=path, fields=fields, danger=danger, error=str(exc)

@@ -110,7 +110,7 @@ class TokenAuth:
         kind, session_id, expires = (payload.split(".") + ["", "", ""])[:3]
         if login and kind != "L":
             return None
-        if not expires.isdigit() or int(expires) < self.clock():
+        if not (expires.isascii() and expires.isdigit()) or int(expires) < self.clock():
             return None
         return session_id or None
 

@@ -10,8 +10,13 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
+from mongosched._core import validate
+from mongosched._core.validate import MAX_COUNT
+from mongosched.errors import ConfigurationError, OutOfBounds
+
 __all__ = [
     "MAX_FORM_BYTES",
+    "BadInput",
     "Request",
     "Response",
     "SECURITY_HEADERS",
@@ -20,7 +25,27 @@ __all__ = [
     "read_form",
     "redirect",
     "request_from_environ",
+    "whole_number",
 ]
+
+
+class BadInput(ConfigurationError):
+    """A value of the query or of a form that its field does not take (a count not
+    written in ASCII digits, such as ``page=²``): the page answers 400 with the
+    message, which names the field."""
+
+
+def whole_number(text: str, name: str, *, minimum: int = 1, maximum: int = MAX_COUNT) -> int:
+    """The count ``text`` gives for the field ``name`` of the query or a form, written
+    in ASCII digits: anything else raises :class:`BadInput`, a count beyond its bounds
+    :class:`~mongosched.errors.OutOfBounds` (the page answers 400 either way)."""
+    try:
+        return validate.parse_whole(text, what=name, minimum=minimum, maximum=maximum)
+    except OutOfBounds:
+        raise
+    except ConfigurationError as exc:
+        raise BadInput(str(exc)) from None
+
 
 MAX_FORM_BYTES = 64 * 1024
 """Forms are small (a few hidden fields): a bigger body is refused."""

@@ -16,7 +16,7 @@ from mongosched.dashboard.actions import JOB_ACTIONS, bulk_action, job_action, p
 from mongosched.dashboard.csrf import Session, refusal
 from mongosched.dashboard.data import Operations
 from mongosched.dashboard.fleet import audit_page, runners_page, schedules_page
-from mongosched.dashboard.http import Request, Response
+from mongosched.dashboard.http import BadInput, Request, Response
 from mongosched.dashboard.job_detail import job_page
 from mongosched.dashboard.job_list import jobs_page
 from mongosched.dashboard.overview import overview_page
@@ -78,7 +78,7 @@ class Dashboard:
             # Who acts, for the audit trail, and how the host knew it.
             with self.app.audit.acting(session.actor, "dashboard", known_by=session.known_by):
                 return self._route(ctx)
-        except OutOfBounds as exc:  # a value in the query or the form beyond its bound
+        except (OutOfBounds, BadInput) as exc:  # a value of the query or a form not taken
             body = fmt('<div class="warning" role="alert">{}</div>', str(exc))
             return self._page(ctx, "Bad request", body, 400)
         except StoreError as exc:

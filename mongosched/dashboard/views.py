@@ -14,11 +14,10 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
-from mongosched._core import validate
 from mongosched._core.records import JobStatus
 from mongosched._core.validate import MAX_COUNT
+from mongosched.dashboard.http import whole_number
 from mongosched.dashboard.render import Context, Markup, fmt
-from mongosched.errors import ConfigurationError, OutOfBounds
 from mongosched.job import Job
 
 __all__ = [
@@ -104,18 +103,13 @@ def pause_link(ctx: Context, kind: str, name: str, *, paused: bool = False) -> M
 def read_count(
     ctx: Context, name: str, *, default: int, minimum: int = 1, maximum: int = MAX_COUNT
 ) -> int:
-    """A count from the query (``name``): what is not a whole number (a stale or
-    hand-made link) reads as ``default``; one beyond its bounds raises
-    :class:`~mongosched.errors.OutOfBounds` (the page answers 400, saying so)."""
+    """A count from the query (``name``; ``default`` when not given), in ASCII digits
+    and within its bounds, else the page answers 400 saying so (see
+    :func:`~mongosched.dashboard.http.whole_number`)."""
     text = ctx.request.arg(name)
     if not text:
         return default
-    try:
-        return validate.parse_whole(text, what=name, minimum=minimum, maximum=maximum)
-    except OutOfBounds:
-        raise
-    except ConfigurationError:
-        return default
+    return whole_number(text, name, minimum=minimum, maximum=maximum)
 
 
 def run_time(job: Job, now: Any) -> float | None:

@@ -251,6 +251,14 @@ BEYOND = [
     (["backfill", "t", "--start", "2d", "--end", "1d", "--at-once", str(2**63)], "--at-once:"),
     (["schedule-edit", "t", "--every", "99999999999d"], "--every: must be a finite number"),
     (["pause", "--queue", "q" * 5000], "queue must be at most 1,024 characters"),
+    # Digits other than ASCII's, which int(), float() and str.isdigit() take: refused.
+    (["jobs", "list", "--limit", "²"], "--limit: must be a whole number, not"),
+    (["backfill", "t", "--start", "2d", "--end", "1d", "--at-once", "١"], "--at-once: must be"),
+    (["schedule-edit", "t", "--priority", "١"], "--priority: must be a whole number, not"),
+    (["schedule-edit", "t", "--priority", "11"], "--priority: must be an int from 1 to 10"),
+    (["--timeout", "١", "jobs", "list"], "--timeout: must be a number > 0, not"),
+    (["workflows", "fork", "x", "--from", "²"], "--from: must be a whole number, not"),
+    (["dashboard", "--token", "t", "--port", "١"], "--port: must be a whole number, not"),
 ]
 
 

@@ -566,7 +566,8 @@ def test_jobs_filter_by_task_queue_and_status(
     assert "0 jobs match" in browser.get("/jobs?task=nothing").body
     page = browser.get("/jobs?task=boom&status=failed").body
     assert 'value="failed" checked' in page and 'value="boom"' in page
-    assert browser.get("/jobs?status=bogus&sort=-nonsense&page=x").status == 200
+    assert browser.get("/jobs?status=bogus&sort=-nonsense").status == 200
+    assert browser.get("/jobs?status=bogus&sort=-nonsense&page=x").status == 400
 
 
 def test_jobs_list_shows_arguments_run_time_and_the_error_message(
@@ -1193,12 +1194,18 @@ def test_a_finished_schedule_is_refused_with_the_reason_not_a_crash(
 OUT_OF_BOUNDS_QUERIES = [
     ("/jobs?page=" + "9" * 5000, "page must be a whole number from 1 to 1000000, not a 5000"),
     ("/jobs?page=1000001", "page must be an int from 1 to 1000000, not 1000001"),
+    # Digits other than ASCII's, which int() and str.isdigit() take: refused too.
+    ("/jobs?page=²", "page must be a whole number, not"),
+    ("/jobs?page=١", "page must be a whole number, not"),
+    ("/jobs?page=two", "page must be a whole number, not"),
+    ("/schedules?done=backfilled&n=²", "n must be a whole number, not"),
 ]
 OUT_OF_BOUNDS_BACKFILLS = [
     ({"start": "9999-12-30T00:00", "end": "9999-12-31T00:00"}, "start must be from 1900-01-01"),
     ({"start": "2030-01-01T00:00", "end": "9999-12-31T23:59"}, "end must be from 1900-01-01"),
     ({"start": "0001-01-01T00:00", "end": "2030-01-01T00:00"}, "start must be from 1900-01-01"),
     ({"start": "2030-01-01", "end": "2030-01-02", "at_once": "9" * 5000}, "at most at once must"),
+    ({"start": "2030-01-01", "end": "2030-01-02", "at_once": "²"}, "at most at once must be a"),
 ]
 
 
@@ -1209,8 +1216,16 @@ def test_input_beyond_its_bound_answers_400_saying_so(
         reply = browser.get(path)
         assert reply.status == 400 and said in reply.body, path
         assert len(reply.body) < 20_000  # the value itself is not repeated whole
-    # Not a number at all (a superscript two, a hand-edited link): the first page.
-    assert browser.get("/jobs?page=²").body == browser.get("/jobs").body
+    done = jobs["done"].id
+    for position in ("²", "١", "-1"):  # a workflow's fork, from a step's position
+        form = browser.get(f"/jobs/{done}/fork?from=1")
+        reply = browser.post(f"/jobs/{done}/fork", {"csrf_token": form.csrf(), "from": position})
+        assert reply.status == 400 and "from must be a whole number" in reply.body, position
+    form = browser.get("/schedules/edit?id=schedule:tick")
+    edited = {"csrf_token": form.csrf(), "id": "schedule:tick", "priority": "²"}
+    reply = browser.post("/schedules/edit", edited)
+    assert reply.status == 400 and "priority a whole number" in reply.body
+    assert sched.get_job("schedule:tick").priority == 5
     form = browser.get("/schedules/backfill?id=schedule:tick")
     before = sched.count_jobs(task="tick")
     for fields, said in OUT_OF_BOUNDS_BACKFILLS:
