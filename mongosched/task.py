@@ -13,7 +13,7 @@ from mongosched._core import validate
 from mongosched._core.arguments import Binding, Parameters
 from mongosched._core.options import DEDUPE_SCOPES
 from mongosched._core.records import JobRecord, JobStatus
-from mongosched.errors import ConfigurationError
+from mongosched.errors import ConfigurationError, OutOfBounds
 from mongosched.job import Job
 from mongosched.limits import KeySpec, RateSpec, key_spec
 from mongosched.limits import rate_limit as rate_limit_of
@@ -558,6 +558,11 @@ def _dependencies(task: str, options: BoundOptions) -> tuple[Any, ...]:
             )
         if job_id not in ids:
             ids.append(job_id)
+        if len(ids) > validate.MAX_DEPENDENCIES:
+            raise OutOfBounds(
+                f"task {task!r}: depends_on must name at most "
+                f"{validate.MAX_DEPENDENCIES:,} jobs, not {len(items):,}"
+            )
     if not ids:
         raise ConfigurationError(f"task {task!r}: depends_on is empty")
     return tuple(ids)

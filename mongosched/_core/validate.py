@@ -24,6 +24,7 @@ __all__ = [
     "EARLIEST",
     "LATEST",
     "MAX_COUNT",
+    "MAX_DEPENDENCIES",
     "MAX_SECONDS",
     "MAX_TEXT",
     "aware_datetime",
@@ -46,6 +47,11 @@ batch, and within what MongoDB's integers hold."""
 MAX_TEXT = 1024
 """The most characters of a name, key, actor or reason: far beyond real ones, and small
 beside MongoDB's 16 MiB command."""
+MAX_DEPENDENCIES = 1000
+"""The most jobs one job may wait for (``depends_on``): each is kept twice in its
+document (``depends_on`` and ``waiting_for``, up to :data:`MAX_TEXT` characters an id)
+and looked up in one query, so the list stays far below MongoDB's 16 MiB document and
+command. A fan-in beyond it waits on a job that waits on parts of it."""
 EARLIEST = datetime(1900, 1, 1, tzinfo=timezone.utc)
 LATEST = datetime(9000, 1, 1, tzinfo=timezone.utc)
 """Times taken are from :data:`EARLIEST` to :data:`LATEST`: a century either side of

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from bson import ObjectId
 
 from mongosched import App, JobStatus
 from mongosched.errors import ConfigurationError, OutOfBounds
@@ -56,6 +57,9 @@ CASES: list[tuple[str, Call, str]] = [
     ("edit queue", lambda app: app.update_schedule("t", queue=BIG), "task 't': queue"),
     ("job queue", lambda app: app.update_job(once(app), queue=BIG), "task 'once': queue"),
     ("dedupe key", lambda app: _configure(app, dedupe_key=BIG), "task 'once': dedupe_key"),
+    ("depends_on count", lambda app: _configure(app, depends_on=MANY), "task 'once': depends_on"),
+    ("bulk depends_on", lambda app: app.schedule_bulk(_waiting(app)), "task 'once': depends_on"),
+    ("gather depends_on", lambda app: app.gather(_waiting(app)), "task 'once': depends_on"),
     # Times
     ("backfill start 1", lambda app: app.backfill("t", YEAR_ONE, _now(app)), "start"),
     ("backfill end 9999", lambda app: app.backfill("t", _now(app), END), "end"),
@@ -74,6 +78,16 @@ CASES: list[tuple[str, Call, str]] = [
         "throughput: since",
     ),
 ]
+
+
+MANY = [str(ObjectId()) for _ in range(1001)]
+"""One more job than a job may wait for."""
+
+
+def _waiting(app: App) -> list[Any]:
+    """Specs of which the last waits for too many jobs."""
+    once = app.get_task("once")
+    return [once.job(), once.configure(depends_on=MANY).job()]
 
 
 def _now(app: App) -> datetime:
@@ -122,3 +136,6 @@ def test_values_at_the_bounds_are_taken(bounded_app: App) -> None:
     assert job.schedule().status is JobStatus.PENDING
     buckets = app.throughput(app.now() - timedelta(seconds=9), timedelta(seconds=0.001))
     assert len(buckets) == 9000
+    first = app.schedule_bulk([app.get_task("once").job() for _ in range(1000)])
+    last = app.get_task("once").configure(depends_on=first).schedule()
+    assert last.status is JobStatus.WAITING and len(last.depends_on) == 1000
