@@ -58,27 +58,34 @@ def plan_misfire(
 ) -> MisfirePlan:
     """Apply ``misfire`` to a job due at slot ``scheduled_for`` and picked up at ``now``.
     ``start_of`` gives when a slot is due to start (a jittered slot starts after its
-    time); lateness counts from then (default: from the slot itself)."""
+    time): only slots whose start came are due (the anchor always is), and lateness
+    counts from then (default: from the slot itself)."""
     anchor = aware(scheduled_for, "scheduled_for")
     now = aware(now, "now")
     tolerance = misfire.tolerance
 
+    def start(slot: datetime) -> datetime:
+        return slot if start_of is None else start_of(slot)
+
     def on_time(slot: datetime) -> bool:
-        start = slot if start_of is None else start_of(slot)
-        return tolerance is None or now - start <= tolerance
+        return tolerance is None or now - start(slot) <= tolerance
+
+    def due() -> Iterator[datetime]:
+        """The slots due by now, latest first (a slot not started yet is not missed)."""
+        return (s for s in rule.slots_back(anchor, now) if s == anchor or start(s) <= now)
 
     if misfire.policy == "all":
         # The earliest slot still to run: among the latest max_catchup due, within grace.
         first: datetime | None = None
-        for n, slot in enumerate(rule.slots_back(anchor, now)):
+        for n, slot in enumerate(due()):
             if n >= misfire.max_catchup or not on_time(slot):
                 break
             first = slot
         if first is not None:
             return MisfirePlan(first, None, _count(rule, anchor, first))
-        latest = next(rule.slots_back(anchor, now))
+        latest = next(due())
         return MisfirePlan(None, rule.next_after(latest), _count(rule, anchor, latest) + 1)
-    latest = next(rule.slots_back(anchor, now))
+    latest = next(due())
     missed = _count(rule, anchor, latest)
     if on_time(latest):
         return MisfirePlan(latest, None, missed)

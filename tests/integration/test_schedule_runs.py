@@ -86,6 +86,27 @@ def long_runs(clock: FakeClock, lasting: timedelta) -> Callable[[], None]:
     return lambda: clock.advance(lasting)
 
 
+@pytest.mark.parametrize("misfire", ["skip", "coalesce"])
+def test_a_slot_whose_jittered_start_has_not_come_is_not_run_early_nor_the_last_missed(
+    make_app: Callable[..., App], clock: FakeClock, misfire: str
+) -> None:
+    # Found by the model's machine (finding S1): picked up after 08:02 but before
+    # 08:02's jittered start, the schedule ran 08:02 early and counted 08:01 missed.
+    jitter = timedelta(seconds=45)
+    apps, ran = runners(make_app, clock, cron="* * * * *", jitter=jitter, misfire=misfire)
+    first, second = START + MINUTE, START + 2 * MINUTE
+    offset = jitter_offset(schedule_id("tick"), second, jitter)
+    assert offset > timedelta(0)  # 08:02 is due after 08:02
+    clock.set(second)  # 08:01 started at most 45 s ago: on time, whatever the policy
+    assert drain_all(apps) == 1
+    assert ran == [first]
+    job = apps[1].get_job(schedule_id("tick"))
+    assert job.missed is None
+    assert (job.scheduled_for, job.run_at) == (second, second + offset)
+    clock.set(second + offset)
+    assert drain_all(apps) == 1 and ran == [first, second]
+
+
 def test_overlap_skip_drops_slots_that_came_due_during_a_run_and_says_so(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
