@@ -462,10 +462,13 @@ def _next_slot(
     runs = Runs.from_document(job.repeat)
     ran_for = slot or job.scheduled_for or now
     nxt, run_at, dropped = rule.next_after(ran_for), None, 0
+    failures = (
+        (job.last_run.failures if job.last_run else 0) + 1 if status is JobStatus.FAILED else 0
+    )
+    last_run = LastRun(slot=ran_for, status=status, finished_at=now, error=info, failures=failures)
     last = until(job)
     if last is not None and nxt > last:
         ended = finished(status, now, retention, attempts=job.attempts, result=result, error=info)
-        last_run = LastRun(slot=ran_for, status=status, finished_at=now, error=info)
         return Decision(event, evolved(ended, last_run=last_run), error)
     started = job.started_at or ran_for
 
@@ -479,9 +482,6 @@ def _next_slot(
             nxt, run_at, dropped = latest, now, count - 1
         else:
             nxt, dropped = rule.next_after(latest), count
-    failures = (
-        (job.last_run.failures if job.last_run else 0) + 1 if status is JobStatus.FAILED else 0
-    )
     settlement = Settlement(
         status=JobStatus.PENDING,
         now=now,
@@ -490,9 +490,7 @@ def _next_slot(
         scheduled_for=nxt,
         result=result,
         error=info,
-        last_run=LastRun(
-            slot=ran_for, status=status, finished_at=now, error=info, failures=failures
-        ),
+        last_run=last_run,
         missed=_missed(job, dropped, ran_for, nxt, "overlap", now),
     )
     return Decision(event, settlement, error, missed=dropped)

@@ -107,6 +107,22 @@ def test_a_slot_whose_jittered_start_has_not_come_is_not_run_early_nor_the_last_
     assert drain_all(apps) == 1 and ran == [first, second]
 
 
+def test_a_backfill_lane_that_ends_failed_keeps_its_failed_runs_in_a_row(
+    make_app: Callable[..., App], clock: FakeClock
+) -> None:
+    # Found by the model's machine (finding S2): a lane's last run wrote failures=0.
+    def fail() -> None:
+        raise RuntimeError("down")
+
+    apps, ran = runners(make_app, clock, fail, cron="0 9 * * *", retry=0)
+    nine = START.replace(hour=9)
+    [lane] = apps[0].backfill("tick", nine - timedelta(days=3), nine - timedelta(days=1))
+    assert drain_all(apps) == 3
+    lane.refresh()
+    assert lane.status.value == "failed" and lane.last_run is not None
+    assert (lane.last_run.slot, lane.last_run.failures) == (nine - timedelta(days=1), 3)
+
+
 def test_overlap_skip_drops_slots_that_came_due_during_a_run_and_says_so(
     make_app: Callable[..., App], clock: FakeClock
 ) -> None:
