@@ -57,9 +57,11 @@ from pymongo.errors import AutoReconnect
 from mongosched import App, Cancellation, current_job
 from mongosched._core import outcome
 from mongosched._core.records import JobStatus
+from mongosched._core.runs import OVERLAP_POLICIES
 from mongosched.errors import MongoschedError, StoreError, StoreUnavailable
 from mongosched.runner.claim import Claim
 from mongosched.runner.runner import Runner
+from mongosched.schedule import MISFIRE_POLICIES
 from mongosched.store import schedule_id
 from mongosched.store.mongo import MongoStore
 from mongosched.testing import FakeClock
@@ -97,6 +99,7 @@ class World:
     marker: int = 0
     stats: Counter[str] = field(default_factory=Counter)
     concluded: list[Any] = field(default_factory=list)  # slots of "tick", as they conclude
+    tocked: list[Any] = field(default_factory=list)  # ... and of "tock"
     failing: bool = False  # what the next task run does: raise, or return
     oversize: bool = False  # ... or return more than a job keeps
     unencodable_next: bool = False  # the next run returns a value whose encoding raises
@@ -158,6 +161,17 @@ def make_world(seed: int, database: Any, collection: str) -> World:
     app.task(name="rated", retry=2, rate_limit=RATE)(body)
     app.task(name="keyed", retry=2, concurrency=1, concurrency_key=lambda n: f"k{n % 2}")(body)
     app.task(name="tick", retry=1, every=LEASE * 0.7)(body)
+    # A schedule with the slot options (cron.rst), drawn per run: a jitter, an overlap
+    # and a misfire policy; the operator backfills and triggers it.
+    app.task(
+        name="tock",
+        retry=1,
+        every=LEASE,
+        jitter=LEASE * 0.4,
+        overlap=rng.choice(OVERLAP_POLICIES),
+        misfire=rng.choice(MISFIRE_POLICIES),
+        max_catchup=3,
+    )(body)
     # The options added since: fair shares and aging (ranked claims).
     app.task(name="fair", retry=2, fair_key=lambda n: f"t{n % 2}", fair_weights={"t0": 2})(body)
     app.task(name="aged", retry=2, priority=9, aging=LEASE / 2)(body)
@@ -512,12 +526,20 @@ def act_operator(w: World) -> None:
             w.unencodable = {(j, a) for j, a in w.unencodable if j != job_id}
             w.app.retry_job(job_id)
             w.stats["operator retries"] += 1
-        else:
+        elif roll < 0.85:
             job_id = job_in(w, "pending")
             if job_id is None:
                 return
             w.app.update_job(job_id, priority=w.rng.choice([1, 9]))
             w.stats["priority edits"] += 1
+        elif roll < 0.95:
+            back = timedelta(seconds=LEASE * w.rng.choice([1, 3, 6]))
+            now = w.clock()
+            lanes = w.app.backfill("tock", now - back, now, at_once=w.rng.randint(1, 3))
+            w.stats["backfill lanes"] += len(lanes)
+        else:
+            w.app.trigger_schedule("tock")
+            w.stats["triggers"] += 1
     except MongoschedError:
         return  # a fault, or the job moved on since it was read: either is allowed
 
@@ -715,17 +737,25 @@ def check_flow(w: World, claim: Claim) -> None:
 
 
 def check_schedule(w: World) -> None:
-    """One schedule document for "tick"; each of its slots concludes once, in order."""
-    docs = list(w.store.connection.jobs._target.find({"task": "tick"}))
+    """One schedule document for "tick" and one for "tock"; each of their own slots
+    concludes once, in order; a slot of "tock" run as a job of its own (its overlap
+    policy ``allow`` or ``cancel_running``) is stored once."""
+    raw = w.store.connection.jobs._target
+    docs = list(raw.find({"task": "tick"}))
     assert len(docs) == 1, f"{len(docs)} schedule documents for one declared schedule"
-    doc = docs[0]
-    assert doc["_id"] == schedule_id("tick")
-    last = (doc.get("last_run") or {}).get("slot")
-    if last is not None and (not w.concluded or w.concluded[-1] != last):
-        assert not w.concluded or last > w.concluded[-1], (
-            f"slot {last} concluded after slot {w.concluded[-1]}"
-        )
-        w.concluded.append(last)
+    for name, concluded in (("tick", w.concluded), ("tock", w.tocked)):
+        doc = raw.find_one({"_id": schedule_id(name)})
+        assert doc is not None, f"the schedule of {name} is gone"
+        last = (doc.get("last_run") or {}).get("slot")
+        if last is not None and (not concluded or concluded[-1] != last):
+            assert not concluded or last > concluded[-1], (
+                f"{name}: slot {last} concluded after slot {concluded[-1]}"
+            )
+            concluded.append(last)
+    runs = Counter(
+        d["dedupe_key"] for d in raw.find({"task": "tock", "dedupe_key": {"$regex": "^slot:"}})
+    )
+    assert all(n == 1 for n in runs.values()), f"a slot of tock stored twice: {runs}"
 
 
 def check_dedupe(w: World) -> None:
@@ -753,7 +783,8 @@ def settle(w: World) -> None:
             claim = w.runners[0].claim_next()
             if claim is None:
                 break
-            progressed = progressed or not claim.record.repeat
+            # A slot's run of its own ("tock") is the schedule going on, not progress.
+            progressed = progressed or not (claim.record.repeat or claim.record.task == "tock")
             holder = Holder(0, claim, claim.until)
             w.holders[claim.job_id].append(holder)
             act_finish(w, holder)
@@ -815,6 +846,8 @@ def check_end(w: World) -> None:
     assert tick["status"] == "pending" and tick["run_at"] > w.concluded[-1], (
         "the schedule did not go on after its last slot"
     )
+    for lane in raw.find({"task": "tock", "dedupe_key": {"$regex": "^backfill:"}}):
+        assert lane["status"] in ("completed", "failed"), f"a backfill lane ended {lane}"
 
 
 def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Counter[str]:
@@ -866,6 +899,7 @@ def simulate(seed: int, database: Any, collection: str, steps: int = 40) -> Coun
     for wrapper in (w.store.connection.jobs, w.store.connection.permits, w.store.connection.limits):
         w.stats.update(wrapper.injected)
     w.stats["slots concluded"] += len(w.concluded)
+    w.stats["tock slots concluded"] += len(w.tocked)
     raw = w.store.connection.jobs._target
     w.stats["dependents"] += len(w.dependents)
     w.stats["expired"] += raw.count_documents({"status": "expired"})
@@ -1000,7 +1034,10 @@ def report(runs: int, seed: int, totals: Counter[str]) -> None:
         f"{totals['unencodable results failed alone']} unencodable results failed alone, "
         f"{totals['claim rounds failed between their claims']} claim rounds failed between "
         f"their claims; {totals['label pauses']} label pauses, {totals['operator retries']} "
-        f"operator retries, {totals['priority edits']} priority edits; all invariants held"
+        f"operator retries, {totals['priority edits']} priority edits; "
+        f"{totals['tock slots concluded']} slots of the jittered schedule concluded, "
+        f"{totals['backfill lanes']} backfill lanes, {totals['triggers']} triggers; "
+        "all invariants held"
     )
 
 
