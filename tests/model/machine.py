@@ -17,6 +17,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -24,11 +25,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from mongosched import App, RetryPolicy, current_job
+from mongosched._core.runs import jitter_offset
 from mongosched.errors import Fail, JobTimeout, MongoschedError
 from mongosched.runner.claim import Claim
 from mongosched.runner.runner import Runner
 from mongosched.testing import FakeClock
-from tests.model.model import ENDINGS, FINAL, Model, Options, Refused, TaskSpec
+from tests.model.model import CRON, CRON_PERIOD, ENDINGS, FINAL, Model, Options, Refused, TaskSpec
 
 __all__ = ["Machine", "Options", "SERVER"]
 
@@ -63,15 +65,39 @@ TASKS = {
             "t.backoff", retries=2, backoff="exponential", delay=20.0, max_delay=50.0, timeout=10.0
         ),
         TaskSpec("t.every", retries=0, pause_after=1),
+        # The slot options (cron.rst): a configured schedule's overlap and misfire
+        # policies; declared schedules (one each, the same id on every side, so their
+        # jitter is drawn alike) for the jitter.
+        TaskSpec("t.cancel", retries=0, priority=1, misfire="skip", overlap="cancel_running"),
+        TaskSpec("s.jitter", retries=0, misfire="skip", jitter=20.0, overlap="buffer_one"),
+        TaskSpec(
+            "s.allow",
+            retries=1,
+            misfire="all",
+            grace=150.0,
+            catchup=3,
+            jitter=50.0,
+            overlap="allow",
+        ),
     )
 }
+TASKS["s.jitter"] = replace(TASKS["s.jitter"], declared=30.0)
+TASKS["s.allow"] = replace(TASKS["s.allow"], declared=CRON_PERIOD, cron=True)
 EVERY = 60.0  # t.every's jobs repeat so (cron.rst: ``repeat=Every(...)``)
+REPEATING = {"t.every": EVERY, "t.cancel": 150.0}  # a job of these always repeats so
+"""(t.cancel's: longer than its misfire grace, 60 s, so that late slots are dropped)"""
+START = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+START += timedelta(days=1)
+"""The clock's start: the next midnight (UTC), so that the declared schedules' slots
+and jitter are the same at every run of a day (and the server's TTL index, which
+deletes by real time, deletes nothing)."""
 RUNNERS = ("r0", "r1")
 PAUSABLE = (("queue", "q2"), ("task", "t.plain"), ("task", "L"))
 
-OUTCOME: dict[str, Any] = {"ending": "ok", "timed": set()}
-"""How the step's runs end (see model.ENDINGS), and the ids of the jobs with a
-timeout (an overrun of one is interrupted, as the heartbeat does, by JobTimeout)."""
+OUTCOME: dict[str, Any] = {"ending": "ok", "timed": set(), "takes": None}
+"""How the step's runs end (see model.ENDINGS), the ids of the jobs with a timeout (an
+overrun of one is interrupted, as the heartbeat does, by JobTimeout; a job the step
+makes, by its task and slot), and how long a run takes on the clock (None: no time)."""
 RAN: list[Any] = []  # ids of the jobs run, in order (both sides, one at a time)
 
 SIDES: Counter[str] = Counter()  # the sides the machines made (a test checks both ran)
@@ -81,12 +107,16 @@ def body(tenant: str, n: int) -> int:
     job = current_job()
     assert job is not None
     RAN.append(job.id)
+    if OUTCOME["takes"] is not None:  # the run takes so long (clock, seconds)
+        clock, seconds = OUTCOME["takes"]
+        clock.advance(seconds=seconds)
     ending = OUTCOME["ending"]
     if ending == "error":
         raise RuntimeError("the step's outcome: error")
     if ending == "fail":
         raise Fail("the step's outcome: fail, not retried")
-    if ending == "overrun" and job.id in OUTCOME["timed"]:
+    made = (job.task, job.scheduled_for)  # a run the step made: by its slot
+    if ending == "overrun" and (job.id in OUTCOME["timed"] or made in OUTCOME["timed"]):
         raise JobTimeout("the step's outcome: it overran its timeout")
     return n
 
@@ -145,6 +175,13 @@ def make_side(name: str, clock: FakeClock) -> Side:
             extra["timeout"] = spec.timeout
         if spec.pause_after is not None:
             extra["pause_after"] = spec.pause_after
+        if spec.misfire != "coalesce" or spec.overlap != "skip" or spec.jitter:
+            extra.update(misfire=spec.misfire, overlap=spec.overlap, jitter=spec.jitter)
+            extra.update(misfire_grace=spec.grace, max_catchup=spec.catchup)
+        if spec.cron:
+            extra.update(cron=CRON.expression, timezone=CRON.timezone)
+        elif spec.declared is not None:
+            extra["every"] = spec.declared
         retry: Any = spec.retries
         if spec.delay:
             retry = RetryPolicy(
@@ -153,8 +190,19 @@ def make_side(name: str, clock: FakeClock) -> Side:
                 delay=spec.delay,
                 max_delay=spec.max_delay,
             )
-        app.task(name=spec.name, retry=retry, priority=spec.priority, **extra)(body)
+        fn = body if spec.declared is None else declared_body
+        app.task(name=spec.name, retry=retry, priority=spec.priority, **extra)(fn)
     return Side(name, app, drop=drop)
+
+
+def declared_body() -> int:
+    """A declared schedule's function (its jobs have no arguments)."""
+    return body("", 0)
+
+
+def offset(key: str, slot: datetime, jitter: float) -> float:
+    """The jitter draw the model is given: the library's, which the model bounds."""
+    return jitter_offset(key, slot, timedelta(seconds=jitter)).total_seconds()
 
 
 DELAYS = st.sampled_from([0.0, 30.0, 90.0])
@@ -188,7 +236,7 @@ OPTIONS = st.tuples(
 ).map(lambda drawn: replace(drawn[0], **drawn[1]))
 
 
-TASK = st.sampled_from(sorted(TASKS))
+TASK = st.sampled_from(sorted(n for n, spec in TASKS.items() if spec.declared is None))
 TENANT = st.sampled_from(["a", "b", "c"])
 Call = tuple[str, str, int, Options]
 """One scheduling call: the task, the tenant and ``n`` (its arguments), its options."""
@@ -204,7 +252,7 @@ class Machine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.clock = FakeClock()
+        self.clock = FakeClock(START)
         self.model = Model(
             dict(TASKS),
             lease=LEASE,
@@ -213,6 +261,9 @@ class Machine(RuleBasedStateMachine):
             replace_carries_options=not open_item(2),
             rank_ties_by_due=not open_item("N2"),
             sweep_held=not open_item("N4"),
+            offset=offset,
+            missed_by_start=not open_item("S1"),
+            lane_failures=not open_item("S2"),
         )
         self.sides = [make_side("memory", self.clock)]
         if SERVER is not None:
@@ -223,6 +274,15 @@ class Machine(RuleBasedStateMachine):
         self._quiet = logging.getLogger("mongosched")
         self._level = self._quiet.level
         self._quiet.setLevel(logging.CRITICAL)
+        self._declare()
+
+    def _declare(self) -> None:
+        """``app.ensure_schedules()`` on each side: the declared schedules."""
+        handles = self.model.declare(self.clock())
+        for side in self.sides:
+            side.app.ensure_schedules()
+            for handle in handles:
+                side.ids[handle] = side.app.get_job(f"schedule:{self.model.jobs[handle].task}").id
 
     def teardown(self) -> None:
         self._quiet.setLevel(self._level)
@@ -237,9 +297,12 @@ class Machine(RuleBasedStateMachine):
 
     def _options(self, task: str, o: Options) -> Options:
         """``o`` as the model takes it: ``after`` as handles (none while there is no
-        job), and a job of t.every repeating."""
+        job), and a job of t.every or t.cancel repeating (t.cancel's without the
+        options a repeating job refuses: t.every's refusals cover those)."""
         after = tuple(h for h in map(self._handle, o.after) if h is not None)
-        every = EVERY if task == "t.every" and not o.repeats else o.every
+        every = REPEATING[task] if task in REPEATING and not o.repeats else o.every
+        if task == "t.cancel":
+            o, after = replace(o, label=None, expires=None), ()
         return replace(o, after=after, every=every)
 
     def _steps_around(self, task: str, o: Options) -> bool:
@@ -398,6 +461,30 @@ class Machine(RuleBasedStateMachine):
         for side in self.sides:
             self._made(side, [made], [side.app.trigger_schedule(side.ids[handle])])
 
+    @rule(
+        i=st.integers(0, 50),
+        back=st.sampled_from([(600, 0), (300, 120), (150, 60), (90, 0), (240, 240)]),
+        at_once=st.integers(1, 3),
+    )
+    def backfill(self, i: int, back: tuple[int, int], at_once: int) -> None:
+        """``app.backfill``: a past range of a repeating job's slots run on lanes
+        (ranges ``back`` seconds before now, from and to)."""
+        handle = self._schedule_handle(i)
+        if handle is None:
+            return
+        now = self.clock()
+        start, end = now - timedelta(seconds=back[0]), now - timedelta(seconds=back[1])
+        try:
+            made = self.model.backfill(handle, start, end, at_once, now)
+        except Refused:
+            for side in self.sides:
+                with pytest.raises(MongoschedError):
+                    side.app.backfill(side.ids[handle], start, end, at_once=at_once)
+            return
+        for side in self.sides:
+            self._made(side, made, side.app.backfill(side.ids[handle], start, end, at_once=at_once))
+        self.stats["backfill lanes"] += len(made)
+
     @rule(i=st.integers(0, 50))
     def resume_schedule(self, i: int) -> None:
         """``app.resume(schedule=...)`` of a repeating job (``pause_after`` paused it);
@@ -432,11 +519,54 @@ class Machine(RuleBasedStateMachine):
         timed = {h for h, j in self.model.jobs.items() if self.model.timeout_of(j) is not None}
         for side in self.sides:
             RAN.clear()
-            OUTCOME["timed"] = {side.ids[h] for h in timed}
+            OUTCOME["timed"] = {
+                side.ids[h] if h in side.ids else (j.task, j.scheduled_for)
+                for h, j in self.model.jobs.items()
+                if h in timed
+            }
             side.runner(runner).run_until_idle(limit=limit)
+            self._spawned(side)
             got = [side.handle_of(i) for i in RAN]
             assert got == expected, f"{side.name}: ran jobs {got}, the model runs {expected}"
         self.stats["runs"] += len(expected)
+
+    def _spawned(self, side: Side) -> None:
+        """The jobs a run made (a slot's run of its own) are the model's new ones, by
+        their schedule and slot."""
+        new = [h for h in self.model.jobs if h not in side.ids]
+        if not new:
+            return
+        known = set(side.ids.values())
+        made = [j for j in side.app.get_jobs(limit=10_000) if j.id not in known]
+        for handle in new:
+            want = self.model.jobs[handle]
+            slot = (want.task, want.scheduled_for)
+            found = [j for j in made if (j.task, j.scheduled_for) == slot]
+            assert found, f"{side.name}: no run of its own of {slot}; the model made {handle}"
+            side.ids[handle] = found[0].id
+            made.remove(found[0])
+
+    @rule(runner=st.sampled_from(RUNNERS), seconds=st.sampled_from([20, 29]))
+    def run_slow(self, runner: str, seconds: int) -> None:
+        """A runner claims one due job and runs it for ``seconds`` on the clock (less
+        than a lease), ending ok: slots that come due meanwhile meet the overlap
+        policy (cron.rst, "Overlapping runs")."""
+        now = self.clock()
+        expected = self.model.run(runner, 1, "ok", now, takes=seconds)
+        after = now + timedelta(seconds=seconds if expected else 0)
+        OUTCOME.update(ending="ok", takes=(self.clock, seconds))
+        try:
+            for side in self.sides:
+                self.clock.set(now)
+                RAN.clear()
+                side.runner(runner).run_until_idle(limit=1)
+                self._spawned(side)
+                got = [side.handle_of(i) for i in RAN]
+                assert got == expected, f"{side.name}: ran jobs {got}, the model runs {expected}"
+                assert self.clock() == after
+        finally:
+            OUTCOME["takes"] = None
+        self.stats["slow runs"] += len(expected)
 
     @rule(runner=st.sampled_from(RUNNERS), count=st.integers(1, 2))
     def die(self, runner: str, count: int) -> None:
@@ -599,6 +729,7 @@ class Machine(RuleBasedStateMachine):
                     "scheduled_for": got.scheduled_for,
                     "waiting_for": sorted(map(side.handle_of, got.waiting_for)),
                     "failures": got.last_run.failures if got.last_run else 0,
+                    "cancel_requested": got.cancel_requested,
                 }
                 model = {
                     "status": want.status,
@@ -613,6 +744,7 @@ class Machine(RuleBasedStateMachine):
                     "scheduled_for": want.scheduled_for,
                     "waiting_for": sorted(want.waiting_for),
                     "failures": want.failures,
+                    "cancel_requested": want.cancel_requested,
                 }
                 if want.status != "waiting":  # what it waited for says nothing then
                     del seen["waiting_for"], model["waiting_for"]

@@ -11,6 +11,7 @@ Jobs are known by a *handle*, their order of creation (the stores' ids differ).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -51,6 +52,13 @@ class TaskSpec:
     max_delay: float | None = None
     timeout: float | None = None  # the task's own (a job's configure() wins)
     pause_after: int | None = None  # a repeating job of it pauses after so many failures
+    misfire: str = "coalesce"  # cron.rst "Missed slots": coalesce, skip or all
+    grace: float | None = None  # misfire_grace
+    catchup: int = 100  # max_catchup
+    jitter: float | None = None  # cron.rst "Jitter"
+    overlap: str = "skip"  # cron.rst "Overlapping runs"
+    declared: float | None = None  # its own schedule's period (every=, or CRON's if cron)
+    cron: bool = False  # its declared rule is CRON
 
     def delay_for(self, attempt: int) -> float:
         """retry.py ``RetryPolicy.delay_for`` (no jitter): after attempt ``attempt``."""
@@ -68,6 +76,33 @@ class TaskSpec:
 
     def weight(self, key: str) -> float:
         return dict(self.weights).get(key, 1.0)
+
+
+@dataclass(frozen=True)
+class Slots:
+    """How a repeating job's slots run (cron.rst), beyond its rule: its task's misfire
+    policy, jitter and overlap policy, and a backfill lane's last slot."""
+
+    misfire: str = "coalesce"
+    grace: float | None = None
+    catchup: int = 100
+    jitter: float | None = None
+    overlap: str = "skip"
+    pause_after: int | None = None
+    until: datetime | None = None  # a backfill lane: it ends after this slot
+    key: str | None = None  # what its jitter is drawn from (with the slot)
+
+    @property
+    def spawns(self) -> bool:
+        """``allow`` and ``cancel_running``: each slot runs as a job of its own."""
+        return self.overlap in ("allow", "cancel_running")
+
+    @property
+    def tolerance(self) -> float | None:
+        """How late a slot may start: the grace; ``skip``'s default is 60 s."""
+        if self.grace is not None:
+            return self.grace
+        return 60.0 if self.misfire == "skip" else None
 
 
 @dataclass
@@ -103,6 +138,8 @@ class MJob:
     scheduled_for: datetime | None = None  # its slot (a trigger's run: the trigger's time)
     started_at: datetime | None = None
     failures: int = 0  # a repeating job's failed runs in a row
+    slots: Slots | None = None  # a repeating job's (see Slots)
+    run_of: int | None = None  # a slot's run of its own: the schedule's handle
 
 
 @dataclass
@@ -168,6 +205,12 @@ class Model:
     replace_carries_options: bool = True  # issue 32 item 2 (False: as before its fix)
     rank_ties_by_due: bool = True  # finding N2 (False: ties in the order jobs were made)
     sweep_held: bool = True  # finding N4 (False: the sweep leaves held jobs paused)
+    offset: Callable[[str, datetime, float], float] | None = None
+    """A jittered slot's offset in seconds (key, slot, jitter): cron.rst says only
+    that it is drawn from a hash of the schedule and the slot, between 0 and the
+    jitter; the test gives the draw (the model checks the bound)."""
+    missed_by_start: bool = True  # finding S1 (False: a slot not started yet is missed)
+    lane_failures: bool = True  # finding S2 (False: a lane's end forgets its failures)
     made: int = 0
     jobs: dict[int, MJob] = field(default_factory=dict)
     pauses: set[tuple[str, str]] = field(default_factory=set)  # (kind, name)
@@ -287,6 +330,8 @@ class Model:
         if o.repeats:
             # cron.rst: an explicit start (a delay given) is an interval's first slot.
             job.scheduled_for = run_at
+            job.slots = self._slots_of(spec, None)
+            assert job.slots.jitter is None, "the model draws no jitter of a job's own"
         if spec.aging is not None:
             job.rank = _ms(run_at) + (priority - 1) * spec.aging * 1000
         elif spec.fair:
@@ -303,16 +348,120 @@ class Model:
                     self._release(job, self.jobs[parent], now)
         return handle
 
-    def trigger(self, handle: int, now: datetime) -> int:
-        """cron.rst "Run now": a job of its own, due now, with the schedule's payload,
-        queue, priority and attempts, for the slot "now"; the schedule does not move.
-        A schedule that ended (cancelled: "stops it for good") is refused."""
+    def _slots_of(self, spec: TaskSpec, key: str | None) -> Slots:
+        return Slots(
+            misfire=spec.misfire,
+            grace=spec.grace,
+            catchup=spec.catchup,
+            jitter=spec.jitter if key is not None else None,
+            overlap=spec.overlap,
+            pause_after=spec.pause_after,
+            key=key,
+        )
+
+    def declare(self, now: datetime) -> list[int]:
+        """``app.ensure_schedules()`` (cron.rst "Declaring them"): each task declared
+        with a rule has one schedule, made once, first due at its first slot after
+        now (jittered: its key is the schedule's stable id). Returns the new handles."""
+        made = []
+        for spec in self.tasks.values():
+            if spec.declared is None or any(
+                j.slots is not None and j.slots.key == f"schedule:{spec.name}"
+                for j in self.jobs.values()
+            ):
+                continue
+            handle = self.made
+            self.made += 1
+            job = MJob(
+                handle=handle,
+                task=spec.name,
+                args=[],
+                queue="default",
+                priority=spec.priority,
+                run_at=now,
+                created_at=now,
+                max_attempts=spec.retries + 1,
+                every=spec.declared,
+                aligned=spec.cron,
+                slots=self._slots_of(spec, f"schedule:{spec.name}"),
+            )
+            job.scheduled_for = _next_after(job, now)
+            job.run_at = self._start(job, job.scheduled_for)
+            self.jobs[handle] = job
+            made.append(handle)
+        return made
+
+    def _start(self, job: MJob, slot: datetime) -> datetime:
+        """cron.rst "Jitter": when the run of ``slot`` is due: the slot plus an offset
+        in [0, jitter)."""
+        jitter = None if job.slots is None else job.slots.jitter
+        if not jitter:
+            return slot
+        assert self.offset is not None and job.slots is not None and job.slots.key
+        offset = self.offset(job.slots.key, slot, jitter)
+        assert 0 <= offset < jitter, f"a jitter offset of {offset} s is out of [0, {jitter})"
+        return slot + timedelta(seconds=offset)
+
+    def backfill(
+        self, handle: int, start: datetime, end: datetime, at_once: int, now: datetime
+    ) -> list[int]:
+        """cron.rst "Run now, and backfill": the slots of ``start``..``end`` run on
+        ``at_once`` lanes (repeating jobs of consecutive parts of the range, each
+        running its slots one after another and ending after its last); slots that
+        an unfinished lane of the schedule still has to run are left out, and asking
+        again for a range whose every slot is on a lane returns those lanes. A finished
+        schedule is refused. DECIDED (docs: "near-equal"): a part cut off by running
+        lanes gets lanes in proportion to its slots, at least one."""
         schedule = self.jobs[handle]
         if schedule.status in FINAL:
-            raise Refused(f"trigger of a {schedule.status} schedule")
+            raise Refused(f"backfill of a {schedule.status} schedule")
+        assert schedule.every is not None and schedule.slots is not None
+        lanes = [
+            j
+            for j in self.jobs.values()
+            if j.slots is not None
+            and j.slots.until is not None
+            and j.run_of == handle
+            and j.status in ("pending", "running", "paused")
+        ]
+        spans = [(j.scheduled_for, j.slots.until) for j in lanes if j.slots is not None]
+        slots = _slots_between(schedule, start, end)
+        parts: list[list[datetime]] = [[]]
+        for slot in slots:
+            if any(a is not None and a <= slot <= b for a, b in spans):
+                parts.append([])
+            else:
+                parts[-1].append(slot)
+        parts = [p for p in parts if p]
+        total = sum(map(len, parts))
+        made = []
+        for part in parts:
+            n = max(1, min(len(part), round(at_once * len(part) / total)))
+            for i in range(n):
+                cut = part[len(part) * i // n : len(part) * (i + 1) // n]
+                lane = self._run_job(schedule, cut[0], now, f"backfill@{cut[0]}..{cut[-1]}")
+                lane.every, lane.aligned = schedule.every, schedule.aligned
+                lane.slots = Slots(misfire="all", catchup=len(cut), until=cut[-1])
+                made.append(lane.handle)
+        if made:
+            return made
+        meeting = [
+            j
+            for j in lanes
+            if j.scheduled_for is not None
+            and j.slots is not None
+            and j.slots.until is not None
+            and j.scheduled_for <= end
+            and j.slots.until >= start
+        ]
+        return [j.handle for j in sorted(meeting, key=lambda j: j.scheduled_for or now)]
+
+    def _run_job(self, schedule: MJob, slot: datetime, now: datetime, key: str | None) -> MJob:
+        """A job of its own that runs ``schedule``'s ``slot``, due now, with its
+        payload, queue, priority and attempts (cron.rst); ``key``: held ``active``."""
         made = self.made
         self.made += 1
-        self.jobs[made] = MJob(
+        job = self.jobs[made] = MJob(
             handle=made,
             task=schedule.task,
             args=list(schedule.args),
@@ -322,9 +471,22 @@ class Model:
             created_at=now,
             max_attempts=schedule.max_attempts,
             timeout=schedule.timeout,
-            scheduled_for=now,
+            scheduled_for=slot,
+            run_of=schedule.handle,
         )
-        return made
+        if key is not None:
+            job.dedupe_key = f"{schedule.handle}:{key}"
+            job.scope = job.made_scope = "active"
+        return job
+
+    def trigger(self, handle: int, now: datetime) -> int:
+        """cron.rst "Run now": a job of its own, due now, with the schedule's payload,
+        queue, priority and attempts, for the slot "now"; the schedule does not move.
+        A schedule that ended (cancelled: "stops it for good") is refused."""
+        schedule = self.jobs[handle]
+        if schedule.status in FINAL:
+            raise Refused(f"trigger of a {schedule.status} schedule")
+        return self._run_job(schedule, now, now, None).handle
 
     def _fair_start(self, spec: TaskSpec, key: str, now: datetime) -> float:
         """Start-time fair queueing (flow-control.rst, "Fair shares across keys"): a
@@ -428,29 +590,98 @@ class Model:
             if job.status in swept and _expired(job, now):
                 self._finish(job, "expired", now)
 
-    def run(self, runner: str, limit: int, ending: str, now: datetime) -> list[int]:
+    def run(
+        self, runner: str, limit: int, ending: str, now: datetime, takes: float = 0.0
+    ) -> list[int]:
         """``drain``-like steps of one runner (testing.rst): the sweep, then claim and
         run due jobs one at a time, each ending as ``ending`` says (see
-        :data:`ENDINGS`), until ``limit`` ran or none is due. Returns the handles run,
-        in order."""
+        :data:`ENDINGS`) ``takes`` seconds after it started, until ``limit`` claims
+        ran or none is due (a repeating job's claim that runs nothing counts). Returns
+        the handles run, in order."""
         self.sweep(now)
         ran: list[int] = []
-        while len(ran) < limit:
+        claims = 0
+        while claims < limit:
             job = self._claim(runner, now)
             if job is None:
                 break
-            if job.status == "running":
-                if job.every is not None and job.attempts == 1:
-                    job.scheduled_for = self._misfire(job, now)
-                ran.append(job.handle)
-                self.settle(job, ending, now)
+            if job.status != "running":
+                continue
+            claims += 1
+            if job.every is not None and job.attempts == 1:
+                slot = self._misfire(job, now)
+                if slot is None:
+                    continue  # moved on to a later slot without running
+                job.scheduled_for = slot
+                assert job.slots is not None
+                if job.slots.spawns:
+                    self._spawn(job, slot, now)
+                    continue
+            ran.append(job.handle)
+            now += timedelta(seconds=takes)
+            self.settle(job, ending, now)
         return ran
 
-    def _misfire(self, job: MJob, now: datetime) -> datetime:
-        """cron.rst "Missed slots", ``coalesce`` (the default, no grace): the first
-        attempt at a slot runs for the latest slot due by now."""
-        assert job.scheduled_for is not None
-        return _latest(job, job.scheduled_for, now)
+    def _misfire(self, job: MJob, now: datetime) -> datetime | None:
+        """cron.rst "Missed slots": a repeating job's first attempt at a slot runs for
+        the slot its misfire policy picks among the slots that came due (at their
+        jittered start) by now (a backfill lane: up to its last): ``coalesce`` the
+        latest, ``skip`` the latest if it started within the grace (60 s unless
+        given), ``all`` the earliest of the latest ``max_catchup``; the grace drops
+        any that would start later than that after its start. None: nothing runs; the
+        job waits for the slot after the latest (at its jittered start)."""
+        assert job.scheduled_for is not None and job.slots is not None
+        slots, anchor = job.slots, job.scheduled_for
+        horizon = now if slots.until is None else min(now, slots.until)
+        due = [anchor]
+        nxt = _next_after(job, anchor)
+        while nxt <= horizon and (not self.missed_by_start or self._start(job, nxt) <= now):
+            due.append(nxt)
+            nxt = _next_after(job, nxt)
+
+        def on_time(slot: datetime) -> bool:
+            start = self._start(job, slot)
+            if slot == anchor:  # a slot it waits for from a later time: from then
+                start = max(start, job.run_at)
+            tolerance = slots.tolerance
+            return tolerance is None or (now - start).total_seconds() <= tolerance
+
+        if slots.misfire == "all":
+            runnable = []
+            for slot in reversed(due[-slots.catchup :]):
+                if not on_time(slot):
+                    break
+                runnable.append(slot)
+            if runnable:
+                return runnable[-1]
+        elif on_time(due[-1]):
+            return due[-1]
+        job.holder = job.until = None
+        job.attempts = 0
+        job.status, job.scheduled_for = "pending", _next_after(job, due[-1])
+        job.run_at = self._start(job, job.scheduled_for)
+        self._back_in_scope(job)
+        return None
+
+    def _spawn(self, job: MJob, slot: datetime, now: datetime) -> None:
+        """cron.rst "Overlapping runs", ``allow`` and ``cancel_running``: the slot
+        runs as a job of its own, keyed by the slot (stored once), after the runs of
+        earlier slots still running were asked to stop (``cancel_running``); the
+        schedule waits for its next slot, without running."""
+        assert job.slots is not None
+        key = f"slot@{slot.isoformat()}"
+        if job.slots.overlap == "cancel_running":
+            for other in self.jobs.values():
+                if other.run_of == job.handle and other.status == "running":
+                    if other.dedupe_key is not None and ":slot@" in other.dedupe_key:
+                        other.cancel_requested = True
+        if self.key_holder(job.task, f"{job.handle}:{key}", "active", now, False) is None:
+            self._run_job(job, slot, now, key)
+        job.holder = job.until = None
+        job.status, job.attempts = "pending", 0
+        job.scheduled_for = _next_after(job, slot)
+        job.run_at = self._start(job, job.scheduled_for)
+        self._back_in_scope(job)
 
     def claim_only(self, runner: str, count: int, now: datetime) -> list[int]:
         """A runner claims and then dies holding its claims (no run, no write)."""
@@ -525,17 +756,33 @@ class Model:
 
     def _next_slot(self, job: MJob, ok: bool, now: datetime) -> None:
         """cron.rst: a repeating job's run ended: the slot after the one it ran for
-        (no drift); slots that came due while it ran are skipped (``overlap="skip"``);
-        ``pause_after`` failed runs in a row pause it."""
-        assert job.scheduled_for is not None
+        (no drift); slots that came due (at their jittered start) while it ran are the
+        overlap policy's: ``skip`` none of them runs, ``buffer_one`` one run at once
+        for the latest (DECIDED: a spawning schedule whose own run ended, as a reaped
+        claim does, skips them); ``pause_after`` failed runs in a row pause it. A
+        backfill lane ends after its last slot, as its last run ended."""
+        assert job.scheduled_for is not None and job.slots is not None
         ran_for = job.scheduled_for
         nxt = _next_after(job, ran_for)
-        if (job.started_at or ran_for) < nxt <= now:
-            nxt = _next_after(job, _latest(job, ran_for, now))
-        job.status, job.attempts, job.run_at, job.scheduled_for = "pending", 0, nxt, nxt
+        job.failures = 0 if ok else job.failures + 1  # cron.rst "Failures": in a row
+        if job.slots.until is not None and nxt > job.slots.until:
+            self._finish(job, "completed" if ok else "failed", now)
+            if not self.lane_failures:
+                job.failures = 0
+            return
+        run_at = self._start(job, nxt)
+        if (job.started_at or ran_for) < run_at <= now:
+            latest = nxt
+            while self._start(job, _next_after(job, latest)) <= now:
+                latest = _next_after(job, latest)
+            if job.slots.overlap == "buffer_one":
+                nxt, run_at = latest, now
+            else:
+                nxt = _next_after(job, latest)
+                run_at = self._start(job, nxt)
+        job.status, job.attempts, job.run_at, job.scheduled_for = "pending", 0, run_at, nxt
         self._back_in_scope(job)
-        job.failures = 0 if ok else job.failures + 1
-        limit = self.tasks[job.task].pause_after
+        limit = job.slots.pause_after
         if not ok and limit is not None and job.failures >= limit:
             self.pause("schedule", str(job.handle))
 
@@ -563,6 +810,8 @@ class Model:
         if job.scope is not None:
             job.scope = None  # the key is free again (the window aside)
         keep = self.keep_completed if status == "completed" else self.keep_failed
+        if job.slots is not None and job.slots.key is not None:
+            keep = None  # a declared schedule cancelled is kept, not brought back (cron.rst)
         delete_at = None if keep is None else now + timedelta(seconds=keep)
         # Issue 32 item 5: the retention never ends a throttle window early.
         if delete_at is not None and job.window_until is not None:
@@ -645,11 +894,13 @@ class Model:
             job.run_at = now + timedelta(seconds=delay)
 
     def purge(self, statuses: frozenset[str], now: datetime) -> int:
-        """App.purge: delete finished jobs of these statuses (finished by now)."""
+        """App.purge: delete finished jobs of these statuses (finished by now); never a
+        declared schedule (operations.rst: a cancelled one is the tombstone)."""
         gone = [
             h
             for h, j in self.jobs.items()
             if j.status in statuses and j.finished_at is not None and j.finished_at <= now
+            if j.slots is None or j.slots.key is None
         ]
         for handle in gone:
             del self.jobs[handle]
@@ -717,18 +968,22 @@ def _next_after(job: MJob, slot: datetime) -> datetime:
     return slot + timedelta(seconds=job.every)
 
 
-def _latest(job: MJob, anchor: datetime, now: datetime) -> datetime:
-    """A repeating job's latest slot from ``anchor`` (its slot, a slot itself) up to
-    ``now``: ``anchor`` when none after it is due."""
+def _slots_between(job: MJob, start: datetime, end: datetime) -> list[datetime]:
+    """A repeating job's slots from ``start`` to ``end``, both included: an
+    interval's are its slot plus whole multiples of it; a cron rule's, the multiples
+    of its period."""
     assert job.every is not None
     step = timedelta(seconds=job.every)
-    if now <= anchor:
-        return anchor
     if job.aligned:
-        latest = _aligned(now, job.every)
-        latest = latest if latest == now else latest - step
-        return max(latest, anchor)
-    return anchor + step * ((now - anchor) // step)
+        slot = _aligned(start, job.every)
+    else:
+        reference = job.scheduled_for or job.run_at
+        slot = reference - step * ((reference - start) // step)
+    out = []
+    while slot <= end:
+        out.append(slot)
+        slot += step
+    return out
 
 
 def _aligned(when: datetime, period: float) -> datetime:

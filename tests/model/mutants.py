@@ -114,6 +114,80 @@ MUTANTS = [
         '            doc["priority"], aware(doc["run_at"]), None, None, now',
         server=True,
     ),
+    # The slot options (issue 33): jitter, overlap and misfire policies, backfill.
+    Mutant(
+        "jitter-early",
+        "S1",
+        "a slot whose jittered start has not come runs early; the one before is missed",
+        "mongosched/_core/runs.py",
+        "        return (s for s in rule.slots_back(anchor, now) if s == anchor or start(s) <= now)",
+        "        return rule.slots_back(anchor, now)",
+    ),
+    Mutant(
+        "lane-failures",
+        "S2",
+        "a backfill lane's last run forgets the failures in a row before it",
+        "mongosched/_core/outcome.py",
+        "        return Decision(event, evolved(ended, last_run=last_run), error)",
+        "        return Decision(event, evolved(ended, last_run=evolved(last_run, failures=0)),"
+        " error)",
+    ),
+    Mutant(
+        "buffer-one-skips",
+        "overlap",
+        "overlap='buffer_one' skips the slots that came due during a run",
+        "mongosched/_core/outcome.py",
+        '        if runs.overlap == "buffer_one":',
+        "        if False:",
+    ),
+    Mutant(
+        "jitter-overlap",
+        "overlap",
+        "the overlap rule takes a slot as due at its nominal time, not its jittered start",
+        "mongosched/_core/outcome.py",
+        "        return runs.start(jitter_key(job), slot)",
+        "        return slot",
+    ),
+    Mutant(
+        "allow-runs-inline",
+        "overlap",
+        "overlap='allow' runs the slot in the schedule itself",
+        "mongosched/runner/slots.py",
+        "        if Runs.from_document(claim.record.repeat or {}).spawns:",
+        "        if False:",
+    ),
+    Mutant(
+        "cancel-running-nothing",
+        "overlap",
+        "overlap='cancel_running' cancels no earlier run",
+        "mongosched/runner/slots.py",
+        '        if Runs.from_document(record.repeat or {}).overlap == "cancel_running":',
+        "        if False:",
+    ),
+    Mutant(
+        "misfire-all-coalesces",
+        "misfire",
+        "misfire='all' runs the latest missed slot only",
+        "mongosched/_core/runs.py",
+        '    if misfire.policy == "all":',
+        "    if False:",
+    ),
+    Mutant(
+        "skip-no-grace",
+        "misfire",
+        "misfire='skip' without a grace runs any late slot",
+        "mongosched/schedule.py",
+        '        return SKIP_GRACE if self.policy == "skip" else None',
+        "        return None",
+    ),
+    Mutant(
+        "backfill-doubles",
+        "backfill",
+        "a backfill of a range that lanes still run doubles them",
+        "mongosched/operations/triggers.py",
+        "    running = [lane for lane in unfinished if spawn.is_lane_of(lane, schedule)]",
+        "    running: list[JobRecord] = []",
+    ),
 ]
 
 GROUPS = {
@@ -226,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
                 verdict = "survived" if passed else "killed"
                 rows.append((mutant, verdict, took))
                 print(
-                    f"\n== {mutant.name} (issue 32 item {mutant.item}): {mutant.what}: "
+                    f"\n== {mutant.name} (item {mutant.item}): {mutant.what}: "
                     f"{verdict} in {took:.0f} s",
                     flush=True,
                 )

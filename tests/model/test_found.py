@@ -261,3 +261,29 @@ def test_m2_a_job_back_from_a_run_whose_key_was_taken_holds_none(
         state.schedule(n=2, o=keyed, task="t.every", tenant="a")  # replaces the key's holder
 
     replay("M2", steps)
+
+
+@found("S1", "a slot whose jittered start has not come runs early; the one before is missed")
+def test_s1_a_slot_not_started_yet_is_not_missed(replay: Callable[[str, Steps], None]) -> None:
+    """s.jitter (every 30 s, jitter 20 s, misfire="skip") waits for 00:00:30; picked
+    up at 00:01, before 00:01's jittered start, the stores ran 00:01 early and
+    counted 00:00:30, still within its grace, missed (cron.rst, "Jitter": each slot
+    starts at its offset; "Missed slots")."""
+
+    def steps(state: Machine) -> None:
+        state.advance(seconds=60)  # 00:01: 00:00:30 is due, 00:01 not yet
+        state.run(limit=1, ok=True, runner="r0")
+
+    replay("S1", steps)
+
+
+@found("S2", "a backfill lane that ends failed forgets its failed runs in a row")
+def test_s2_a_lane_keeps_its_failures(replay: Callable[[str, Steps], None]) -> None:
+    """A lane of s.jitter (no retries) whose four runs fail ends failed with
+    ``last_run.failures`` 0; cron.rst ("Failures"): how many runs failed in a row."""
+
+    def steps(state: Machine) -> None:
+        state.backfill(at_once=1, back=(150, 60), i=0)  # 23:57:30 to 23:59, one lane
+        state.run(limit=4, ok=False, ending="error", runner="r0")
+
+    replay("S2", steps)
