@@ -27,7 +27,7 @@ import pytest
 from mongosched import App
 from mongosched._core.records import JobStatus
 from mongosched.app import reconfigure
-from mongosched.errors import ConfigurationError
+from mongosched.errors import ConfigurationError, StoreUnavailable
 from mongosched.runner.runner import Runner
 from mongosched.store import DueHint, Store
 from tests.contract.helpers import T0, add, job, sec
@@ -168,6 +168,21 @@ def _restart_once_the_watch_failed(
     shared_db.server.start()
 
 
+def _schedule_once_answered(app: App) -> None:
+    """Schedule a job of ``t`` once the restarted server answers ``app``: the old
+    connections in its pool fail first, and on a loaded machine the server's monitor may
+    not have found it again within the app's half-second server selection."""
+
+    def scheduled() -> bool:
+        try:
+            app.get_task("t").schedule()
+        except StoreUnavailable:
+            return False
+        return True
+
+    wait_for(scheduled, 15, message="the restarted server to answer")
+
+
 @contextmanager
 def _watching_runner(shared_db: SharedDatabase) -> Iterator[Running]:
     """A runner on SecantusDB, watching, whose stream's resume token is an event's: one
@@ -189,7 +204,7 @@ def test_a_runner_is_woken_again_after_the_server_restarts(
 ) -> None:
     with _watching_runner(shared_db) as r:
         _restart_once_the_watch_failed(shared_db, caplog)
-        r.other.get_task("t").schedule()
+        _schedule_once_answered(r.other)
         assert r.ran.wait(PROMPT), f"health {r.runner.health()}"
 
 
@@ -201,7 +216,7 @@ def test_a_runner_backing_off_after_a_database_error_is_woken_by_its_stream(
         r.runner.wake()  # a claim while the server is down: a database error, a backoff
         wait_for(lambda: "retrying in" in caplog.text, 15, message="the dispatcher to back off")
         shared_db.server.start()
-        r.other.get_task("t").schedule()
+        _schedule_once_answered(r.other)
         assert r.ran.wait(PROMPT), f"health {r.runner.health()}"
 
 
