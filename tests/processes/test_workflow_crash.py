@@ -120,9 +120,10 @@ def test_randomized_kills_over_a_thousand_workflows_lose_and_double_nothing(
 ) -> None:
     """``WORKFLOW_SOAK`` (1,000) workflows of ten steps, the odd ones transactional,
     with two durable sleeps, run by four workers in processes killed with SIGKILL at
-    random times (1 to 4 s after their runner started) until one finishes: every workflow completes with an
-    uninterrupted run's result, every step ran, a transactional step's write exists
-    once, and only the steps in flight at a kill ran again."""
+    random times (1 to 4 s after they began a workflow) until one finishes: every
+    workflow completes with an uninterrupted run's result, every step ran, a
+    transactional step's write exists once, and only the steps in flight at a kill ran
+    again."""
     count, workers = int(os.environ.get("WORKFLOW_SOAK", "1000")), 4
     uri = shared_db.uri(serverSelectionTimeoutMS=5000)
     command = [sys.executable, "-m", "tests.support.workflow_crash_app", uri, str(tmp_path)]
@@ -134,7 +135,7 @@ def test_randomized_kills_over_a_thousand_workflows_lose_and_double_nothing(
             with stderr.open("wb") as sink:
                 child = subprocess.Popen(command, cwd=ROOT, stderr=sink)
             started = tmp_path / f"started-{child.pid}"
-            # From its runner's start: a loaded machine takes seconds to import.
+            # From its first workflow: a loaded machine takes seconds to get there.
             while not started.exists() and child.poll() is None:
                 time.sleep(0.05)
             try:
