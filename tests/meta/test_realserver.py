@@ -195,7 +195,9 @@ def test_pinned_a_transaction_past_its_lifetime_is_aborted_only_when_another_com
     session = client.start_session()
     session.start_transaction()
     db.jobs.update_one({"_id": 1}, {"$set": {"by": "dead"}}, session=session)
-    time.sleep(63)  # past its lifetime; no transaction in between
+    # Past its lifetime; no transaction in between (the lifetime cannot be shortened:
+    # see the next test).
+    time.sleep(63)
     other = real_server.client(socketTimeoutMS=3000)
     try:
         with pytest.raises(NetworkTimeout):
@@ -205,6 +207,15 @@ def test_pinned_a_transaction_past_its_lifetime_is_aborted_only_when_another_com
     finally:
         other.close()
         session.end_session()
+
+
+def test_pinned_the_transaction_lifetime_cannot_be_set(client: Any) -> None:
+    """``setParameter`` refuses ``transactionLifetimeLimitSeconds`` as unrecognized
+    (code 72), where MongoDB sets it: the test above waits the default 60 s. When this
+    fails, the server takes it, and that test can set a lifetime of a few seconds."""
+    with pytest.raises(OperationFailure) as refused:
+        client.admin.command("setParameter", 1, transactionLifetimeLimitSeconds=5)
+    assert refused.value.code == 72
 
 
 def test_pinned_a_resume_token_given_after_a_command_is_refused(db: Any) -> None:

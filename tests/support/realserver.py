@@ -35,7 +35,10 @@ the test support works around it (never the library):
   the journal). The test servers run with ``--sync-on-commit`` (each commit is in the
   journal before the reply), so a crash loses only what was never acknowledged;
 * its query planner chooses a collection scan for the claim's ``findAndModify`` where
-  MongoDB's uses the claim index: the query plan tests run on a real MongoDB only;
+  MongoDB's uses the claim index: the query plan tests run on a real MongoDB only. A
+  ``hint`` naming the claim index does not help: this server then reads every entry of
+  the index (each status, each due time) and decodes its document, slower than its
+  scan (docs/performance.rst), so the library sends none;
 * it aborts a transaction idle past its lifetime (60 s, as MongoDB's
   ``transactionLifetimeLimitSeconds``) only when a transaction's statement reaches it,
   where MongoDB sweeps them in the background: a killed client's open transaction
