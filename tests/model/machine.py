@@ -31,6 +31,7 @@ from mongosched.runner.claim import Claim
 from mongosched.runner.runner import Runner
 from mongosched.testing import FakeClock
 from tests.model.model import CRON, CRON_PERIOD, ENDINGS, FINAL, Model, Options, Refused, TaskSpec
+from tests.support.keys import held_keys
 
 __all__ = ["Machine", "Options", "SERVER"]
 
@@ -757,11 +758,10 @@ class Machine(RuleBasedStateMachine):
             self._invariants(side, jobs)
 
     def _invariants(self, side: Side, jobs: dict[Any, Any]) -> None:
-        """No two live holders; one job per dedupe key and scope; a paused job has a
-        pause behind it (its label's)."""
+        """No two live holders; one job per dedupe key and scope, as the store records
+        its keys, and the job the model says; a paused job has a pause behind it (its
+        label's)."""
         paused = {(p.kind, p.name) for p in side.app.pauses()}
-        keys: Counter[Any] = Counter()
-        now = self.clock()
         for job in jobs.values():
             if job.status.value == "paused" and job.repeat is not None:
                 assert ("schedule", str(job.id)) in paused, (
@@ -776,9 +776,15 @@ class Machine(RuleBasedStateMachine):
             if job.status.value == "running":
                 lease = job.lease
                 assert lease is not None
-            held = self.model.jobs[side.handle_of(job.id)]
-            if job.dedupe_key is not None and job.status.value in ("pending", "paused"):
-                if held.scope is not None:  # one back from a run whose key was taken has none
-                    keys[(job.task, job.dedupe_key, held.made_scope)] += 1
-        assert all(n <= 1 for n in keys.values()), f"{side.name}: a key held twice: {keys}"
-        del now
+        records = held_keys(side.app.store)  # the store's own record of its keys
+        counts = Counter((task, key, scope) for task, key, scope, _ in records)
+        twice = {k: n for k, n in counts.items() if n > 1}
+        assert not twice, f"{side.name}: keys held twice: {twice}"
+        holders = {
+            (task, key, scope): side.handle_of(i) if i in side.ids.values() else f"unknown {i}"
+            for task, key, scope, i in records
+        }
+        expected = self.model.holders()
+        assert holders == expected, (
+            f"{side.name}: the keys' holders (store, model): {holders}, {expected}"
+        )

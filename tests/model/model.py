@@ -936,15 +936,21 @@ class Model:
         self.views[runner] = None
 
     # Invariants --------------------------------------------------------------------------
-    def check(self) -> None:
-        """What must hold of the model itself after every step."""
+    def holders(self) -> dict[tuple[str, str, str], int]:
+        """Who holds each dedupe key held now: ``(task, key, scope)``: its handle."""
         held: dict[tuple[str, str, str], int] = {}
         for job in self.jobs.values():
-            assert job.status != "running" or job.holder is not None
             if job.scope is not None and job.dedupe_key is not None and _holds(job):
                 key = (job.task, job.dedupe_key, job.scope)
                 assert key not in held, f"two jobs hold {key}"
                 held[key] = job.handle
+        return held
+
+    def check(self) -> None:
+        """What must hold of the model itself after every step."""
+        for job in self.jobs.values():
+            assert job.status != "running" or job.holder is not None
+        self.holders()
 
 
 def _holds(job: MJob) -> bool:
