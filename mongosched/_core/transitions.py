@@ -253,20 +253,23 @@ REPLACED = (
     "trace",
 )
 """What a debounce takes from the later call: every field that describes the job
-rather than its place (its id, queue, dedupe key, creation time and rank stay), named
-alike in a record and a stored document."""
+rather than its place (its id, queue, dedupe key, creation time and fair start stay;
+its rank follows its priority as an edit's does, :func:`~mongosched._core.ranks.edited_rank`),
+named alike in a record and a stored document."""
 
 
 def replaced(job: JobRecord, later: JobRecord) -> JobRecord:
     """Debounce (``dedupe="replace"``): a waiting job takes the fields of a ``later``
-    call with its dedupe key that :data:`REPLACED` names. A job held by its label's
-    pause (``paused``, not repeating) that takes another label is released: the
-    hold was the old label's, and a runner holds it again when it claims it if the
-    new label is paused too."""
+    call with its dedupe key that :data:`REPLACED` names, and is ranked again for
+    its new priority as an edit ranks it. A job held by its label's pause
+    (``paused``, not repeating) that takes another label is released: the hold was
+    the old label's, and a runner holds it again when it claims it if the new label
+    is paused too."""
     values: dict[str, Any] = {name: getattr(later, name) for name in REPLACED}
     if releases_hold(job.status, job.repeat is not None, job.label, later.label):
         values["status"] = JobStatus.PENDING
     values.update(
+        rank=ranks.edited_rank(job.rank, job.fair_at, later.priority, job.aging),
         args=tuple(later.args),
         kwargs=dict(later.kwargs),
         run_at=ms(later.run_at),

@@ -307,3 +307,15 @@ def test_a_priority_edit_of_a_fair_job_counts_among_its_task_s_jobs(store: Store
     assert store.update_pending(b, PendingChanges(priority=1), T0) is not None
     assert store.update_pending(a, PendingChanges(priority=9), T0) is not None
     assert [claim_fair(store, LATER).fair_key for _ in range(2)] == ["B", "A"]
+
+
+def test_a_debounce_that_changes_a_fair_job_s_priority_counts_among_its_task_s_jobs(
+    store: Store,
+) -> None:
+    """As a priority edit (above): a debounce (``dedupe="replace"``) that gives a
+    placed fair job another priority ranks it from its start and the new priority."""
+    debounced = dict(dedupe_key="k", dedupe_scope="pending", dedupe_replace=True)
+    a, _ = add(store, job("fair", fair_key="A", **debounced), job("fair", fair_key="B"))
+    ((held, created),) = store.insert([job("fair", fair_key="A", priority=9, **debounced)])
+    assert (held.id, held.priority, created) == (a.id, 9, False)
+    assert [claim_fair(store, LATER).fair_key for _ in range(2)] == ["B", "A"]

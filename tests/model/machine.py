@@ -390,18 +390,27 @@ class Machine(RuleBasedStateMachine):
         delay=DELAYS,
         expires=st.sampled_from([None, 60.0, 200.0]),
         label=st.sampled_from([None, "L"]),
+        priority=st.sampled_from([None, 1.0, 9.0]),
     )
     def schedule_again(
-        self, i: int, n: int, delay: float, expires: float | None, label: str | None
+        self,
+        i: int,
+        n: int,
+        delay: float,
+        expires: float | None,
+        label: str | None,
+        priority: float | None = None,
     ) -> None:
         """An earlier call made again (its task, tenant, dedupe key and the rest), with
-        other arguments, delay, expiry and label: where options meet (a debounce of a
-        job held, delayed or expiring; a window's second call) without waiting for two
-        independent draws to agree."""
+        other arguments, delay, expiry, label and priority: where options meet (a
+        debounce of a job held, delayed, expiring or ranked; a window's second call)
+        without waiting for two independent draws to agree."""
         if not self.calls:
             return
         task, tenant, _, o = self.calls[i % len(self.calls)]
-        self.schedule(task, tenant, n, replace(o, delay=delay, expires=expires, label=label))
+        priority = o.priority if priority is None else priority
+        again = replace(o, delay=delay, expires=expires, label=label, priority=priority)
+        self.schedule(task, tenant, n, again)
 
     @rule(calls=st.lists(CALL, min_size=2, max_size=3))
     def schedule_bulk(self, calls: list[Call]) -> None:

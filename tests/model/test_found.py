@@ -287,3 +287,21 @@ def test_s2_a_lane_keeps_its_failures(replay: Callable[[str, Steps], None]) -> N
         state.run(limit=4, ok=False, ending="error", runner="r0")
 
     replay("S2", steps)
+
+
+def test_n10_a_debounce_that_changes_a_fair_job_s_priority(
+    replay: Callable[[str, Steps], None],
+) -> None:
+    """As N9, by a debounce: ``dedupe="replace"`` gave a placed fair job its new
+    priority but left its rank (made from the old one), so its task's claims took the
+    jobs in the old order."""
+
+    def steps(state: Machine) -> None:
+        keyed = Options(dedupe_key="k1", replace=True)
+        state.schedule(n=0, o=keyed, task="t.fair", tenant="a")
+        state.advance(seconds=1)
+        state.schedule(n=0, o=PLAIN, task="t.fair", tenant="b")
+        state.schedule_again(i=0, n=1, delay=0.0, expires=None, label=None, priority=9.0)
+        state.run(limit=2, ok=True, runner="r0")
+
+    replay("N10", steps)

@@ -15,6 +15,7 @@ from typing import Any
 import bson
 from bson.raw_bson import RawBSONDocument
 
+from mongosched._core import ranks
 from mongosched._core.records import (
     ATTEMPTS_KEPT,
     ERRORS_KEPT,
@@ -124,10 +125,17 @@ def replacement(doc: Mapping[str, Any], holder: Mapping[str, Any]) -> dict[str, 
     """The update a debounce makes to ``holder``, the waiting job holding ``doc``'s
     dedupe key: the fields of ``doc`` that
     :data:`~mongosched._core.transitions.REPLACED` names, set, and those ``doc`` has
-    not, unset; a label's hold released with the label
-    (:func:`~mongosched._core.transitions.releases_hold`)."""
+    not, unset; a placed fair job ranked for its new priority
+    (:func:`~mongosched._core.ranks.edited_rank`); a label's hold released with the
+    label (:func:`~mongosched._core.transitions.releases_hold`)."""
     fields = REPLACED
     update: dict[str, Any] = {"$set": revised({k: doc[k] for k in fields if k in doc})}
+    if "rank" in holder:
+        rank = ranks.edited_rank(
+            holder["rank"], holder.get("fair_at"), doc["priority"], holder.get("aging")
+        )
+        if rank != holder["rank"]:
+            update["$set"]["rank"] = rank
     status = JobStatus(holder["status"])
     if releases_hold(status, "repeat" in holder, holder.get("label"), doc.get("label")):
         update["$set"]["status"] = JobStatus.PENDING.value
