@@ -82,16 +82,24 @@ def since_of(job_rank: float, priority: float, aging: float | None) -> float:
 
 
 def edited_rank(
-    job_rank: float | None, fair_at: float | None, priority: float, aging: float | None
+    job_rank: float | None,
+    fair_at: float | None,
+    priority: float,
+    aging: float | None,
+    run_at: datetime,
 ) -> float | None:
-    """The rank of a ranked job once an edit set its priority to ``priority``. A placed
-    fair job that does not age is ranked from its fair start again, so that priority
-    still decides first among its task's jobs (its start, and every other job, stay).
-    Any other keeps its rank: an aging job's is fixed when it is scheduled, and an
-    unplaced job takes its rank, from its priority then, when it is placed."""
-    if job_rank is None or fair_at is None or aging is not None:
-        return job_rank
-    return rank(fair_at, priority, None)
+    """The rank of a ranked job once an edit (or a debounce) set its priority to
+    ``priority`` and its due time to ``run_at``. A placed fair job that does not age
+    is ranked from its fair start again, so that priority still decides first among
+    its task's jobs (its start, and every other job, stay). An unplaced fair job
+    waits for its new due time (:func:`unplaced`), and takes its rank, from its
+    priority then, when it is placed. An aging job keeps its rank: it is fixed when
+    the job is scheduled."""
+    if job_rank is None:
+        return None
+    if fair_at is None:
+        return unplaced(millis(run_at)) if job_rank >= UNPLACED else job_rank
+    return job_rank if aging is not None else rank(fair_at, priority, None)
 
 
 def effective_priority(

@@ -220,12 +220,13 @@ def edited(job: JobRecord, changes: PendingChanges, now: datetime) -> JobRecord:
     """A pending job edited (``None``: unchanged)."""
     c = changes
     priority = job.priority if c.priority is None else c.priority
+    run_at = job.run_at if c.run_at is None else ms(c.run_at)
     return evolved(
         job,
         priority=priority,
-        rank=ranks.edited_rank(job.rank, job.fair_at, priority, job.aging),
+        rank=ranks.edited_rank(job.rank, job.fair_at, priority, job.aging, run_at),
         queue=job.queue if c.queue is None else c.queue,
-        run_at=job.run_at if c.run_at is None else ms(c.run_at),
+        run_at=run_at,
         args=job.args if c.args is None else tuple(c.args),
         kwargs=job.kwargs if c.kwargs is None else dict(c.kwargs),
         updated_at=ms(now),
@@ -254,14 +255,15 @@ REPLACED = (
 )
 """What a debounce takes from the later call: every field that describes the job
 rather than its place (its id, queue, dedupe key, creation time and fair start stay;
-its rank follows its priority as an edit's does, :func:`~mongosched._core.ranks.edited_rank`),
-named alike in a record and a stored document."""
+its rank follows its priority and due time as an edit's does,
+:func:`~mongosched._core.ranks.edited_rank`), named alike in a record and a stored
+document."""
 
 
 def replaced(job: JobRecord, later: JobRecord) -> JobRecord:
     """Debounce (``dedupe="replace"``): a waiting job takes the fields of a ``later``
     call with its dedupe key that :data:`REPLACED` names, and is ranked again for
-    its new priority as an edit ranks it. A job held by its label's pause
+    its new priority and due time as an edit ranks it. A job held by its label's pause
     (``paused``, not repeating) that takes another label is released: the hold was
     the old label's, and a runner holds it again when it claims it if the new label
     is paused too."""
@@ -269,7 +271,7 @@ def replaced(job: JobRecord, later: JobRecord) -> JobRecord:
     if releases_hold(job.status, job.repeat is not None, job.label, later.label):
         values["status"] = JobStatus.PENDING
     values.update(
-        rank=ranks.edited_rank(job.rank, job.fair_at, later.priority, job.aging),
+        rank=ranks.edited_rank(job.rank, job.fair_at, later.priority, job.aging, later.run_at),
         args=tuple(later.args),
         kwargs=dict(later.kwargs),
         run_at=ms(later.run_at),

@@ -319,3 +319,23 @@ def test_a_debounce_that_changes_a_fair_job_s_priority_counts_among_its_task_s_j
     ((held, created),) = store.insert([job("fair", fair_key="A", priority=9, **debounced)])
     assert (held.id, held.priority, created) == (a.id, 9, False)
     assert [claim_fair(store, LATER).fair_key for _ in range(2)] == ["B", "A"]
+
+
+def test_an_unplaced_job_moved_earlier_takes_its_start_at_its_new_due_time(
+    store: Store,
+) -> None:
+    """An edit, or a debounce, that makes an unplaced fair job due sooner: it takes
+    its start when due then (it kept the old due time's unplaced rank, and came after
+    the backlog till that time passed)."""
+    debounced = dict(dedupe_key="k", dedupe_scope="pending", dedupe_replace=True)
+    add(store, *[job("fair", fair_key="A") for _ in range(5)])
+    c, d = add(
+        store,
+        job("fair", at=T0 + sec(90), fair_key="C"),
+        job("fair", at=T0 + sec(90), fair_key="D", **debounced),
+    )
+    assert store.update_pending(c, PendingChanges(run_at=T0 + sec(5)), T0) is not None
+    ((held, created),) = store.insert([job("fair", at=T0 + sec(5), fair_key="D", **debounced)])
+    assert (held.id, created) == (d.id, False)
+    order = [claim_fair(store, T0 + sec(10)).fair_key for _ in range(5)]
+    assert {"C", "D"} <= set(order), order

@@ -305,3 +305,22 @@ def test_n10_a_debounce_that_changes_a_fair_job_s_priority(
         state.run(limit=2, ok=True, runner="r0")
 
     replay("N10", steps)
+
+
+def test_n11_a_debounce_that_makes_an_unplaced_fair_job_due_sooner(
+    replay: Callable[[str, Steps], None],
+) -> None:
+    """Found with N10: a fair job due later has no start yet; a debounce (or an edit)
+    that made it due now left its rank at the old due time, so it was not placed when
+    due and came after its task's backlog."""
+
+    def steps(state: Machine) -> None:
+        state.schedule(n=0, o=PLAIN, task="t.fair", tenant="a")
+        state.schedule(n=1, o=PLAIN, task="t.fair", tenant="a")
+        state.schedule(
+            n=0, o=Options(delay=90.0, dedupe_key="k1", replace=True), task="t.fair", tenant="c"
+        )
+        state.schedule_again(i=2, n=1, delay=0.0, expires=None, label=None, priority=None)
+        state.run(limit=3, ok=True, runner="r0")
+
+    replay("N11", steps)

@@ -202,9 +202,12 @@ class MongoJobs:
         in that key's scope (claimed meanwhile: the key is free for ``doc``)."""
         name = DEDUPE_FIELDS["pending"]
         update = replacement(doc, holder)
-        # As read: the update's status (a label's hold released or kept) goes by it.
+        # As read: the update's status (a label's hold released or kept) and its rank
+        # (a placement since gives it another) go by it.
         query = {"_id": holder["_id"], "status": holder["status"], name: doc.get(name)}
         query["label"] = holder.get("label")
+        if "rank" in update["$set"]:
+            query["rank"] = holder["rank"]
         return self.connection.modify("insert", query, update)
 
     def _window_holder(self, doc: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -354,10 +357,13 @@ class MongoJobs:
             codec.encode_payload(job.task, args, kwargs)
             fields.update(args=list(args), kwargs=dict(kwargs))
         query: dict[str, Any] = {"_id": job.id, "status": PENDING}
-        if changes.priority is not None and job.rank is not None:
-            # A ranked job: its rank follows the new priority (see ranks.edited_rank),
-            # fenced on the rank as read (a placement since gives it a new one).
-            fields["rank"] = ranks.edited_rank(job.rank, job.fair_at, changes.priority, job.aging)
+        if (changes.priority is not None or changes.run_at is not None) and job.rank is not None:
+            # A ranked job: its rank follows the new priority and due time (see
+            # ranks.edited_rank), fenced on the rank as read (a placement since gives
+            # it a new one).
+            priority = job.priority if changes.priority is None else changes.priority
+            run_at = job.run_at if changes.run_at is None else changes.run_at
+            fields["rank"] = ranks.edited_rank(job.rank, job.fair_at, priority, job.aging, run_at)
             query["rank"] = job.rank
         update = {"$set": revised(fields)}
         doc = self.connection.modify("update", query, update)

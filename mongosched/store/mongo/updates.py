@@ -36,6 +36,7 @@ from mongosched.store.mongo.documents import (
     RUNNING,
     attempt_document,
     attempt_error_document,
+    aware,
     error_document,
     last_run_document,
     logs_document,
@@ -125,14 +126,18 @@ def replacement(doc: Mapping[str, Any], holder: Mapping[str, Any]) -> dict[str, 
     """The update a debounce makes to ``holder``, the waiting job holding ``doc``'s
     dedupe key: the fields of ``doc`` that
     :data:`~mongosched._core.transitions.REPLACED` names, set, and those ``doc`` has
-    not, unset; a placed fair job ranked for its new priority
+    not, unset; a fair job ranked for its new priority and due time
     (:func:`~mongosched._core.ranks.edited_rank`); a label's hold released with the
     label (:func:`~mongosched._core.transitions.releases_hold`)."""
     fields = REPLACED
     update: dict[str, Any] = {"$set": revised({k: doc[k] for k in fields if k in doc})}
     if "rank" in holder:
         rank = ranks.edited_rank(
-            holder["rank"], holder.get("fair_at"), doc["priority"], holder.get("aging")
+            holder["rank"],
+            holder.get("fair_at"),
+            doc["priority"],
+            holder.get("aging"),
+            aware(doc["run_at"]),
         )
         if rank != holder["rank"]:
             update["$set"]["rank"] = rank
