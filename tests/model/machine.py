@@ -102,6 +102,9 @@ makes, by its task and slot), and how long a run takes on the clock (None: no ti
 RAN: list[Any] = []  # ids of the jobs run, in order (both sides, one at a time)
 
 SIDES: Counter[str] = Counter()  # the sides the machines made (a test checks both ran)
+TOTALS: Counter[str] = Counter()
+"""What every machine since the soak cleared it did: examples, checks (one after each
+step), and the counts of ``Machine.stats``; the soak prints them."""
 
 
 def body(tenant: str, n: int) -> int:
@@ -287,6 +290,7 @@ class Machine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self._quiet.setLevel(self._level)
+        TOTALS.update(self.stats, examples=1)
         for side in self.sides:
             side.app.close()
             if side.drop is not None:
@@ -448,7 +452,7 @@ class Machine(RuleBasedStateMachine):
             else:
                 assert handles is not None, f"{side.name}: a refused schedule committed"
                 self._made(side, handles, jobs)
-        self.stats["transaction"] += 1
+        self.stats["transaction" if commit else "aborted"] += 1
 
     def _schedule_handle(self, i: int) -> int | None:
         """The ``i``-th repeating job (modulo their number), or None: there is none."""
@@ -612,6 +616,7 @@ class Machine(RuleBasedStateMachine):
             r = side.runner(runner)
             r.reap()
             r.sweep()
+        self.stats["reaps"] += 1
 
     @rule(runner=st.sampled_from(RUNNERS))
     def restart(self, runner: str) -> None:
@@ -716,6 +721,7 @@ class Machine(RuleBasedStateMachine):
     # Checks --------------------------------------------------------------------------------
     @invariant()
     def stores_equal_the_model(self) -> None:
+        self.stats["checks"] += 1
         self.model.check()
         expected = self.model.jobs
         for side in self.sides:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -75,9 +76,16 @@ def test_both_stores_follow_the_model_soak(server_uri: Any) -> None:
     print(f"\nmodel soak: seed {seed} (MONGOSCHED_MODEL_SEED={seed} replays it)", flush=True)
     forced = hypothesis.core.global_force_seed
     hypothesis.core.global_force_seed = seed  # what pytest's --hypothesis-seed sets
+    machine.TOTALS.clear()
+    started = time.monotonic()
     try:
         run_state_machine_as_test(
             machine.Machine, settings=budget(SOAK_EXAMPLES, derandomize=False)
         )
     finally:
         hypothesis.core.global_force_seed = forced
+        print(
+            f"model soak: seed {seed}, {time.monotonic() - started:.0f} s, "
+            f"{', '.join(f'{k} {n}' for k, n in sorted(machine.TOTALS.items()))}",
+            flush=True,
+        )
