@@ -3,7 +3,8 @@
 every step (see tests/model/machine.py).
 
 ``make test`` runs a bounded number of examples, derandomized (the same sequences at
-every run, no example database). ``make soak`` runs thousands from a seed it prints:
+every run, no example database). ``make soak`` runs 500 random examples of up to 30
+steps (about 15,000 steps, each one checked) from a seed it prints:
 ``MONGOSCHED_MODEL_SEED=N make soak PYTEST_ARGS="tests/model -k soak"`` replays it
 (``MONGOSCHED_MODEL_SOAK_EXAMPLES`` sets how many examples).
 """
