@@ -324,3 +324,21 @@ def test_n11_a_debounce_that_makes_an_unplaced_fair_job_due_sooner(
         state.run(limit=3, ok=True, runner="r0")
 
     replay("N11", steps)
+
+
+def test_cancel_running_requests_the_cancel_of_the_earlier_run(
+    replay: Callable[[str, Steps], None],
+) -> None:
+    """The sequence random generation did not reach for the ``cancel-running-nothing``
+    mutant (tests/model/mutants.py): a t.cancel slot's own run is held by a runner that
+    died, the next slot comes due, and its claim (overlap="cancel_running") must ask
+    the earlier run to cancel (cron.rst, "Overlapping runs")."""
+
+    def steps(state: Machine) -> None:
+        state.schedule(n=0, o=PLAIN, task="t.cancel", tenant="a")
+        state.run(limit=1, ok=True, runner="r0")  # the schedule spawns its slot's run
+        state.die(runner="r1", count=1)  # which a runner claims, and dies holding
+        state.advance(seconds=150)  # the next slot
+        state.run(limit=1, ok=True, runner="r0")  # spawns again: cancels the first
+
+    replay("cancel_running", steps)
