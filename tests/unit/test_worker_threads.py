@@ -4,12 +4,12 @@ workers rely on when they hand claims and places to each other."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from mongosched.runner.inflight import Places
 from mongosched.runner.pool import WorkerPool
+from tests.support.waiting import wait_for
 
 
 def test_calls_queued_before_the_shutdown_run_and_later_ones_are_refused() -> None:
@@ -24,9 +24,7 @@ def test_calls_queued_before_the_shutdown_run_and_later_ones_are_refused() -> No
     with pytest.raises(RuntimeError):
         pool.submit(ran.append, 99)
     gate.set()
-    deadline = time.monotonic() + 5
-    while len(ran) < 5 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: len(ran) == 5, 5, message="the calls queued before the shutdown")
     assert sorted(ran) == [0, 1, 2, 3, 4]
     threads = [t for t in threading.enumerate() if t.name.startswith("test-worker")]
     for thread in threads:
@@ -54,10 +52,11 @@ def test_the_taker_waits_for_every_place_it_asks_and_is_woken_once() -> None:
     taken: list[int] = []
     waiter = threading.Thread(target=lambda: taken.append(places.take(3, 5)))
     waiter.start()
+    wait_for(lambda: places._want == 3, 5, message="the taker to wait")
     places.release()
     places.release()
-    time.sleep(0.05)
-    assert taken == [], "woken before all the places it asked for were free"
+    waiter.join(0.05)  # it waits on: two of the three are free
+    assert waiter.is_alive() and taken == [], "it took places before all three were free"
     places.release()
     waiter.join(5)
     assert taken == [3]

@@ -179,12 +179,12 @@ class _Claiming:
         self.lease_duration = lease_duration
         self.ids = [doc["_id"] for doc in docs]
         self.tokens = {job_id: codec.new_token() for job_id in self.ids}
-        self.updates = {
-            job_id: claim_update(owner, token, now, lease_duration)
-            for job_id, token in self.tokens.items()
-        }
         self.statements = [
-            {"q": {**query, **claim_fence(doc)}, "u": self.updates[doc["_id"]]} for doc in docs
+            {
+                "q": {**query, **claim_fence(doc)},
+                "u": claim_update(owner, self.tokens[doc["_id"]], now, lease_duration),
+            }
+            for doc in docs
         ]
 
     def finish(self, leases: MongoLeases, read: dict[Any, Any] | None) -> list[JobRecord]:
