@@ -38,7 +38,7 @@ import bson  # noqa: E402
 from mongosched import App  # noqa: E402
 from mongosched._core.records import JobStatus, Settlement  # noqa: E402
 from mongosched.store import codec  # noqa: E402
-from mongosched.store.mongo.batches import _Claiming, _Settling  # noqa: E402
+from mongosched.store.mongo.claims import _Claiming, _Settling  # noqa: E402
 from mongosched.store.mongo.documents import to_document  # noqa: E402
 from mongosched.store.mongo.updates import claim_query  # noqa: E402
 
@@ -52,7 +52,7 @@ def main() -> None:
     batch = options.batch
     app = App(f"memory://batchcpu-{uuid.uuid4().hex}")  # a job as the store writes it
     noop = app.task(name="noop", retry=0)(lambda: None)
-    job = to_document(app.store.get(noop.schedule().id))
+    job = to_document(app.store.jobs.get(noop.schedule().id))
     now = job["run_at"]
     reply = bson.encode(
         {

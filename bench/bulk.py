@@ -88,7 +88,7 @@ def fill(app: App, n: int, stand_in: bool) -> None:
     ]
     if isinstance(app.store, MemoryStore):
         errors = [ErrorInfo("ValueError" if i % 2 else "KeyError", "boom") for i in range(n)]
-        app.store.insert(
+        app.store.jobs.insert(
             [replace(r, error=e, finished_at=now) for r, e in zip(records, errors, strict=True)]
         )
         return
@@ -135,7 +135,7 @@ def measure(
         row["commands"] = dict(commands.counts)
         row["largest_write_ids"] = commands.largest_write
     # The loop it replaces: one retry_job per job.
-    app.store.purge([JobStatus.FAILED], app.now() + timedelta(days=1), "bench.flaky")
+    app.store.jobs.purge([JobStatus.FAILED], app.now() + timedelta(days=1), "bench.flaky")
     loop = args.loop_jobs
     fill(app, loop, stand_in)
     ids = [j.id for j in app.get_jobs(task="bench.flaky", status="failed", limit=0)]

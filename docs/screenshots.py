@@ -135,11 +135,11 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
         ("worker-2.prod:877:runner", ["emails.send", "exports.build"]),
     ):
         for _ in range(2):
-            claimed = app.store.claim(
+            claimed = app.store.claims.claim(
                 owner=owner, tasks=tasks, queues=None, now=app.now(), lease_duration=30
             )
             if claimed is not None and claimed.lease is not None:
-                app.store.write_progress(
+                app.store.leases.write_progress(
                     claimed.id, claimed.lease.token, 0.6, "rendering page 12 of 20", app.now()
                 )
     # The runners that hold them, as the live registry lists runners (and one that
@@ -162,7 +162,7 @@ def build() -> tuple[App, FakeClock, dict[str, Any]]:
             ("worker-4.prod", 1533, None, 8, 0, 48),
         ]
     ):
-        app.store.save_runner(
+        app.store.admin.save_runner(
             RunnerInfo(
                 id=f"w{i}",
                 name=f"{host}:{pid}:runner",

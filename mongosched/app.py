@@ -217,7 +217,7 @@ class App:
         at first use); None on ``memory://``. Your own writes through it can join the
         app's transactions (``session=tx.session``, ``current_job().session`` in a
         ``transactional=True`` task: see :doc:`/transactions`)."""
-        return self.store.database()
+        return self.store.transactions.database()
 
     def ensure_indexes(self) -> None:
         """Prepare the store for writes now (indexes; otherwise done on the first write)."""

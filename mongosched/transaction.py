@@ -200,7 +200,7 @@ class Transactions:
         :class:`~mongosched.errors.TransactionConflict`; :meth:`with_transaction`
         runs the block again instead. See :doc:`/transactions`."""
         store = self.writable()
-        return Transaction(store, store.begin(), owned=True)
+        return Transaction(store, store.transactions.begin(), owned=True)
 
     def joined(
         self, session: Any, *, on_commit: Callable[[Callable[[], Any]], Any] | None = None
@@ -209,10 +209,12 @@ class Transactions:
         (what ``configure(session=...)`` does with it). ``on_commit``: how the session's
         owner runs a callback after its commit (Django's ``connection.on_commit``), so
         that the events and wake-ups of the jobs follow it. Raises
-        :class:`~mongosched.errors.TransactionError` (see :meth:`Store.join
-        <mongosched.store.Store.join>`)."""
+        :class:`~mongosched.errors.TransactionError` (see
+        :meth:`~mongosched.store.parts.Transactions.join`)."""
         store = self.writable()
-        return Transaction(store, store.join(session), owned=False, on_commit=on_commit)
+        return Transaction(
+            store, store.transactions.join(session), owned=False, on_commit=on_commit
+        )
 
     def add_transaction_integration(self, integration: TransactionIntegration) -> None:
         """Let jobs scheduled without ``session=`` join a framework's own transaction

@@ -149,7 +149,7 @@ def check_connection(app: App, timeout: float) -> None:
     try:
         # A cheap read through an index (running jobs are few), which also checks that
         # the credentials may read the jobs.
-        probe.count(JobQuery(statuses=(JobStatus.RUNNING,)))
+        probe.jobs.count(JobQuery(statuses=(JobStatus.RUNNING,)))
     except StoreUnavailable as exc:  # it says where, for how long, and what to check
         log.debug("connection check failed", exc_info=True)
         raise CommandError(gist(exc), EXIT_CONNECT) from None

@@ -57,7 +57,7 @@ def ping(app: App, args: argparse.Namespace) -> int:
     """The connection check already passed (every verb makes it): time one more read,
     for probes (``mongosched ping`` exits 0, or 4 when the database cannot be reached)."""
     started = time.monotonic()
-    running = app.store.count(JobQuery(statuses=(JobStatus.RUNNING,)))
+    running = app.store.jobs.count(JobQuery(statuses=(JobStatus.RUNNING,)))
     elapsed = (time.monotonic() - started) * 1000
     if getattr(args, "json", False):
         print_json({"ok": True, "ms": round(elapsed, 1), "running": running})

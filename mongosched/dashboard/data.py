@@ -195,11 +195,11 @@ class Operations:
 
     def stored_tasks(self) -> list[str]:
         """The tasks of stored jobs, from the store's index."""
-        return self.app.store.task_names()
+        return self.app.store.admin.task_names()
 
     def labels(self) -> list[str]:
         """The labels of stored jobs (Django tasks' paths), from the store's index."""
-        return self.app.store.labels()
+        return self.app.store.admin.labels()
 
     # Overview ---------------------------------------------------------------------------
     def overview(self) -> Overview:
@@ -265,7 +265,7 @@ class Operations:
         already read for this page (else read here)."""
         names = {task.queue for task in self.app.tasks.values()}
         names.update(self.app.queues or ())
-        names.update(self.app.store.pending_queues())
+        names.update(self.app.store.admin.pending_queues())
         for runner in self.app.live_runners() if runners is None else runners:
             names.update(runner.queues or ())
         pauses = self.app.pauses() if pauses is None else pauses

@@ -233,7 +233,7 @@ def collect(app: Observed) -> list[Family]:
 
 def _store_families(app: Observed) -> Iterator[Family]:
     now = app.now()
-    depth = app.store.open_counts()
+    depth = app.store.admin.open_counts()
     jobs = Family("mongosched_jobs", "gauge", "Unfinished jobs, by queue, task and status")
     running = 0
     for (queue, task, status), n in sorted(depth.items()):
@@ -247,7 +247,7 @@ def _store_families(app: Observed) -> Iterator[Family]:
         "Jobs running now (every runner)",
         [("mongosched_running_jobs", {}, float(running))],
     )
-    oldest = app.store.oldest_due(now)
+    oldest = app.store.jobs.oldest_due(now)
     late = 0.0 if oldest is None else max(0.0, (now - oldest.run_at).total_seconds())
     yield Family(
         "mongosched_oldest_due_lateness_seconds",
@@ -255,7 +255,7 @@ def _store_families(app: Observed) -> Iterator[Family]:
         "Seconds the pending job due longest has been due (0: none is due)",
         [("mongosched_oldest_due_lateness_seconds", {}, late)],
     )
-    backlog = app.store.backlog(now)
+    backlog = app.store.admin.backlog(now)
     queues = sorted({*backlog, *(queue for queue, _, _ in depth), *(app.queues or ())})
     families = {
         "total": Family(

@@ -129,17 +129,17 @@ class AdminOperations(Operations):
             reason = validate.text(reason, what="pause: reason", maximum=1024)
         now = self.now()
         pause = Pause(kind, name, now, reason)
-        added = self.writable().add_pause(pause)
+        added = self.writable().admin.add_pause(pause)
         if record is not None:
             try:  # stored first, checked after: a schedule that finished meanwhile
                 self.unfinished(record, "pause")
             except ScheduleFinished:
                 if added:
-                    self.writable().remove_pause(kind, name)
+                    self.writable().admin.remove_pause(kind, name)
                 raise
-            self.store.hold_schedules([record.id], now)
+            self.store.admin.pause_schedules([record.id], now)
         if kind == "task":  # jobs labelled with the name (claimed by no task's name)
-            self.store.hold_label(name, now)
+            self.store.admin.pause_label(name, now)
         if added:
             log.info("%s %s paused", kind, name)
             self.events.emit("control:pause", pause=pause)
@@ -163,16 +163,16 @@ class AdminOperations(Operations):
         try:
             kind, name, record = self._pause_target("resume", queue, task, schedule)
         except ScheduleFinished as exc:  # a pause stored before it ended is not left behind
-            removed = self.writable().remove_pause("schedule", str(exc.schedule))
+            removed = self.writable().admin.remove_pause("schedule", str(exc.schedule))
             self._finished_resume(exc, removed, actor)
-        removed = self.writable().remove_pause(kind, name)
-        if record is not None and self.store.release_schedule(record.id, self.now()) is None:
+        removed = self.writable().admin.remove_pause(kind, name)
+        if record is not None and self.store.admin.resume_schedule(record.id, self.now()) is None:
             try:  # not paused: maybe it finished since it was read
                 self.unfinished(record, "resume")
             except ScheduleFinished as exc:
                 self._finished_resume(exc, removed, actor)
         if kind == "task":
-            self.store.release_label(name, self.now())
+            self.store.admin.resume_label(name, self.now())
         if removed:
             log.info("%s %s resumed", kind, name)
             self.events.emit("control:resume", pause=Pause(kind, name, self.now()))
@@ -193,7 +193,7 @@ class AdminOperations(Operations):
 
     def pauses(self) -> list[Pause]:
         """What is paused, by kind (``queue``, ``task``, ``schedule``) and name."""
-        return self.store.pauses()
+        return self.store.admin.pauses()
 
     def _pause_target(
         self, what: str, queue: Any, task: Any, schedule: Any
@@ -218,8 +218,8 @@ class AdminOperations(Operations):
         that never ran: how many, ``missed_last``, ``missed_reason``),
         ``edited_at`` (when an operator last edited it, if ever) and, for the jobs of
         a :meth:`backfill`, ``backfill_until`` (the last slot they run)."""
-        paused = {p.name: p for p in self.store.pauses() if p.kind == "schedule"}
-        return [schedule_row(r, paused.get(str(r.id))) for r in self.store.schedules()]
+        paused = {p.name: p for p in self.store.admin.pauses() if p.kind == "schedule"}
+        return [schedule_row(r, paused.get(str(r.id))) for r in self.store.jobs.schedules()]
 
     def ensure_schedules(self, *, queues: Sequence[str] | None = None) -> list[str]:
         """Put the repeating schedules declared with ``@app.task(cron=...)`` or
@@ -244,7 +244,7 @@ class AdminOperations(Operations):
             record = task.schedule_record(now)
             if not self._code_wins(record):
                 continue
-            if store.upsert_schedule(record, now):
+            if store.jobs.upsert_schedule(record, now):
                 log.info("schedule for %s created (%s)", task.name, task.rule)
                 created.append(task.name)
         return created
@@ -253,7 +253,7 @@ class AdminOperations(Operations):
         """Whether a schedule's declaration in code is to be applied (see
         :meth:`ensure_schedules`): not over an operator's edit made since the code last
         changed it."""
-        current = self.store.get(declared.id)
+        current = self.store.jobs.get(declared.id)
         if current is None or current.edit is None:
             return True
         code = declaration(
@@ -308,12 +308,12 @@ class AdminOperations(Operations):
             )
         for _ in range(5):  # re-read and recompute if it changed between read and write
             changes = self._changes(record, cron, every, timezone, priority, queue)
-            updated = self.writable().update_schedule(record, changes, self.now())
+            updated = self.writable().admin.update_schedule(record, changes, self.now())
             if updated is not None:
                 log.info(
                     "schedule %s (%s) edited: %s", updated.id, updated.task, _describe(changes)
                 )
-                self.events.emit("schedule:update", job=Job(updated, self.store))
+                self.events.emit("schedule:update", job=Job(updated, self.store.jobs))
                 target = f"schedule {updated.id} ({updated.task})"
                 self.audit.record("schedule_edit", target, detail=_describe(changes), actor=actor)
                 pause = next(
@@ -397,15 +397,15 @@ class AdminOperations(Operations):
             schedule = schedule.name
         record = None
         try:
-            record = self.store.get(self.store.parse_id(schedule))
+            record = self.store.jobs.get(self.store.parse_id(schedule))
         except InvalidJobId:
             if not isinstance(schedule, str) or not schedule:
                 raise
             validate.text(schedule, what="schedule")
         if record is None and isinstance(schedule, str):
-            record = self.store.get(schedule_id(schedule))
+            record = self.store.jobs.get(schedule_id(schedule))
             if record is None:
-                found = [r for r in self.store.schedules() if r.task == schedule]
+                found = [r for r in self.store.jobs.schedules() if r.task == schedule]
                 if len(found) > 1:
                     listed = ", ".join(str(r.id) for r in found)
                     raise ConfigurationError(
@@ -438,7 +438,7 @@ class AdminOperations(Operations):
         now = self.now()
         return [
             replace(info, stale=info.last_seen < now - STALE_AFTER)
-            for info in self.store.runners(now)
+            for info in self.store.admin.runners(now)
         ]
 
 

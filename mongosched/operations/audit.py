@@ -95,7 +95,7 @@ class AuditTrail:
         now = self.now()
         entry = AuditEntry(now, who, via, action, target, count, detail, job, known_by)
         try:
-            self.store.record_audit(entry, None if self.keep is None else now + self.keep)
+            self.store.admin.record_audit(entry, None if self.keep is None else now + self.keep)
         except StoreError as exc:
             log.error("audit: could not record %s of %s by %s: %s", action, target, who, exc)
         return entry
@@ -104,7 +104,7 @@ class AuditTrail:
         """The entries kept, newest first (``limit=0``: all of them); with ``job``, only
         those of that one job (by its id)."""
         validate.whole(limit, what="audit entries: limit", minimum=0)
-        return self.store.audit_entries(self.now(), limit, job)
+        return self.store.admin.audit_entries(self.now(), limit, job)
 
     @contextmanager
     def acting(self, actor: str, via: str, *, known_by: str = PROCESS_USER) -> Iterator[None]:

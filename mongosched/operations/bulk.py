@@ -3,7 +3,7 @@ throughput of finished jobs (:class:`BulkOperations`, which :class:`~mongosched.
 holds).
 
 A bulk operation never holds one giant write: it walks the matches in id order, a batch
-of ids at a time (:meth:`Store.select_ids`, keyset pagination on an index), and writes
+of ids at a time (``store.admin.select_ids``, keyset pagination on an index), and writes
 each batch with the job's expected state in the write itself, so a job that changed
 meanwhile (retried and run again, finished, deleted) is left as it now is. Jobs that
 start matching during the walk may or may not be included; jobs that stop matching are
@@ -94,10 +94,10 @@ class BulkOperations(Operations):
             actor,
         )
         if dry_run:
-            return self.store.count(query)
+            return self.store.jobs.count(query)
 
         def retry(ids: Sequence[Any]) -> int:
-            done = self.writable().retry_many(ids, query.statuses or RETRYABLE, self.now())
+            done = self.writable().admin.retry_many(ids, query.statuses or RETRYABLE, self.now())
             self.wake()
             return done
 
@@ -126,11 +126,11 @@ class BulkOperations(Operations):
             actor,
         )
         if dry_run:
-            return self.store.count(query)
+            return self.store.jobs.count(query)
 
         def cancel(ids: Sequence[Any]) -> int:
             settlement = outcome.cancelled(self.now(), self.retention)
-            ended, asked = self.writable().cancel_many(ids, settlement)
+            ended, asked = self.writable().admin.cancel_many(ids, settlement)
             return ended + asked
 
         return self._walk("cancel", query, cancel, batch_size, actor)
@@ -158,12 +158,12 @@ class BulkOperations(Operations):
             actor,
         )
         if dry_run:
-            return self.store.count(query)
+            return self.store.jobs.count(query)
         self.release_finished(self.now())
         final = query.statuses or PURGEABLE
 
         def purge(ids: Sequence[Any]) -> int:
-            return self.writable().purge_many(ids, final)
+            return self.writable().admin.purge_many(ids, final)
 
         return self._walk("purge", query, purge, batch_size, actor)
 
@@ -184,7 +184,7 @@ class BulkOperations(Operations):
                 f"throughput: since {since.isoformat()} by buckets of {seconds:g} s makes "
                 f"{buckets:,} buckets; at most {MAX_BUCKETS:,} (give a larger bucket)"
             )
-        counts = self.store.finished_counts(since, seconds)
+        counts = self.store.admin.finished_counts(since, seconds)
         step = timedelta(seconds=seconds)
         return [
             (
@@ -235,7 +235,7 @@ class BulkOperations(Operations):
         stopped: BaseException | None = None
         try:
             while True:
-                ids = self.store.select_ids(query, after=after, limit=size)
+                ids = self.store.admin.select_ids(query, after=after, limit=size)
                 if not ids:
                     break
                 total += write(ids)

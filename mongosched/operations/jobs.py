@@ -67,14 +67,14 @@ class JobOperations(Operations):
 
     def announce(self, event: str, record: JobRecord) -> None:
         """Send ``event`` about a stored job (what a dependents' release reports)."""
-        self.events.emit(event, job=Job(record, self.store))
+        self.events.emit(event, job=Job(record, self.store.jobs))
 
     # Queries ------------------------------------------------------------------------------------
     def get_job(self, job_id: Any) -> Job | None:
         """The job with that id (an ObjectId or its hex string), or None. Raises
         :class:`~mongosched.errors.InvalidJobId` for what cannot be an id."""
-        record = self.store.get(self._parse_id(job_id))
-        return None if record is None else Job(record, self.store)
+        record = self.store.jobs.get(self._parse_id(job_id))
+        return None if record is None else Job(record, self.store.jobs)
 
     def _parse_id(self, job_id: Any) -> Any:
         return job_id.id if isinstance(job_id, Job) else self.store.parse_id(job_id)
@@ -109,18 +109,18 @@ class JobOperations(Operations):
             )
         validate.whole(limit, what="get_jobs: limit", minimum=0)
         validate.whole(skip, what="get_jobs: skip", minimum=0)
-        records = self.store.find(
+        records = self.store.jobs.find(
             job_query("get_jobs", filters),
             sort=field,
             descending=direction == -1,
             skip=skip,
             limit=limit,
         )
-        return [Job(record, self.store) for record in records]
+        return [Job(record, self.store.jobs) for record in records]
 
     def count_jobs(self, **filters: Unpack[JobFilters]) -> int:
         """How many jobs match the filters (as :meth:`get_jobs`)."""
-        return self.store.count(job_query("count_jobs", filters))
+        return self.store.jobs.count(job_query("count_jobs", filters))
 
     # Control ------------------------------------------------------------------------------------
     def cancel(self, job_id: Any, *, actor: str | None = None) -> Cancellation:
@@ -141,7 +141,7 @@ class JobOperations(Operations):
     def _cancel(self, job_id: Any) -> Cancellation:
         for _ in range(3):  # its status may change between the two writes
             now = self.now()
-            record = self.store.cancel_pending(job_id, outcome.cancelled(now, self.retention))
+            record = self.store.jobs.cancel_pending(job_id, outcome.cancelled(now, self.retention))
             if record is not None:
                 log.info("job %s (%s) cancelled", record.id, record.task)
                 self.announce("job:cancel", record)
@@ -154,7 +154,7 @@ class JobOperations(Operations):
                         emit=self.announce,
                     )
                 return Cancellation.CANCELLED
-            record = self.store.request_cancel(job_id, now)
+            record = self.store.jobs.request_cancel(job_id, now)
             if record is not None:
                 log.info("job %s (%s) is running: cancellation requested", record.id, record.task)
                 return Cancellation.REQUESTED
@@ -209,7 +209,7 @@ class JobOperations(Operations):
             args=None if args is None else tuple(args),
             kwargs=kwargs,
         )
-        record = self.store.update_pending(current.record, update, now)
+        record = self.store.jobs.update_pending(current.record, update, now)
         if record is None:
             status = self.require(job_id).status
             raise JobStateError(
@@ -224,7 +224,7 @@ class JobOperations(Operations):
             actor=actor,
             job=current.id,
         )
-        return Job(record, self.store)
+        return Job(record, self.store.jobs)
 
     def retry_job(self, job_id: Any, *, actor: str | None = None) -> Job:
         """Run a failed, cancelled or expired job again: back to pending, due now, attempts reset.
@@ -237,10 +237,10 @@ class JobOperations(Operations):
                 f"job {job.id} ({job.task}) is {job.status}; only failed, cancelled or "
                 "expired jobs can be retried"
             )
-        record = self.store.retry_finished(job.id, job.status, self.now())
+        record = self.store.jobs.retry_finished(job.id, job.status, self.now())
         if record is None:
             raise JobStateError(f"job {job.id} ({job.task}) changed status; not retried")
-        result = Job(record, self.store)
+        result = Job(record, self.store.jobs)
         self.created(result)
         self.audit.record("retry", f"job {job.id} ({job.task})", count=1, actor=actor, job=job.id)
         return result
@@ -266,7 +266,7 @@ class JobOperations(Operations):
                     retention=self.retention,
                     emit=self.announce,
                 )
-            if self.store.purge_many([job.id], [job.status]):
+            if self.store.admin.purge_many([job.id], [job.status]):
                 log.info("job %s (%s) deleted", job.id, job.task)
                 self.audit.record(
                     "delete", f"job {job.id} ({job.task})", count=1, actor=actor, job=job.id
@@ -293,7 +293,7 @@ class JobOperations(Operations):
         age = validate.seconds(older_than, what="purge: older_than")
         cutoff = self.now() - timedelta(seconds=age)
         self.release_for_purge(cutoff)
-        deleted = self.store.purge(chosen, cutoff, task)
+        deleted = self.store.jobs.purge(chosen, cutoff, task)
         what = "/".join(s.value for s in chosen)
         log.info("purged %d %s job(s)", deleted, what)
         target = f"status={what}, finished_before={cutoff.isoformat()}"
@@ -328,10 +328,10 @@ class JobOperations(Operations):
         now = self.now()
         by_task: dict[str, dict[str, int]] = {}
         totals: dict[str, int] = {s.value: 0 for s in JobStatus}
-        for (task, status), n in self.store.counts().items():
+        for (task, status), n in self.store.jobs.counts().items():
             by_task.setdefault(task, {})[status.value] = n
             totals[status.value] += n
-        oldest = self.store.oldest_due(now)
+        oldest = self.store.jobs.oldest_due(now)
         offset = self.store.clock_offset(self.now)
         return {
             "now": now,
@@ -357,7 +357,7 @@ class JobOperations(Operations):
                     "expired": waiting.expired,
                     "total": waiting.total,
                 }
-                for queue, waiting in sorted(self.store.backlog(now).items())
+                for queue, waiting in sorted(self.store.admin.backlog(now).items())
             },
             "running": [
                 {
@@ -367,7 +367,7 @@ class JobOperations(Operations):
                     "lease_until": r.lease.until if r.lease else None,
                     "expired": bool(r.lease and r.lease.until < now),
                 }
-                for r in (self.store.running() if running else ())
+                for r in (self.store.jobs.running() if running else ())
             ],
-            "unknown_tasks": self.store.unknown_due_tasks(self.tasks, now),
+            "unknown_tasks": self.store.jobs.unknown_due_tasks(self.tasks, now),
         }

@@ -96,7 +96,7 @@ class SchedulingOperations(Operations):
                 )
             store = writable.within(tx.handle)
         records = [dependencies.checked(store, spec.build(now), now) for spec in specs]
-        stored = store.insert(records)
+        stored = store.jobs.insert(records)
         jobs = []
         for record, created in stored:
             if created and record.status is JobStatus.WAITING:
@@ -104,7 +104,7 @@ class SchedulingOperations(Operations):
                     tx.on_commit(functools.partial(self._link, record))
                 else:
                     record = self._link(record, store)
-            job = Job(record, self.store)
+            job = Job(record, self.store.jobs)
             jobs.append(job)
             if not created:
                 continue
@@ -124,7 +124,7 @@ class SchedulingOperations(Operations):
         after the insert, so none that ends meanwhile is missed). ``store``: the
         store's view of a transaction the job was stored in."""
         store = store or self.store
-        statuses = store.link_dependencies(record.depends_on, self.now(), record.id)
+        statuses = store.dependents.link_dependencies(record.depends_on, self.now(), record.id)
         return dependencies.resolve_new(
             store,
             record,
@@ -191,14 +191,15 @@ class SchedulingOperations(Operations):
             actor=actor,
         )
         return [
-            self._new_job(lane) if created else Job(lane, self.store) for lane, created in lanes
+            self._new_job(lane) if created else Job(lane, self.store.jobs)
+            for lane, created in lanes
         ]
 
     def _new_job(self, record: JobRecord) -> Job[Any]:
         """A job just stored by a trigger or a backfill: announced, or in eager mode
         run here (each slot of a backfill's job, one after another)."""
         if not self.eager():
-            job = Job(record, self.store)
+            job = Job(record, self.store.jobs)
             self.jobs.created(job)
             return job
         job = self._run_eagerly(record)

@@ -36,7 +36,7 @@ def unfinished(store: Store, schedule: JobRecord, what: str) -> JobRecord:
     """``schedule`` as stored now, for the operation ``what``, which a finished
     schedule refuses (:class:`~mongosched.errors.ScheduleFinished`, saying why);
     :class:`~mongosched.errors.JobNotFound` if it is gone."""
-    current = store.get(schedule.id)
+    current = store.jobs.get(schedule.id)
     if current is None:
         raise JobNotFound(f"schedule {schedule.id} ({schedule.task}) no longer exists")
     if current.status.is_final:
@@ -50,7 +50,7 @@ def _runs(
     """Store ``jobs``, made to run slots of ``schedule``, in a write that a schedule
     finished since it was read (cancelled meanwhile, say) refuses."""
     for _ in range(5):
-        stored = store.insert_runs(schedule.id, jobs)
+        stored = store.admin.insert_runs(schedule.id, jobs)
         if stored is not None:
             return stored
         unfinished(store, schedule, what)  # raises, unless it was brought back since
@@ -80,7 +80,7 @@ def backfill(
     what = f"backfill of {schedule.id}"
     start = validate.aware_datetime(start, task=schedule.task, what=f"{what}: start")
     end = validate.aware_datetime(end, task=schedule.task, what=f"{what}: end")
-    unfinished = store.find(
+    unfinished = store.jobs.find(
         JobQuery(task=schedule.task, statuses=UNFINISHED), sort="run_at", limit=0
     )
     running = [lane for lane in unfinished if spawn.is_lane_of(lane, schedule)]

@@ -132,7 +132,7 @@ class Attempt:
         items = [(claims[n].record, decision.settlement) for n, decision in todo]
         parts = self.parts
         patience = parts.patience([claims[n] for n, _ in todo])
-        results = parts.store.settle_many(items, patience) if items else []
+        results = parts.store.claims.settle_many(items, patience) if items else []
         for (n, decision), stored in zip(todo, results, strict=True):
             claim, seconds = claims[n], ran[n][2]  # type: ignore[index]
             if isinstance(stored, SerializationError):  # its result cannot be stored

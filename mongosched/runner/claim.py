@@ -236,16 +236,16 @@ class Claim:
             try:
                 # The permit first, to the same instant: the job's lease never outlives
                 # its permit, so the concurrency limit holds even when a renewal fails.
-                if self.has_permit and not store.renew_permit(
+                if self.has_permit and not store.permits.renew_permit(
                     self.task.name, self.token, until, deadline
                 ):
                     held, cancel = False, False
-                elif self.slot_key is not None and not store.renew_slot(
+                elif self.slot_key is not None and not store.limits.renew_slot(
                     self.task.name, self.slot_key, self.token, until, deadline
                 ):
                     held, cancel = False, False
                 else:
-                    renewal = store.renew(self.job_id, self.token, now, until, deadline)
+                    renewal = store.leases.renew(self.job_id, self.token, now, until, deadline)
                     held, cancel = renewal.held, renewal.cancel_requested
             except StoreError as exc:
                 if keeper.now() < give_up:
@@ -275,7 +275,7 @@ class Claim:
                 return False
             now = keeper.now()
             until = now + timedelta(seconds=seconds)
-            renewal = keeper.store.renew(self.job_id, self.token, now, until)
+            renewal = keeper.store.leases.renew(self.job_id, self.token, now, until)
             if not renewal.held:
                 self._lose("the lease was gone when its transaction began")
                 return False
@@ -294,7 +294,9 @@ class Claim:
             if self.lost:
                 return False
             store = self.keeper.store
-            if store.write_progress(self.job_id, self.token, value, message, self.keeper.now()):
+            if store.leases.write_progress(
+                self.job_id, self.token, value, message, self.keeper.now()
+            ):
                 return True
             self._lose("progress write was fenced off")
             return False

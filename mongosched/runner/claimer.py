@@ -106,7 +106,7 @@ class Claimer:
             tasks, queues = list(self.app.tasks), None
         else:
             tasks, queues = scope or self._scope()
-        record = self.store.claim(
+        record = self.store.claims.claim(
             owner=self.settings.name,
             tasks=tasks,
             queues=queues,
@@ -141,7 +141,7 @@ class Claimer:
         def settle_and_claim(
             outcomes: list[tuple[JobRecord, Settlement]], patience: Patience | None
         ) -> Any:
-            settled, got = self.store.settle_and_claim(
+            settled, got = self.store.claims.settle_and_claim(
                 outcomes,
                 owner=self.settings.name,
                 tasks=unlimited,
@@ -202,12 +202,12 @@ class Claimer:
             return None
         if not by_id and self.pause_set.holds(record.id):  # paused since we read
             self.give_back(claim)
-            self._after_pause(store.hold_schedules([record.id], arrived))
+            self._after_pause(store.admin.pause_schedules([record.id], arrived))
             return None
         label = record.label
         if not by_id and label is not None and self.pause_set.holds_label(label):
             self.give_back(claim)  # scheduled since the pause: held as it held the others
-            self._after_pause(store.hold_label(label, arrived, ids=[record.id]))
+            self._after_pause(store.admin.pause_label(label, arrived, ids=[record.id]))
             return None
         if arrived + timedelta(seconds=self.settings.heartbeat_interval) >= claim.until:
             # The reply came so late that the lease ran out (or will before the first
@@ -225,7 +225,7 @@ class Claimer:
             return None
         if task.takes_permit:
             assert task.concurrency is not None
-            if not store.take_permit(
+            if not store.permits.take_permit(
                 task.name,
                 task.concurrency,
                 claim.token,
@@ -259,7 +259,7 @@ class Claimer:
         if claim.has_permit:
             claim.drop_permit()
             try:
-                self.store.release_permit(claim.task.name, claim.token)
+                self.store.permits.release_permit(claim.task.name, claim.token)
             except StoreError as exc:  # the permit's lease expires on its own
                 log.warning("could not release a permit of %s: %s", claim.task.name, exc)
         self.gate.release(claim, started=started)

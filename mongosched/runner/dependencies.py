@@ -61,7 +61,7 @@ def release(
     while todo:
         parent = todo.pop()
         while True:
-            children = store.dependents(parent.id, BATCH)
+            children = store.dependents.of(parent.id, BATCH)
             landed = 0
             for child in children:
                 stored = _release_one(store, child, parent.id, parent.status, now, retention, emit)
@@ -73,7 +73,7 @@ def release(
             released += landed
             if len(children) < BATCH or not landed:
                 break
-        store.dependents_released(parent.id)
+        store.dependents.dependents_released(parent.id)
     return released
 
 
@@ -87,7 +87,7 @@ def _release_one(
     emit: Emit,
 ) -> JobRecord | None:
     decision = outcome.after_dependency(child, dependency, status, now, retention)
-    stored = store.release_dependent(child, dependency, decision.settlement)
+    stored = store.dependents.release_dependent(child, dependency, decision.settlement)
     if stored is None:
         return None
     if stored.status is not JobStatus.WAITING:
@@ -105,7 +105,7 @@ def checked(store: Staged, job: JobRecord, now: datetime) -> JobRecord:
     if not job.depends_on:
         return job
     ids = tuple(dict.fromkeys(store.parse_id(d) for d in job.depends_on))
-    found = store.link_dependencies(ids, now)
+    found = store.dependents.link_dependencies(ids, now)
     for dependency in ids:
         if dependency not in found:
             raise JobNotFound(f"task {job.task!r}: depends_on: no job with id {dependency}")
@@ -123,8 +123,8 @@ def resolve_new(
 ) -> JobRecord:
     """A job just stored ``waiting``: cross off (or end it for) the dependencies that
     were already final when it was linked to them (``statuses``, as
-    :meth:`Store.link_dependencies` read them after the insert; a dependency missing
-    there no longer exists). Returns the job as it stands."""
+    ``store.dependents.link_dependencies`` read them after the insert; a dependency
+    missing there no longer exists). Returns the job as it stands."""
     ended = [(d, statuses.get(d)) for d in job.depends_on]
     return _release_ended(store, job, ended, now, retention, emit)
 
@@ -159,9 +159,9 @@ def expire_due(
     """End the pending and waiting jobs past their expiry (index-backed, ``limit`` at a
     time): each ends ``expired``, never run. Returns how many."""
     expired = 0
-    for record in store.start_deadlines_due(now, limit):
+    for record in store.dependents.start_deadlines_due(now, limit):
         decision = outcome.expired(record, now, retention)
-        stored = store.cancel_pending(record.id, decision.settlement)
+        stored = store.jobs.cancel_pending(record.id, decision.settlement)
         if stored is None:  # claimed or ended meanwhile
             continue
         expired += 1
@@ -188,7 +188,7 @@ def release_finished(
     many dependents were released."""
     released, seen = 0, set[Any]()
     while pages is None or pages > 0:
-        page = store.unreleased(before, BATCH)
+        page = store.dependents.unreleased(before, BATCH)
         fresh = [job for job in page if job.id not in seen]
         for job in fresh:
             released += release(store, job, now=now, retention=retention, emit=emit)
@@ -223,18 +223,18 @@ def repair(
     jobs whose dependency no longer exists, released as from any missing dependency
     (:func:`~mongosched._core.outcome.after_dependency`). Returns how many jobs it moved."""
     moved = 0
-    for job in store.unlinked(finished_before, BATCH):
-        statuses = store.link_dependencies(job.depends_on, now, job.id)
+    for job in store.dependents.unlinked(finished_before, BATCH):
+        statuses = store.dependents.link_dependencies(job.depends_on, now, job.id)
         linked = resolve_new(store, job, statuses, now=now, retention=retention, emit=emit)
         moved += linked.status is not JobStatus.WAITING
     moved += release_finished(
         store, before=finished_before, now=now, retention=retention, emit=emit, pages=1
     )
-    for job in store.stranded(BATCH):  # waiting for nothing: pending now
+    for job in store.dependents.stranded(BATCH):  # waiting for nothing: pending now
         stored = _release_one(store, job, None, JobStatus.COMPLETED, now, retention, emit)
         moved += stored is not None and stored.status is JobStatus.PENDING
     walk = walk or Walk()
-    orphans, walk.after = store.orphaned(walk.after, BATCH)
+    orphans, walk.after = store.dependents.orphaned(walk.after, BATCH)
     for job, missing in orphans:
         ended = [(dependency, None) for dependency in missing]
         moved += _release_ended(store, job, ended, now, retention, emit) is not job

@@ -330,7 +330,7 @@ class Dispatcher:
             steps.sweep()
         if clock - self._last_unknown_check >= 60.0:
             self._last_unknown_check = clock
-            self.parts.store.quarantine(self.parts.app.now())
+            self.parts.store.leases.quarantine(self.parts.app.now())
             self.report_unknown_tasks()
 
     def report_unknown_tasks(self) -> dict[str, int]:
@@ -338,7 +338,7 @@ class Dispatcher:
         returns how many of each; a task named after a script run as ``__main__`` is
         explained once."""
         tasks = self.parts.app.tasks
-        unknown = self.parts.store.unknown_due_tasks(tasks, self.parts.app.now())
+        unknown = self.parts.store.jobs.unknown_due_tasks(tasks, self.parts.app.now())
         if unknown:
             log.warning(
                 "due jobs of tasks this runner does not know (left pending): %s",

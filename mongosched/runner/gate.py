@@ -66,7 +66,9 @@ class Gate:
         task, record, store = claim.task, claim.record, self.store
         if task.concurrency is not None and task.concurrency_key is not None:
             slot = record.concurrency_key or ""
-            got = store.take_slot(task.name, slot, task.concurrency, claim.token, now, claim.until)
+            got = store.limits.take_slot(
+                task.name, slot, task.concurrency, claim.token, now, claim.until
+            )
             if not got.taken:
                 self.held_back += 1
                 return outcome.held_back(record, now, now + self.backoff)
@@ -77,7 +79,7 @@ class Gate:
             known = self._keys.get((task.name, key))
             if known is not None and known[0] > now:  # saturated a moment ago
                 return self._hold_key(claim, now, key, known[0])
-            got = store.take_rate(task.name, key, limit.count, limit.per, claim.token, now)
+            got = store.limits.take_rate(task.name, key, limit.count, limit.per, claim.token, now)
             if not got.taken:
                 if task.rate_key is None:  # the whole task waits: skip it until then
                     self.held_back += 1
@@ -115,9 +117,9 @@ class Gate:
             slot = claim.slot_key
             if slot is not None:
                 claim.drop_slot()
-                store.release_slot(task.name, slot, claim.token)
+                store.limits.release_slot(task.name, slot, claim.token)
             if claim.rate_taken and not started:
                 claim.drop_rate()
-                store.return_rate(task.name, _rate_key(claim), claim.token)
+                store.limits.return_rate(task.name, _rate_key(claim), claim.token)
         except StoreError as exc:  # a slot expires with its lease; a start with its window
             log.warning("could not release a limit of %s: %s", task.name, exc)

@@ -23,27 +23,46 @@ __all__ = ["LeaseKeeper", "Renewals", "stop_margin"]
 log = logging.getLogger("mongosched.runner")
 
 
-class Renewals(Protocol):
-    """The store's writes that a lease's holder makes while its job runs, fenced on
-    its token (see :class:`~mongosched.store.parts.Leases`,
-    :class:`~mongosched.store.control.Permits` and
-    :class:`~mongosched.store.control.Limits`)."""
+class LeaseRenewals(Protocol):
+    """A holder's fenced writes to its job (see :class:`~mongosched.store.parts.Leases`)."""
 
     def renew(
         self, job_id: Any, token: str, now: datetime, until: datetime, deadline: float | None = None
     ) -> Renewal: ...
 
+    def write_progress(
+        self, job_id: Any, token: str, value: float | None, message: str | None, now: datetime
+    ) -> bool: ...
+
+
+class PermitRenewals(Protocol):
+    """A holder's renewal of its permit (see :class:`~mongosched.store.control.Permits`)."""
+
     def renew_permit(
         self, task: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool: ...
+
+
+class SlotRenewals(Protocol):
+    """A holder's renewal of its keyed slot (see :class:`~mongosched.store.control.Limits`)."""
 
     def renew_slot(
         self, task: str, key: str, token: str, until: datetime, deadline: float | None = None
     ) -> bool: ...
 
-    def write_progress(
-        self, job_id: Any, token: str, value: float | None, message: str | None, now: datetime
-    ) -> bool: ...
+
+class Renewals(Protocol):
+    """The store's renewing writes, fenced on a lease's token: of its parts, these
+    alone (a :class:`~mongosched.store.Store` is one)."""
+
+    @property
+    def leases(self) -> LeaseRenewals: ...
+
+    @property
+    def permits(self) -> PermitRenewals: ...
+
+    @property
+    def limits(self) -> SlotRenewals: ...
 
 
 def stop_margin(lease_duration: float) -> float:

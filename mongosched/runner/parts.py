@@ -49,7 +49,7 @@ class RunnerParts:
         :class:`~mongosched.job.Job` only for listeners)."""
         app = self.app
         if app.listening(event):
-            app.emit(event, job=Job(record, app.store), runner=self.runner, **fields)
+            app.emit(event, job=Job(record, app.store.jobs), runner=self.runner, **fields)
 
     def release_dependents(self, stored: JobRecord) -> None:
         """A job this runner settled is final: release the jobs waiting for it."""
@@ -61,4 +61,4 @@ class RunnerParts:
     def settle_held(self, claim: Claim, settlement: Settlement) -> JobRecord | None:
         """Write ``settlement`` for a claim that does not run to an outcome (given back,
         ended unrun), at once and alone, with its lease's patience."""
-        return self.app.store.settle(claim.record, settlement, self.patience((claim,)))
+        return self.app.store.leases.settle(claim.record, settlement, self.patience((claim,)))

@@ -45,7 +45,7 @@ class PauseSet:
             now = time.monotonic()
             if not force and self._read_at is not None and now - self._read_at < self.interval:
                 return
-            pauses = self.store.pauses()
+            pauses = self.store.admin.pauses()
             by_kind: dict[str, set[str]] = {"queue": set(), "task": set(), "schedule": set()}
             for pause in pauses:
                 by_kind.setdefault(pause.kind, set()).add(pause.name)
@@ -53,7 +53,7 @@ class PauseSet:
             self.queues = frozenset(by_kind["queue"])
             self.schedules = frozenset(by_kind["schedule"])
             listed = self.queues and every_queue
-            self._pending_queues = self.store.pending_queues() if listed else []
+            self._pending_queues = self.store.admin.pending_queues() if listed else []
             self._read_at = now
 
     def claimable_tasks(self, tasks: Sequence[str]) -> list[str]:

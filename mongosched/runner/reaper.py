@@ -61,9 +61,9 @@ class Reaper:
         now = self.app.now()
         reaped = 0
         retention = self.app.retention
-        for record in self.store.leases_expired(now):
+        for record in self.store.leases.leases_expired(now):
             decision = outcome.decide(record, Ending.LEASE_EXPIRED, now=now, retention=retention)
-            stored = self.store.reap(record, now, decision.settlement)
+            stored = self.store.leases.reap(record, now, decision.settlement)
             if stored is not None:
                 reaped += 1
                 log.warning(
@@ -86,7 +86,7 @@ class Reaper:
         exists (a page of them a pass). Returns how many jobs it moved."""
         now, retention = self.app.now(), self.app.retention
         moved = dependencies.expire_due(self.store, now=now, retention=retention, emit=self.emit)
-        released = self.store.release_unpaused(now)
+        released = self.store.admin.resume_unpaused(now)
         if released:
             log.warning("%d paused jobs had no pause behind them: released", released)
         moved += released

@@ -98,7 +98,7 @@ class Registration:
             last_seen=now,
             version=version(),
         )
-        self.store.save_runner(info, now + FORGET_AFTER)
+        self.store.admin.save_runner(info, now + FORGET_AFTER)
         self._saved_at = clock
 
     def remove(self) -> None:
@@ -106,7 +106,7 @@ class Registration:
         if self._saved_at is None:
             return
         try:
-            self.store.remove_runner(self.id)
+            self.store.admin.remove_runner(self.id)
         except StoreError as exc:
             log.warning("runner %s: could not remove its runner entry: %s", self.runner.name, exc)
         self._saved_at = None

@@ -2,18 +2,18 @@
 or in the next batched claim's write (:class:`Settler`).
 
 A job that finishes while no other outcome is being written writes its own at once, with
-:meth:`Store.settle <mongosched.store.Store.settle>`: one round trip, no waiting. Jobs
-that finish while a write is on its way queue up; when it returns, the first of them
-writes every queued outcome in one :meth:`Store.settle_many
-<mongosched.store.Store.settle_many>` (each still fenced on its own lease token), hands
-each worker its own job's result, and lets the next queued worker write the outcomes
-queued meanwhile. So the round trips per job fall as the load rises, and no worker waits
-for more than the write on its way and its own.
+:meth:`~mongosched.store.parts.Leases.settle`: one round trip, no waiting. Jobs that
+finish while a write is on its way queue up; when it returns, the first of them writes
+every queued outcome in one :meth:`~mongosched.store.parts.Claims.settle_many` (each
+still fenced on its own lease token), hands each worker its own job's result, and lets
+the next queued worker write the outcomes queued meanwhile. So the round trips per job
+fall as the load rises, and no worker waits for more than the write on its way and its
+own.
 
 With a backlog, a runner claims in batches as soon as its workers free, and a batch's
-write can carry the outcomes too (:meth:`Store.settle_and_claim
-<mongosched.store.Store.settle_and_claim>`). Then an outcome is *deferred*
-(:meth:`Settler.defer`): it waits in the queue with what follows its write (an
+write can carry the outcomes too
+(:meth:`~mongosched.store.parts.Claims.settle_and_claim`). Then an outcome is
+*deferred* (:meth:`Settler.defer`): it waits in the queue with what follows its write (an
 :data:`AfterWrite`: the outcome announced, its dependents released), its worker goes on
 to its next job at once, and the dispatcher's next claim takes every queued outcome,
 writes them with its claims and has what follows each run (:meth:`Settler.write_with`,
@@ -45,8 +45,7 @@ log = logging.getLogger("mongosched")
 Item = tuple[JobRecord, Settlement]
 """A job to settle, and its settlement."""
 Result = JobRecord | SerializationError | None
-"""What writing one outcome found (see :meth:`Store.settle_many
-<mongosched.store.Store.settle_many>`)."""
+"""What writing one outcome found (see :meth:`~mongosched.store.parts.Claims.settle_many`)."""
 AfterWrite = Callable[[JobRecord | None, BaseException | None], None]
 """What follows a deferred outcome's write, called with the job as stored (None: its
 lease no longer held it) or the error the write raised."""
@@ -209,7 +208,7 @@ class Settler:
             return len(self._queue)
 
     def settle(self, job: JobRecord, settlement: Settlement, until: datetime) -> JobRecord | None:
-        """As :meth:`Store.settle <mongosched.store.Store.settle>`: the job as stored
+        """As :meth:`~mongosched.store.parts.Leases.settle`: the job as stored
         after the write, or None when its lease token no longer held it; raises what
         that raises (:class:`~mongosched.errors.SerializationError` with nothing
         written, a store error). ``until``: when the job's lease ends."""
@@ -334,10 +333,14 @@ class Settler:
         patience = self.patience(batch)
         try:
             if len(batch) == 1:
-                batch[0].stored = self.store.settle(batch[0].job, batch[0].settlement, patience)
+                batch[0].stored = self.store.leases.settle(
+                    batch[0].job, batch[0].settlement, patience
+                )
                 return
             self.bulk_writes += 1
-            results = self.store.settle_many([(o.job, o.settlement) for o in batch], patience)
+            results = self.store.claims.settle_many(
+                [(o.job, o.settlement) for o in batch], patience
+            )
         except BaseException as exc:  # every writer learns it
             for outcome in batch:
                 outcome.error = exc

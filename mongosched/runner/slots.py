@@ -55,7 +55,7 @@ class Slots:
             return False
         if plan.slot != claim.record.scheduled_for:
             # Record the slot this run is for, so a retry of it runs the same slot.
-            if not store.record_slot(claim.job_id, claim.token, plan.slot, app.now()):
+            if not store.leases.record_slot(claim.job_id, claim.token, plan.slot, app.now()):
                 claim.lose("slot write was fenced off")
                 return False
         # The slots it dropped are written with the run's outcome.
@@ -77,11 +77,11 @@ class Slots:
         store, record, now = parts.store, claim.record, parts.app.now()
         if Runs.from_document(record.repeat or {}).overlap == "cancel_running":
             running = JobQuery(task=record.task, statuses=(JobStatus.RUNNING,))
-            for other in store.find(running, limit=0):
+            for other in store.jobs.find(running, limit=0):
                 if spawn.is_run_of(other, record):
                     log.info("job %s (%s): cancelled for slot %s", other.id, other.task, slot)
-                    store.request_cancel(other.id, now)
-        [(run, created)] = store.insert([spawn.slot_run(record, slot, now)])
+                    store.jobs.request_cancel(other.id, now)
+        [(run, created)] = store.jobs.insert([spawn.slot_run(record, slot, now)])
         claim.finish()
         parts.settle_held(claim, outcome.spawned(record, slot, now))
         if created:  # due now: this runner claims it next (others within a poll)

@@ -51,7 +51,7 @@ class RunnerSteps:
         for task in self.app.tasks.values():
             if task.takes_permit:
                 assert task.concurrency is not None
-                self.store.ensure_permits(task.name, task.concurrency)
+                self.store.permits.ensure_permits(task.name, task.concurrency)
 
     # Public steps ----------------------------------------------------------------------------
     def claim_next(self, *, job_id: Any = None) -> Claim | None:

@@ -92,7 +92,7 @@ class TransactionalRun:
                 claim.renew_again()
                 return None, None
             store = self.app.store
-            tx = Transaction(store, store.begin(), owned=True)
+            tx = Transaction(store, store.transactions.begin(), owned=True)
             claim.ctx.transaction = tx
             try:
                 self.runs += 1
@@ -122,7 +122,7 @@ class TransactionalRun:
             Ending.SUCCESS, result, None, claim.task.retry, app.now(), app.retention
         )
         try:
-            stored = app.store.within(tx.handle).settle(claim.record, decision.settlement)
+            stored = app.store.within(tx.handle).leases.settle(claim.record, decision.settlement)
         except SerializationError:
             return None
         except Exception as exc:
@@ -145,7 +145,7 @@ class TransactionalRun:
         if time.monotonic() >= deadline:
             return False
         try:
-            current = self.app.store.get(claim.job_id)
+            current = self.app.store.jobs.get(claim.job_id)
         except StoreError:
             return False
         lease = None if current is None else current.lease

@@ -76,11 +76,21 @@ __all__ = [
 
 
 @runtime_checkable
-class Store(
-    Transactions, Jobs, Leases, Claims, Admin, Permits, Dependents, Limits, Workflows, Protocol
-):
-    """Storage of jobs, schedules and concurrency permits: every part of
-    :mod:`mongosched.store.parts`, and the store's lifecycle."""
+class Store(Protocol):
+    """Storage of jobs, schedules and concurrency permits: one part for each protocol
+    of :mod:`mongosched.store.parts`, and the store's lifecycle. A caller asks the
+    part (``store.claims.claim(...)``); a piece of the scheduler that needs only some
+    parts is given those."""
+
+    transactions: Transactions
+    jobs: Jobs
+    leases: Leases
+    claims: Claims
+    admin: Admin
+    permits: Permits
+    dependents: Dependents
+    limits: Limits
+    workflows: Workflows
 
     def prepare(self) -> None:
         """Create what writes need (indexes); idempotent. Reads work without it."""

@@ -87,27 +87,27 @@ class Admin(Protocol):
     def labels(self) -> list[str]:
         """The labels of stored jobs, sorted (MongoDB: from the label index)."""
 
-    def hold_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
+    def pause_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
         """Move the pending jobs labelled ``label`` (of ``ids``, if given) to ``paused``,
         where no claim takes them, while the label's pause (kind ``task``) is stored;
-        how many (0 when it is not). A hold that races the pause's removal never
-        leaves a job held: it finds the pause gone and releases what it held, or the
-        resume releases it (see :meth:`release_label`)."""
+        how many (0 when it is not). A pause that races the pause's removal never
+        leaves a job paused: it finds the pause gone and resumes what it moved, or
+        the resume does (see :meth:`resume_label`)."""
 
-    def release_label(self, label: str, now: datetime) -> int:
+    def resume_label(self, label: str, now: datetime) -> int:
         """Move the paused jobs labelled ``label`` back to pending, due as they were;
         how many."""
 
-    def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
+    def pause_schedules(self, ids: Sequence[Any], now: datetime) -> int:
         """Move each of the repeating jobs ``ids`` that is pending to ``paused``, while
-        its pause (kind ``schedule``) is stored, as :meth:`hold_label` does."""
+        its pause (kind ``schedule``) is stored, as :meth:`pause_label` does."""
 
-    def release_unpaused(self, now: datetime) -> int:
+    def resume_unpaused(self, now: datetime) -> int:
         """Move the paused jobs that no stored pause holds (neither their label's nor
         their schedule's) back to pending, due as they were (the reaper's sweep: what
-        a process that died between a hold and its check left behind); how many."""
+        a process that died between a pause's write and its check left behind); how many."""
 
-    def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
+    def resume_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
         """A paused repeating job back to pending, due as it was; None if not paused."""
 
     def insert_runs(
@@ -195,7 +195,7 @@ class Dependents(Protocol):
         linked (the scheduling call failed or its process died between the insert and
         the link): the reaper links them (index-backed)."""
 
-    def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
+    def of(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
         """Waiting jobs that still wait for ``job_id`` (index-backed)."""
 
     def release_dependent(

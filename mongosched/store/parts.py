@@ -34,7 +34,6 @@ else:
     Database = Any
 
 __all__ = [
-    "PARTS",
     "Admin",
     "Claims",
     "Dependents",
@@ -43,17 +42,20 @@ __all__ = [
     "Limits",
     "Permits",
     "Staged",
+    "StagedDependents",
+    "StagedJobs",
+    "StagedLeases",
+    "StagedWorkflows",
     "StoreTransaction",
     "Transactions",
     "Workflows",
-    "members",
 ]
 
 
 @runtime_checkable
 class StoreTransaction(Protocol):
-    """A transaction of a store, which its writes may join (:meth:`Store.begin`,
-    :meth:`Store.join`): what it writes exists for others only once it commits."""
+    """A transaction of a store, which its writes may join (:meth:`Transactions.begin`,
+    :meth:`Transactions.join`): what it writes exists for others only once it commits."""
 
     @property
     def session(self) -> Any:
@@ -327,25 +329,28 @@ class Transactions(Protocol):
         of another client, one not in a transaction, or a store without sessions."""
 
 
-class Staged(Protocol):
-    """What a store offers inside a transaction (:meth:`Store.within`): scheduling
-    a job, linking and releasing its dependencies, and the outcome of a run. On
-    MongoDB these are the store's own methods, each made in the transaction.
-    ``memory://`` holds new jobs and outcomes until the commit, and links and releases
-    dependencies then, outside the transaction: its view raises
-    :class:`~mongosched.errors.StoreError` for the rest."""
-
-    def parse_id(self, value: Any) -> Any: ...
+class StagedJobs(Protocol):
+    """The jobs a transaction schedules, and what it reads of them."""
 
     def get(self, job_id: Any) -> JobRecord | None: ...
 
     def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]: ...
 
+
+class StagedLeases(Protocol):
+    """The outcome of a run, written in a transaction."""
+
+    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None: ...
+
+
+class StagedDependents(Protocol):
+    """Linking and releasing dependencies in a transaction."""
+
     def link_dependencies(
         self, job_ids: Sequence[Any], now: datetime, dependent: Any = None
     ) -> dict[Any, JobStatus]: ...
 
-    def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]: ...
+    def of(self, job_id: Any, limit: int = 100) -> list[JobRecord]: ...
 
     def release_dependent(
         self, job: JobRecord, dependency: Any, settlement: Settlement
@@ -353,27 +358,34 @@ class Staged(Protocol):
 
     def dependents_released(self, job_id: Any) -> None: ...
 
-    def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None: ...
+
+class StagedWorkflows(Protocol):
+    """A workflow's fence and step record, in a transaction."""
 
     def fence_workflow(self, job_id: Any, token: str, now: datetime) -> bool: ...
 
     def record_step(self, step: StepRecord, token: str | None) -> StepRecord: ...
 
 
-PARTS: tuple[type, ...] = (
-    Transactions,
-    Jobs,
-    Leases,
-    Claims,
-    Admin,
-    Permits,
-    Dependents,
-    Limits,
-    Workflows,
-)
-"""The parts of a store, in the order the stores assemble them."""
+class Staged(Protocol):
+    """What a store offers inside a transaction (:meth:`Store.within`), part by part as
+    a store does: scheduling a job, linking and releasing its dependencies, and the
+    outcome of a run. On MongoDB these are the store's own parts, each write made in
+    the transaction. ``memory://`` holds new jobs and outcomes until the commit, and
+    links and releases dependencies then, outside the transaction: its parts raise
+    :class:`~mongosched.errors.StoreError` for the rest. A :class:`Store` is a
+    ``Staged`` too (its writes outside any transaction)."""
 
+    def parse_id(self, value: Any) -> Any: ...
 
-def members(part: type) -> list[str]:
-    """The methods ``part`` (one of :data:`PARTS`) declares."""
-    return [name for name, value in vars(part).items() if callable(value) and name[0] != "_"]
+    @property
+    def jobs(self) -> StagedJobs: ...
+
+    @property
+    def leases(self) -> StagedLeases: ...
+
+    @property
+    def dependents(self) -> StagedDependents: ...
+
+    @property
+    def workflows(self) -> StagedWorkflows: ...

@@ -76,7 +76,7 @@ class Replay:
         self.token = record.lease.token
         store = host.store
         self.store = store
-        self.history = {step.position: step for step in store.steps(self.id)}
+        self.history = {step.position: step for step in store.workflows.steps(self.id)}
         self.bytes = sum(step.size for step in self.history.values())
         self.position = 0
 
@@ -108,7 +108,7 @@ class Replay:
         """Record ``step`` (within a transaction's ``store``, when given); the record
         kept (another holder's, if it recorded the position first)."""
         check_bound(step.position, self.bytes + step.size, self.name)
-        stored = (store or self.store).record_step(step, self.token)
+        stored = (store or self.store).workflows.record_step(step, self.token)
         self.history[step.position] = stored
         self.bytes += stored.size
         return stored
@@ -124,7 +124,7 @@ class Replay:
     def fresh_events(self, topic: str) -> list[tuple[Any, Any]]:
         """The events on ``topic`` that no recorded wait received yet, oldest first."""
         taken = {s.event for s in self.history.values() if s.kind is StepKind.EVENT}
-        return [e for e in self.store.events(self.id, topic) if e[0] not in taken]
+        return [e for e in self.store.workflows.events(self.id, topic) if e[0] not in taken]
 
     def patched(self, name: str) -> bool:
         """See :func:`patched`."""
@@ -144,7 +144,7 @@ class Replay:
         record = self.job
         back = replace(given_back(record, now), run_at=max(suspend.until, now))
         back = replace(back, on_cancel=cancelled(now, self.host.retention))
-        stored = store.settle(record, back)
+        stored = store.leases.settle(record, back)
         if stored is None:
             log.warning("workflow %s (%s): its lease was lost before it slept", self.id, self.name)
         elif suspend.topic is not None and self.fresh_events(suspend.topic):

@@ -122,7 +122,7 @@ class Step(Generic[P, R]):
                     f"workflow {replay.name!r} ({replay.id}): its lease was lost before "
                     f"step {self.name!r}"
                 )
-            tx = Transaction(store, store.begin(), owned=True)
+            tx = Transaction(store, store.transactions.begin(), owned=True)
             replay.ctx.transaction = tx
             try:
                 with as_current(tx):
@@ -132,7 +132,7 @@ class Step(Generic[P, R]):
                     tx.commit()
                     return replay.record(step)
                 inside = store.within(tx.handle)
-                if not inside.fence_workflow(replay.id, replay.token, replay.now()):
+                if not inside.workflows.fence_workflow(replay.id, replay.token, replay.now()):
                     raise WorkflowError(
                         f"workflow {replay.name!r} ({replay.id}): its lease was lost "
                         f"during step {self.name!r}; nothing of it was committed"

@@ -217,10 +217,10 @@ class Workflows:
         return [_outcome(item) for item in gathered.value]
 
     def _get(self, job_id: Any) -> Job[Any]:
-        record = self.app.store.get(job_id)
+        record = self.app.store.jobs.get(job_id)
         if record is None:
             raise JobNotFound(f"gathered job {job_id} no longer exists")
-        return Job(record, self.app.store)
+        return Job(record, self.app.store.jobs)
 
     # Events ----------------------------------------------------------------------------------
     def send(self, workflow_id: Any, topic: str, value: Any = None) -> None:
@@ -228,8 +228,12 @@ class Workflows:
         its :meth:`wait_for`, and the workflow woken if it waits for ``topic``."""
         store = self.app.store
         workflow_id = store.parse_id(workflow_id)
-        store.send_event(workflow_id, topic, value, self.app.now())
-        waits = [s for s in store.steps(workflow_id) if s.kind is StepKind.WAIT and s.name == topic]
+        store.workflows.send_event(workflow_id, topic, value, self.app.now())
+        waits = [
+            s
+            for s in store.workflows.steps(workflow_id)
+            if s.kind is StepKind.WAIT and s.name == topic
+        ]
         if waits:
             self.wake(workflow_id)
 
@@ -240,23 +244,23 @@ class Workflows:
         if ctx is None:
             raise WorkflowError(f"set_event({key!r}) is for a running workflow")
         if replay is None:
-            self.app.store.send_event(ctx.id, f"published:{key}", value, self.app.now())
+            self.app.store.workflows.send_event(ctx.id, f"published:{key}", value, self.app.now())
             return
         position, recorded = replay.next(StepKind.PUBLISH, key)
         if recorded is None:  # published first: a crash before the record publishes again
-            self.app.store.send_event(ctx.id, f"published:{key}", value, self.app.now())
+            self.app.store.workflows.send_event(ctx.id, f"published:{key}", value, self.app.now())
             replay.record(StepRecord(replay.id, position, key, StepKind.PUBLISH))
 
     def get_event(self, workflow_id: Any, key: str, default: Any = None) -> Any:
         """The value a workflow last published under ``key`` (``default``: none yet)."""
         store = self.app.store
-        published = store.events(store.parse_id(workflow_id), f"published:{key}")
+        published = store.workflows.events(store.parse_id(workflow_id), f"published:{key}")
         return published[-1][1] if published else default
 
     def steps(self, workflow_id: Any) -> list[StepRecord]:
         """A workflow's recorded history, in order (for its timeline)."""
         store = self.app.store
-        return store.steps(store.parse_id(workflow_id))
+        return store.workflows.steps(store.parse_id(workflow_id))
 
     # Operators -------------------------------------------------------------------------------
     def cancel_workflow(self, workflow_id: Any, *, actor: str | None = None) -> Cancellation:
@@ -266,9 +270,9 @@ class Workflows:
         store = self.app.store
         workflow_id = self._require(workflow_id, "cancel_workflow", actor).id
         done = self.app.cancel(workflow_id, actor=actor)
-        for step in store.steps(workflow_id):
+        for step in store.workflows.steps(workflow_id):
             for child in step.children if step.kind is StepKind.GATHER else ():
-                record = store.get(child)
+                record = store.jobs.get(child)
                 if record is not None and not record.status.is_final:
                     self.app.cancel(child, actor=actor)
         return done
@@ -279,9 +283,9 @@ class Workflows:
         ones kept. Audited as :meth:`App.retry_job <mongosched.App.retry_job>` is."""
         store = self.app.store
         workflow_id = self._require(workflow_id, "retry_workflow", actor).id
-        failed = [s.position for s in store.steps(workflow_id) if s.error is not None]
+        failed = [s.position for s in store.workflows.steps(workflow_id) if s.error is not None]
         if failed:
-            store.forget_steps(workflow_id, failed[0])
+            store.workflows.forget_steps(workflow_id, failed[0])
         return self.app.retry_job(workflow_id, actor=actor)
 
     def fork_workflow(
@@ -301,9 +305,9 @@ class Workflows:
         job: Job[Any] = task.configure(queue=record.queue, priority=record.priority).schedule(
             *record.args, **record.kwargs
         )
-        for step in store.steps(record.id):
+        for step in store.workflows.steps(record.id):
             if step.position < position:
-                store.record_step(replace(step, workflow=job.id), None)
+                store.workflows.record_step(replace(step, workflow=job.id), None)
         self.app.audit.record(
             "fork",
             f"workflow {record.id} ({record.task})",
@@ -319,7 +323,7 @@ class Workflows:
         :class:`~mongosched.errors.JobNotFound` when no workflow of this app has it."""
         checked_actor(actor, what)
         store = self.app.store
-        record = store.get(store.parse_id(workflow_id))
+        record = store.jobs.get(store.parse_id(workflow_id))
         if record is None or not self.is_workflow(record.task):
             raise JobNotFound(f"{what}: workflow {workflow_id} does not exist in this app")
         return record
@@ -328,10 +332,10 @@ class Workflows:
     def wake(self, workflow_id: Any) -> bool:
         """Make a waiting workflow due now; False when it is not pending."""
         store, now = self.app.store, self.app.now()
-        record = store.get(workflow_id)
+        record = store.jobs.get(workflow_id)
         if record is None or record.status is not JobStatus.PENDING or record.run_at <= now:
             return False
-        if store.update_pending(record, PendingChanges(run_at=now), now) is None:
+        if store.jobs.update_pending(record, PendingChanges(run_at=now), now) is None:
             return False
         self.wake_runners()
         return True

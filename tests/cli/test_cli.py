@@ -820,7 +820,7 @@ def test_store_failures_exit_4_or_1(
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise failure
 
-    monkeypatch.setattr(sched.store, "counts", fail)
+    monkeypatch.setattr(sched.store.jobs, "counts", fail)
     run = cli("stats", app=sched)
     assert run.code == code
     assert_one_line_error(run.err, fragment)
@@ -835,7 +835,7 @@ def test_a_store_that_does_not_answer_the_check_exits_4_before_the_verb(
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable("cannot reach MongoDB at db1 within 3 s (no server)")
 
-    monkeypatch.setattr(sched.store, "count", fail)
+    monkeypatch.setattr(sched.store.jobs, "count", fail)
     run = cli("jobs", "cancel", str(job.id), app=sched)
     assert run.code == 4
     assert_one_line_error(run.err, "error: cannot reach MongoDB at db1 within 3 s (no server)")

@@ -34,7 +34,7 @@ def job(task: str = "t", *, at: datetime = T0, **fields: Any) -> JobRecord:
 
 def add(store: Store, *records: JobRecord) -> list[JobRecord]:
     """Insert jobs that must all be created; the jobs as stored."""
-    results = store.insert(records)
+    results = store.jobs.insert(records)
     assert [created for _, created in results] == [True] * len(records)
     return [stored for stored, _ in results]
 
@@ -48,7 +48,7 @@ def claim(
     lease: float = LEASE,
     owner: str = "me",
 ) -> JobRecord | None:
-    return store.claim(
+    return store.claims.claim(
         owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=lease, job_id=job_id
     )
 
@@ -59,7 +59,7 @@ def as_stored(store: Store, records: Sequence[Any], *args: tuple[Any, ...]) -> N
     if args:
         assert [r.args for r in records] == list(args)
     for record in records:
-        assert record == store.get(record.id)
+        assert record == store.jobs.get(record.id)
 
 
 def settle_and_claim(
@@ -67,7 +67,7 @@ def settle_and_claim(
 ) -> tuple[list[Any], list[JobRecord]]:
     """Write ``items``' outcomes and claim up to ``limit`` jobs of task ``t`` at once
     (``settle_and_claim``, as owner ``me``)."""
-    return store.settle_and_claim(
+    return store.claims.settle_and_claim(
         items, owner="me", tasks=("t",), queues=None, now=now, lease_duration=LEASE, limit=limit
     )
 
@@ -81,7 +81,7 @@ def batch(
     now: datetime = LATER,
 ) -> list[JobRecord]:
     """Claim up to ``limit`` jobs at once (``claim_batch``)."""
-    return store.claim_batch(
+    return store.claims.claim_batch(
         owner=owner, tasks=tasks, queues=queues, now=now, lease_duration=LEASE, limit=limit
     )
 

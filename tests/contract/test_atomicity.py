@@ -43,7 +43,7 @@ def test_a_single_job_is_claimed_by_one_of_16_racing_threads(store: Store) -> No
     results = race(lambda n: claim(store, owner=f"w{n}"))
     winners = [r for r in results if r is not None]
     assert len(winners) == 1 and winners[0].id == queued.id
-    assert store.get(queued.id) == winners[0] and winners[0].attempts == 1
+    assert store.jobs.get(queued.id) == winners[0] and winners[0].attempts == 1
 
 
 def test_racing_threads_claim_each_job_once(store: Store) -> None:
@@ -60,28 +60,28 @@ def test_racing_threads_claim_each_job_once(store: Store) -> None:
 
 
 def test_16_racing_inserts_of_one_active_key_make_one_job(store: Store) -> None:
-    results = race(lambda n: store.insert([job(dedupe_key="k", args=(n,))])[0])
+    results = race(lambda n: store.jobs.insert([job(dedupe_key="k", args=(n,))])[0])
     created = [stored for stored, new in results if new]
     assert len(created) == 1
     assert {stored.id for stored, _ in results} == {created[0].id}
-    assert store.count(JobQuery()) == 1
+    assert store.jobs.count(JobQuery()) == 1
 
 
 def test_16_racing_upserts_of_one_schedule_create_it_once(store: Store) -> None:
     declared = job(id="schedule:t", repeat={"every": 60.0}, scheduled_for=T0)
-    results = race(lambda n: store.upsert_schedule(declared, T0))
-    assert sum(results) == 1 and store.count(JobQuery()) == 1
+    results = race(lambda n: store.jobs.upsert_schedule(declared, T0))
+    assert sum(results) == 1 and store.jobs.count(JobQuery()) == 1
 
 
 def test_16_racing_settles_of_one_claim_land_once(store: Store) -> None:
     add(store, job())
     running = claimed(store)
-    results = race(lambda n: store.settle(running, succeeded(running, result=n)))
+    results = race(lambda n: store.leases.settle(running, succeeded(running, result=n)))
     landed = [r for r in results if r is not None]
-    assert len(landed) == 1 and store.get(running.id) == landed[0]
+    assert len(landed) == 1 and store.jobs.get(running.id) == landed[0]
 
 
 def test_16_racing_takers_of_3_permits(store: Store) -> None:
-    store.ensure_permits("t", 3)
-    results = race(lambda n: store.take_permit("t", 3, f"token-{n}", n, "me", LATER, UNTIL))
-    assert sum(results) == 3 and store.permit_holders("t", LATER) == 3
+    store.permits.ensure_permits("t", 3)
+    results = race(lambda n: store.permits.take_permit("t", 3, f"token-{n}", n, "me", LATER, UNTIL))
+    assert sum(results) == 3 and store.permits.permit_holders("t", LATER) == 3

@@ -62,18 +62,18 @@ def test_each_job_of_a_batch_is_claimed_as_a_single_claim_would(store: Store) ->
         assert record.lease is not None and record.lease.owner == "worker-1"
         assert record.lease.until == LATER + sec(LEASE)
         assert record.started_at == record.updated_at == LATER
-        assert store.get(record.id) == record
+        assert store.jobs.get(record.id) == record
 
 
 def test_each_job_of_a_batch_is_fenced_by_its_own_token(store: Store) -> None:
     first, second = batch_of_two(store)
     # Another job's token does not hold this job's lease.
-    assert not store.renew(first.id, token(second), LATER, LATER + sec(60)).held
-    assert not store.write_progress(second.id, token(first), 0.5, None, LATER)
-    assert store.renew(first.id, token(first), LATER, LATER + sec(60)).held
-    done = store.settle(second, succeeded(second))
+    assert not store.leases.renew(first.id, token(second), LATER, LATER + sec(60)).held
+    assert not store.leases.write_progress(second.id, token(first), 0.5, None, LATER)
+    assert store.leases.renew(first.id, token(first), LATER, LATER + sec(60)).held
+    done = store.leases.settle(second, succeeded(second))
     assert done is not None and done.status is JobStatus.COMPLETED
-    assert store.get(first.id).status is JobStatus.RUNNING  # type: ignore[union-attr]
+    assert store.jobs.get(first.id).status is JobStatus.RUNNING  # type: ignore[union-attr]
 
 
 def batch_of_two(store: Store) -> list[Any]:
@@ -135,7 +135,7 @@ def test_racing_batches_of_few_jobs_leave_none_claimed_twice_or_lost(store: Stor
     assert sorted(map(str, every)) == sorted(str(r.id) for r in queued)
     owners = {r.id: r.lease.owner for got in results for r in got}
     for job_id, owner in owners.items():
-        stored = store.get(job_id)
+        stored = store.jobs.get(job_id)
         assert stored is not None and stored.lease is not None and stored.lease.owner == owner
         assert stored.attempts == 1
 
@@ -145,7 +145,7 @@ def test_settle_many_lands_each_settlement_and_returns_the_jobs_as_stored(store:
     """Every kind of settlement at once; the records returned are the jobs as stored
     (a store may compute them instead of reading them back: they must agree)."""
     declared = job(id="schedule:t", repeat={"every": 60.0}, scheduled_for=T0)
-    assert store.upsert_schedule(declared, T0)
+    assert store.jobs.upsert_schedule(declared, T0)
     add(
         store,
         job(args=("done",)),
@@ -158,7 +158,7 @@ def test_settle_many_lands_each_settlement_and_returns_the_jobs_as_stored(store:
     running = {r.args[0] if r.args else r.id: r for r in batch(store, 10)}
     assert len(running) == 7
     progress = running["progress"]
-    assert store.write_progress(progress.id, token(progress), 0.5, "half", LATER + sec(1))
+    assert store.leases.write_progress(progress.id, token(progress), 0.5, "half", LATER + sec(1))
     at = LATER + sec(2)
     when = LATER + timedelta(microseconds=1500)
     settlements = {
@@ -171,10 +171,10 @@ def test_settle_many_lands_each_settlement_and_returns_the_jobs_as_stored(store:
         "schedule:t": lambda r: succeeded(r, at, result=7),
     }
     items = [(running[name], settle(running[name])) for name, settle in settlements.items()]
-    results = dict(zip(settlements, store.settle_many(items), strict=True))
+    results = dict(zip(settlements, store.claims.settle_many(items), strict=True))
     for name, result in results.items():
         assert isinstance(result, JobRecord), (name, result)
-        assert result == store.get(running[name].id), name
+        assert result == store.jobs.get(running[name].id), name
     statuses = {name: r.status.value for name, r in results.items()}  # type: ignore[union-attr]
     assert statuses == {
         "done": "completed",
@@ -200,9 +200,9 @@ def test_settle_many_lands_each_settlement_and_returns_the_jobs_as_stored(store:
     assert isinstance(tick, JobRecord) and tick.last_run is not None
     assert tick.run_at == T0 + sec(60) and tick.delete_at is None
     # The retried job holds its pending-scope key again; the failed one let its key go.
-    [(holder, created)] = store.insert([job(dedupe_key="k", dedupe_scope="pending")])
+    [(holder, created)] = store.jobs.insert([job(dedupe_key="k", dedupe_scope="pending")])
     assert holder.id == running["retried"].id and not created
-    [(_, created)] = store.insert([job(dedupe_key="a")])
+    [(_, created)] = store.jobs.insert([job(dedupe_key="a")])
     assert created
 
 
@@ -213,10 +213,10 @@ def test_settle_many_reports_each_job_alone(store: Store) -> None:
     lost, cancelled, unstorable, fine, also_fine = batch(store, 5)
     # lost: its lease ran out and another runner holds it now.
     later = LATER + sec(LEASE + 1)
-    assert store.reap(lost, later, lapsed(lost, later)) is not None
+    assert store.leases.reap(lost, later, lapsed(lost, later)) is not None
     taken = claim(store, now=later, owner="other")
     assert taken is not None and taken.id == lost.id
-    assert store.request_cancel(cancelled.id, later) is not None
+    assert store.jobs.request_cancel(cancelled.id, later) is not None
     items = [
         (lost, succeeded(lost, later)),
         (cancelled, succeeded(cancelled, later, result="done")),
@@ -224,17 +224,17 @@ def test_settle_many_reports_each_job_alone(store: Store) -> None:
         (fine, succeeded(fine, later, result=1)),
         (also_fine, raised(also_fine, later)),
     ]
-    results = store.settle_many(items)
+    results = store.claims.settle_many(items)
     assert results[0] is None
-    assert store.get(lost.id) == taken  # the other worker's lease is untouched
+    assert store.jobs.get(lost.id) == taken  # the other worker's lease is untouched
     assert isinstance(results[1], JobRecord) and results[1].status is JobStatus.CANCELLED
-    assert results[1] == store.get(cancelled.id) and results[1].result == "done"
+    assert results[1] == store.jobs.get(cancelled.id) and results[1].result == "done"
     assert isinstance(results[2], SerializationError) and "return value" in str(results[2])
-    assert store.get(unstorable.id) == unstorable  # nothing written for it
+    assert store.jobs.get(unstorable.id) == unstorable  # nothing written for it
     assert isinstance(results[3], JobRecord) and results[3].status is JobStatus.COMPLETED
-    assert results[3] == store.get(fine.id)
+    assert results[3] == store.jobs.get(fine.id)
     assert isinstance(results[4], JobRecord) and results[4].status is JobStatus.PENDING
-    assert results[4] == store.get(also_fine.id) and results[4].attempts == 1
+    assert results[4] == store.jobs.get(also_fine.id) and results[4].attempts == 1
 
 
 @pytest.mark.parametrize("claiming", [False, True], ids=["settle_many", "settle_and_claim"])
@@ -255,32 +255,32 @@ def test_a_result_whose_encoding_raises_anything_concerns_its_own_job_only(
         results, got = settle_and_claim(store, items, 10)
         assert [r.args for r in got] == [(3,), (4,)]
     else:
-        results = store.settle_many(items)
+        results = store.claims.settle_many(items)
     assert isinstance(results[1], SerializationError)
     assert "task 't': return value" in str(results[1])
-    assert store.get(bad.id) == bad  # nothing written for it
+    assert store.jobs.get(bad.id) == bad  # nothing written for it
     for n, running in ((0, first), (2, last)):
         stored = results[n]
         assert isinstance(stored, JobRecord) and stored.status is JobStatus.COMPLETED
-        assert stored == store.get(running.id) and stored.result == n + 1
+        assert stored == store.jobs.get(running.id) and stored.result == n + 1
 
 
 def test_settle_many_of_the_same_claim_from_racing_threads_lands_once(store: Store) -> None:
     add(store, job(), job())
     first, second = batch(store, 2)
     results = race(
-        lambda n: store.settle_many(
+        lambda n: store.claims.settle_many(
             [(first, succeeded(first, result=n)), (second, succeeded(second, result=n))]
         ),
         threads=8,
     )
     for i, running_job in enumerate((first, second)):
         landed = [r[i] for r in results if r[i] is not None]
-        assert len(landed) == 1 and landed[0] == store.get(running_job.id)
+        assert len(landed) == 1 and landed[0] == store.jobs.get(running_job.id)
 
 
 def test_settle_many_of_nothing_is_nothing(store: Store) -> None:
-    assert store.settle_many([]) == []
+    assert store.claims.settle_many([]) == []
 
 
 # settle_and_claim ---------------------------------------------------------------------------
@@ -297,8 +297,8 @@ def test_settle_and_claim_settles_as_settle_many_and_claims_as_claim_batch(
     done, cancelled, lost = batch(store, 3)
     queued = add(store, *[job(args=(n,), at=T0 + sec(n)) for n in range(3, 7)])
     later = LATER + sec(LEASE + 1)
-    assert store.request_cancel(cancelled.id, later) is not None
-    assert store.reap(lost, later, lapsed(lost, later)) is not None
+    assert store.jobs.request_cancel(cancelled.id, later) is not None
+    assert store.leases.reap(lost, later, lapsed(lost, later)) is not None
     taken = claim(store, now=later, owner="other", job_id=lost.id)
     assert taken is not None
     items = [
@@ -310,13 +310,13 @@ def test_settle_and_claim_settles_as_settle_many_and_claims_as_claim_batch(
     settled, got = settle_and_claim(store, items, limit, now=later)
     assert ids(got) == ids(queued[: min(limit, 4)])
     for record in got:
-        assert record == store.get(record.id) and record.status is JobStatus.RUNNING
+        assert record == store.jobs.get(record.id) and record.status is JobStatus.RUNNING
         assert record.lease is not None and record.lease.owner == "me"
     assert isinstance(settled[0], JobRecord) and settled[0].status is JobStatus.COMPLETED
-    assert settled[0] == store.get(done.id) and settled[0].result == {"n": 1}
+    assert settled[0] == store.jobs.get(done.id) and settled[0].result == {"n": 1}
     assert isinstance(settled[1], JobRecord) and settled[1].status is JobStatus.CANCELLED
-    assert settled[1] == store.get(cancelled.id)
-    assert settled[2] is None and store.get(lost.id) == taken  # the other's lease holds
+    assert settled[1] == store.jobs.get(cancelled.id)
+    assert settled[2] is None and store.jobs.get(lost.id) == taken  # the other's lease holds
     assert settled[3] is None
 
 
@@ -326,7 +326,7 @@ def test_settle_and_claim_without_outcomes_or_without_tasks(store: Store) -> Non
     settled, got = settle_and_claim(store, [], 3)
     assert settled == [] and [r.args for r in got] == [(0,), (1,), (2,)]
     first = got[0]
-    settled, none = store.settle_and_claim(
+    settled, none = store.claims.settle_and_claim(
         [(first, succeeded(first))],
         owner="me",
         tasks=(),
@@ -335,10 +335,10 @@ def test_settle_and_claim_without_outcomes_or_without_tasks(store: Store) -> Non
         lease_duration=LEASE,
         limit=5,
     )
-    assert none == [] and settled == [store.get(first.id)]
+    assert none == [] and settled == [store.jobs.get(first.id)]
     assert settled[0] is not None and settled[0].status is JobStatus.COMPLETED
     settled, none = settle_and_claim(store, [(got[1], succeeded(got[1]))], 0)
-    assert none == [] and settled == [store.get(got[1].id)]
+    assert none == [] and settled == [store.jobs.get(got[1].id)]
     assert [r.args for r in batch(store, 5)] == [(3,)]  # the limits held
 
 
@@ -360,11 +360,13 @@ def test_log_entries_land_with_the_outcome_and_stay_until_replaced(store: Store)
         return decided.settlement
 
     running = claimed(store)
-    settled = store.settle(running, logged(running))
+    settled = store.leases.settle(running, logged(running))
     assert settled is not None and settled.id == a.id and settled.logs == entries
     as_stored(store, [settled])
     first, second = batch(store, 2)
-    many = store.settle_many([(first, logged(first, Ending.ERROR)), (second, succeeded(second))])
+    many = store.claims.settle_many(
+        [(first, logged(first, Ending.ERROR)), (second, succeeded(second))]
+    )
     assert [r.logs for r in many] == [entries, ()]  # type: ignore[union-attr]
     as_stored(store, many)
     last = claimed(store)
@@ -372,10 +374,10 @@ def test_log_entries_land_with_the_outcome_and_stay_until_replaced(store: Store)
     assert done[0].logs == entries
     as_stored(store, done)
     assert [r.id for r in got] == [b.id] and got[0].logs == entries  # its first attempt's
-    back = store.settle(got[0], given_back(got[0]))  # no entries: they stay
+    back = store.leases.settle(got[0], given_back(got[0]))  # no entries: they stay
     assert back is not None and back.logs == entries
     again = claimed(store)
-    assert store.request_cancel(again.id, LATER) is not None
-    ended = store.settle(again, logged(again))  # lands as its on_cancel
+    assert store.jobs.request_cancel(again.id, LATER) is not None
+    ended = store.leases.settle(again, logged(again))  # lands as its on_cancel
     assert ended is not None and ended.status is JobStatus.CANCELLED and ended.logs == entries
     as_stored(store, [ended])

@@ -40,7 +40,7 @@ def test_a_fractional_priority_sorts_between_whole_ones_one_by_one_and_in_batche
     priorities = [5, 4.96, 1.04, 9.95, 4, 1, 5.05, 1.8]
     made = add(store, *[job(priority=p, at=T0) for p in priorities])
     first_two = [claim(store), claim(store)]
-    rest = store.claim_batch(
+    rest = store.claims.claim_batch(
         owner="w", tasks=["t"], queues=None, now=LATER, lease_duration=30.0, limit=10
     )
     by_id = {j.id: p for j, p in zip(made, priorities, strict=True)}
@@ -109,13 +109,13 @@ def test_claim_starts_a_lease_and_counts_the_attempt(store: Store) -> None:
     assert got.lease.until == LATER + sec(30.001)
     assert got.started_at == got.updated_at == got.lease.heartbeat_at == LATER + sec(0.001)
     assert got.cancel_requested is False and got.finished_at is None
-    assert store.get(queued.id) == got
+    assert store.jobs.get(queued.id) == got
 
 
 def test_each_claim_gets_a_fresh_token_and_attempts_add_up(store: Store) -> None:
     add(store, job(max_attempts=5))
     first = claimed(store)
-    back = store.settle(first, given_back(first))  # uncounted
+    back = store.leases.settle(first, given_back(first))  # uncounted
     assert back is not None and back.status is JobStatus.PENDING and back.attempts == 0
     second = claimed(store)
     assert second.attempts == 1 and second.lease != first.lease
@@ -132,18 +132,18 @@ def test_claim_frees_a_pending_scope_key_and_keeps_an_active_one(store: Store) -
     running = claimed(store)
     assert running.id == waiting.id
     assert running.dedupe_key == "k" and running.dedupe_scope == "pending"
-    [(new, created)] = store.insert([job(dedupe_key="k", dedupe_scope="pending")])
+    [(new, created)] = store.jobs.insert([job(dedupe_key="k", dedupe_scope="pending")])
     assert created and new.id != waiting.id
     running = claimed(store)
     assert running.id == active.id
-    [(holder, created)] = store.insert([job(dedupe_key="k", dedupe_scope="active")])
+    [(holder, created)] = store.jobs.insert([job(dedupe_key="k", dedupe_scope="active")])
     assert holder.id == active.id and not created
 
 
 def test_a_settled_job_is_not_claimed_again(store: Store) -> None:
     add(store, job())
     running = claimed(store)
-    assert store.settle(running, succeeded(running)) is not None
+    assert store.leases.settle(running, succeeded(running)) is not None
     assert claim(store, now=LATER + sec(3600)) is None
     assert claim(store, job_id=running.id) is None
 
@@ -151,7 +151,7 @@ def test_a_settled_job_is_not_claimed_again(store: Store) -> None:
 # Ranked jobs: aging and fair shares (mongosched._core.ranks) -----------------------------------
 def claim_ranked(store: Store, now: datetime, ranked: tuple[str, ...] = ("aged", "fair")) -> Any:
     """Claim one job of tasks ``t``, ``aged`` and ``fair`` (the last two ranked)."""
-    return store.claim(
+    return store.claims.claim(
         owner="me",
         tasks=("t", *ranked),
         queues=None,
@@ -200,7 +200,7 @@ def test_fair_weights_set_the_share_in_batches_too(store: Store) -> None:
     add(store, *[job("fair", fair_key="B") for _ in range(60)])
     keys = [
         r.fair_key
-        for r in store.claim_batch(
+        for r in store.claims.claim_batch(
             owner="me",
             tasks=("fair",),
             queues=None,
@@ -225,7 +225,7 @@ def test_a_new_fair_key_comes_next_after_part_of_the_backlog_ran(store: Store) -
 
 
 def claim_fair(store: Store, now: datetime, queues: tuple[str, ...] | None = None) -> Any:
-    return store.claim(
+    return store.claims.claim(
         owner="me", tasks=("fair",), queues=queues, now=now, lease_duration=30, ranked=("fair",)
     )
 
@@ -272,7 +272,7 @@ def test_a_priority_edit_of_the_fair_head_does_not_move_a_new_key(store: Store) 
     priority (four levels down: a new key's jobs then started four levels early and
     took every turn); the start is stored, and the keys take turns."""
     backlog = add(store, *[job("fair", priority=5, fair_key="A") for _ in range(30)])
-    assert store.update_pending(backlog[0], PendingChanges(priority=9), T0) is not None
+    assert store.jobs.update_pending(backlog[0], PendingChanges(priority=9), T0) is not None
     add(store, *[job("fair", priority=5, fair_key="B") for _ in range(5)])
     order = [claim_fair(store, LATER).fair_key for _ in range(6)]
     assert order.count("B") == 3, order
@@ -293,7 +293,7 @@ def test_delayed_fair_jobs_take_turns_when_they_come_due(store: Store) -> None:
 def test_an_unplaced_job_moved_later_takes_its_start_at_its_new_due_time(store: Store) -> None:
     add(store, *[job("fair", fair_key="A") for _ in range(60)])
     (c,) = add(store, job("fair", at=T0 + sec(9), fair_key="C"))
-    assert store.update_pending(c, PendingChanges(run_at=T0 + sec(20)), T0) is not None
+    assert store.jobs.update_pending(c, PendingChanges(run_at=T0 + sec(20)), T0) is not None
     for _ in range(20):  # C's old due time passed: it is not due
         assert claim_fair(store, T0 + sec(10)).fair_key == "A"
     order = [claim_fair(store, T0 + sec(20)).fair_key for _ in range(2)]
@@ -304,8 +304,8 @@ def test_a_priority_edit_of_a_fair_job_counts_among_its_task_s_jobs(store: Store
     """Model soak, seed 1111: the edited job kept the rank of its old priority, so its
     task's claims took A (the earlier start) first; priority decides first."""
     a, b = add(store, job("fair", fair_key="A"), job("fair", fair_key="B"))  # A starts first
-    assert store.update_pending(b, PendingChanges(priority=1), T0) is not None
-    assert store.update_pending(a, PendingChanges(priority=9), T0) is not None
+    assert store.jobs.update_pending(b, PendingChanges(priority=1), T0) is not None
+    assert store.jobs.update_pending(a, PendingChanges(priority=9), T0) is not None
     assert [claim_fair(store, LATER).fair_key for _ in range(2)] == ["B", "A"]
 
 
@@ -316,7 +316,7 @@ def test_a_debounce_that_changes_a_fair_job_s_priority_counts_among_its_task_s_j
     placed fair job another priority ranks it from its start and the new priority."""
     debounced = dict(dedupe_key="k", dedupe_scope="pending", dedupe_replace=True)
     a, _ = add(store, job("fair", fair_key="A", **debounced), job("fair", fair_key="B"))
-    ((held, created),) = store.insert([job("fair", fair_key="A", priority=9, **debounced)])
+    ((held, created),) = store.jobs.insert([job("fair", fair_key="A", priority=9, **debounced)])
     assert (held.id, held.priority, created) == (a.id, 9, False)
     assert [claim_fair(store, LATER).fair_key for _ in range(2)] == ["B", "A"]
 
@@ -334,8 +334,8 @@ def test_an_unplaced_job_moved_earlier_takes_its_start_at_its_new_due_time(
         job("fair", at=T0 + sec(90), fair_key="C"),
         job("fair", at=T0 + sec(90), fair_key="D", **debounced),
     )
-    assert store.update_pending(c, PendingChanges(run_at=T0 + sec(5)), T0) is not None
-    ((held, created),) = store.insert([job("fair", at=T0 + sec(5), fair_key="D", **debounced)])
+    assert store.jobs.update_pending(c, PendingChanges(run_at=T0 + sec(5)), T0) is not None
+    ((held, created),) = store.jobs.insert([job("fair", at=T0 + sec(5), fair_key="D", **debounced)])
     assert (held.id, created) == (d.id, False)
     order = [claim_fair(store, T0 + sec(10)).fair_key for _ in range(5)]
     assert {"C", "D"} <= set(order), order

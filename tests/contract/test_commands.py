@@ -113,7 +113,7 @@ def test_a_batch_reads_uuids_and_decimals_as_themselves(mongo_store: MongoStore)
     for record in got:
         assert record.args == (ident,) and isinstance(record.args[0], uuid.UUID)
         assert isinstance(record.kwargs["amount"], Decimal) and record.kwargs["amount"] == amount
-        assert record == mongo_store.get(record.id)
+        assert record == mongo_store.jobs.get(record.id)
 
 
 def _unmet(command: dict[str, Any], send: Send) -> Any:
@@ -155,7 +155,7 @@ def test_a_refused_claim_is_logged_and_the_others_land(
     assert names(s) == ["find", "update", "find"]
     assert [r.id for r in got] == [jobs[0].id, jobs[2].id]
     assert f"claim of job {jobs[1].id} refused" in caplog.text
-    assert mongo_store.get(jobs[1].id).status is JobStatus.PENDING  # type: ignore[union-attr]
+    assert mongo_store.jobs.get(jobs[1].id).status is JobStatus.PENDING  # type: ignore[union-attr]
 
 
 def test_statements_too_large_for_one_command_are_sent_in_several(
@@ -189,7 +189,7 @@ def test_statements_too_large_for_one_command_are_sent_in_several(
     assert [r.args for r in got] == [(3,), (4,), (5,)]
     assert f"claim of job {last} refused" in caplog.text
     for record in [*settled, *got]:
-        assert record == mongo_store.get(record.id)  # type: ignore[union-attr]
+        assert record == mongo_store.jobs.get(record.id)  # type: ignore[union-attr]
     assert [r.result for r in settled] == [0, 1, 2]  # type: ignore[union-attr]
 
 

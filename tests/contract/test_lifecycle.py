@@ -14,21 +14,21 @@ def test_prepare_is_idempotent(store: Store) -> None:
     queued = add(store, job(dedupe_key="k"))[0]
     store.prepare()
     store.prepare()
-    assert store.get(queued.id) == queued
-    assert store.insert([job(dedupe_key="k")])[0][0].id == queued.id
+    assert store.jobs.get(queued.id) == queued
+    assert store.jobs.insert([job(dedupe_key="k")])[0][0].id == queued.id
 
 
 def test_a_closed_store_can_be_used_again(store: Store) -> None:
     queued = add(store, job())[0]
-    assert store.count(JobQuery()) == 1  # the listings' collection, made before the close
+    assert store.jobs.count(JobQuery()) == 1  # the listings' collection, made before the close
     store.close()
-    assert store.count(JobQuery()) == 1
-    assert store.get(queued.id) == queued
+    assert store.jobs.count(JobQuery()) == 1
+    assert store.jobs.get(queued.id) == queued
     running = claimed(store)
     store.close()
     store.close()
-    assert store.get(queued.id) == running
-    assert store.count(JobQuery()) == 1
+    assert store.jobs.get(queued.id) == running
+    assert store.jobs.count(JobQuery()) == 1
 
 
 def test_clock_offset_is_none_or_measured_against_the_local_clock(store: Store) -> None:

@@ -78,11 +78,11 @@ def test_reads_create_no_index(mongo_store: MongoStore) -> None:
     collection); only :meth:`prepare` does."""
     store = mongo_store
     now = datetime.now(timezone.utc)
-    assert store.get(store.parse_id("0123456789abcdef01234567")) is None
-    assert store.find(JobQuery()) == [] and store.count(JobQuery()) == 0
-    assert store.counts() == {} and store.schedules() == [] and store.running() == []
-    assert store.oldest_due(now) is None and store.unknown_due_tasks([], now) == {}
-    assert store.leases_expired(now) == [] and store.permit_holders("t", now) == 0
+    assert store.jobs.get(store.parse_id("0123456789abcdef01234567")) is None
+    assert store.jobs.find(JobQuery()) == [] and store.jobs.count(JobQuery()) == 0
+    assert store.jobs.counts() == {} and store.jobs.schedules() == [] and store.jobs.running() == []
+    assert store.jobs.oldest_due(now) is None and store.jobs.unknown_due_tasks([], now) == {}
+    assert store.leases.leases_expired(now) == [] and store.permits.permit_holders("t", now) == 0
     assert set(store.connection.jobs.index_information()) <= {"_id_"}
     assert set(store.connection.permits.index_information()) <= {"_id_"}
     assert store.connection.database.list_collection_names() == []
@@ -119,8 +119,8 @@ def test_prepare_on_a_database_in_use(mongo_store: MongoStore) -> None:
     queued = add(mongo_store, job(dedupe_key="k"), job(dedupe_key="p", dedupe_scope="pending"))
     running = claimed(mongo_store)
     mongo_store.prepare()
-    assert mongo_store.get(running.id) == running
-    assert mongo_store.insert([job(dedupe_key="k")])[0][0].id == queued[0].id
+    assert mongo_store.jobs.get(running.id) == running
+    assert mongo_store.jobs.insert([job(dedupe_key="k")])[0][0].id == queued[0].id
 
 
 # The query plan (a real MongoDB only) ----------------------------------------------------------------
@@ -162,7 +162,9 @@ def explain_claim(
     recording = Recording(store.connection.jobs)
     store.connection.jobs = recording
     try:
-        got = store.claim(owner="me", tasks=("t",), queues=queues, now=LATER, lease_duration=30)
+        got = store.claims.claim(
+            owner="me", tasks=("t",), queues=queues, now=LATER, lease_duration=30
+        )
     finally:
         store.connection.jobs = recording.collection
     assert got is not None
@@ -244,7 +246,7 @@ def test_a_ranked_claim_reads_its_index_without_scanning_the_backlog(
     add(store, job("fair", fair_key="B"), *[job(at=LATER + sec(n)) for n in range(100)])
     query = {**claim_query(("fair",), queues, LATER), **RANKED}
     command = {"find": store.jobs.name, "filter": query, "sort": dict(RANK_SORT), "limit": 2}
-    explained = store.database.command("explain", command, verbosity="executionStats")
+    explained = store.transactions.database.command("explain", command, verbosity="executionStats")
     winning = list(stages(explained["queryPlanner"]["winningPlan"]))
     kinds = {stage["stage"] for stage in winning}
     indexes = {stage.get("indexName") for stage in winning if stage["stage"] == "IXSCAN"}
@@ -254,7 +256,7 @@ def test_a_ranked_claim_reads_its_index_without_scanning_the_backlog(
     stats = explained["executionStats"]
     assert stats["totalKeysExamined"] <= 4 and stats["totalDocsExamined"] <= 3, stats
     assert stats["nReturned"] == 2
-    got = store.claim_batch(
+    got = store.claims.claim_batch(
         owner="me",
         tasks=("fair", "t"),
         queues=queues,
@@ -278,9 +280,9 @@ def test_the_uri_read_preference_applies_to_listings_only(shared_db: SharedDatab
         assert store.connection.queries.read_preference == ReadPreference.SECONDARY_PREFERRED
         store.prepare()
         (added,) = add(store, job())
-        assert store.get(added.id) == added  # by id: the primary, read your write
-        assert [r.id for r in store.find(JobQuery())] == [added.id]
-        assert store.count(JobQuery()) == 1
+        assert store.jobs.get(added.id) == added  # by id: the primary, read your write
+        assert [r.id for r in store.jobs.find(JobQuery())] == [added.id]
+        assert store.jobs.count(JobQuery()) == 1
     finally:
         store.close()
 
@@ -304,16 +306,16 @@ def test_a_result_is_encoded_once_on_its_way_to_the_server(
     monkeypatch.setattr(codec, "Decimal128", lambda v: calls.append(v) or Decimal128(v))
     result = {"total": Decimal("12.50"), "rows": [1, 2]}
     if many:
-        settled = mongo_store.settle_many(
+        settled = mongo_store.claims.settle_many(
             [(first, succeeded(first, result=result)), (second, succeeded(second, result=result))]
         )
         assert len(calls) == 2  # one per job
     else:
-        settled = [mongo_store.settle(first, succeeded(first, result=result))]
+        settled = [mongo_store.leases.settle(first, succeeded(first, result=result))]
         assert len(calls) == 1
     for record in settled:
         assert record is not None and not isinstance(record, Exception)
-        assert record.result == result == mongo_store.get(record.id).result  # type: ignore[union-attr]
+        assert record.result == result == mongo_store.jobs.get(record.id).result  # type: ignore[union-attr]
 
 
 class _Watched:
@@ -392,11 +394,11 @@ def test_a_batched_claim_returns_a_job_edited_after_its_read_as_edited(
     def edit() -> None:
         edits.append(change)
         if change == "args":
-            assert mongo_store.update_pending(target, PendingChanges(args=("edited",)), T0)
+            assert mongo_store.jobs.update_pending(target, PendingChanges(args=("edited",)), T0)
         elif change == "priority":
-            assert mongo_store.update_pending(target, PendingChanges(priority=5), T0)
+            assert mongo_store.jobs.update_pending(target, PendingChanges(priority=5), T0)
         else:
-            mongo_store.link_dependencies([target.id], T0)
+            mongo_store.dependents.link_dependencies([target.id], T0)
 
     watched = _watch(monkeypatch, mongo_store, edit)
     got = batch(mongo_store, 4)
@@ -408,7 +410,7 @@ def test_a_batched_claim_returns_a_job_edited_after_its_read_as_edited(
     again = batch(mongo_store, 4)
     assert [r.id for r in again] == [target.id]  # pending still, and claimed as edited
     edited = again[0]
-    assert edited == mongo_store.get(target.id)
+    assert edited == mongo_store.jobs.get(target.id)
     assert edited.args == (("edited",) if change == "args" else (1,))
     assert edited.priority == (5 if change == "priority" else jobs[0].priority)
     assert edited.has_dependents is (change == "has_dependents")
@@ -441,7 +443,7 @@ def test_outcomes_written_with_a_batched_claim_take_no_round_trip_of_their_own(
     assert watched.calls == ["find", "update"]
     assert [r.args for r in got] == [(3,), (4,), (5,), (6,)]
     for record in [*settled, *got]:
-        assert record == mongo_store.get(record.id)  # type: ignore[union-attr]
+        assert record == mongo_store.jobs.get(record.id)  # type: ignore[union-attr]
     assert [r.result for r in settled] == [0, 1, 2]  # type: ignore[union-attr]
 
 
@@ -452,13 +454,13 @@ def test_a_batched_settlement_of_a_job_written_since_its_claim_is_settled_alone(
     """settle_many computes the records of the settlements that landed as claimed: one
     bulk write. A job written to since its claim, even within the claim's millisecond
     (``updated_at`` unchanged), fails that fence: the ids are read back and that job is
-    settled alone, as :meth:`MongoStore.settle` settles it (the bystander is not)."""
+    settled alone, as :meth:`MongoStore.leases.settle` settles it (the bystander is not)."""
     target, bystander = claimed_pair(mongo_store, write or "progress")
     if write is not None:
         WRITES[write].make(mongo_store, target, WHEN["same_ms"])
     at = LATER + sec(2)
     watched = _watch(monkeypatch, mongo_store)
-    results = mongo_store.settle_many(
+    results = mongo_store.claims.settle_many(
         [(target, succeeded(target, at)), (bystander, succeeded(bystander, at))]
     )
     monkeypatch.undo()
@@ -467,4 +469,4 @@ def test_a_batched_settlement_of_a_job_written_since_its_claim_is_settled_alone(
     else:
         assert watched.calls[:2] == ["update", "find"]  # the ids, read back
         assert set(watched.calls[2:]) == {"find_one_and_update"}  # the target, alone
-    assert results == [mongo_store.get(target.id), mongo_store.get(bystander.id)]
+    assert results == [mongo_store.jobs.get(target.id), mongo_store.jobs.get(bystander.id)]

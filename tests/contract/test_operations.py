@@ -46,7 +46,7 @@ def failed(store: Store, task: str = "t", n: int = 1, error: Exception | None = 
     out = []
     for _ in range(n):
         running = claimed(store, tasks=(task,))
-        ended = store.settle(running, raised(running, error=error))
+        ended = store.leases.settle(running, raised(running, error=error))
         assert ended is not None and ended.status is FAILED
         out.append(ended)
     return out
@@ -55,7 +55,7 @@ def failed(store: Store, task: str = "t", n: int = 1, error: Exception | None = 
 def walk(store: Store, query: JobQuery, page: int) -> list:
     found, after = [], None
     while True:
-        batch = store.select_ids(query, after=after, limit=page)
+        batch = store.admin.select_ids(query, after=after, limit=page)
         assert len(batch) <= page
         found.extend(batch)
         if len(batch) < page:
@@ -74,9 +74,9 @@ def test_select_ids_walks_every_match_in_id_order_in_pages(store: Store) -> None
     of_a = walk(store, JobQuery(task="a", queue="q1"), page=4)
     expected = [j.id for j in jobs if j.task == "a" and j.queue == "q1"]
     assert of_a == sorted(expected)
-    assert store.count(JobQuery(task="a", queue="q1")) == len(expected)
+    assert store.jobs.count(JobQuery(task="a", queue="q1")) == len(expected)
     assert walk(store, JobQuery(task="a"), page=1)[0] == declared.id
-    assert store.select_ids(JobQuery(task="nothing")) == []
+    assert store.admin.select_ids(JobQuery(task="nothing")) == []
 
 
 def test_select_ids_and_counts_filter_by_error_type_and_time_ranges(store: Store) -> None:
@@ -84,16 +84,16 @@ def test_select_ids_and_counts_filter_by_error_type_and_time_ranges(store: Store
     key_error = failed(store, "t", 1, KeyError("k"))[0]
     query = JobQuery(statuses=(FAILED,), error_type="ValueError")
     assert sorted(walk(store, query, 10)) == sorted(ids(value_errors))
-    assert store.count(query) == 2
-    assert store.count(JobQuery(error_type="KeyError")) == 1
-    assert ids(store.find(JobQuery(error_type="KeyError"))) == [key_error.id]
-    assert store.count(JobQuery(finished_after=LATER)) == 3  # after: inclusive
-    assert store.count(JobQuery(finished_before=LATER)) == 0  # before: exclusive
-    assert store.count(JobQuery(finished_before=LATER + sec(1))) == 3
+    assert store.jobs.count(query) == 2
+    assert store.jobs.count(JobQuery(error_type="KeyError")) == 1
+    assert ids(store.jobs.find(JobQuery(error_type="KeyError"))) == [key_error.id]
+    assert store.jobs.count(JobQuery(finished_after=LATER)) == 3  # after: inclusive
+    assert store.jobs.count(JobQuery(finished_before=LATER)) == 0  # before: exclusive
+    assert store.jobs.count(JobQuery(finished_before=LATER + sec(1))) == 3
     add(store, replace(job("t"), created_at=T0 + sec(10)))
-    assert store.count(JobQuery(created_after=T0 + sec(10))) == 1
-    assert store.count(JobQuery(created_before=T0 + sec(10))) == 3
-    assert store.count(JobQuery(statuses=(PENDING,), finished_before=LATER)) == 0
+    assert store.jobs.count(JobQuery(created_after=T0 + sec(10))) == 1
+    assert store.jobs.count(JobQuery(created_before=T0 + sec(10))) == 3
+    assert store.jobs.count(JobQuery(statuses=(PENDING,), finished_before=LATER)) == 0
 
 
 # retry_many ---------------------------------------------------------------------------------------
@@ -102,45 +102,45 @@ def test_retry_many_takes_back_only_jobs_still_in_those_statuses(store: Store) -
     keyed = add(store, job("t", dedupe_key="k"))[0]
     running = claimed(store)
     assert running.id == keyed.id
-    store.settle(running, raised(running))
+    store.leases.settle(running, raised(running))
     # meanwhile the second was retried and runs again: the bulk write leaves it alone
-    assert store.retry_finished(second.id, FAILED, LATER) is not None
+    assert store.jobs.retry_finished(second.id, FAILED, LATER) is not None
     rerun = claimed(store)
     assert rerun.id == second.id
     pending = add(store, job("t"))[0]
     all_ids = [first.id, second.id, third.id, keyed.id, pending.id]
-    assert store.retry_many(all_ids, [FAILED], LATER + sec(5)) == 3
-    for record in (store.get(first.id), store.get(third.id), store.get(keyed.id)):
+    assert store.admin.retry_many(all_ids, [FAILED], LATER + sec(5)) == 3
+    for record in (store.jobs.get(first.id), store.jobs.get(third.id), store.jobs.get(keyed.id)):
         assert record is not None and record.status is PENDING and record.attempts == 0
         assert record.run_at == LATER + sec(5) and record.finished_at is None
         assert record.delete_at is None
-    now_running = store.get(second.id)
+    now_running = store.jobs.get(second.id)
     assert now_running is not None and now_running.status is RUNNING
-    assert store.insert([job("t", dedupe_key="k")])[0][1] is False  # its key is held again
-    assert store.retry_many([], [FAILED], LATER) == 0
+    assert store.jobs.insert([job("t", dedupe_key="k")])[0][1] is False  # its key is held again
+    assert store.admin.retry_many([], [FAILED], LATER) == 0
 
 
 def test_retry_many_leaves_a_job_whose_key_another_job_holds(store: Store) -> None:
     add(store, job("t", dedupe_key="k"))
     running = claimed(store)
-    store.settle(running, raised(running))
+    store.leases.settle(running, raised(running))
     holder = add(store, job("t", dedupe_key="k"))[0]
     plain = failed(store, "u", 1)[0]
     try:
-        retried = store.retry_many([running.id, plain.id], [FAILED], LATER)
+        retried = store.admin.retry_many([running.id, plain.id], [FAILED], LATER)
     except JobStateError:  # pragma: no cover - the contract: it is skipped, not raised
         raise AssertionError("retry_many must skip the job, not raise") from None
     assert retried == 1
-    still = store.get(running.id)
+    still = store.jobs.get(running.id)
     assert still is not None and still.status is FAILED
-    assert store.get(holder.id) is not None
+    assert store.jobs.get(holder.id) is not None
 
 
 def test_retry_many_restarts_a_cancelled_declared_schedule_at_now(store: Store) -> None:
     sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
-    assert store.cancel_many([sched.id], cancelled(LATER)) == (1, 0)
-    assert store.retry_many([sched.id], [CANCELLED], LATER + sec(1)) == 1
-    back = store.get(sched.id)
+    assert store.admin.cancel_many([sched.id], cancelled(LATER)) == (1, 0)
+    assert store.admin.retry_many([sched.id], [CANCELLED], LATER + sec(1)) == 1
+    back = store.jobs.get(sched.id)
     assert back is not None and back.status is PENDING
     assert back.scheduled_for == back.run_at == LATER + sec(1)
 
@@ -151,98 +151,98 @@ def test_cancel_many_ends_waiting_jobs_and_marks_running_ones(store: Store) -> N
     running = claimed(store)
     assert running.id == other.id
     done = failed(store, "u", 1)[0]
-    result = store.cancel_many([waiting.id, running.id, done.id], cancelled(LATER + sec(1)))
+    result = store.admin.cancel_many([waiting.id, running.id, done.id], cancelled(LATER + sec(1)))
     assert result == (1, 1)
-    ended = store.get(waiting.id)
+    ended = store.jobs.get(waiting.id)
     assert ended is not None and ended.status is CANCELLED and ended.finished_at is not None
     assert ended.delete_at is not None
-    marked = store.get(running.id)
+    marked = store.jobs.get(running.id)
     assert marked is not None and marked.status is RUNNING and marked.cancel_requested
-    untouched = store.get(done.id)
+    untouched = store.jobs.get(done.id)
     assert untouched == done
-    assert store.insert([job("t", dedupe_key="k")])[0][1] is True  # its key is free
-    assert store.cancel_many([running.id], cancelled(LATER + sec(2))) == (0, 0)  # once
+    assert store.jobs.insert([job("t", dedupe_key="k")])[0][1] is True  # its key is free
+    assert store.admin.cancel_many([running.id], cancelled(LATER + sec(2))) == (0, 0)  # once
 
 
 def test_cancel_many_keeps_a_declared_schedule_as_its_tombstone(store: Store) -> None:
     sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
-    assert store.cancel_many([sched.id], cancelled(LATER)) == (1, 0)
-    tomb = store.get(sched.id)
+    assert store.admin.cancel_many([sched.id], cancelled(LATER)) == (1, 0)
+    tomb = store.jobs.get(sched.id)
     assert tomb is not None and tomb.status is CANCELLED and tomb.delete_at is None
-    assert store.purge_many([sched.id], [CANCELLED]) == 0
-    assert store.get(sched.id) is not None
+    assert store.admin.purge_many([sched.id], [CANCELLED]) == 0
+    assert store.jobs.get(sched.id) is not None
 
 
 def test_purge_many_deletes_only_jobs_in_final_statuses(store: Store) -> None:
     gone = failed(store, "t", 2)
     add(store, job("u"))
     running = claimed(store, tasks=("u",))
-    done = store.settle(running, succeeded(running))
+    done = store.leases.settle(running, succeeded(running))
     assert done is not None and done.status is COMPLETED
     waiting = add(store, job("v"))[0]
     doomed = [*ids(gone), done.id, waiting.id]
-    assert store.purge_many(doomed, [FAILED]) == 2
-    assert [store.get(i) for i in ids(gone)] == [None, None]
-    assert store.get(done.id) is not None and store.get(waiting.id) is not None
-    assert store.purge_many([done.id, waiting.id], [COMPLETED, PENDING]) == 1
-    assert store.get(waiting.id) is not None
+    assert store.admin.purge_many(doomed, [FAILED]) == 2
+    assert [store.jobs.get(i) for i in ids(gone)] == [None, None]
+    assert store.jobs.get(done.id) is not None and store.jobs.get(waiting.id) is not None
+    assert store.admin.purge_many([done.id, waiting.id], [COMPLETED, PENDING]) == 1
+    assert store.jobs.get(waiting.id) is not None
 
 
 def test_finished_counts_buckets_completed_and_failed_jobs(store: Store) -> None:
     failed(store, "t", 2)  # finished at LATER
     add(store, job("u"))
     running = claimed(store, tasks=("u",))
-    store.settle(running, succeeded(running, now=LATER + sec(70)))
-    counts = store.finished_counts(LATER - sec(30), 60.0)
+    store.leases.settle(running, succeeded(running, now=LATER + sec(70)))
+    counts = store.admin.finished_counts(LATER - sec(30), 60.0)
     assert counts == {(0, FAILED): 2, (1, COMPLETED): 1}
-    assert store.finished_counts(LATER + sec(71), 60.0) == {}
+    assert store.admin.finished_counts(LATER + sec(71), 60.0) == {}
 
 
 # Pauses and schedules ------------------------------------------------------------------------------
 def test_pauses_are_stored_once_and_removed(store: Store) -> None:
-    assert store.pauses() == []
-    assert store.add_pause(Pause("queue", "mail", T0)) is True
-    assert store.add_pause(Pause("queue", "mail", LATER)) is False  # since is kept
-    assert store.add_pause(Pause("task", "t", LATER)) is True
-    assert store.pauses() == [Pause("queue", "mail", T0), Pause("task", "t", LATER)]
-    assert store.remove_pause("queue", "mail") is True
-    assert store.remove_pause("queue", "mail") is False
-    assert store.pauses() == [Pause("task", "t", LATER)]
+    assert store.admin.pauses() == []
+    assert store.admin.add_pause(Pause("queue", "mail", T0)) is True
+    assert store.admin.add_pause(Pause("queue", "mail", LATER)) is False  # since is kept
+    assert store.admin.add_pause(Pause("task", "t", LATER)) is True
+    assert store.admin.pauses() == [Pause("queue", "mail", T0), Pause("task", "t", LATER)]
+    assert store.admin.remove_pause("queue", "mail") is True
+    assert store.admin.remove_pause("queue", "mail") is False
+    assert store.admin.pauses() == [Pause("task", "t", LATER)]
     why = "paused after 3 failed runs in a row (pause_after=3)"
-    assert store.add_pause(Pause("schedule", "schedule:t", LATER, why)) is True
-    assert Pause("schedule", "schedule:t", LATER, why) in store.pauses()
+    assert store.admin.add_pause(Pause("schedule", "schedule:t", LATER, why)) is True
+    assert Pause("schedule", "schedule:t", LATER, why) in store.admin.pauses()
 
 
 def test_pending_queues_lists_queues_holding_pending_jobs(store: Store) -> None:
     add(store, job("t", queue="a"), job("t", queue="b"), job("u", queue="c"))
-    assert store.pending_queues() == ["a", "b", "c"]
+    assert store.admin.pending_queues() == ["a", "b", "c"]
     running = claimed(store, queues=("c",), tasks=("u",))
-    store.settle(running, succeeded(running))
-    assert store.pending_queues() == ["a", "b"]
+    store.leases.settle(running, succeeded(running))
+    assert store.admin.pending_queues() == ["a", "b"]
 
 
 def test_task_names_lists_the_tasks_with_stored_jobs(store: Store) -> None:
-    assert store.task_names() == []
+    assert store.admin.task_names() == []
     add(store, job("t", queue="a"), job("u", queue="b"), job("t", queue="c"))
     running = claimed(store, queues=("b",), tasks=("u",))
-    store.settle(running, succeeded(running))
-    assert store.task_names() == ["t", "u"]  # finished jobs count too
+    store.leases.settle(running, succeeded(running))
+    assert store.admin.task_names() == ["t", "u"]  # finished jobs count too
 
 
 def test_hold_and_release_a_schedule(store: Store) -> None:
     sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
     plain = add(store, job("a"))[0]
     for paused in (sched, plain):
-        store.add_pause(Pause("schedule", str(paused.id), LATER))
-    assert store.hold_schedules([sched.id, plain.id], LATER) == 1
-    held = store.get(sched.id)
+        store.admin.add_pause(Pause("schedule", str(paused.id), LATER))
+    assert store.admin.pause_schedules([sched.id, plain.id], LATER) == 1
+    held = store.jobs.get(sched.id)
     assert held is not None and held.status is PAUSED and held.run_at == T0
     assert claim(store, tasks=("a",)).id == plain.id  # type: ignore[union-attr]
     assert claim(store, tasks=("a",)) is None  # the paused schedule is never claimed
-    assert store.hold_schedules([sched.id], LATER) == 0
-    released = store.release_schedule(sched.id, LATER + sec(1))
+    assert store.admin.pause_schedules([sched.id], LATER) == 0
+    released = store.admin.resume_schedule(sched.id, LATER + sec(1))
     assert released is not None and released.status is PENDING and released.run_at == T0
-    assert store.release_schedule(sched.id, LATER) is None
+    assert store.admin.resume_schedule(sched.id, LATER) is None
     again = claim(store, tasks=("a",))
     assert again is not None and again.id == sched.id
 
@@ -251,7 +251,7 @@ def test_labelled_jobs_are_found_listed_held_and_released_by_label(store: Store)
     """A label (a Django task's path) is a job's own field: found and counted by it,
     listed by labels(); hold_label moves the label's pending jobs (of ``ids``, if given)
     to paused, never claimed; release_label makes them pending again, due as they were."""
-    assert store.labels() == []
+    assert store.admin.labels() == []
     mail, mail2, other = add(
         store,
         job("run", label="app.mail", dedupe_key="m"),
@@ -260,20 +260,20 @@ def test_labelled_jobs_are_found_listed_held_and_released_by_label(store: Store)
     )
     plain = add(store, job("run", at=T0 + sec(3)))[0]
     assert mail.label == "app.mail" and plain.label is None
-    assert sorted(ids(store.find(JobQuery(label="app.mail")))) == sorted(ids([mail, mail2]))
-    assert store.count(JobQuery(label="app.mail", statuses=(PENDING,))) == 2
-    assert store.labels() == ["app.mail", "app.other"]
-    store.add_pause(Pause("task", "app.mail", LATER))
-    assert store.hold_label("app.mail", LATER, ids=[mail2.id, other.id]) == 1
-    assert store.hold_label("app.mail", LATER) == 1  # the other one of the label
-    held = store.get(mail.id)
+    assert sorted(ids(store.jobs.find(JobQuery(label="app.mail")))) == sorted(ids([mail, mail2]))
+    assert store.jobs.count(JobQuery(label="app.mail", statuses=(PENDING,))) == 2
+    assert store.admin.labels() == ["app.mail", "app.other"]
+    store.admin.add_pause(Pause("task", "app.mail", LATER))
+    assert store.admin.pause_label("app.mail", LATER, ids=[mail2.id, other.id]) == 1
+    assert store.admin.pause_label("app.mail", LATER) == 1  # the other one of the label
+    held = store.jobs.get(mail.id)
     assert held is not None and held.status is PAUSED and held.run_at == T0
     assert held.label == "app.mail" and held.dedupe_key == "m"
     assert ids([claim(store, tasks=("run",)), claim(store, tasks=("run",))]) == ids([other, plain])
     assert claim(store, tasks=("run",)) is None  # the label's jobs are never claimed
-    assert store.insert([job("run", dedupe_key="m")])[0][1] is False  # still holds its key
-    assert store.release_label("app.mail", LATER + sec(1)) == 2
-    assert store.release_label("app.mail", LATER + sec(1)) == 0
+    assert store.jobs.insert([job("run", dedupe_key="m")])[0][1] is False  # still holds its key
+    assert store.admin.resume_label("app.mail", LATER + sec(1)) == 2
+    assert store.admin.resume_label("app.mail", LATER + sec(1)) == 0
     back = [claim(store, tasks=("run",)), claim(store, tasks=("run",))]
     assert ids(back) == ids([mail, mail2])  # due as they were, in their order
 
@@ -284,15 +284,15 @@ def test_a_hold_lands_only_while_its_pause_is_stored(store: Store) -> None:
     never held for good with no pause behind it."""
     sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
     mail = add(store, job("run", label="app.mail"))[0]
-    assert store.hold_label("app.mail", LATER, ids=[mail.id]) == 0
-    assert store.hold_schedules([sched.id], LATER) == 0
-    assert [store.get(j.id).status for j in (sched, mail)] == [PENDING, PENDING]  # type: ignore[union-attr]
-    store.add_pause(Pause("task", "app.mail", LATER))
-    store.add_pause(Pause("schedule", str(sched.id), LATER))
-    assert store.hold_label("app.mail", LATER) == 1
-    assert store.hold_schedules([sched.id], LATER) == 1
-    store.remove_pause("task", "app.mail")
-    assert store.hold_label("app.mail", LATER) == 0  # nothing pending to hold
+    assert store.admin.pause_label("app.mail", LATER, ids=[mail.id]) == 0
+    assert store.admin.pause_schedules([sched.id], LATER) == 0
+    assert [store.jobs.get(j.id).status for j in (sched, mail)] == [PENDING, PENDING]  # type: ignore[union-attr]
+    store.admin.add_pause(Pause("task", "app.mail", LATER))
+    store.admin.add_pause(Pause("schedule", str(sched.id), LATER))
+    assert store.admin.pause_label("app.mail", LATER) == 1
+    assert store.admin.pause_schedules([sched.id], LATER) == 1
+    store.admin.remove_pause("task", "app.mail")
+    assert store.admin.pause_label("app.mail", LATER) == 0  # nothing pending to hold
 
 
 def test_release_unpaused_frees_held_jobs_whose_pause_is_gone(store: Store) -> None:
@@ -311,15 +311,15 @@ def test_release_unpaused_frees_held_jobs_whose_pause_is_gone(store: Store) -> N
         ("task", "app.mail"),
         ("task", "app.kept"),
     ]:
-        store.add_pause(Pause(kind, name, LATER))
-    assert store.hold_schedules([sched.id, other.id], LATER) == 2
-    assert store.hold_label("app.mail", LATER) == 1
-    assert store.hold_label("app.kept", LATER) == 2
-    assert store.release_unpaused(LATER) == 0  # every hold has its pause (labelled: its label)
-    store.remove_pause("schedule", str(sched.id))
-    store.remove_pause("task", "app.mail")
-    assert store.release_unpaused(LATER + sec(1)) == 2
-    status = {j.id: store.get(j.id).status for j in (sched, other, mail, kept, labelled)}  # type: ignore[union-attr]
+        store.admin.add_pause(Pause(kind, name, LATER))
+    assert store.admin.pause_schedules([sched.id, other.id], LATER) == 2
+    assert store.admin.pause_label("app.mail", LATER) == 1
+    assert store.admin.pause_label("app.kept", LATER) == 2
+    assert store.admin.resume_unpaused(LATER) == 0  # every hold has its pause (labelled: its label)
+    store.admin.remove_pause("schedule", str(sched.id))
+    store.admin.remove_pause("task", "app.mail")
+    assert store.admin.resume_unpaused(LATER + sec(1)) == 2
+    status = {j.id: store.jobs.get(j.id).status for j in (sched, other, mail, kept, labelled)}  # type: ignore[union-attr]
     assert status == {
         sched.id: PENDING,
         other.id: PAUSED,
@@ -327,14 +327,14 @@ def test_release_unpaused_frees_held_jobs_whose_pause_is_gone(store: Store) -> N
         kept.id: PAUSED,
         labelled.id: PAUSED,
     }
-    assert store.get(mail.id).run_at == T0  # type: ignore[union-attr]
+    assert store.jobs.get(mail.id).run_at == T0  # type: ignore[union-attr]
 
 
 def test_counts_by_due_time(store: Store) -> None:
     add(store, job("t"), job("t", at=T0 + sec(10)), job("t", at=T0 + sec(20)))
-    assert store.count(JobQuery(statuses=(PENDING,), due_after=T0 + sec(10))) == 2
-    assert store.count(JobQuery(due_before=T0 + sec(10))) == 1  # before: exclusive
-    assert store.count(JobQuery(due_after=T0 + sec(1), due_before=T0 + sec(20))) == 1
+    assert store.jobs.count(JobQuery(statuses=(PENDING,), due_after=T0 + sec(10))) == 2
+    assert store.jobs.count(JobQuery(due_before=T0 + sec(10))) == 1  # before: exclusive
+    assert store.jobs.count(JobQuery(due_after=T0 + sec(1), due_before=T0 + sec(20))) == 1
 
 
 def test_update_schedule_is_fenced_on_the_job_as_read(store: Store) -> None:
@@ -342,19 +342,19 @@ def test_update_schedule_is_fenced_on_the_job_as_read(store: Store) -> None:
     rule = {**EVERY, "every": 30.0}
     edit = ScheduleEdit(at=LATER, declared="code")
     changes = ScheduleChanges(repeat=rule, run_at=LATER, priority=2, queue="q", edit=edit)
-    edited = store.update_schedule(sched, changes, LATER)
+    edited = store.admin.update_schedule(sched, changes, LATER)
     assert edited is not None and edited.repeat == rule and edited.edit == edit
     assert edited.run_at == edited.scheduled_for == LATER
     assert (edited.priority, edited.queue, edited.updated_at) == (2, "q", LATER)
-    assert store.update_schedule(sched, ScheduleChanges(priority=3), LATER) is None  # stale
+    assert store.admin.update_schedule(sched, ScheduleChanges(priority=3), LATER) is None  # stale
     running = claimed(store, tasks=("a",), queues=("q",), now=LATER + sec(1))
-    assert store.update_schedule(running, ScheduleChanges(priority=3), LATER) is None
-    store.settle(running, succeeded(running, now=LATER + sec(2)))
-    after = store.get(sched.id)
+    assert store.admin.update_schedule(running, ScheduleChanges(priority=3), LATER) is None
+    store.leases.settle(running, succeeded(running, now=LATER + sec(2)))
+    after = store.jobs.get(sched.id)
     assert after is not None and after.edit == edit and after.priority == 2
     # A declaration upserted with other values replaces the edit, and clears its mark.
-    store.upsert_schedule(replace(sched, priority=4), LATER + sec(3))
-    redeclared = store.get(sched.id)
+    store.jobs.upsert_schedule(replace(sched, priority=4), LATER + sec(3))
+    redeclared = store.jobs.get(sched.id)
     assert redeclared is not None and redeclared.edit is None and redeclared.priority == 4
 
 
@@ -366,13 +366,13 @@ def test_insert_runs_stores_the_runs_of_a_schedule_only_while_it_is_unfinished(
     found meanwhile is not removed)."""
     sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
     held = add(store, job("a", dedupe_key="lane"))[0]
-    [(run, created)] = store.insert_runs(sched.id, [job("a", scheduled_for=T0)]) or []
-    assert created and store.get(run.id) is not None
-    assert store.cancel_pending(sched.id, cancelled()) is not None
+    [(run, created)] = store.admin.insert_runs(sched.id, [job("a", scheduled_for=T0)]) or []
+    assert created and store.jobs.get(run.id) is not None
+    assert store.jobs.cancel_pending(sched.id, cancelled()) is not None
     lanes = [job("a", scheduled_for=LATER), job("a", dedupe_key="lane")]
-    assert store.insert_runs(sched.id, lanes) is None
-    assert store.insert_runs("schedule:gone", lanes) is None
-    assert {str(i) for i in ids(store.find(JobQuery(task="a"), limit=0))} == {
+    assert store.admin.insert_runs(sched.id, lanes) is None
+    assert store.admin.insert_runs("schedule:gone", lanes) is None
+    assert {str(i) for i in ids(store.jobs.find(JobQuery(task="a"), limit=0))} == {
         str(i) for i in ids([sched, held, run])
     }
 
@@ -395,40 +395,40 @@ def runner(name: str, seen: int = 0) -> RunnerInfo:
 
 
 def test_runners_register_refresh_expire_and_leave(store: Store) -> None:
-    store.save_runner(runner("b"), T0 + sec(60))
-    store.save_runner(runner("a"), T0 + sec(60))
-    assert store.runners(T0) == [runner("a"), runner("b")]
-    store.save_runner(runner("b", seen=50), T0 + sec(110))
-    assert store.runners(T0 + sec(61)) == [runner("b", seen=50)]  # a expired
-    store.remove_runner("id-b")
-    assert store.runners(T0 + sec(61)) == []
-    store.save_runner(runner("c"), T0 + sec(200))
-    store.remove_runner("id-nothing")
-    assert store.runners(T0 + sec(61)) == [runner("c")]
+    store.admin.save_runner(runner("b"), T0 + sec(60))
+    store.admin.save_runner(runner("a"), T0 + sec(60))
+    assert store.admin.runners(T0) == [runner("a"), runner("b")]
+    store.admin.save_runner(runner("b", seen=50), T0 + sec(110))
+    assert store.admin.runners(T0 + sec(61)) == [runner("b", seen=50)]  # a expired
+    store.admin.remove_runner("id-b")
+    assert store.admin.runners(T0 + sec(61)) == []
+    store.admin.save_runner(runner("c"), T0 + sec(200))
+    store.admin.remove_runner("id-nothing")
+    assert store.admin.runners(T0 + sec(61)) == [runner("c")]
 
 
 def test_open_counts_counts_unfinished_jobs_by_queue_task_and_status(store: Store) -> None:
     add(store, job("t", queue="a"), job("t", queue="a"), job("t", queue="b"), job("u"))
     running = claimed(store, tasks=("u",))
     failed(store, "v", 1)
-    assert store.open_counts() == {
+    assert store.admin.open_counts() == {
         ("a", "t", PENDING): 2,
         ("b", "t", PENDING): 1,
         ("default", "u", RUNNING): 1,
     }
-    store.settle(running, succeeded(running))
-    assert store.open_counts() == {("a", "t", PENDING): 2, ("b", "t", PENDING): 1}
+    store.leases.settle(running, succeeded(running))
+    assert store.admin.open_counts() == {("a", "t", PENDING): 2, ("b", "t", PENDING): 1}
 
 
 def test_counts_count_a_labelled_job_under_its_label(store: Store) -> None:
     """The counts by task (stats, the dashboard's tasks table) name a labelled job (a
     Django task's) by its label, as the dashboard and the CLI show it."""
     add(store, job("run", label="app.mail"), job("run", label="app.mail"), job("run"))
-    assert store.counts() == {("app.mail", PENDING): 2, ("run", PENDING): 1}
+    assert store.jobs.counts() == {("app.mail", PENDING): 2, ("run", PENDING): 1}
 
 
 def test_backlog_counts_due_pending_jobs_per_queue_and_the_oldest(store: Store) -> None:
-    assert store.backlog(LATER) == {}
+    assert store.admin.backlog(LATER) == {}
     add(
         store,
         job("t", queue="a", at=T0 - sec(30)),
@@ -439,18 +439,18 @@ def test_backlog_counts_due_pending_jobs_per_queue_and_the_oldest(store: Store) 
         job("u", at=T0 - sec(60)),
     )
     running = claimed(store, tasks=("u",), queues=("default",))  # running: not waiting
-    assert store.backlog(LATER) == {
+    assert store.admin.backlog(LATER) == {
         "a": QueueBacklog(due=2, oldest=T0 - sec(30)),
         "b": QueueBacklog(due=1, oldest=T0 - sec(5)),
         "default": QueueBacklog(due=0, oldest=None, running=1),
     }
-    assert store.backlog(T0 - sec(5)) == {  # due at exactly now counts
+    assert store.admin.backlog(T0 - sec(5)) == {  # due at exactly now counts
         "a": QueueBacklog(due=1, oldest=T0 - sec(30)),
         "b": QueueBacklog(due=1, oldest=T0 - sec(5)),
         "default": QueueBacklog(due=0, oldest=None, running=1),
     }
-    store.settle(running, given_back(running))  # pending again, due as it was
-    assert store.backlog(LATER)["default"] == QueueBacklog(due=1, oldest=T0 - sec(60))
+    store.leases.settle(running, given_back(running))  # pending again, due as it was
+    assert store.admin.backlog(LATER)["default"] == QueueBacklog(due=1, oldest=T0 - sec(60))
 
 
 def test_backlog_counts_running_jobs_and_expired_leases_until_reaped(store: Store) -> None:
@@ -460,16 +460,18 @@ def test_backlog_counts_running_jobs_and_expired_leases_until_reaped(store: Stor
     add(store, job(queue="q", at=T0), job(queue="q", at=T0), job(queue="q", at=LATER))
     first = claimed(store, queues=("q",), now=T0, lease=10)  # its runner dies
     claimed(store, queues=("q",), now=T0 + sec(5), lease=300)
-    assert store.backlog(T0 + sec(9)) == {
+    assert store.admin.backlog(T0 + sec(9)) == {
         "q": QueueBacklog(due=0, oldest=None, running=2, expired=0)
     }
-    waiting = store.backlog(T0 + sec(11))["q"]
+    waiting = store.admin.backlog(T0 + sec(11))["q"]
     assert waiting == QueueBacklog(due=0, oldest=None, running=2, expired=1)
     assert waiting.total == 2
-    assert store.backlog(LATER)["q"] == QueueBacklog(due=1, oldest=LATER, running=2, expired=1)
-    assert store.backlog(LATER)["q"].total == 3
-    assert store.reap(first, LATER, lapsed(first, LATER)) is not None  # by a live runner
-    after = store.backlog(LATER)["q"]
+    assert store.admin.backlog(LATER)["q"] == QueueBacklog(
+        due=1, oldest=LATER, running=2, expired=1
+    )
+    assert store.admin.backlog(LATER)["q"].total == 3
+    assert store.leases.reap(first, LATER, lapsed(first, LATER)) is not None  # by a live runner
+    after = store.admin.backlog(LATER)["q"]
     assert (after.running, after.expired) == (1, 0)
 
 
@@ -477,27 +479,27 @@ def test_a_jobs_trace_context_is_stored_as_given(store: Store) -> None:
     header = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     traced, plain = add(store, job(trace={"traceparent": header, "tracestate": "a=1"}), job())
     assert traced.trace == {"traceparent": header, "tracestate": "a=1"}
-    again = store.get(traced.id)
+    again = store.jobs.get(traced.id)
     assert again is not None and again.trace == traced.trace
-    assert plain.trace is None and store.get(plain.id).trace is None  # type: ignore[union-attr]
+    assert plain.trace is None and store.jobs.get(plain.id).trace is None  # type: ignore[union-attr]
     running = claimed(store)
     assert running.trace == traced.trace
 
 
 def test_the_audit_trail_keeps_entries_newest_first_until_they_expire(store: Store) -> None:
-    assert store.audit_entries(T0) == []
+    assert store.admin.audit_entries(T0) == []
     job_id = add(store, job())[0].id
     first = AuditEntry(T0, "alice@web-1", "cli", "retry", f"job {job_id} (t)", 1, job=job_id)
     second = AuditEntry(T0, "bob", "dashboard", "purge", "status=failed", 250, None)
     third = AuditEntry(
         T0 + sec(1), "ops", "api", "schedule_edit", "schedule:nightly", None, "cron 0 3 * * *"
     )
-    store.record_audit(first, T0 + sec(60))
-    store.record_audit(second, None)  # kept for good
-    store.record_audit(third, T0 + sec(30))
-    assert store.audit_entries(T0) == [third, second, first]  # the same second: last first
-    assert store.audit_entries(T0, limit=2) == [third, second]
-    assert store.audit_entries(T0 + sec(30)) == [second, first]  # expired at exactly then
-    assert store.audit_entries(T0 + sec(61), limit=0) == [second]
-    assert store.audit_entries(T0, job=job_id) == [first]  # one job's entries
-    assert store.audit_entries(T0, job=add(store, job())[0].id) == []
+    store.admin.record_audit(first, T0 + sec(60))
+    store.admin.record_audit(second, None)  # kept for good
+    store.admin.record_audit(third, T0 + sec(30))
+    assert store.admin.audit_entries(T0) == [third, second, first]  # the same second: last first
+    assert store.admin.audit_entries(T0, limit=2) == [third, second]
+    assert store.admin.audit_entries(T0 + sec(30)) == [second, first]  # expired at exactly then
+    assert store.admin.audit_entries(T0 + sec(61), limit=0) == [second]
+    assert store.admin.audit_entries(T0, job=job_id) == [first]  # one job's entries
+    assert store.admin.audit_entries(T0, job=add(store, job())[0].id) == []

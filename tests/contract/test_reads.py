@@ -18,9 +18,9 @@ PENDING, RUNNING, COMPLETED = JobStatus.PENDING, JobStatus.RUNNING, JobStatus.CO
 
 def test_get_of_an_unknown_id_is_none(store: Store) -> None:
     add(store, job(), job(id="schedule:t"))
-    assert store.get(ObjectId()) is None
-    assert store.get("schedule:nothing") is None
-    got = store.get("schedule:t")
+    assert store.jobs.get(ObjectId()) is None
+    assert store.jobs.get("schedule:nothing") is None
+    got = store.jobs.get("schedule:t")
     assert got is not None and got.id == "schedule:t"
 
 
@@ -45,45 +45,45 @@ def test_find_and_count_filter_by_task_status_and_queue(store: Store) -> None:
         (JobQuery(task="x", statuses=(PENDING,), queue="default"), [d.id]),
     ]
     for query, expected in cases:
-        assert sorted(ids(store.find(query, limit=0))) == sorted(expected), query
-        assert store.count(query) == len(expected), query
+        assert sorted(ids(store.jobs.find(query, limit=0))) == sorted(expected), query
+        assert store.jobs.count(query) == len(expected), query
 
 
 def test_find_sorts_either_way_then_by_id(store: Store) -> None:
     a, b, c, d = add(store, job(priority=3), job(priority=1), job(priority=3), job(priority=2))
     by_id = sorted([a.id, c.id])
-    ascending = store.find(JobQuery(), sort="priority", descending=False)
+    ascending = store.jobs.find(JobQuery(), sort="priority", descending=False)
     assert ids(ascending) == [b.id, d.id, *by_id]
-    descending = store.find(JobQuery(), sort="priority", descending=True)
+    descending = store.jobs.find(JobQuery(), sort="priority", descending=True)
     assert ids(descending) == [*reversed(by_id), d.id, b.id]
-    assert ids(store.find(JobQuery(), sort="priority", descending=False, skip=1, limit=2)) == [
+    assert ids(store.jobs.find(JobQuery(), sort="priority", descending=False, skip=1, limit=2)) == [
         d.id,
         by_id[0],
     ]
     late = add(store, job(at=T0 + sec(5)))[0]
-    assert ids(store.find(JobQuery(), sort="run_at", limit=1)) == [late.id]
-    assert store.find(JobQuery(), sort="run_at", descending=False)[-1].id == late.id
+    assert ids(store.jobs.find(JobQuery(), sort="run_at", limit=1)) == [late.id]
+    assert store.jobs.find(JobQuery(), sort="run_at", descending=False)[-1].id == late.id
 
 
 def test_unset_sort_fields_come_first_ascending(store: Store) -> None:
     a, b, c = add(store, job(), job(), job())
     running = claimed(store)
     assert running.id == a.id
-    assert store.settle(running, succeeded(running)) is not None
-    by_finish = store.find(JobQuery(), sort="finished_at", descending=False, limit=0)
+    assert store.leases.settle(running, succeeded(running)) is not None
+    by_finish = store.jobs.find(JobQuery(), sort="finished_at", descending=False, limit=0)
     assert ids(by_finish) == [*sorted([b.id, c.id]), a.id]
-    assert store.find(JobQuery(), sort="finished_at")[0].id == a.id
+    assert store.jobs.find(JobQuery(), sort="finished_at")[0].id == a.id
 
 
 def test_pages_are_stable_and_limit_zero_is_all(store: Store) -> None:
     records = add(store, *[job() for _ in range(57)])  # one updated_at for all
-    everything = store.find(JobQuery(), limit=0)
-    assert len(everything) == 57 and len(store.find(JobQuery())) == 50  # the default limit
+    everything = store.jobs.find(JobQuery(), limit=0)
+    assert len(everything) == 57 and len(store.jobs.find(JobQuery())) == 50  # the default limit
     assert ids(everything) == sorted(ids(records), reverse=True)  # ties by id
-    pages = [store.find(JobQuery(), skip=skip, limit=10) for skip in range(0, 60, 10)]
+    pages = [store.jobs.find(JobQuery(), skip=skip, limit=10) for skip in range(0, 60, 10)]
     assert [len(p) for p in pages] == [10, 10, 10, 10, 10, 7]
     assert [r.id for page in pages for r in page] == ids(everything)
-    ascending = store.find(JobQuery(), descending=False, skip=50, limit=0)
+    ascending = store.jobs.find(JobQuery(), descending=False, skip=50, limit=0)
     assert ids(ascending) == sorted(ids(records))[50:]
 
 
@@ -91,17 +91,17 @@ def test_ties_order_schedule_ids_before_made_ids(store: Store) -> None:
     made = add(store, job(), job())
     add(store, job(id="schedule:b"), job(id="schedule:a"))
     expected = ["schedule:a", "schedule:b", *sorted(ids(made))]
-    assert ids(store.find(JobQuery(), descending=False)) == expected
-    assert ids(store.find(JobQuery())) == list(reversed(expected))
+    assert ids(store.jobs.find(JobQuery(), descending=False)) == expected
+    assert ids(store.jobs.find(JobQuery())) == list(reversed(expected))
 
 
 def test_counts_per_task_and_status(store: Store) -> None:
-    assert store.counts() == {}
+    assert store.jobs.counts() == {}
     add(store, job(), job(), job(), job("x"))
     first = claimed(store)
-    store.settle(first, succeeded(first))
+    store.leases.settle(first, succeeded(first))
     claimed(store)
-    assert store.counts() == {
+    assert store.jobs.counts() == {
         ("t", COMPLETED): 1,
         ("t", RUNNING): 1,
         ("t", PENDING): 1,
@@ -110,32 +110,32 @@ def test_counts_per_task_and_status(store: Store) -> None:
 
 
 def test_oldest_due_is_the_pending_job_due_longest(store: Store) -> None:
-    assert store.oldest_due(LATER) is None
+    assert store.jobs.oldest_due(LATER) is None
     first, second, third = add(
         store, job(at=T0 - sec(20)), job("other", at=T0 - sec(10)), job(queue="q", at=T0)
     )
     add(store, job(at=LATER + sec(1)))  # not due
-    oldest = store.oldest_due(LATER)
+    oldest = store.jobs.oldest_due(LATER)
     assert oldest is not None and oldest.id == first.id
-    assert store.oldest_due(T0 - sec(21)) is None
-    oldest = store.oldest_due(T0 - sec(20))  # due at exactly now counts
+    assert store.jobs.oldest_due(T0 - sec(21)) is None
+    oldest = store.jobs.oldest_due(T0 - sec(20))  # due at exactly now counts
     assert oldest is not None and oldest.id == first.id
     assert claimed(store).id == first.id  # running: no longer waiting
-    oldest = store.oldest_due(LATER)
+    oldest = store.jobs.oldest_due(LATER)
     assert oldest is not None and oldest.id == second.id
     assert claimed(store, tasks=("other",)).id == second.id
-    oldest = store.oldest_due(LATER)
+    oldest = store.jobs.oldest_due(LATER)
     assert oldest is not None and oldest.id == third.id
     assert claimed(store).id == third.id
-    assert store.oldest_due(LATER) is None
+    assert store.jobs.oldest_due(LATER) is None
 
 
 def test_running_lists_soonest_lease_expiry_first(store: Store) -> None:
     add(store, *[job() for _ in range(4)], job())
     leases = [claimed(store, lease=n) for n in (30, 10, 40, 20)]
-    assert store.running() == sorted(leases, key=lambda r: r.lease and r.lease.until)
-    assert ids(store.running(limit=2)) == [leases[1].id, leases[3].id]
-    assert len(store.running(limit=0)) == 4
+    assert store.jobs.running() == sorted(leases, key=lambda r: r.lease and r.lease.until)
+    assert ids(store.jobs.running(limit=2)) == [leases[1].id, leases[3].id]
+    assert len(store.jobs.running(limit=0)) == 4
 
 
 def test_unknown_due_tasks_counts_due_jobs_of_tasks_not_known(store: Store) -> None:
@@ -147,27 +147,29 @@ def test_unknown_due_tasks_counts_due_jobs_of_tasks_not_known(store: Store) -> N
         job("x", at=LATER + sec(1)),  # not due
         job("y", queue="q"),
     )
-    assert store.unknown_due_tasks(["known"], LATER) == {"x": 2, "y": 1}
-    assert store.unknown_due_tasks(["known", "x", "y"], LATER) == {}
-    assert store.unknown_due_tasks([], T0 - sec(1)) == {}
+    assert store.jobs.unknown_due_tasks(["known"], LATER) == {"x": 2, "y": 1}
+    assert store.jobs.unknown_due_tasks(["known", "x", "y"], LATER) == {}
+    assert store.jobs.unknown_due_tasks([], T0 - sec(1)) == {}
     claimed(store, tasks=("y",))  # running: not waiting
-    assert store.unknown_due_tasks(["known"], LATER) == {"x": 2}
+    assert store.jobs.unknown_due_tasks(["known"], LATER) == {"x": 2}
     add(store, *[job(f"u{n:02}") for n in range(25)])
-    unknown = store.unknown_due_tasks(["known"], LATER)
+    unknown = store.jobs.unknown_due_tasks(["known"], LATER)
     assert len(unknown) == 20 and unknown["x"] == 2  # up to 20, the most first
 
 
 def test_schedules_lists_every_repeating_job_by_task(store: Store) -> None:
-    assert store.schedules() == []
+    assert store.jobs.schedules() == []
     add(store, job())
     for task in ("b", "a", "c"):
-        assert store.upsert_schedule(
+        assert store.jobs.upsert_schedule(
             job(task, id=schedule_id(task), repeat={"every": 60.0}, scheduled_for=T0), T0
         )
-    assert [r.task for r in store.schedules()] == ["a", "b", "c"]
+    assert [r.task for r in store.jobs.schedules()] == ["a", "b", "c"]
     running = claimed(store, tasks=("b",))
-    assert store.settle(running, succeeded(running)) is not None  # its next slot: still there
-    found = store.schedules()
+    assert (
+        store.leases.settle(running, succeeded(running)) is not None
+    )  # its next slot: still there
+    found = store.jobs.schedules()
     assert [r.id for r in found] == ["schedule:a", "schedule:b", "schedule:c"]
     assert found[1].repeat == {"every": 60.0} and found[1].scheduled_for == T0 + sec(60)
 
@@ -181,7 +183,7 @@ def test_parse_id_takes_ids_and_their_string_forms(store: Store) -> None:
     assert store.parse_id(oid) == oid and store.parse_id(str(oid)) == oid
     assert store.parse_id(str(oid).upper()) == oid
     assert store.parse_id("schedule:t") == "schedule:t"
-    assert store.get(store.parse_id(str(stored.id))) == store.get(stored.id)
+    assert store.jobs.get(store.parse_id(str(stored.id))) == store.jobs.get(stored.id)
 
 
 @pytest.mark.parametrize(

@@ -35,28 +35,28 @@ class Write:
 
 
 def _request_cancel(store: Store, running: JobRecord, now: datetime) -> None:
-    assert store.request_cancel(running.id, now) is not None
+    assert store.jobs.request_cancel(running.id, now) is not None
 
 
 def _cancel_many(store: Store, running: JobRecord, now: datetime) -> None:
-    assert store.cancel_many([running.id], cancelled(now)) == (0, 1)
+    assert store.admin.cancel_many([running.id], cancelled(now)) == (0, 1)
 
 
 def _progress(store: Store, running: JobRecord, now: datetime) -> None:
-    assert store.write_progress(running.id, token(running), 0.75, "three quarters", now)
+    assert store.leases.write_progress(running.id, token(running), 0.75, "three quarters", now)
 
 
 def _link(store: Store, running: JobRecord, now: datetime) -> None:
-    assert store.link_dependencies([running.id], now) == {running.id: JobStatus.RUNNING}
+    assert store.dependents.link_dependencies([running.id], now) == {running.id: JobStatus.RUNNING}
 
 
 def _slot(store: Store, running: JobRecord, now: datetime) -> None:
-    assert store.record_slot(running.id, token(running), T0 + sec(30), now)
+    assert store.leases.record_slot(running.id, token(running), T0 + sec(30), now)
 
 
 def _redeclare(store: Store, running: JobRecord, now: datetime) -> None:
     changed = job(id=DECLARED, repeat={"every": 60.0}, scheduled_for=T0, priority=2)
-    assert not store.upsert_schedule(changed, now)
+    assert not store.jobs.upsert_schedule(changed, now)
 
 
 def _progressed(record: JobRecord) -> bool:
@@ -87,7 +87,7 @@ def claimed_pair(store: Store, name: str) -> tuple[JobRecord, JobRecord]:
     """The job ``name``'s write goes to, and a bystander, both claimed in one batch at
     LATER (the target first)."""
     if WRITES[name].repeating:
-        assert store.upsert_schedule(
+        assert store.jobs.upsert_schedule(
             job(id=DECLARED, repeat={"every": 60.0}, scheduled_for=T0, priority=1), T0
         )
         add(store, job(priority=9))
@@ -95,8 +95,10 @@ def claimed_pair(store: Store, name: str) -> tuple[JobRecord, JobRecord]:
         add(store, job(max_attempts=3, priority=1), job(priority=9))
     if name == "progress_again":  # a first attempt that wrote progress at WHEN, retried
         [first] = batch(store, 1)
-        assert store.write_progress(first.id, token(first), 0.25, "a quarter", WHEN["same_ms"])
-        retried = store.settle(first, raised(first, LATER))
+        assert store.leases.write_progress(
+            first.id, token(first), 0.25, "a quarter", WHEN["same_ms"]
+        )
+        retried = store.leases.settle(first, raised(first, LATER))
         assert retried is not None and retried.status is JobStatus.PENDING
     target, bystander = batch(store, 2)
     assert target.updated_at == LATER and bystander.priority == 9
@@ -116,12 +118,14 @@ def test_settle_many_keeps_a_write_made_since_the_claim(
     WRITES[name].make(store, target, WHEN[when])
     at = LATER + sec(2)
     settle = ENDINGS[ending]
-    results = store.settle_many([(target, settle(target, at)), (bystander, settle(bystander, at))])
+    results = store.claims.settle_many(
+        [(target, settle(target, at)), (bystander, settle(bystander, at))]
+    )
     assert all(isinstance(r, JobRecord) for r in results), results
     settled, other = results
     assert isinstance(settled, JobRecord) and isinstance(other, JobRecord)
-    assert settled == store.get(target.id)
-    assert other == store.get(bystander.id)
+    assert settled == store.jobs.get(target.id)
+    assert other == store.jobs.get(bystander.id)
     assert settled.lease is None and settled.status is not JobStatus.RUNNING
     assert WRITES[name].kept(settled), settled
 
@@ -133,12 +137,12 @@ def test_settle_many_of_a_cancelled_job_ends_it_as_settle_would(store: Store, wh
     add(store, job(max_attempts=3), job(max_attempts=3))
     one, two = batch(store, 2)
     for running in (one, two):
-        assert store.request_cancel(running.id, WHEN[when]) is not None
+        assert store.jobs.request_cancel(running.id, WHEN[when]) is not None
     at = LATER + sec(2)
-    [batched] = store.settle_many([(one, succeeded(one, at, result="r"))])
-    alone = store.settle(two, succeeded(two, at, result="r"))
+    [batched] = store.claims.settle_many([(one, succeeded(one, at, result="r"))])
+    alone = store.leases.settle(two, succeeded(two, at, result="r"))
     assert isinstance(batched, JobRecord) and alone is not None
-    assert batched == store.get(one.id)
+    assert batched == store.jobs.get(one.id)
     assert batched.status is alone.status is JobStatus.CANCELLED
     ignore = {"id", "args", "created_at"}
     fields = [f for f in JobRecord.__dataclass_fields__ if f not in ignore]

@@ -60,10 +60,10 @@ def lands_as(
 ) -> JobRecord:
     """Run ``write``; the job as stored after it is ``transition`` of the job as stored
     before it, and so is the record the write returned, if any."""
-    before = store.get(job_id)
+    before = store.jobs.get(job_id)
     assert before is not None
     returned = write()
-    after = store.get(job_id)
+    after = store.jobs.get(job_id)
     assert after == transition(before)
     if isinstance(returned, JobRecord):
         assert returned == after
@@ -112,20 +112,20 @@ def test_a_renewal_a_slot_recorded_and_progress(store: Store) -> None:
     lands_as(
         store,
         held,
-        lambda: store.renew(held, tok, NOW, until),
+        lambda: store.leases.renew(held, tok, NOW, until),
         lambda before: transitions.renewed(before, NOW, until),
     )
     slot = T0 + sec(60)
     lands_as(
         store,
         held,
-        lambda: store.record_slot(held, tok, slot, NOW),
+        lambda: store.leases.record_slot(held, tok, slot, NOW),
         lambda before: transitions.slot_recorded(before, slot, NOW),
     )
     lands_as(
         store,
         held,
-        lambda: store.write_progress(held, tok, 0.5, "half", NOW),
+        lambda: store.leases.write_progress(held, tok, 0.5, "half", NOW),
         lambda before: transitions.progressed(before, 0.5, "half", NOW),
     )
 
@@ -152,9 +152,9 @@ def test_a_settlement(store: Store, kind: str, how: str) -> None:
 
     def write() -> Any:
         if how == "settle":
-            return store.settle(running, settlement)
+            return store.leases.settle(running, settlement)
         if how == "settle_many":
-            return store.settle_many([(running, settlement)])
+            return store.claims.settle_many([(running, settlement)])
         return settle_and_claim(store, [(running, settlement)], limit=0, now=NOW)[0]
 
     lands_as(
@@ -175,18 +175,18 @@ def test_the_next_slot_of_a_repeating_job_and_its_end(store: Store, declared: bo
     lands_as(
         store,
         running.id,
-        lambda: store.settle(running, nxt),
+        lambda: store.leases.settle(running, nxt),
         lambda before: transitions.settled(before, nxt),
     )
     # Cancelled for good: a declared schedule is kept (its tombstone), no delete_at.
     again = claimed(store, now=NOW + sec(120))
-    store.request_cancel(again.id, NOW + sec(121))
+    store.jobs.request_cancel(again.id, NOW + sec(121))
     ended = succeeded(again, NOW + sec(122))
     assert ended.on_cancel is not None
     after = lands_as(
         store,
         again.id,
-        lambda: store.settle(again, ended),
+        lambda: store.leases.settle(again, ended),
         lambda before: transitions.settled(before, ended.on_cancel or ended),
     )
     assert after.status is JobStatus.CANCELLED
@@ -201,7 +201,7 @@ def test_a_reap(store: Store) -> None:
     lands_as(
         store,
         running.id,
-        lambda: store.reap(running, when, settlement),
+        lambda: store.leases.reap(running, when, settlement),
         lambda before: transitions.settled(before, settlement),
     )
 
@@ -212,23 +212,23 @@ def test_a_cancel_of_an_unstarted_job_and_of_a_running_one(store: Store) -> None
     lands_as(
         store,
         pending.id,
-        lambda: store.cancel_pending(pending.id, settlement),
+        lambda: store.jobs.cancel_pending(pending.id, settlement),
         lambda before: transitions.settled(before, settlement),
     )
     lands_as(
         store,
         other.id,
-        lambda: store.cancel_many([other.id], settlement),
+        lambda: store.admin.cancel_many([other.id], settlement),
         lambda before: transitions.settled(before, settlement),
     )
-    for n, (stored, ask) in enumerate(((one, store.request_cancel), (two, None))):
+    for n, (stored, ask) in enumerate(((one, store.jobs.request_cancel), (two, None))):
         running = claimed(store, tasks=("r",), job_id=stored.id)
         at = NOW + sec(n)
 
         def write(held: JobRecord = running, ask: Any = ask, at: Any = at) -> Any:
             if ask is not None:
                 return ask(held.id, at)
-            return store.cancel_many([held.id], outcome.cancelled(at, RETENTION))
+            return store.admin.cancel_many([held.id], outcome.cancelled(at, RETENTION))
 
         lands_as(
             store, running.id, write, lambda before, at=at: transitions.cancel_requested(before, at)
@@ -243,30 +243,30 @@ def test_an_edit_of_a_pending_job(store: Store) -> None:
     lands_as(
         store,
         stored.id,
-        lambda: store.update_pending(stored, changes, NOW),
+        lambda: store.jobs.update_pending(stored, changes, NOW),
         lambda before: transitions.edited(before, changes, NOW),
     )
     only = PendingChanges(priority=7)
     lands_as(
         store,
         stored.id,
-        lambda: store.update_pending(stored, only, NOW + sec(1)),
+        lambda: store.jobs.update_pending(stored, only, NOW + sec(1)),
         lambda before: transitions.edited(before, only, NOW + sec(1)),
     )
 
 
 def test_a_schedule_paused_edited_resumed_and_redeclared(store: Store) -> None:
     declared = job(id="schedule:t", repeat=EVERY, scheduled_for=T0)
-    assert store.upsert_schedule(declared, T0)
+    assert store.jobs.upsert_schedule(declared, T0)
     sid = declared.id
-    store.add_pause(Pause("schedule", sid, NOW))
+    store.admin.add_pause(Pause("schedule", sid, NOW))
     lands_as(
         store,
         sid,
-        lambda: store.hold_schedules([sid], NOW),
+        lambda: store.admin.pause_schedules([sid], NOW),
         lambda before: transitions.paused(before, NOW),
     )
-    current = store.get(sid)
+    current = store.jobs.get(sid)
     assert current is not None
     changes = ScheduleChanges(
         repeat={"every": 30.0},
@@ -278,26 +278,26 @@ def test_a_schedule_paused_edited_resumed_and_redeclared(store: Store) -> None:
     lands_as(
         store,
         sid,
-        lambda: store.update_schedule(current, changes, NOW),
+        lambda: store.admin.update_schedule(current, changes, NOW),
         lambda before: transitions.schedule_edited(before, changes, NOW),
     )
     lands_as(
         store,
         sid,
-        lambda: store.release_schedule(sid, NOW + sec(1)),
+        lambda: store.admin.resume_schedule(sid, NOW + sec(1)),
         lambda before: transitions.resumed(before, NOW + sec(1)),
     )
     code = job(id=sid, repeat={"every": 90.0}, scheduled_for=T0 + sec(90), at=T0 + sec(90))
     lands_as(
         store,
         sid,
-        lambda: store.upsert_schedule(code, NOW + sec(2)),
+        lambda: store.jobs.upsert_schedule(code, NOW + sec(2)),
         lambda before: transitions.redeclared(before, code, NOW + sec(2)),
     )
     lands_as(
         store,
         sid,
-        lambda: store.upsert_schedule(code, NOW + sec(3)),
+        lambda: store.jobs.upsert_schedule(code, NOW + sec(3)),
         lambda before: transitions.redeclared(before, code, NOW + sec(3)),
     )
 
@@ -310,12 +310,12 @@ def test_a_retry_of_a_finished_job(store: Store, repeating: bool, many: bool) ->
     running = claimed(store)
     error = ErrorInfo("ValueError", "boom", None, "builtins")
     failed = outcome.finished(JobStatus.FAILED, LATER, RETENTION, result=3, error=error)
-    assert store.settle(running, failed) is not None
+    assert store.leases.settle(running, failed) is not None
 
     def write() -> Any:
         if many:
-            return store.retry_many([running.id], [JobStatus.FAILED], NOW)
-        return store.retry_finished(running.id, JobStatus.FAILED, NOW)
+            return store.admin.retry_many([running.id], [JobStatus.FAILED], NOW)
+        return store.jobs.retry_finished(running.id, JobStatus.FAILED, NOW)
 
     lands_as(store, running.id, write, lambda before: transitions.retried(before, NOW))
 
@@ -334,36 +334,38 @@ def test_dependencies_linked_crossed_off_released(store: Store) -> None:
     lands_as(
         store,
         first.id,
-        lambda: store.link_dependencies([first.id, second.id], NOW, dependent=waiting.id),
+        lambda: store.dependents.link_dependencies(
+            [first.id, second.id], NOW, dependent=waiting.id
+        ),
         lambda before: transitions.linked(before, NOW),
     )
     lands_as(
         store,
         first.id,
-        lambda: store.link_dependencies([first.id], NOW + sec(1)),
+        lambda: store.dependents.link_dependencies([first.id], NOW + sec(1)),
         lambda before: transitions.linked(before, NOW + sec(1)),
     )
     ready = outcome.after_dependency(waiting, first.id, JobStatus.COMPLETED, NOW, RETENTION)
     lands_as(
         store,
         waiting.id,
-        lambda: store.release_dependent(waiting, first.id, ready.settlement),
+        lambda: store.dependents.release_dependent(waiting, first.id, ready.settlement),
         lambda before: transitions.crossed_off(before, first.id),
     )
     lands_as(
         store,
         waiting.id,
-        lambda: store.release_dependent(waiting, second.id, ready.settlement),
+        lambda: store.dependents.release_dependent(waiting, second.id, ready.settlement),
         lambda before: transitions.settled(
             transitions.crossed_off(before, second.id), ready.settlement
         ),
     )
     running = claimed(store, tasks=("a",))
-    assert store.settle(running, succeeded(running, NOW)) is not None
+    assert store.leases.settle(running, succeeded(running, NOW)) is not None
     lands_as(
         store,
         first.id,
-        lambda: store.dependents_released(first.id),
+        lambda: store.dependents.dependents_released(first.id),
         transitions.dependents_released,
     )
 
@@ -378,24 +380,24 @@ def test_a_waiting_job_cancelled_by_its_dependency(store: Store) -> None:
     lands_as(
         store,
         waiting.id,
-        lambda: store.release_dependent(waiting, first.id, gone.settlement),
+        lambda: store.dependents.release_dependent(waiting, first.id, gone.settlement),
         lambda before: transitions.settled(before, gone.settlement),
     )
 
 
 def test_a_label_paused_and_resumed(store: Store) -> None:
     stored = add(store, job(label="app.send"))[0]
-    store.add_pause(Pause("task", "app.send", NOW))
+    store.admin.add_pause(Pause("task", "app.send", NOW))
     lands_as(
         store,
         stored.id,
-        lambda: store.hold_label("app.send", NOW),
+        lambda: store.admin.pause_label("app.send", NOW),
         lambda before: transitions.paused(before, NOW),
     )
     lands_as(
         store,
         stored.id,
-        lambda: store.release_label("app.send", NOW + sec(1)),
+        lambda: store.admin.resume_label("app.send", NOW + sec(1)),
         lambda before: transitions.resumed(before, NOW + sec(1)),
     )
 
@@ -409,7 +411,7 @@ def test_failed_attempts_keep_their_errors(store: Store) -> None:
         after = lands_as(
             store,
             running.id,
-            lambda running=running, settlement=settlement: store.settle(running, settlement),
+            lambda running=running, settlement=settlement: store.leases.settle(running, settlement),
             lambda before, settlement=settlement: transitions.settled(before, settlement),
         )
     assert [e.attempt for e in after.errors] == [1, 2, 3]
@@ -422,7 +424,7 @@ def test_a_debounce_replaces_the_pending_job(store: Store) -> None:
     lands_as(
         store,
         stored.id,
-        lambda: store.insert([later])[0][0],
+        lambda: store.jobs.insert([later])[0][0],
         lambda before: transitions.replaced(before, later),
     )
 
@@ -435,14 +437,14 @@ def test_each_ended_attempt_keeps_who_ran_it_and_when(store: Store) -> None:
     add(store, job(max_attempts=3))
     first = claimed(store, now=NOW)
     assert first.lease is not None and (first.lease.host, first.lease.pid) == (host, pid)
-    store.settle(first, raised(first, NOW + sec(1)))
+    store.leases.settle(first, raised(first, NOW + sec(1)))
     second = claimed(store, now=NOW + sec(2))
-    store.settle(second, given_back(second, NOW + sec(3)))
+    store.leases.settle(second, given_back(second, NOW + sec(3)))
     second = claimed(store, now=NOW + sec(4))
-    store.reap(second, NOW + sec(4 + LEASE + 1), lapsed(second, NOW + sec(4 + LEASE + 1)))
+    store.leases.reap(second, NOW + sec(4 + LEASE + 1), lapsed(second, NOW + sec(4 + LEASE + 1)))
     third = claimed(store, now=NOW + sec(60))
-    done = store.settle(third, succeeded(third, NOW + sec(61)))
-    assert done is not None and done == store.get(first.id)
+    done = store.leases.settle(third, succeeded(third, NOW + sec(61)))
+    assert done is not None and done == store.jobs.get(first.id)
     started = [ms(NOW), ms(NOW + sec(4)), ms(NOW + sec(60))]
     ended = [ms(NOW + sec(1)), ms(NOW + sec(4 + LEASE + 1)), ms(NOW + sec(61))]
     assert done.history == tuple(

@@ -92,8 +92,8 @@ def test_claims_heartbeats_and_finishes_are_not_reported(
     queued = add(writer, job())[0]
     hints.next()
     running = claimed(writer)
-    assert writer.renew(queued.id, token(running), LATER, LATER + sec(60)).held
-    writer.settle(running, succeeded(running))
+    assert writer.leases.renew(queued.id, token(running), LATER, LATER + sec(60)).held
+    writer.leases.settle(running, succeeded(running))
     assert hints.none_within()
 
 
@@ -104,17 +104,17 @@ def test_jobs_that_become_pending_again_are_reported(
     queued = add(writer, job(max_attempts=3))[0]
     hints.next()
     running = claimed(writer)
-    retrying = writer.settle(running, raised(running))  # a retry
+    retrying = writer.leases.settle(running, raised(running))  # a retry
     assert retrying is not None and retrying.status is JobStatus.PENDING
     assert hints.next().at in (None, retrying.run_at)
     running = claimed(writer, now=retrying.run_at + sec(1))
-    assert writer.settle(running, given_back(running)) is not None  # given back
+    assert writer.leases.settle(running, given_back(running)) is not None  # given back
     assert hints.next().at in (None, retrying.run_at)
     running = claimed(writer, now=retrying.run_at + sec(1))
-    done = writer.settle(running, succeeded(running))
+    done = writer.leases.settle(running, succeeded(running))
     assert done is not None and done.status is JobStatus.COMPLETED
     assert hints.none_within()
-    retried = writer.retry_finished(queued.id, JobStatus.COMPLETED, LATER + sec(5))  # by hand
+    retried = writer.jobs.retry_finished(queued.id, JobStatus.COMPLETED, LATER + sec(5))  # by hand
     assert retried is not None
     assert hints.next().at in (None, LATER + sec(5))
 

@@ -408,9 +408,9 @@ def test_the_jobs_page_reads_the_task_names_and_labels_once(
     sched.task(name="run")(lambda: None).configure(label="app.tasks.mail").schedule()
     reads: list[str] = []
     for name in ("task_names", "labels"):
-        real = getattr(sched.store, name)
+        real = getattr(sched.store.admin, name)
         monkeypatch.setattr(
-            sched.store, name, lambda real=real, name=name: reads.append(name) or real()
+            sched.store.admin, name, lambda real=real, name=name: reads.append(name) or real()
         )
     for path in ("/jobs", "/jobs?task=boom", "/jobs?task=app.tasks.mail"):
         reads.clear()
@@ -424,13 +424,13 @@ def test_the_overview_reads_no_running_jobs(
     """The overview shows counts; the running jobs (up to 1,000 of them read) have a page
     of their own."""
     reads: list[str] = []
-    real = sched.store.running
+    real = sched.store.jobs.running
 
     def running(*args: Any, **kwargs: Any) -> Any:
         reads.append("running")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(sched.store, "running", running)
+    monkeypatch.setattr(sched.store.jobs, "running", running)
     assert browser.get("/").status == 200
     assert reads == []
 
@@ -519,7 +519,7 @@ def test_overview_warns_of_due_jobs_no_live_runner_serves(
 
     def register(name: str, queues: tuple[str, ...] | None, tasks: tuple[str, ...]) -> None:
         info = RunnerInfo(name, name, "host", 1, queues, tasks, 1, 0, now, now, "test")
-        sched.store.save_runner(info, now + timedelta(minutes=5))
+        sched.store.admin.save_runner(info, now + timedelta(minutes=5))
 
     def warnings() -> list[str]:
         body = browser.get("/").body
@@ -733,11 +733,13 @@ def test_a_running_job_shows_its_lease_owner_and_progress(sched: App, browser: C
     def slow() -> None: ...
 
     job = slow.schedule()
-    claimed = sched.store.claim(
+    claimed = sched.store.claims.claim(
         owner="host-1:4242:runner", tasks=["slow"], queues=None, now=sched.now(), lease_duration=30
     )
     assert claimed is not None and claimed.lease is not None
-    sched.store.write_progress(job.id, claimed.lease.token, 0.25, "a quarter <done>", sched.now())
+    sched.store.leases.write_progress(
+        job.id, claimed.lease.token, 0.25, "a quarter <done>", sched.now()
+    )
     body = browser.get(f"/jobs/{job.id}").body
     assert "host-1:4242:runner" in body and "Lease until" in body
     assert '<progress max="1" value="0.2500">' in body and "a quarter &lt;done&gt;" in body

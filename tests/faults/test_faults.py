@@ -247,7 +247,7 @@ def act_claim_round_failing(w: World, worker: int, batch: int) -> None:
     store = runner.store
     raw = store.connection.jobs._target
     pending = {d["_id"]: d["attempts"] for d in raw.find({"status": "pending"})}
-    claim, settle_and_claim = store.claim, store.settle_and_claim
+    claim, settle_and_claim = store.claims.claim, store.claims.settle_and_claim
     armed: list[bool] = []
 
     def failing_claim(**kwargs: Any) -> Any:
@@ -260,7 +260,7 @@ def act_claim_round_failing(w: World, worker: int, batch: int) -> None:
         armed.append(True)
         return got
 
-    store.claim, store.settle_and_claim = failing_claim, arming
+    store.claims.claim, store.claims.settle_and_claim = failing_claim, arming
     wrappers = (store.connection.jobs, store.connection.permits, store.connection.limits)
     enabled = [wrapper.enabled for wrapper in wrappers]
     for wrapper in wrappers:
@@ -277,7 +277,7 @@ def act_claim_round_failing(w: World, worker: int, batch: int) -> None:
                 assert doc["attempts"] == attempts, f"job {job_id}: a give back counted"
         return
     finally:
-        store.claim, store.settle_and_claim = claim, settle_and_claim  # its own again
+        store.claims.claim, store.claims.settle_and_claim = claim, settle_and_claim  # its own again
         for wrapper, was in zip(wrappers, enabled, strict=True):
             wrapper.enabled = was
     holding(w, worker, claims, now, batch)
@@ -401,13 +401,13 @@ def act_finish_many(
     if claim:
         now = w.clock()  # when the write is made (others may act, and the clock move, before)
         records: list[Any] = []
-        settle_many = runner.store.settle_many
+        settle_many = runner.store.claims.settle_many
 
         def with_claims(items: Any, patience: Any = None) -> Any:
             nonlocal now
             now = w.clock()
             tasks = [name for name, task in runner.app.tasks.items() if not task.limited]
-            settled, claimed = runner.store.settle_and_claim(
+            settled, claimed = runner.store.claims.settle_and_claim(
                 items,
                 owner=runner.name,
                 tasks=tasks,
@@ -420,11 +420,11 @@ def act_finish_many(
             records.extend(claimed)
             return settled
 
-        runner.store.settle_many = with_claims  # type: ignore[method-assign]
+        runner.store.claims.settle_many = with_claims  # type: ignore[method-assign]
         try:
             act_finish_many(w, holders, claimed=records)
         finally:
-            runner.store.settle_many = settle_many  # type: ignore[method-assign]
+            runner.store.claims.settle_many = settle_many  # type: ignore[method-assign]
         admitted: list[Claim] = []
         runner.claimer.admit_all(records, now, admitted)  # (one that fails is given back)
         w.stats["outcomes written with claims"] += 1
@@ -777,7 +777,7 @@ def settle(w: World) -> None:
         w.clock.advance(seconds=LEASE * 2)  # past every lease and retry delay
         w.runners[0].reap()
         w.runners[0].sweep()
-        w.store.quarantine(w.clock())
+        w.store.leases.quarantine(w.clock())
         progressed = False
         while True:
             claim = w.runners[0].claim_next()
@@ -1113,19 +1113,21 @@ def test_a_retried_write_is_not_taken_for_an_earlier_write_of_the_same_holder(
     store = app.store
     assert isinstance(store, MongoStore)
     job = app.schedule("t")
-    first = store.claim(owner="a", tasks=["t"], queues=None, now=clock(), lease_duration=LEASE)
+    first = store.claims.claim(
+        owner="a", tasks=["t"], queues=None, now=clock(), lease_duration=LEASE
+    )
     assert first is not None and first.lease is not None
-    assert store.record_slot(job.id, first.lease.token, clock(), clock())
+    assert store.leases.record_slot(job.id, first.lease.token, clock(), clock())
     clock.advance(seconds=LEASE + 1)
-    expired = store.leases_expired(clock())
+    expired = store.leases.leases_expired(clock())
     reap = outcome.decide(
         expired[0], outcome.Ending.LEASE_EXPIRED, now=clock(), retention=app.retention
     )
-    assert store.reap(expired[0], clock(), reap.settlement) is not None
+    assert store.leases.reap(expired[0], clock(), reap.settlement) is not None
     store.connection.retry_delay = 0.0
     store.connection.jobs = _DropFirstWrite(store.connection.jobs)
     store.connection.jobs.armed = True
     done = outcome.decide(first, outcome.Ending.SUCCESS, now=clock(), retention=app.retention)
-    landed = store.settle(first, done.settlement)
+    landed = store.leases.settle(first, done.settlement)
     assert landed is None, "a fenced-off holder's retried write was reported as landed"
     assert app.get_job(job.id).status is JobStatus.PENDING

@@ -153,7 +153,7 @@ def test_a_bulk_action_that_fails_half_way_is_kept_with_what_it_did(
     for _ in range(3):
         app.schedule("boom")
     drain(app)
-    purge_many = app.store.purge_many
+    purge_many = app.store.admin.purge_many
     calls = []
 
     def fails_on_the_second_batch(ids: object, final: object) -> int:
@@ -162,7 +162,7 @@ def test_a_bulk_action_that_fails_half_way_is_kept_with_what_it_did(
             raise StoreError("the server went away")
         return purge_many(ids, final)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(app.store, "purge_many", fails_on_the_second_batch)
+    monkeypatch.setattr(app.store.admin, "purge_many", fails_on_the_second_batch)
     with pytest.raises(StoreError, match="went away"):
         app.purge_jobs(task="boom", batch_size=2, actor="carol")
 

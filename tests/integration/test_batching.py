@@ -29,7 +29,7 @@ class ClaimSpy:
         self.settled_with_claims = 0
         self.outcomes: list[int] = []
         """How many outcomes each batched claim wrote."""
-        claim, settle_and_claim = store.claim, store.settle_and_claim
+        claim, settle_and_claim = store.claims.claim, store.claims.settle_and_claim
 
         def single(**kwargs: Any) -> Any:
             got = claim(**kwargs)
@@ -47,8 +47,8 @@ class ClaimSpy:
                 self.outcomes.append(len(items))
             return settled, got
 
-        store.claim = single  # type: ignore[method-assign]
-        store.settle_and_claim = batch  # type: ignore[method-assign]
+        store.claims.claim = single  # type: ignore[method-assign]
+        store.claims.settle_and_claim = batch  # type: ignore[method-assign]
 
 
 def test_a_backlog_is_claimed_in_batches_and_each_job_runs_once(
@@ -119,7 +119,7 @@ def test_jobs_of_a_limited_task_are_claimed_one_at_a_time(make_app: Callable[...
     claims = runner.claim_batch(8)
     tasks = sorted(c.task.name for c in claims)
     assert tasks == ["free", "free", "free", "limited"]
-    assert app.store.permit_holders("limited", app.now()) == 1
+    assert app.store.permits.permit_holders("limited", app.now()) == 1
     # Nothing more of the limited task while its one permit is held.
     assert runner.claim_batch(8) == []
     for claim in claims:
@@ -129,12 +129,13 @@ def test_jobs_of_a_limited_task_are_claimed_one_at_a_time(make_app: Callable[...
     assert [c.task.name for c in again] == ["limited"]
 
 
-def _failing_once(store: Any, name: str, error: BaseException, after: str | None = None) -> Any:
-    """Make ``store.<name>`` raise ``error`` once (once ``store.<after>`` returned jobs,
-    if given); returns a list that records each time it raised."""
+def _failing_once(part: Any, name: str, error: BaseException, after: str | None = None) -> Any:
+    """Make ``part.<name>`` (of a store's parts) raise ``error`` once (once
+    ``part.<after>`` returned jobs, if given); returns a list that records each time it
+    raised."""
     raised: list[Any] = []
     armed = [after is None]
-    call = getattr(store, name)
+    call = getattr(part, name)
 
     def failing(*args: Any, **kwargs: Any) -> Any:
         if armed[0] and not raised:
@@ -142,16 +143,16 @@ def _failing_once(store: Any, name: str, error: BaseException, after: str | None
             raise error
         return call(*args, **kwargs)
 
-    setattr(store, name, failing)
+    setattr(part, name, failing)
     if after is not None:
-        before = getattr(store, after)
+        before = getattr(part, after)
 
         def arming(*args: Any, **kwargs: Any) -> Any:
             got = before(*args, **kwargs)
             armed[0] = armed[0] or bool(got[1])
             return got
 
-        setattr(store, after, arming)
+        setattr(part, after, arming)
     return raised
 
 
@@ -171,7 +172,7 @@ def test_a_store_error_after_the_batched_claim_gives_its_claims_back() -> None:
     app.schedule_bulk(app.tasks["free"].job() for _ in range(5))
     runner = app.runner(workers=4)
     runner.prepare()
-    raised = _failing_once(app.store, "claim", StoreUnavailable("claim: connection refused"))
+    raised = _failing_once(app.store.claims, "claim", StoreUnavailable("claim: connection refused"))
     with pytest.raises(StoreUnavailable):
         runner.claim_batch(4)
     assert raised
@@ -221,7 +222,10 @@ def test_a_store_error_between_the_two_claims_of_a_round_costs_no_job_a_run(
     free = app.task(name="free", retry=0)(recorder.ran)
     app.task(name="limited", concurrency=1)(lambda: None)
     raised = _failing_once(
-        app.store, "claim", StoreUnavailable("claim: connection refused"), after="settle_and_claim"
+        app.store.claims,
+        "claim",
+        StoreUnavailable("claim: connection refused"),
+        after="settle_and_claim",
     )
     app.schedule_bulk(free.job(n) for n in range(60))
     runner = app.runner(workers=4).start()
@@ -242,7 +246,7 @@ def test_outcomes_finishing_together_are_written_in_one_bulk_write() -> None:
     assert len(claims) == 6
     gate, writing = threading.Event(), threading.Event()
     bulks: list[int] = []
-    settle, settle_many = store.settle, store.settle_many
+    settle, settle_many = store.leases.settle, store.claims.settle_many
 
     def slow_settle(*args: Any) -> Any:
         writing.set()
@@ -253,8 +257,8 @@ def test_outcomes_finishing_together_are_written_in_one_bulk_write() -> None:
         bulks.append(len(items))
         return settle_many(items, *args)
 
-    store.settle = slow_settle  # type: ignore[method-assign]
-    store.settle_many = counted  # type: ignore[method-assign]
+    store.leases.settle = slow_settle  # type: ignore[method-assign]
+    store.claims.settle_many = counted  # type: ignore[method-assign]
     results: dict[int, Any] = {}
     first = threading.Thread(target=lambda: results.update({0: runner.run_claim(claims[0])}))
     first.start()
@@ -288,7 +292,7 @@ def test_run_claims_reports_a_lost_lease_alone_and_sends_each_job_as_stored(
     claims = runner.claim_batch(3)
     lost = claims[1]
     # Its lease runs out; the reaper gives the job back and another runner takes it.
-    app.store.reap(
+    app.store.leases.reap(
         lost.record, lost.until + timedelta(seconds=1), given_back(lost.record, app.now())
     )
     taken = other.claim_next(job_id=lost.job_id)
@@ -382,14 +386,14 @@ def test_the_writer_on_its_way_writes_what_was_deferred_meanwhile() -> None:
     app, runner, claims, events = _deferring(3, running=0)
     store = app.store
     writing, gate = threading.Event(), threading.Event()
-    settle = store.settle
+    settle = store.leases.settle
 
     def slow_settle(*args: Any) -> Any:
         writing.set()
         gate.wait(10)  # the first write is on its way...
         return settle(*args)
 
-    store.settle = slow_settle  # type: ignore[method-assign]
+    store.leases.settle = slow_settle  # type: ignore[method-assign]
     runner.settler.claiming = lambda: False  # ...a worker writes its own
     first = threading.Thread(target=runner.run_claim, args=(claims[0],), daemon=True)
     first.start()
@@ -415,12 +419,12 @@ def test_a_failed_claim_gives_its_outcomes_back_and_a_flush_writes_them() -> Non
     def down(items: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable("settle_and_claim: connection refused")
 
-    settle_and_claim = app.store.settle_and_claim
-    app.store.settle_and_claim = down  # type: ignore[method-assign]
+    settle_and_claim = app.store.claims.settle_and_claim
+    app.store.claims.settle_and_claim = down  # type: ignore[method-assign]
     with pytest.raises(StoreUnavailable):
         runner.claim_batch(2)
     assert runner.settler.queued == 2 and events == []
-    app.store.settle_and_claim = settle_and_claim  # type: ignore[method-assign]
+    app.store.claims.settle_and_claim = settle_and_claim  # type: ignore[method-assign]
     runner.settler.flush()
     _assert_completed(app, claims)
     assert runner.finished == 2 and len(events) == 2
@@ -497,7 +501,7 @@ def test_a_deferred_outcome_whose_lease_was_lost_is_announced_as_lost() -> None:
     a lost lease: the job is left to whoever holds it now."""
     app, runner, claims, events = _deferring(2)
     lost = claims[0]
-    app.store.reap(
+    app.store.leases.reap(
         lost.record, lost.until + timedelta(seconds=1), given_back(lost.record, app.now())
     )
     assert app.runner(workers=1, name="other").claim_next(job_id=lost.job_id) is not None

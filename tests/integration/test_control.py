@@ -140,7 +140,9 @@ def test_concurrency_limit_holds_across_runners(make_app: Callable[..., App]) ->
         runner.stop()
     assert recorder.peak == 2 and max(timeline) == 2, timeline
     assert sorted(recorder.calls) == list(range(30))
-    assert apps[0].store.permit_holders("limited", apps[0].now()) == 0  # every permit released
+    assert (
+        apps[0].store.permits.permit_holders("limited", apps[0].now()) == 0
+    )  # every permit released
 
 
 def test_a_crashed_holder_permit_frees_itself_when_its_lease_expires(
@@ -149,17 +151,19 @@ def test_a_crashed_holder_permit_frees_itself_when_its_lease_expires(
     app = make_app(clock=clock)
     app.task(name="solo", concurrency=1)(lambda: "ran")
     store = app.store
-    store.ensure_permits("solo", 1)
+    store.permits.ensure_permits("solo", 1)
     later = clock() + timedelta(seconds=5)
-    assert store.take_permit("solo", 1, "dead", 1, "x", clock(), later)
-    assert not store.take_permit("solo", 1, "t2", 2, "y", clock(), later)
+    assert store.permits.take_permit("solo", 1, "dead", 1, "x", clock(), later)
+    assert not store.permits.take_permit("solo", 1, "t2", 2, "y", clock(), later)
     job = app.schedule("solo")
     runner = app.runner(workers=1)
     runner.prepare()
     assert runner.claim_next() is None  # claimed, but no permit: given back, uncounted
     assert job.refresh().status is JobStatus.PENDING and job.attempts == 0
     clock.advance(seconds=6)
-    assert store.take_permit("solo", 1, "t3", 3, "z", clock(), clock() + timedelta(seconds=5))
+    assert store.permits.take_permit(
+        "solo", 1, "t3", 3, "z", clock(), clock() + timedelta(seconds=5)
+    )
 
 
 # Cancellation -----------------------------------------------------------------------------------

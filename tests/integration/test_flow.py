@@ -458,7 +458,7 @@ def test_a_crash_between_a_settle_and_its_release_is_repaired(flow: App, clock: 
     from mongosched._core.outcome import Ending
 
     decision = outcome.decide(claim.record, Ending.SUCCESS, now=clock(), retention=flow.retention)
-    stored = flow.store.settle(claim.record, decision.settlement)  # ... and no release
+    stored = flow.store.leases.settle(claim.record, decision.settlement)  # ... and no release
     claim.finish()
     assert stored is not None and stored.has_dependents
     assert second.refresh().status is JobStatus.WAITING
@@ -480,7 +480,7 @@ def test_a_schedule_that_failed_after_its_insert_is_linked_by_the_reaper(
     step = flow.task(name="step")(lambda: None)
     first = step.schedule()
     store = flow.store
-    real_link = store.link_dependencies
+    real_link = store.dependents.link_dependencies
     calls = []
 
     def link(ids: Any, now: Any, dependent: Any = None) -> Any:
@@ -491,7 +491,7 @@ def test_a_schedule_that_failed_after_its_insert_is_linked_by_the_reaper(
             return found
         raise StoreError("injected: connection lost")
 
-    monkeypatch.setattr(store, "link_dependencies", link)
+    monkeypatch.setattr(store.dependents, "link_dependencies", link)
     with pytest.raises(StoreError):
         step.configure(depends_on=first).schedule()
     monkeypatch.undo()
@@ -516,7 +516,7 @@ def settle_unreleased(app: App, clock: FakeClock, job: Any, fail: bool = False) 
     decision = outcome.decide(
         claim.record, ending, now=clock(), retention=app.retention, error=error
     )
-    stored = app.store.settle(claim.record, decision.settlement)  # ... and no release
+    stored = app.store.leases.settle(claim.record, decision.settlement)  # ... and no release
     claim.finish()
     assert stored is not None and stored.status.is_final and stored.has_dependents
 

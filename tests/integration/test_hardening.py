@@ -91,7 +91,7 @@ def test_a_cancel_during_a_short_run_is_not_lost(make_app: Callable[..., App]) -
         runner = app.runner(workers=1)
         if name == "every":
             runner.prepare()
-            app.store.update_pending(job.record, PendingChanges(run_at=app.now()), app.now())
+            app.store.jobs.update_pending(job.record, PendingChanges(run_at=app.now()), app.now())
         runner.start()
         assert inside.wait(10)
         assert app.cancel(job.id) is Cancellation.REQUESTED
@@ -175,7 +175,7 @@ def test_one_poison_document_never_stops_the_reaper(database: Any, clock: FakeCl
         ),
     ]
     good = app.schedule("t")
-    claimed = app.store.claim(
+    claimed = app.store.claims.claim(
         owner="dead", tasks=["t"], queues=None, now=past, lease_duration=5, job_id=good.id
     )
     assert claimed is not None and claimed.id == good.id

@@ -91,14 +91,14 @@ def test_heartbeat_threads_renew_long_jobs_and_never_touch_short_ones(
     app = make_app(lease_duration=3.0)  # renewals every second
     renewed: list[object] = []
     renewers: dict[object, set[str]] = {}  # job id -> names of the threads renewing it
-    renew = app.store.renew
+    renew = app.store.leases.renew
 
     def counted(job_id: object, *args: object) -> object:
         renewed.append(job_id)
         renewers.setdefault(job_id, set()).add(threading.current_thread().name)
         return renew(job_id, *args)  # type: ignore[arg-type]
 
-    app.store.renew = counted  # type: ignore[method-assign]
+    app.store.leases.renew = counted  # type: ignore[method-assign]
     app.task(name="short")(lambda: None)
     gate = threading.Event()
     app.task(name="long")(lambda: gate.wait(10))
@@ -135,11 +135,11 @@ def one_claim(
     claim = app.runner(workers=1).claim_next()
     assert claim is not None
     store = claim.keeper.store
-    original, store.renew = store.renew, renew  # type: ignore[method-assign]
+    original, store.leases.renew = store.leases.renew, renew  # type: ignore[method-assign]
     try:
         yield claim
     finally:
-        store.renew = original  # type: ignore[method-assign]
+        store.leases.renew = original  # type: ignore[method-assign]
         app.close()
 
 

@@ -39,13 +39,13 @@ def job(task: str = "t", *, at: datetime = T0, **fields: Any) -> JobRecord:
 
 
 def add(store: MemoryStore, *records: JobRecord) -> list[JobRecord]:
-    return [stored for stored, _ in store.insert(records)]
+    return [stored for stored, _ in store.jobs.insert(records)]
 
 
 def claim(
     store: MemoryStore, tasks: tuple[str, ...] = ("t",), now: datetime = LATER
 ) -> JobRecord | None:
-    return store.claim(owner="me", tasks=tasks, queues=None, now=now, lease_duration=30)
+    return store.claims.claim(owner="me", tasks=tasks, queues=None, now=now, lease_duration=30)
 
 
 def done(now: datetime = LATER, **fields: Any) -> Settlement:
@@ -70,18 +70,18 @@ def test_named_stores_are_shared_and_unnamed_ones_private(name: str) -> None:
     assert MemoryStore.named(f"memory://{name}/") is shared
     assert MemoryStore.named(f"memory://{name}/whatever") is shared
     add(shared, job())
-    assert MemoryStore.named(f"memory://{name}").count(JobQuery()) == 1
+    assert MemoryStore.named(f"memory://{name}").jobs.count(JobQuery()) == 1
 
     first, second = MemoryStore.named("memory://"), MemoryStore.named("memory://")
     assert first is not second and first is not shared
     add(first, job())
-    assert second.count(JobQuery()) == 0
-    assert MemoryStore().count(JobQuery()) == 0
+    assert second.jobs.count(JobQuery()) == 0
+    assert MemoryStore().jobs.count(JobQuery()) == 0
     assert isinstance(shared, Store)
 
     MemoryStore.forget(name)
     assert MemoryStore.named(f"memory://{name}") is not shared
-    assert MemoryStore.named(f"memory://{name}").count(JobQuery()) == 0
+    assert MemoryStore.named(f"memory://{name}").jobs.count(JobQuery()) == 0
 
 
 # Values as MongoDB keeps them ---------------------------------------------------------------------
@@ -93,15 +93,15 @@ def test_records_never_alias_what_is_stored(store: MemoryStore) -> None:
     reader: Any = stored
     reader.args[0][1].append("from a reader")
     reader.kwargs["d"]["k"].append(7)
-    again_read = store.get(stored.id)
+    again_read = store.jobs.get(stored.id)
     assert again_read is not None
     assert again_read.args == ([1, [2, 3]], [4, 5]) and again_read.kwargs == {"d": {"k": [6]}}
     running = claim(store)
     assert running is not None
-    settled = store.settle(running, done(result={"rows": [1, (2, 3)]}))
+    settled = store.leases.settle(running, done(result={"rows": [1, (2, 3)]}))
     assert settled is not None and settled.result == {"rows": [1, [2, 3]]}
     settled.result["rows"].append("mine")
-    final = store.get(stored.id)
+    final = store.jobs.get(stored.id)
     assert final is not None and final.result == {"rows": [1, [2, 3]]}
 
 
@@ -116,9 +116,9 @@ def test_claim_looks_at_bucket_heads_only(store: MemoryStore) -> None:
     assert got is not None and got.id == wanted.id
     assert store.examined <= 3
     assert claim(store) is None and store.examined <= 3
-    changed = [r for r in store.find(JobQuery(task="other"), limit=100)]
+    changed = [r for r in store.jobs.find(JobQuery(task="other"), limit=100)]
     for record in changed:  # stale entries are popped once, not scanned on every claim
-        store.update_pending(record, PendingChanges(run_at=LATER + sec(60)), LATER)
+        store.jobs.update_pending(record, PendingChanges(run_at=LATER + sec(60)), LATER)
     got = claim(store, tasks=("other",))
     assert got is not None and got.task == "other" and got.run_at == T0 - sec(60)
     assert claim(store, tasks=("other",)) is not None and store.examined <= 3
@@ -149,17 +149,17 @@ def test_runners_holds_and_releases_of_paused_jobs_read_no_backlog(store: Memory
     add(store, *[job("other") for _ in range(20_000)])
     mail, kept = add(store, job(label="app.mail"), job(label="app.kept", at=T0 + sec(1)))
     for label in ("app.mail", "app.kept"):
-        store.add_pause(Pause("task", label, LATER))
-    assert store.hold_label("app.mail", LATER) == 1
+        store.admin.add_pause(Pause("task", label, LATER))
+    assert store.admin.pause_label("app.mail", LATER) == 1
     late = add(store, job(label="app.kept"))[0]  # scheduled since the pause
     forbid_scans(store)
-    assert store.hold_label("app.kept", LATER, ids=[late.id, mail.id]) == 1
-    assert store.release_unpaused(LATER) == 0  # every hold has its pause
-    store.remove_pause("task", "app.mail")
-    assert store.release_unpaused(LATER) == 1
-    assert store.release_label("app.kept", LATER) == 1
+    assert store.admin.pause_label("app.kept", LATER, ids=[late.id, mail.id]) == 1
+    assert store.admin.resume_unpaused(LATER) == 0  # every hold has its pause
+    store.admin.remove_pause("task", "app.mail")
+    assert store.admin.resume_unpaused(LATER) == 1
+    assert store.admin.resume_label("app.kept", LATER) == 1
     assert claim(store) is not None  # the store's indexes still read the same jobs
-    status = {j.id: store.get(j.id).status for j in (mail, kept, late)}  # type: ignore[union-attr]
+    status = {j.id: store.jobs.get(j.id).status for j in (mail, kept, late)}  # type: ignore[union-attr]
     assert status == {
         mail.id: JobStatus.RUNNING,
         kept.id: JobStatus.PENDING,
@@ -189,11 +189,11 @@ def test_a_forked_child_can_use_a_store_whose_lock_a_parent_thread_held(name: st
                 child_store = MemoryStore.named(f"memory://{name}")
                 got = claim(child_store)
                 add(child_store, job())
-                code = 0 if got is not None and child_store.count(JobQuery()) == 2 else 2
+                code = 0 if got is not None and child_store.jobs.count(JobQuery()) == 2 else 2
             finally:
                 os._exit(code)
         assert wait_child(pid) == 0
     finally:
         release.set()
         holder.join()
-    assert store.count(JobQuery(statuses=(JobStatus.PENDING,))) == 1  # the parent's own
+    assert store.jobs.count(JobQuery(statuses=(JobStatus.PENDING,))) == 1  # the parent's own

@@ -173,7 +173,7 @@ def test_an_unreachable_store_reports_down_and_keeps_counters(
     def down() -> Any:
         raise StoreUnavailable("no server")
 
-    monkeypatch.setattr(app.store, "open_counts", down)
+    monkeypatch.setattr(app.store.admin, "open_counts", down)
     got = samples(metrics.render(app))
     assert got[("mongosched_store_up", ())] == 0
     assert got[("mongosched_jobs_retried_total", (("task", "flaky"),))] == 1

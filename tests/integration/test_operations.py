@@ -260,8 +260,8 @@ def test_the_sweep_releases_a_hold_left_with_no_pause_behind_it(
     run = app.task(name="run")(ran.append)
     app.pause(task="app.mail")
     mail = run.configure(label="app.mail").schedule("mail")
-    app.store.hold_label("app.mail", app.now())
-    app.store.remove_pause("task", "app.mail")  # not through resume: nothing released
+    app.store.admin.pause_label("app.mail", app.now())
+    app.store.admin.remove_pause("task", "app.mail")  # not through resume: nothing released
     assert mail.refresh().status is JobStatus.PAUSED
     assert app.runner().sweep() == 1
     assert mail.refresh().status is JobStatus.PENDING

@@ -281,7 +281,7 @@ def test_crashed_worker_job_runs_again_then_fails_when_attempts_are_spent(
 
     def crash() -> None:
         """A worker claims the job and dies: no heartbeat, no outcome."""
-        claimed = app.store.claim(
+        claimed = app.store.claims.claim(
             owner="dead", tasks=["victim"], queues=None, now=app.now(), lease_duration=5
         )
         assert claimed is not None and claimed.id == job.id
@@ -307,18 +307,20 @@ def test_reaper_loses_to_a_heartbeat_that_lands_first(
     app = make_app(clock=clock)
     app.task(name="t")(lambda: None)
     job = app.schedule("t")
-    claimed = app.store.claim(owner="w", tasks=["t"], queues=None, now=app.now(), lease_duration=5)
+    claimed = app.store.claims.claim(
+        owner="w", tasks=["t"], queues=None, now=app.now(), lease_duration=5
+    )
     assert claimed is not None and claimed.lease is not None
     token = claimed.lease.token
     clock.advance(seconds=6)
-    expired = app.store.leases_expired(app.now())
+    expired = app.store.leases.leases_expired(app.now())
     assert [record.id for record in expired] == [job.id]
-    renewal = app.store.renew(job.id, token, app.now(), app.now() + timedelta(seconds=5))
+    renewal = app.store.leases.renew(job.id, token, app.now(), app.now() + timedelta(seconds=5))
     assert renewal.held  # the heartbeat wins the race
     decision = outcome.decide(
         expired[0], outcome.Ending.LEASE_EXPIRED, now=app.now(), retention=app.retention
     )
-    assert app.store.reap(expired[0], app.now(), decision.settlement) is None
+    assert app.store.leases.reap(expired[0], app.now(), decision.settlement) is None
     assert job.refresh().status is JobStatus.RUNNING
 
 
@@ -439,7 +441,7 @@ def test_database_outage_is_survived(app: App, caplog: pytest.LogCaptureFixture)
     """The dispatcher logs, backs off and resumes when the store cannot be reached."""
     app.task(name="t")(lambda: "ok")
     store = app.store
-    real_claim = store.claim
+    real_claim = store.claims.claim
     failures = {"left": 3}
 
     def flaky_claim(**kwargs: Any) -> Any:
@@ -448,7 +450,7 @@ def test_database_outage_is_survived(app: App, caplog: pytest.LogCaptureFixture)
             raise StoreUnavailable("connection refused")
         return real_claim(**kwargs)
 
-    store.claim = flaky_claim  # type: ignore[method-assign]
+    store.claims.claim = flaky_claim  # type: ignore[method-assign]
     job = app.schedule("t")
     runner = app.runner(workers=1, poll_interval=0.01)
     with caplog.at_level(logging.WARNING, logger="mongosched"):
@@ -469,7 +471,7 @@ def test_wake_ups_during_an_outage_do_not_hurry_the_retries(app: App) -> None:
         attempts.append(time.monotonic())
         raise StoreUnavailable("connection refused")
 
-    app.store.claim = failing_claim  # type: ignore[method-assign]
+    app.store.claims.claim = failing_claim  # type: ignore[method-assign]
     runner = app.runner(workers=1, poll_interval=0.2).start()
     try:
         wait_for(lambda: attempts, message="a first claim")

@@ -197,14 +197,13 @@ def test_the_heartbeat_leaves_the_job_alone_while_its_transaction_runs(
     renewals: list[Any] = []
     ledger.during.append(lambda job: time.sleep(1.0))  # the long run itself
     runner = app.runner(workers=1)
-    original = runner.store.renew
+    original = runner.store.leases.renew
 
     def counting(*args: Any) -> Any:
         renewals.append(args)
         return original(*args)
 
-    spy = _Spy(app.store, renew=counting)
-    runner.steps.keeper.store = app.store = spy  # type: ignore[assignment]
+    app.store.leases.renew = counting  # type: ignore[method-assign]
     job = ledger.pay.schedule("a")
     runner.start()
     try:
@@ -214,17 +213,6 @@ def test_the_heartbeat_leaves_the_job_alone_while_its_transaction_runs(
     assert stored.status is JobStatus.COMPLETED and ledger.runs == [1]
     assert len(renewals) == 1  # the hold when the transaction began: none during it
     assert len(ledger.writes("a")) == 1
-
-
-class _Spy:
-    """A store whose named methods are replaced (the rest passes through)."""
-
-    def __init__(self, store: Any, **methods: Any) -> None:
-        self._store = store
-        self.__dict__.update(methods)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
 
 
 def _final(job: Any) -> Any:

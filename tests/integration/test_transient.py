@@ -48,8 +48,8 @@ def _running(store: MongoStore, count: int, max_attempts: int = 1) -> list[JobRe
     """``count`` jobs of task ``t``, claimed (one batch)."""
     now = outcome_now()
     new = JobRecord(task="t", run_at=now, created_at=now, updated_at=now, max_attempts=max_attempts)
-    store.insert([new] * count)
-    got = store.claim_batch(
+    store.jobs.insert([new] * count)
+    got = store.claims.claim_batch(
         owner="me", tasks=["t"], queues=None, now=now, lease_duration=LEASE, limit=count
     )
     assert len(got) == count
@@ -85,7 +85,7 @@ def test_a_transient_error_is_retried(database: Any, error: PyMongoError) -> Non
     store = MongoStore(database=database)
     [job] = _running(store, 1)
     _faulty(store).fail("find_one", error)
-    assert store.get(job.id) == job
+    assert store.jobs.get(job.id) == job
 
 
 def test_any_other_error_is_a_store_error_at_once(database: Any) -> None:
@@ -94,7 +94,7 @@ def test_any_other_error_is_a_store_error_at_once(database: Any) -> None:
     faulty = _faulty(store)
     faulty.fail("find_one", server_error(2), server_error(2))  # BadValue
     with pytest.raises(StoreError) as raised:
-        store.get(job.id)
+        store.jobs.get(job.id)
     assert not isinstance(raised.value, StoreUnavailable)
     assert faulty.injected["find_one:scripted"] == 1  # not retried
 
@@ -103,10 +103,10 @@ def _write(store: MongoStore, how: str, jobs: list[JobRecord], patience: Any) ->
     """Write a success for each of ``jobs`` with ``how``, with ``patience``."""
     items = [(job, _done(job)) for job in jobs]
     if how == "settle":
-        return [store.settle(job, settlement, patience) for job, settlement in items]
+        return [store.leases.settle(job, settlement, patience) for job, settlement in items]
     if how == "settle_many":
-        return store.settle_many(items, patience)
-    return store.settle_and_claim(
+        return store.claims.settle_many(items, patience)
+    return store.claims.settle_and_claim(
         items,
         owner="me",
         tasks=["t"],
@@ -137,7 +137,7 @@ def test_an_outcome_write_retries_a_transient_error_while_its_patience_lasts(
     results = _write(store, how, jobs, lambda: time.monotonic() + 10)
     for job, stored in zip(jobs, results, strict=True):
         assert isinstance(stored, JobRecord) and stored.status is JobStatus.COMPLETED
-        assert stored == store.get(job.id) and stored.attempts == 1
+        assert stored == store.jobs.get(job.id) and stored.attempts == 1
 
 
 @pytest.mark.parametrize("how", list(WRITES))
@@ -158,7 +158,7 @@ def test_an_outcome_write_retries_a_refusal_while_its_patience_lasts(
     results = _write(store, how, jobs, lambda: time.monotonic() + 10)
     for job, stored in zip(jobs, results, strict=True):
         assert isinstance(stored, JobRecord) and stored.status is JobStatus.COMPLETED
-        assert stored == store.get(job.id) and stored.attempts == 1
+        assert stored == store.jobs.get(job.id) and stored.attempts == 1
 
 
 @pytest.mark.parametrize("how", list(WRITES))
@@ -178,8 +178,8 @@ def test_a_retried_outcome_write_never_lands_over_another_holder(database: Any, 
             expired = outcome.decide(
                 job, outcome.Ending.LEASE_EXPIRED, now=later, retention=outcome.Retention()
             )
-            assert store.reap(job, later, expired.settlement) is not None
-            other = store.claim(
+            assert store.leases.reap(job, later, expired.settlement) is not None
+            other = store.claims.claim(
                 owner="other", tasks=["t"], queues=None, now=later, lease_duration=LEASE
             )
             assert other is not None
@@ -189,7 +189,7 @@ def test_a_retried_outcome_write_never_lands_over_another_holder(database: Any, 
 
     faulty.fail(WRITES[how], *[STEPPED_DOWN] * 6)
     assert _write(store, how, [job], meanwhile) == [None]
-    assert taken and store.get(job.id) == taken[0]  # the other holder's lease, untouched
+    assert taken and store.jobs.get(job.id) == taken[0]  # the other holder's lease, untouched
 
 
 def test_patience_bounds_the_retries(database: Any) -> None:
@@ -199,9 +199,9 @@ def test_patience_bounds_the_retries(database: Any) -> None:
     _faulty(store).fail("find_one_and_update", *[STEPPED_DOWN] * 10_000)
     started = time.monotonic()
     with pytest.raises(StoreUnavailable):
-        store.settle(job, _done(job), lambda: started + 0.3)
+        store.leases.settle(job, _done(job), lambda: started + 0.3)
     assert 0.2 <= time.monotonic() - started < 2.0
-    assert store.get(job.id) == job  # nothing written: its lease decides
+    assert store.jobs.get(job.id) == job  # nothing written: its lease decides
 
 
 def test_a_failover_during_a_backlog_costs_retries_never_a_second_run(
@@ -217,7 +217,7 @@ def test_a_failover_during_a_backlog_costs_retries_never_a_second_run(
     store = app.store
     assert isinstance(store, MongoStore)
     faulty = _faulty(store)
-    settle_many, settle_and_claim = store.settle_many, store.settle_and_claim
+    settle_many, settle_and_claim = store.claims.settle_many, store.claims.settle_and_claim
 
     def fail_over() -> None:
         if not faulty.injected:  # the first batched settle meets the failover
@@ -232,8 +232,8 @@ def test_a_failover_during_a_backlog_costs_retries_never_a_second_run(
         fail_over()  # a busy runner's outcomes ride in its next claim's write
         return settle_and_claim(items, **claim)
 
-    store.settle_many = failing_over  # type: ignore[method-assign]
-    store.settle_and_claim = failing_over_with_claims  # type: ignore[method-assign]
+    store.claims.settle_many = failing_over  # type: ignore[method-assign]
+    store.claims.settle_and_claim = failing_over_with_claims  # type: ignore[method-assign]
     app.schedule_bulk(work.job(n) for n in range(60))
     runner = app.runner(workers=4).start()
     try:
@@ -266,7 +266,7 @@ def test_a_primary_stepping_down_once_costs_an_outcome_write_a_wait_not_the_outc
     app.schedule_bulk(app.tasks["t"].job() for _ in range(6))
     store = app.store
     assert isinstance(store, MongoStore)
-    jobs = store.claim_batch(
+    jobs = store.claims.claim_batch(
         owner="me", tasks=["t"], queues=None, now=app.now(), lease_duration=LEASE, limit=6
     )
     given_up, kept = jobs[:3], jobs[3:]

@@ -233,7 +233,7 @@ def test_a_replay_after_a_crash_skips_the_recorded_steps(wf_app: App) -> None:
     recovering = two_steps(app, "recovering", calls, {})
     job = recovering.schedule()
     # What a runner that died after recording the first step left behind.
-    app.store.record_step(StepRecord(job.id, 0, "first", value=41), "dead-runner")
+    app.store.workflows.record_step(StepRecord(job.id, 0, "first", value=41), "dead-runner")
     drain(app)
     assert job.refresh().result == 42
     assert calls == {"second": 1}

@@ -109,7 +109,7 @@ MUTANTS = [
         "raw-rank-merge",
         "11",
         "MongoDB merges ranked claims by raw priority, memory:// by effective priority",
-        "mongosched/store/mongo/batches.py",
+        "mongosched/store/mongo/claims.py",
         '            doc["priority"], aware(doc["run_at"]), doc.get("rank"), doc.get("aging"), now',
         '            doc["priority"], aware(doc["run_at"]), None, None, now',
         server=True,

@@ -246,7 +246,7 @@ def test_m2_a_job_back_from_a_run_whose_key_was_taken_holds_none(
     """Where the model was wrong: a repeating job with a ``pending``-scope key was
     reaped back to pending after another job took its key while it ran; the model gave
     it the key back (two holders), as the machine's own check then counted it. The
-    stores keep the key with the job that took it (``Store.settle``: "unless another
+    stores keep the key with the job that took it (``Store.leases.settle``: "unless another
     job took it meanwhile"). mutants.py's control run found it (seed 11)."""
 
     def steps(state: Machine) -> None:

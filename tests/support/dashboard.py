@@ -224,7 +224,7 @@ def populate(app: App) -> dict[str, Any]:
 def hold(app: App, task: str, owner: str) -> Any:
     """Claim the due job of ``task`` as the runner ``owner`` would (it is then running,
     with a lease), without running it."""
-    claimed = app.store.claim(
+    claimed = app.store.claims.claim(
         owner=owner, tasks=[task], queues=None, now=app.now(), lease_duration=60
     )
     assert claimed is not None, f"no due job of {task}"

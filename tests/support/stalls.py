@@ -10,18 +10,30 @@ from mongosched._core.records import Renewal
 
 
 class LostHeartbeats:
-    """Wraps a store: renewals report success and write nothing; all else passes."""
+    """Wraps a store's renewing parts: renewals report success and write nothing;
+    all else passes."""
 
     def __init__(self, store: Any) -> None:
-        self._store = store
+        self.leases = _Leases(store.leases)
+        self.permits = _Permits(store.permits)
+        self.limits = store.limits
 
+
+class _Passing:
+    def __init__(self, part: Any) -> None:
+        self._part = part
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._part, name)
+
+
+class _Leases(_Passing):
     def renew(
         self, job_id: Any, token: str, now: datetime, until: datetime, deadline: Any = None
     ) -> Renewal:
         return Renewal(held=True)
 
+
+class _Permits(_Passing):
     def renew_permit(self, task: str, token: str, until: datetime, deadline: Any = None) -> bool:
         return True
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)

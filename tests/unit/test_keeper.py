@@ -21,11 +21,18 @@ LEASE = 30.0
 
 @dataclass
 class FakeRenewals:
-    """The store's renewing writes, recorded; each answers ``held``."""
+    """The store's renewing writes, recorded; each answers ``held``. It stands for
+    each of the three parts the keeper renews through (leases, permits, limits)."""
 
     held: bool = True
     cancel: bool = False
     calls: list[tuple[Any, ...]] = field(default_factory=list)
+
+    @property
+    def leases(self) -> FakeRenewals:
+        return self
+
+    permits = limits = leases
 
     def renew(
         self, job_id: Any, token: str, now: datetime, until: datetime, deadline: float | None = None

@@ -11,9 +11,8 @@ version and pushes a fresh index entry; older entries stop counting.
 
 :class:`MemoryStore` is composed as :class:`~mongosched.store.mongo.MongoStore` is: one
 :class:`~mongosched.store.memory.table.MemoryTable` (the jobs, their maps and indexes,
-the lock) and the parts that work through it, each in a module of its own. Each method
-of the :class:`~mongosched.store.Store` protocol is written once, in its part, and the
-store holds it bound (no call passes through a method of the store's own).
+the lock) and the parts that work through it, each in a module of its own, held as
+``store.jobs``, ``store.leases``, ``store.claims`` and so on.
 """
 
 from __future__ import annotations
@@ -29,14 +28,14 @@ from mongosched.errors import ConfigurationError, TransactionError
 from mongosched.store import codec
 from mongosched.store.control import Admin, Dependents, Limits, Permits
 from mongosched.store.memory.admin import MemoryAdmin
-from mongosched.store.memory.batches import MemoryBatches
+from mongosched.store.memory.claims import MemoryClaims
 from mongosched.store.memory.dependents import MemoryDependents
 from mongosched.store.memory.jobs import MemoryJobs
 from mongosched.store.memory.leases import MemoryLeases
 from mongosched.store.memory.limits import MemoryLimits
 from mongosched.store.memory.permits import MemoryPermits
 from mongosched.store.memory.table import MemoryTable
-from mongosched.store.memory.transactions import MemoryTransaction, MemoryTransactions, StagedStore
+from mongosched.store.memory.transactions import MemoryStaged, MemoryTransaction, MemoryTransactions
 from mongosched.store.memory.watch import MemoryDueWatch
 from mongosched.store.memory.workflows import MemoryWorkflows
 from mongosched.store.parts import Claims, Jobs, Leases, Transactions, Workflows
@@ -78,119 +77,30 @@ class MemoryStore:
         self.name: str | None = None
         self.table = table = MemoryTable()
         _tables.add(table)
-        # Lifecycle
         self.prepare = _nothing
         self.close = _nothing
         self.clock_offset = _no_offset
         self.parse_id = codec.parse_id
         self.watch_due: Callable[[Sequence[str] | None], MemoryDueWatch] = table.watchers.watch
-        # Transactions
-        transactions: Transactions = MemoryTransactions(table)
-        self.database = transactions.database
-        self.begin = transactions.begin
-        self.join = transactions.join
-        # Scheduling, reads, and users' changes to one job
-        jobs: Jobs = MemoryJobs(table)
-        self.insert = jobs.insert
-        self.upsert_schedule = jobs.upsert_schedule
-        self.get = jobs.get
-        self.find = jobs.find
-        self.count = jobs.count
-        self.counts = jobs.counts
-        self.oldest_due = jobs.oldest_due
-        self.running = jobs.running
-        self.unknown_due_tasks = jobs.unknown_due_tasks
-        self.schedules = jobs.schedules
-        self.cancel_pending = jobs.cancel_pending
-        self.request_cancel = jobs.request_cancel
-        self.update_pending = jobs.update_pending
-        self.retry_finished = jobs.retry_finished
-        self.purge = jobs.purge
-        # The holder's writes, the reaper's
-        leases: Leases = MemoryLeases(table)
-        self.renew = leases.renew
-        self.record_slot = leases.record_slot
-        self.write_progress = leases.write_progress
-        self.settle = leases.settle
-        self.leases_expired = leases.leases_expired
-        self.reap = leases.reap
-        self.quarantine = leases.quarantine
-        # Claims, and many at once
-        batches: Claims = MemoryBatches(table)
-        self.claim = batches.claim
-        self.claim_batch = batches.claim_batch
-        self.settle_many = batches.settle_many
-        self.settle_and_claim = batches.settle_and_claim
-        # Admin: bulk writes, pauses, schedule edits, runners
-        admin: Admin = MemoryAdmin(table)
-        self.select_ids = admin.select_ids
-        self.retry_many = admin.retry_many
-        self.cancel_many = admin.cancel_many
-        self.purge_many = admin.purge_many
-        self.finished_counts = admin.finished_counts
-        self.open_counts = admin.open_counts
-        self.backlog = admin.backlog
-        self.add_pause = admin.add_pause
-        self.remove_pause = admin.remove_pause
-        self.pauses = admin.pauses
-        self.pending_queues = admin.pending_queues
-        self.task_names = admin.task_names
-        self.labels = admin.labels
-        self.hold_label = admin.hold_label
-        self.release_label = admin.release_label
-        self.hold_schedules = admin.hold_schedules
-        self.release_unpaused = admin.release_unpaused
-        self.release_schedule = admin.release_schedule
-        self.insert_runs = admin.insert_runs
-        self.update_schedule = admin.update_schedule
-        self.save_runner = admin.save_runner
-        self.remove_runner = admin.remove_runner
-        self.runners = admin.runners
-        self.record_audit = admin.record_audit
-        self.audit_entries = admin.audit_entries
-        # Concurrency permits
-        permits: Permits = MemoryPermits(table)
-        self.ensure_permits = permits.ensure_permits
-        self.take_permit = permits.take_permit
-        self.renew_permit = permits.renew_permit
-        self.release_permit = permits.release_permit
-        self.permit_holders = permits.permit_holders
-        # Expiry and dependencies
-        deps: Dependents = MemoryDependents(table)
-        self.start_deadlines_due = deps.start_deadlines_due
-        self.link_dependencies = deps.link_dependencies
-        self.unlinked = deps.unlinked
-        self.dependents = deps.dependents
-        self.release_dependent = deps.release_dependent
-        self.stranded = deps.stranded
-        self.dependents_released = deps.dependents_released
-        self.unreleased = deps.unreleased
-        self.orphaned = deps.orphaned
-        # Rate limits and keyed concurrency
-        limits: Limits = MemoryLimits(table)
-        self.take_rate = limits.take_rate
-        self.return_rate = limits.return_rate
-        self.take_slot = limits.take_slot
-        self.renew_slot = limits.renew_slot
-        self.release_slot = limits.release_slot
-        # Durable workflows: their steps and events
-        workflows: Workflows = MemoryWorkflows(table)
-        self.steps = workflows.steps
-        self.record_step = workflows.record_step
-        self.fence_workflow = workflows.fence_workflow
-        self.forget_steps = workflows.forget_steps
-        self.send_event = workflows.send_event
-        self.events = workflows.events
+        self.transactions: Transactions = MemoryTransactions(table)
+        self.jobs: Jobs = MemoryJobs(table)
+        self.leases: Leases = MemoryLeases(table)
+        self.claims: Claims = MemoryClaims(table)
+        self.admin: Admin = MemoryAdmin(table)
+        self.permits: Permits = MemoryPermits(table)
+        self.dependents: Dependents = MemoryDependents(table)
+        self.limits: Limits = MemoryLimits(table)
+        self.workflows: Workflows = MemoryWorkflows(table)
 
     @property
     def examined(self) -> int:
         """Index entries the last claim looked at (for tests: claims never scan)."""
         return self.table.indexes.examined
 
-    def within(self, transaction: Any) -> StagedStore:
+    def within(self, transaction: Any) -> MemoryStaged:
         if not isinstance(transaction, MemoryTransaction) or transaction.table is not self.table:
             raise TransactionError(f"not a transaction of this store: {transaction!r}")
-        return StagedStore(transaction, self.get)  # the part of a store a transaction has
+        return MemoryStaged(transaction, self.jobs.get)  # the parts a transaction has
 
     def __repr__(self) -> str:
         return f"<MemoryStore {self.name or 'private'}: {len(self.table.jobs)} jobs>"

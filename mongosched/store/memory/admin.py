@@ -180,20 +180,20 @@ class MemoryAdmin:
             labels = (job.record.label for job in self._table.jobs.values())
             return sorted({label for label in labels if label is not None})
 
-    def hold_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
+    def pause_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
         with self._table.lock:
             if ("task", label) not in self._pauses:  # resumed meanwhile
                 return 0
             if ids is None:
                 pending: Iterable[StoredJob] = self._table.by_status[PENDING].values()
-            else:  # a runner's hold of the job it claimed: no look at the others
+            else:  # a runner pausing the job it claimed: no look at the others
                 pending = filter(None, (self._table.find(job_id, PENDING) for job_id in ids))
             chosen = in_order(job for job in pending if job.record.label == label)
             for job in chosen:
                 self._table.write(job, transitions.paused(job.record, now))
             return len(chosen)
 
-    def release_label(self, label: str, now: datetime) -> int:
+    def resume_label(self, label: str, now: datetime) -> int:
         with self._table.lock:
             chosen = in_order(
                 j for j in self._table.by_status[PAUSED].values() if j.record.label == label
@@ -202,18 +202,18 @@ class MemoryAdmin:
                 self._table.write(job, transitions.resumed(job.record, now), hold=True)
             return len(chosen)
 
-    def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
-        held = 0
+    def pause_schedules(self, ids: Sequence[Any], now: datetime) -> int:
+        moved = 0
         with self._table.lock:
             for job_id in ids:
                 job = self._table.find(job_id, PENDING)
                 paused = ("schedule", str(job_id)) in self._pauses
                 if job is not None and job.repeat is not None and paused:
                     self._table.write(job, transitions.paused(job.record, now))
-                    held += 1
-        return held
+                    moved += 1
+        return moved
 
-    def release_unpaused(self, now: datetime) -> int:
+    def resume_unpaused(self, now: datetime) -> int:
         with self._table.lock:
             chosen = in_order(  # the reaper's sweep, every reap interval: no look at the backlog
                 job
@@ -226,7 +226,7 @@ class MemoryAdmin:
                 self._table.write(job, transitions.resumed(job.record, now), hold=True)
             return len(chosen)
 
-    def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
+    def resume_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
         with self._table.lock:
             job = self._table.find(job_id, PAUSED)
             if job is None:

@@ -52,7 +52,7 @@ class MemoryDependents:
         with self._table.lock:
             return [job.snapshot() for job in self._table.flow.unlinked(ms(created_before), limit)]
 
-    def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
+    def of(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
         with self._table.lock:
             return [job.snapshot() for job in self._table.flow.dependents(job_id, limit)]
 

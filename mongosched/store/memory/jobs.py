@@ -45,8 +45,8 @@ class MemoryJobs:
 
     # Scheduling ----------------------------------------------------------------------------
     def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
-        """See :meth:`Store.insert`. Every payload is checked first: a batch with one
-        that cannot be stored writes nothing."""
+        """See :meth:`~mongosched.store.parts.Jobs.insert`. Every payload is checked
+        first: a batch with one that cannot be stored writes nothing."""
         encoded = [self._table.encode(job) for job in jobs]
         with self._table.lock:
             added = [self._table.add(job, data) for job, data in zip(jobs, encoded, strict=True)]
@@ -152,8 +152,8 @@ class MemoryJobs:
     def update_pending(
         self, job: JobRecord, changes: PendingChanges, now: datetime
     ) -> JobRecord | None:
-        """See :meth:`Store.update_pending`. Args or kwargs left unchanged are taken
-        from the job as stored, not as read."""
+        """See :meth:`~mongosched.store.parts.Jobs.update_pending`. Args or kwargs left
+        unchanged are taken from the job as stored, not as read."""
         with self._table.lock:
             stored = self._table.find(job.id, PENDING)
             if stored is None:

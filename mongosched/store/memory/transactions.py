@@ -25,7 +25,7 @@ from mongosched.store import codec
 from mongosched.store.memory.stored import StoredJob, encode_result
 from mongosched.store.memory.table import MemoryTable, holds_window
 
-__all__ = ["MemoryTransaction", "MemoryTransactions", "StagedStore"]
+__all__ = ["MemoryStaged", "MemoryTransaction", "MemoryTransactions"]
 
 
 class MemoryTransaction:
@@ -103,7 +103,7 @@ def conflict(job: StoredJob, what: str) -> NoReturn:
 
 class MemoryTransactions:
     """``database``, ``begin`` and ``join`` of the memory store (its ``within`` makes a
-    :class:`StagedStore`)."""
+    :class:`MemoryStaged`)."""
 
     def __init__(self, table: MemoryTable) -> None:
         self._table = table
@@ -122,10 +122,24 @@ class MemoryTransactions:
         )
 
 
-class StagedStore:
-    """The memory store as a transaction sees it: new jobs are held (ids made, dedupe
-    keys looked up in the store and among the jobs held), a job's outcome is the
-    last write. Scheduling and outcomes only: anything else raises."""
+class MemoryStaged:
+    """The memory store as a transaction sees it (:class:`~mongosched.store.parts.Staged`):
+    new jobs are held (:class:`StagedJobs`), a job's outcome is the last write.
+    Scheduling and outcomes only: the rest raises."""
+
+    def __init__(
+        self, transaction: MemoryTransaction, get: Callable[[Any], JobRecord | None]
+    ) -> None:
+        self.parse_id = codec.parse_id
+        self.jobs = StagedJobs(transaction, get)
+        self.leases = StagedLeases(transaction)
+        self.dependents = StagedDependents(self.jobs)
+        self.workflows = UnstagedWorkflows()
+
+
+class StagedJobs:
+    """New jobs held by a transaction: ids made, dedupe keys looked up in the store
+    and among the jobs held."""
 
     def __init__(
         self, transaction: MemoryTransaction, get: Callable[[Any], JobRecord | None]
@@ -134,27 +148,12 @@ class StagedStore:
         self.table = transaction.table
         self._get_stored = get
 
-    def parse_id(self, value: Any) -> Any:
-        return codec.parse_id(value)
-
     def _held(self, job_id: Any) -> StoredJob | None:
         return next((j for j in self.transaction.staged if j.id == job_id), None)
 
     def get(self, job_id: Any) -> JobRecord | None:
         held = self._held(job_id)
         return held.snapshot() if held is not None else self._get_stored(job_id)
-
-    def link_dependencies(
-        self, job_ids: Sequence[Any], now: datetime, dependent: Any = None
-    ) -> dict[Any, JobStatus]:
-        """The statuses of the jobs that exist (they are linked when the transaction
-        commits: see :attr:`MemoryTransaction.stores_at_commit`)."""
-        found = {}
-        for job_id in job_ids:
-            job = self.get(job_id)
-            if job is not None:
-                found[job.id] = job.status
-        return found
 
     def insert(self, jobs: Sequence[JobRecord]) -> list[tuple[JobRecord, bool]]:
         if not self.transaction.open:
@@ -204,13 +203,40 @@ class StagedStore:
             holder, record=transitions.replaced(holder.record, job.record), payload=job.payload
         )
 
+
+class StagedLeases:
+    """A job's outcome in a transaction: the last one is written at the commit."""
+
+    def __init__(self, transaction: MemoryTransaction) -> None:
+        self.transaction = transaction
+
     def settle(self, job: JobRecord, settlement: Settlement) -> JobRecord | None:
         return self.transaction.commit_with((job, settlement))
+
+
+class StagedDependents:
+    """Dependencies in a transaction: the statuses of those that exist; the rest is
+    done at the commit."""
+
+    def __init__(self, jobs: StagedJobs) -> None:
+        self._jobs = jobs
+
+    def link_dependencies(
+        self, job_ids: Sequence[Any], now: datetime, dependent: Any = None
+    ) -> dict[Any, JobStatus]:
+        """The statuses of the jobs that exist (they are linked when the transaction
+        commits: see :attr:`MemoryTransaction.stores_at_commit`)."""
+        found = {}
+        for job_id in job_ids:
+            job = self._jobs.get(job_id)
+            if job is not None:
+                found[job.id] = job.status
+        return found
 
     # memory:// links and releases dependencies, and records a workflow's steps, at
     # the commit, outside the transaction: a call of these here is a bug.
 
-    def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
+    def of(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
         raise _not_staged("dependents")
 
     def release_dependent(
@@ -220,6 +246,10 @@ class StagedStore:
 
     def dependents_released(self, job_id: Any) -> None:
         raise _not_staged("dependents_released")
+
+
+class UnstagedWorkflows:
+    """A workflow's steps are recorded at the commit, outside the transaction."""
 
     def fence_workflow(self, job_id: Any, token: str, now: datetime) -> bool:
         raise _not_staged("fence_workflow")

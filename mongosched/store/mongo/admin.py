@@ -290,46 +290,46 @@ class MongoAdmin:
         )
         return sorted(v for v in values if isinstance(v, str))
 
-    def hold_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
+    def pause_label(self, label: str, now: datetime, ids: Sequence[Any] | None = None) -> int:
         query: dict[str, Any] = {"label": label, "status": PENDING}
         if ids is not None:
             query["_id"] = {"$in": list(ids)}
         update = {"$set": {"status": PAUSED, "updated_at": ms(now)}}
-        held = self._update_many("pause", query, update)
-        if held and not self._paused([pause_id("task", label)]):  # resumed meanwhile
-            self.release_label(label, now)
+        moved = self._update_many("pause", query, update)
+        if moved and not self._paused([pause_id("task", label)]):  # resumed meanwhile
+            self.resume_label(label, now)
             return 0
-        return held
+        return moved
 
-    def release_label(self, label: str, now: datetime) -> int:
+    def resume_label(self, label: str, now: datetime) -> int:
         query = {"label": label, "status": PAUSED}
         update = {"$set": revised({"status": PENDING, "updated_at": ms(now)})}
         return self._update_many("resume", query, update)
 
-    def hold_schedules(self, ids: Sequence[Any], now: datetime) -> int:
+    def pause_schedules(self, ids: Sequence[Any], now: datetime) -> int:
         if not ids:
             return 0
         query = {"_id": {"$in": list(ids)}, "status": PENDING, "repeat": {"$exists": True}}
         update = {"$set": {"status": PAUSED, "updated_at": ms(now)}}
-        held = self._update_many("pause", query, update)
-        if held:
+        moved = self._update_many("pause", query, update)
+        if moved:
             paused = self._paused([pause_id("schedule", str(i)) for i in ids])
             resumed = [i for i in ids if pause_id("schedule", str(i)) not in paused]
-            held -= sum(self.release_schedule(i, now) is not None for i in resumed)
-        return held
+            moved -= sum(self.resume_schedule(i, now) is not None for i in resumed)
+        return moved
 
     def _paused(self, keys: Sequence[str]) -> set[str]:
-        """Which of the pauses ``keys`` are stored. A hold writes first and reads the
-        pause after: a resume removes the pause before it releases what is held, so
-        either the hold sees the pause gone (and releases what it held) or the
-        resume's release comes after the hold and releases it."""
+        """Which of the pauses ``keys`` are stored. A pause's write comes first and its
+        read of the pause after: a resume removes the pause before it moves the jobs
+        back, so either the write's read sees the pause gone (and moves back what it
+        paused) or the resume comes after the write and moves them back."""
         pauses = self.connection.pauses_collection
         docs = self.connection.retrying(
             "pauses", lambda _: list(pauses.find({"_id": {"$in": list(keys)}}, {"_id": 1}))
         )
         return {str(doc["_id"]) for doc in docs}
 
-    def release_unpaused(self, now: datetime) -> int:
+    def resume_unpaused(self, now: datetime) -> int:
         pauses = self.pauses()
         labels = [p.name for p in pauses if p.kind == "task"]
         schedules = {p.name for p in pauses if p.kind == "schedule"}
@@ -347,10 +347,10 @@ class MongoAdmin:
         )
         for doc in docs:
             if str(doc["_id"]) not in schedules and doc.get("label") not in labels:
-                released += self.release_schedule(doc["_id"], now) is not None
+                released += self.resume_schedule(doc["_id"], now) is not None
         return released
 
-    def release_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
+    def resume_schedule(self, job_id: Any, now: datetime) -> JobRecord | None:
         update = {"$set": revised({"status": PENDING, "updated_at": ms(now)})}
         doc = self.connection.modify("resume", {"_id": job_id, "status": PAUSED}, update)
         return None if doc is None else to_record(doc)

@@ -1,5 +1,5 @@
 """Two commands sent to the server as they are, for the batched claim
-(:mod:`~mongosched.store.mongo.batches`): a ``find`` of one batch, and an ``update`` of
+(:mod:`~mongosched.store.mongo.claims`): a ``find`` of one batch, and an ``update`` of
 many statements.
 
 ``collection.find`` and ``collection.bulk_write`` send the same commands, but build a

@@ -63,7 +63,7 @@ class MongoDependents:
         )
         return [to_record(doc) for doc in docs if doc.get("status") == WAITING]
 
-    def dependents(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
+    def of(self, job_id: Any, limit: int = 100) -> list[JobRecord]:
         query = {"waiting_for": job_id, "status": WAITING}
         docs = self.connection.retrying(
             "dependents",

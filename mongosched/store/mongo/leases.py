@@ -2,7 +2,7 @@
 :class:`~mongosched.store.mongo.MongoStore`): the holder's fenced writes (renewals, its
 slot, progress, its settlement) and the reaper's settlement of a lease that ran out.
 The filters and updates are :mod:`~mongosched.store.mongo.updates`'s;
-:mod:`~mongosched.store.mongo.batches` claims (one job or many) and settles many at
+:mod:`~mongosched.store.mongo.claims` claims (one job or many) and settles many at
 once over these.
 """
 

@@ -1,7 +1,7 @@
 """The writes that move a job document from one status to another: a claim's filter and
 update, edits of unstarted jobs, settlements, and the documents and records those writes
 leave when they land as fenced (computed instead of read back, see
-:mod:`mongosched.store.mongo.batches`). The document's layout is
+:mod:`mongosched.store.mongo.claims`). The document's layout is
 :mod:`mongosched.store.mongo.documents`.
 """
 

@@ -14,10 +14,10 @@ from mongosched.store.memory.stored import PENDING, encode_result, ms
 from mongosched.store.memory.table import MemoryTable
 from mongosched.store.patience import Patience
 
-__all__ = ["MemoryBatches"]
+__all__ = ["MemoryClaims"]
 
 
-class MemoryBatches:
+class MemoryClaims:
     """Batched claims and settlements, in memory."""
 
     def __init__(self, table: MemoryTable) -> None:

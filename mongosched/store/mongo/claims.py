@@ -2,7 +2,7 @@
 :class:`~mongosched.store.mongo.MongoStore` (a part of it, over the single settlements
 of :mod:`~mongosched.store.mongo.leases`).
 
-A single claim is one ``findAndModify`` (:meth:`MongoBatches.claim`), tagged with a
+A single claim is one ``findAndModify`` (:meth:`MongoClaims.claim`), tagged with a
 token made before the call, so that a claim whose reply was lost is found again by its
 token.
 
@@ -38,9 +38,9 @@ back.
 
 Several settlements are written in one unordered bulk write, each update fenced on its
 own job's token (and on the job being as claimed), so one that misses never affects the
-others; see :meth:`MongoBatches.settle_many`. With a backlog, the runner's dispatcher
+others; see :meth:`MongoClaims.settle_many`. With a backlog, the runner's dispatcher
 hands the outcomes of the jobs that just finished to its next claim, and the same bulk
-write carries both (:meth:`MongoBatches.settle_and_claim`): a batch of jobs costs two
+write carries both (:meth:`MongoClaims.settle_and_claim`): a batch of jobs costs two
 round trips, not three. One read back by id resolves whichever updates missed.
 """
 
@@ -81,7 +81,7 @@ from mongosched.store.mongo.updates import (
 )
 from mongosched.store.patience import Patience
 
-__all__ = ["MongoBatches"]
+__all__ = ["MongoClaims"]
 
 log = logging.getLogger("mongosched.store")
 
@@ -223,7 +223,7 @@ class _Claiming:
         return records
 
 
-class MongoBatches:
+class MongoClaims:
     """The batched operations of :class:`~mongosched.store.mongo.MongoStore`: what
     misses the bulk write is claimed or settled one at a time by ``leases``."""
 
