@@ -53,9 +53,9 @@ class Claimer:
         """Who holds the claims (each :class:`Claim` renews its lease through it)."""
         self.settler = parts.settler
         """Whose waiting outcomes a batched claim writes."""
-        self.gate = Gate(self.store, settings.poll_interval)
+        self.gate = Gate(self.store.limits, settings.poll_interval)
         """Flow-control limits at claim time (rate limits, keyed concurrency)."""
-        self.pause_set = PauseSet(self.store, settings.poll_interval)
+        self.pause_set = PauseSet(self.store.admin, settings.poll_interval)
         """What is paused, as this runner last read it (once per poll interval)."""
         self.claimed = 0
         """Jobs claimed and admitted (those given back are not counted)."""

@@ -22,7 +22,7 @@ from mongosched._core import outcome
 from mongosched._core.records import Settlement
 from mongosched.errors import StoreError
 from mongosched.runner.claim import Claim
-from mongosched.store import Store
+from mongosched.store.control import Limits
 
 __all__ = ["Gate"]
 
@@ -37,8 +37,8 @@ def _rate_key(claim: Claim) -> str | None:
 class Gate:
     """The limits a runner's claims pass (see the module)."""
 
-    def __init__(self, store: Store, backoff: float) -> None:
-        self.store = store
+    def __init__(self, limits: Limits, backoff: float) -> None:
+        self.limits = limits
         self.backoff = timedelta(seconds=backoff)
         """How long a job whose key's concurrency slots are all held waits."""
         self._free_at: dict[str, datetime] = {}
@@ -63,12 +63,10 @@ class Gate:
         """Take the limits ``claim``'s job needs (recorded on the claim). None when
         admitted; else the settlement to give the job back with (what it took is
         released by :meth:`release`)."""
-        task, record, store = claim.task, claim.record, self.store
+        task, record, limits = claim.task, claim.record, self.limits
         if task.concurrency is not None and task.concurrency_key is not None:
             slot = record.concurrency_key or ""
-            got = store.limits.take_slot(
-                task.name, slot, task.concurrency, claim.token, now, claim.until
-            )
+            got = limits.take_slot(task.name, slot, task.concurrency, claim.token, now, claim.until)
             if not got.taken:
                 self.held_back += 1
                 return outcome.held_back(record, now, now + self.backoff)
@@ -79,7 +77,7 @@ class Gate:
             known = self._keys.get((task.name, key))
             if known is not None and known[0] > now:  # saturated a moment ago
                 return self._hold_key(claim, now, key, known[0])
-            got = store.limits.take_rate(task.name, key, limit.count, limit.per, claim.token, now)
+            got = limits.take_rate(task.name, key, limit.count, limit.per, claim.token, now)
             if not got.taken:
                 if task.rate_key is None:  # the whole task waits: skip it until then
                     self.held_back += 1
@@ -112,14 +110,14 @@ class Gate:
     def release(self, claim: Claim, *, started: bool) -> None:
         """Give back what ``claim`` took: its keyed slot, and (``started`` False: its
         job did not start) its recorded start."""
-        task, store = claim.task, self.store
+        task, limits = claim.task, self.limits
         try:
             slot = claim.slot_key
             if slot is not None:
                 claim.drop_slot()
-                store.limits.release_slot(task.name, slot, claim.token)
+                limits.release_slot(task.name, slot, claim.token)
             if claim.rate_taken and not started:
                 claim.drop_rate()
-                store.limits.return_rate(task.name, _rate_key(claim), claim.token)
+                limits.return_rate(task.name, _rate_key(claim), claim.token)
         except StoreError as exc:  # a slot expires with its lease; a start with its window
             log.warning("could not release a limit of %s: %s", task.name, exc)

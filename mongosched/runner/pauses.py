@@ -20,16 +20,17 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from mongosched.store import Store
+from mongosched.store.control import Admin
 
 __all__ = ["PauseSet"]
 
 
 class PauseSet:
-    """The pauses in ``store``, refreshed when older than ``interval`` seconds."""
+    """The pauses in the store (its ``admin`` part), refreshed when older than
+    ``interval`` seconds."""
 
-    def __init__(self, store: Store, interval: float) -> None:
-        self.store = store
+    def __init__(self, admin: Admin, interval: float) -> None:
+        self.admin = admin
         self.interval = interval
         self.tasks: frozenset[str] = frozenset()
         self.queues: frozenset[str] = frozenset()
@@ -45,7 +46,7 @@ class PauseSet:
             now = time.monotonic()
             if not force and self._read_at is not None and now - self._read_at < self.interval:
                 return
-            pauses = self.store.admin.pauses()
+            pauses = self.admin.pauses()
             by_kind: dict[str, set[str]] = {"queue": set(), "task": set(), "schedule": set()}
             for pause in pauses:
                 by_kind.setdefault(pause.kind, set()).add(pause.name)
@@ -53,7 +54,7 @@ class PauseSet:
             self.queues = frozenset(by_kind["queue"])
             self.schedules = frozenset(by_kind["schedule"])
             listed = self.queues and every_queue
-            self._pending_queues = self.store.admin.pending_queues() if listed else []
+            self._pending_queues = self.admin.pending_queues() if listed else []
             self._read_at = now
 
     def claimable_tasks(self, tasks: Sequence[str]) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from mongosched._core.records import RunnerInfo
 from mongosched.errors import StoreError
-from mongosched.store import Store
+from mongosched.store.control import Admin
 
 __all__ = ["FORGET_AFTER", "REFRESH", "Registration", "version"]
 
@@ -66,10 +66,10 @@ def version() -> str:
 
 
 class Registration:
-    """One runner's entry in ``store``."""
+    """One runner's entry in the registry (the store's ``admin`` part)."""
 
-    def __init__(self, store: Store, runner: Registered, interval: float = REFRESH) -> None:
-        self.store = store
+    def __init__(self, admin: Admin, runner: Registered, interval: float = REFRESH) -> None:
+        self.admin = admin
         self.runner = runner
         self.interval = interval
         self.id = uuid.uuid4().hex
@@ -98,7 +98,7 @@ class Registration:
             last_seen=now,
             version=version(),
         )
-        self.store.admin.save_runner(info, now + FORGET_AFTER)
+        self.admin.save_runner(info, now + FORGET_AFTER)
         self._saved_at = clock
 
     def remove(self) -> None:
@@ -106,7 +106,7 @@ class Registration:
         if self._saved_at is None:
             return
         try:
-            self.store.admin.remove_runner(self.id)
+            self.admin.remove_runner(self.id)
         except StoreError as exc:
             log.warning("runner %s: could not remove its runner entry: %s", self.runner.name, exc)
         self._saved_at = None

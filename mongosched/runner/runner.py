@@ -184,7 +184,7 @@ class Runner:
         """The synchronous steps its threads take (claim, run a claim, reap)."""
         self.claimer = self.steps.claimer
         """Claims jobs and admits them (the pause set and the flow-control gate)."""
-        self.registration = Registration(self.store, self)
+        self.registration = Registration(self.store.admin, self)
         """This runner's entry in the registry of live runners (:meth:`App.live_runners`)."""
         self.dispatcher = Dispatcher(self.parts, self.steps, registration=self.registration)
         """The thread that claims jobs and hands them to workers."""
