@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mongosched._core.records import JobQuery
+from mongosched._core import ranks
+from mongosched._core.records import JobQuery, PendingChanges
 from mongosched.store.mongo import MongoStore
 from mongosched.store.mongo.documents import RANK_SORT, RANKED
 from mongosched.store.mongo.indexes import INDEXES, PERMIT_INDEXES
@@ -470,3 +471,37 @@ def test_a_batched_settlement_of_a_job_written_since_its_claim_is_settled_alone(
         assert watched.calls[:2] == ["update", "find"]  # the ids, read back
         assert set(watched.calls[2:]) == {"find_one_and_update"}  # the target, alone
     assert results == [mongo_store.jobs.get(target.id), mongo_store.jobs.get(bystander.id)]
+
+
+def test_an_edit_between_a_placement_s_read_and_its_write_is_not_undone(
+    mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unplaced fair job's placement reads it, ranks it, and writes its rank; a
+    priority edit landing between the read and the write keeps its rank (the job is
+    still unplaced), so a write fenced on the rank alone placed the job by the
+    priority it had before the edit. The write is fenced on the job as read: the edit
+    wins, and the next placement ranks the job by its new priority."""
+    mongo_store.prepare()
+    add(mongo_store, *[job("fair", priority=5, fair_key="A") for _ in range(5)])
+    (late,) = add(mongo_store, job("fair", priority=5, at=T0 + sec(9), fair_key="C"))
+    fair = mongo_store.claims.fair  # type: ignore[attr-defined]
+    rank = fair.rank
+
+    def rank_after_an_edit(docs: Any, now: Any = None) -> None:
+        edited = mongo_store.jobs.update_pending(late, PendingChanges(priority=1), T0)
+        assert edited is not None
+        rank(docs, now)
+
+    def placed() -> tuple[Any, Any]:
+        stored = mongo_store.jobs.get(late.id)
+        assert stored is not None and stored.priority == 1
+        return stored.fair_at, stored.rank
+
+    monkeypatch.setattr(fair, "rank", rank_after_an_edit)
+    fair.place(("fair",), None, T0 + sec(10), 100)
+    fair_at, stored_rank = placed()
+    assert fair_at is None  # the edit came after the read: not placed by the old priority
+    monkeypatch.setattr(fair, "rank", rank)
+    fair.place(("fair",), None, T0 + sec(10), 100)
+    fair_at, stored_rank = placed()
+    assert fair_at is not None and stored_rank == ranks.rank(fair_at, 1, None)

@@ -57,7 +57,7 @@ class MongoFair:
         """Give the unplaced fair jobs of ``tasks`` in ``queues`` due by ``now`` their
         start (up to ``limit``, the earliest due first): one find on the ranked index,
         by the range of their ranks; and when there are some, the reads of :meth:`rank`
-        and one bulk write, each update on the job still unplaced as read."""
+        and one bulk write, each update on the job still as read."""
         low, high = ranks.unplaced_until(now)
         query: dict[str, Any] = {
             "status": PENDING,
@@ -68,7 +68,7 @@ class MongoFair:
         }
         if queues is not None:
             query["queue"] = {"$in": list(queues)}
-        fields = {"task": 1, "fair_key": 1, "fair_weight": 1, "priority": 1, "aging": 1}
+        fields = {"task": 1, "fair_key": 1, "fair_weight": 1, "priority": 1, "aging": 1, "rev": 1}
         due = self.connection.retrying(
             "claim",
             lambda _: list(
@@ -81,9 +81,16 @@ class MongoFair:
             return
         was = {doc["_id"]: doc["rank"] for doc in due}
         self.rank(due, now)
-        writes = [  # (one whose due time was edited later stays unplaced, till then)
+        # Each write is fenced on the job as read (its rank, and its rev, which every
+        # edit renews): one edited meanwhile stays unplaced, for the next placement.
+        writes = [
             UpdateOne(
-                {"_id": doc["_id"], "status": PENDING, "rank": was[doc["_id"]]},
+                {
+                    "_id": doc["_id"],
+                    "status": PENDING,
+                    "rank": was[doc["_id"]],
+                    "rev": doc.get("rev"),
+                },
                 {"$set": {name: doc[name] for name in ("rank", "fair_at") if name in doc}},
             )
             for doc in due
