@@ -36,9 +36,9 @@ from typing import Protocol
 
 from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import SerializationError
-from mongosched.store import Patience, Store
+from mongosched.store import Patience
 
-__all__ = ["AfterWrite", "Alone", "Crew", "LeaseEnd", "Leased", "Settler"]
+__all__ = ["AfterWrite", "Alone", "Crew", "LeaseEnd", "Leased", "Settler", "Settlements"]
 
 log = logging.getLogger("mongosched")
 
@@ -52,6 +52,35 @@ lease no longer held it) or the error the write raised."""
 
 MAX_BATCH = 100
 """Outcomes a writer waits for at most."""
+
+
+class LeaseSettlements(Protocol):
+    """A holder's fenced settlement of one job (see
+    :meth:`~mongosched.store.parts.Leases.settle`)."""
+
+    def settle(
+        self, job: JobRecord, settlement: Settlement, patience: Patience | None = None
+    ) -> JobRecord | None: ...
+
+
+class ClaimSettlements(Protocol):
+    """Fenced settlements of several jobs at once (see
+    :meth:`~mongosched.store.parts.Claims.settle_many`)."""
+
+    def settle_many(
+        self, items: Sequence[Item], patience: Patience | None = None
+    ) -> list[Result]: ...
+
+
+class Settlements(Protocol):
+    """The store's writes of outcomes, fenced on each job's lease token: of its parts,
+    these alone (a :class:`~mongosched.store.Store` is one)."""
+
+    @property
+    def leases(self) -> LeaseSettlements: ...
+
+    @property
+    def claims(self) -> ClaimSettlements: ...
 
 
 class Leased(Protocol):
@@ -173,9 +202,16 @@ _FLUSH = object()  # the writer when a flush took it
 
 
 class Settler:
-    """Writes holders' outcomes (see the module)."""
+    """Writes holders' outcomes (see the module).
 
-    def __init__(self, store: Store, *, gather: float = 0.0, crew: Crew | None = None) -> None:
+    :param store: the store's writes of outcomes (:class:`Settlements`).
+    :param gather: seconds a writer waits for the others' outcomes.
+    :param crew: the runner whose outcomes it writes (by default, :class:`Alone`).
+    """
+
+    def __init__(
+        self, store: Settlements, *, gather: float = 0.0, crew: Crew | None = None
+    ) -> None:
         crew = Alone() if crew is None else crew
         self.store = store
         self.gather = gather
