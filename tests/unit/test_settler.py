@@ -186,6 +186,13 @@ class AfterWrites:
         return after_write
 
 
+def defer(settler: Settler, crew: FakeCrew, after: AfterWrites, *ns: int) -> None:
+    """A claim is coming: defer the outcome of each job of ``ns`` to it."""
+    crew.batching = True
+    for n in ns:
+        assert settler.defer(job(n), DONE, until(n), after.of(n))
+
+
 def make() -> tuple[Settler, FakeSettlements, FakeCrew]:
     store, crew = FakeSettlements(), FakeCrew()
     return Settler(store, crew=crew), store, crew
@@ -298,9 +305,8 @@ def test_each_queued_worker_learns_its_own_jobs_result_of_the_group_write(
 def test_a_store_error_on_a_group_write_reaches_every_outcome_in_it() -> None:
     settler, store, crew = make()
     callers = queue_behind_a_write(settler, store, 1, 2, 3)
-    crew.batching = True
     after = AfterWrites()
-    assert settler.defer(job(4), DONE, until(4), after.of(4))  # rides with the queued
+    defer(settler, crew, after, 4)  # rides with the queued
     wait_for(holds(settler, 3), message="the deferred outcome queued")
     failure = StoreError("down")
     store.error = failure
@@ -336,10 +342,8 @@ def test_no_outcome_is_deferred_when_no_claim_is_coming() -> None:
 
 def test_the_next_claim_writes_the_deferred_outcomes_and_each_learns_its_result() -> None:
     settler, store, crew = make()
-    crew.batching = True
     after = AfterWrites()
-    for n in (1, 2, 3):
-        assert settler.defer(job(n), DONE, until(n), after.of(n))
+    defer(settler, crew, after, 1, 2, 3)
     assert settler.queued == 3 and store.calls == []  # nobody writes them meanwhile
     claim = FakeClaim([stored(1), None, SERIALIZATION])
     settler.write_with(claim)
@@ -361,10 +365,8 @@ def test_a_claim_with_nothing_deferred_carries_no_outcome() -> None:
 
 def test_a_failed_claim_gives_its_outcomes_back_and_a_flush_writes_them() -> None:
     settler, store, crew = make()
-    crew.batching = True
     after = AfterWrites()
-    for n in (1, 2):
-        settler.defer(job(n), DONE, until(n), after.of(n))
+    defer(settler, crew, after, 1, 2)
     claim = FakeClaim(error=StoreError("claim failed"))
     with pytest.raises(StoreError) as caught:
         settler.write_with(claim)
@@ -378,9 +380,8 @@ def test_a_failed_claim_gives_its_outcomes_back_and_a_flush_writes_them() -> Non
 
 def test_a_failed_claim_hands_its_outcomes_to_a_worker_queued_meanwhile() -> None:
     settler, store, crew = make()
-    crew.batching = True
     after = AfterWrites()
-    settler.defer(job(1), DONE, until(1), after.of(1))
+    defer(settler, crew, after, 1)
     claim = FakeClaim(error=StoreError("claim failed"), gate=threading.Event())
     raised: list[BaseException] = []
 
@@ -409,9 +410,8 @@ def test_a_failed_claim_hands_its_outcomes_to_a_worker_queued_meanwhile() -> Non
 def test_a_claim_behind_a_write_takes_nothing_and_that_writer_writes_the_deferred() -> None:
     settler, store, crew = make()
     (writer,) = queue_behind_a_write(settler, store, 1)
-    crew.batching = True
     after = AfterWrites()
-    settler.defer(job(2), DONE, until(2), after.of(2))
+    defer(settler, crew, after, 2)
     claim = FakeClaim()
     settler.write_with(claim)
     assert claim.carried == [([], None)] and settler.queued == 1
@@ -434,10 +434,8 @@ def test_a_flush_writes_what_is_deferred_when_no_claim_comes(
     deferred: tuple[int, ...], write: list[tuple[str, list[int]]]
 ) -> None:
     settler, store, crew = make()
-    crew.batching = True
     after = AfterWrites()
-    for n in deferred:
-        settler.defer(job(n), DONE, until(n), after.of(n))
+    defer(settler, crew, after, *deferred)
     settler.flush()
     assert [call[:2] for call in store.calls] == write and settler.queued == 0
     crew.run_all()
@@ -446,10 +444,8 @@ def test_a_flush_writes_what_is_deferred_when_no_claim_comes(
 
 def test_a_store_error_on_a_flush_reaches_every_deferred_outcome() -> None:
     settler, store, crew = make()
-    crew.batching = True
     after = AfterWrites()
-    for n in (1, 2):
-        settler.defer(job(n), DONE, until(n), after.of(n))
+    defer(settler, crew, after, 1, 2)
     store.error = failure = StoreError("down")
     settler.flush()  # nobody waits on it: it raises nothing
     crew.run_all()
