@@ -1,12 +1,12 @@
-"""The README's first job run by a separate worker: a module that declares one task and
+"""The README's first job run by a separate process: a module that declares one task and
 the App, as a project's ``tasks.py`` does.
 
 With a server running (``make server``, or MONGOSCHED_URI naming your MongoDB)::
 
-    .venv/bin/mongosched worker examples.hello:app     # one terminal: the worker
+    .venv/bin/mongosched worker examples.hello:app     # one terminal: the runner
     .venv/bin/python -m examples.hello Ann             # another: schedule, wait, print
 
-The task has a name of its own (``name=``), so the worker, which imports this module,
+The task has a name of its own (``name=``), so the runner, which imports this module,
 knows it as the script that schedules it does.
 """
 
@@ -27,7 +27,7 @@ def greet(name: str) -> str:
 
 if __name__ == "__main__":
     job = greet.schedule(sys.argv[1] if len(sys.argv) > 1 else "world")
-    print(f"scheduled job {job.id}; a worker runs it...")
+    print(f"scheduled job {job.id}; a runner runs it...")
     done = job.wait(timeout=30)
     ran = done.history[-1] if done.history else None
     where = f" by runner {ran.runner} on {ran.host}, pid {ran.pid}" if ran else ""

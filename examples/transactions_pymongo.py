@@ -3,13 +3,13 @@ and ship it with a task whose writes commit with its job's completion.
 
     MONGODB_URI="mongodb://localhost/shop?replicaSet=rs0" python examples/transactions_pymongo.py
 
-runs the jobs in this process. To run them in a worker instead, comment out the
-``drain(app)`` line and, from the repository's root, start
+runs the jobs in this process. To run them in a process of their own instead, comment out
+the ``drain(app)`` line and, from the repository's root, start
 
     MONGODB_URI=... mongosched worker examples.transactions_pymongo:app
 
 The tasks are named (``name=``): run as a script, an unnamed task would be
-``__main__.ship`` here and ``examples.transactions_pymongo.ship`` in the worker, which
+``__main__.ship`` here and ``examples.transactions_pymongo.ship`` in the runner, which
 would then leave the jobs pending. Transactions need a replica set (a single-node one
 will do) or a sharded cluster.
 """
@@ -61,5 +61,5 @@ if __name__ == "__main__":
         if name not in db.list_collection_names():
             db.create_collection(name)
     place_order("order-1", 42)
-    drain(app)  # runs the jobs here; or leave it out and run a worker (see above)
+    drain(app)  # runs the jobs here; or leave it out and run a runner (see above)
     print(db.orders.find_one({"_id": "order-1"}))
