@@ -60,7 +60,7 @@ class App:
     :param database: instead of ``uri``, a :class:`pymongo.database.Database`.
     :param collection: name of the job collection.
     :param lease_duration: seconds a claim stays valid without a heartbeat; a crashed
-        worker's jobs run again this long after its last heartbeat.
+        runner's jobs run again this long after its last heartbeat.
     :param poll_interval: seconds an idle runner waits between claims.
     :param clock: callable returning the current time as an aware datetime (tests
         inject a fake, see :class:`mongosched.testing.FakeClock`).
@@ -473,7 +473,7 @@ class App:
     def run_worker(
         self, *, workers: int = 4, queues: Sequence[str] | None = None, **options: Any
     ) -> None:
-        """Run a worker in this thread until SIGINT or SIGTERM (then stop gracefully;
+        """Run a runner in this thread until SIGINT or SIGTERM (then stop gracefully;
         a second signal stops at once)."""
         self.runner(workers=workers, queues=queues, **options).run_forever()
 

@@ -32,7 +32,7 @@ class RetryPolicy:
     :param retries: how many times a failed job runs again after its first attempt
         (``0`` = never retry), as Celery's ``max_retries``, Huey's ``retries`` and RQ's
         ``Retry(max=)`` count; default :data:`DEFAULT_RETRIES` (2: three attempts in
-        all). An attempt cut short because its worker died (its lease expired) counts too.
+        all). An attempt cut short because its runner died (its lease expired) counts too.
     :param backoff: ``"fixed"`` (``delay`` every time), ``"linear"`` (``delay × n``) or
         ``"exponential"`` (``delay × 2ⁿ⁻¹``), where *n* is the attempt that failed.
     :param delay: base delay, seconds or a timedelta.

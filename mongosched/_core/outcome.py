@@ -389,7 +389,7 @@ def _decide(
         owner = job.lease.owner if job.lease else None
         until = job.lease.until if job.lease else None
         lost = LeaseLost(
-            f"worker {owner} stopped renewing its lease (expired {until}); "
+            f"runner {owner} stopped renewing its lease (expired {until}); "
             f"attempt {job.attempts} of {job.max_attempts}"
         )
         info = error_info(lost, with_traceback=False)

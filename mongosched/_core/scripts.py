@@ -1,5 +1,5 @@
 """The names of tasks defined in a script run as ``__main__`` (``python hello.py``),
-and what to say when a worker that imports the same file knows them by another name."""
+and what to say when a runner that imports the same file knows them by another name."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _name_it(task: str) -> str:
 
 def script_task_warning(task: str) -> str:
     """What to say when a task without ``name=`` is registered from ``__main__``: a
-    worker importing the same file registers it under the file's module name."""
+    runner importing the same file registers it under the file's module name."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     file = getattr(main, "__file__", None)
@@ -36,7 +36,7 @@ def script_task_warning(task: str) -> str:
         module = "its module"
     known_as = f"{module}.{task.removeprefix(SCRIPT_PREFIX)}"
     return (
-        f"task {task!r} is registered from the script run as __main__: a worker that "
+        f"task {task!r} is registered from the script run as __main__: a runner that "
         f"imports it knows the task as {known_as!r} and never runs the jobs this process "
         f"schedules; {_name_it(task)}"
     )

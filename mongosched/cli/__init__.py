@@ -82,7 +82,7 @@ log = logging.getLogger("mongosched")
 
 def _configure_logging(level: str, tasks: bool | None = None) -> Callable[[], None]:
     """Send the ``mongosched`` logs to stderr at ``level``, unless logging is already set
-    up (a framework, pytest); returns a function that undoes it. For a worker
+    up (a framework, pytest); returns a function that undoes it. For ``worker``
     (``tasks`` not None) every logger logs at ``level``, so that what its tasks log is
     kept with their jobs, and, with ``tasks``, printed too."""
     root = logging.getLogger()
@@ -146,7 +146,7 @@ def main(
         if own_process if own_process is not None else argv is None:
             refuse_in_process(chosen, args.verb, prog)
         if args.verb != "worker" or args.timeout is not None:
-            # A worker often starts before its database: it waits (the runner's
+            # ``worker`` often starts before its database: it waits (the runner's
             # backoff, logged), unless --timeout says how long.
             check_connection(chosen, args.timeout or 3.0)
         with chosen.audit.acting(local_actor(), "cli"):  # who runs an operator's verb

@@ -1,6 +1,6 @@
-"""Several worker processes under one supervisor: ``mongosched worker --processes N``.
+"""Several processes under one supervisor: ``mongosched worker --processes N``.
 
-A Python process runs one job's Python code at a time (one interpreter), so a worker
+A Python process runs one job's Python code at a time (one interpreter), so a runner
 busy with CPU-bound tasks, or one past the CPU a single interpreter has, needs more
 processes. :class:`Supervisor` starts ``N`` children, each a fresh interpreter running
 the same command with ``--processes 1`` (started with ``fork`` + ``exec``, never a bare
@@ -24,8 +24,8 @@ supervisor (which passes it on once, as SIGTERM), and each watches its superviso
 (:func:`watch_supervisor`): a child whose supervisor died (``kill -9``) stops
 gracefully instead of running on unsupervised.
 
-A job a dead child held is not lost: its lease expires and any worker (a sibling, or
-the child's replacement) takes it again, as for any crashed worker.
+A job a dead child held is not lost: its lease expires and any runner (a sibling's, or
+the child's replacement's) takes it again, as for any crashed process.
 """
 
 from __future__ import annotations
@@ -291,7 +291,7 @@ class Supervisor:
 def watch_supervisor(stop: threading.Event | None = None, interval: float = 1.0) -> bool:
     """In a supervised child (:data:`ENV_SUPERVISOR` set): start a daemon thread that
     sends this process SIGTERM (a graceful stop) if its supervisor goes away, so that
-    a supervisor killed with SIGKILL leaves no unsupervised workers behind. Returns
+    a supervisor killed with SIGKILL leaves no unsupervised children behind. Returns
     whether it started one. ``stop`` ends the watch (for tests)."""
     expected = os.environ.get(ENV_SUPERVISOR)
     if not expected or not expected.isdigit():

@@ -107,7 +107,7 @@ def child_command(argv: Sequence[str], *, framework: bool) -> list[str]:
         base = [sys.executable, "-m", "mongosched", *argv]
     else:
         raise CommandError(
-            "--processes: the worker processes are started with the command line that "
+            "--processes: the supervised processes are started with the command line that "
             "started this one, and this one was not started from a command line",
             EXIT_USAGE,
         )

@@ -319,7 +319,7 @@ def test_a_task_named_after_a_script_run_as_main_is_warned_about(
         App("memory://").task(greet)  # one process: the name cannot differ
     [warning] = [r.getMessage() for r in caplog.records]
     assert "task '__main__.greet' is registered from the script run as __main__" in warning
-    assert "a worker that imports it knows the task as 'hello.greet'" in warning
+    assert "a runner that imports it knows the task as 'hello.greet'" in warning
     assert "@app.task(name='greet')" in warning
 
 

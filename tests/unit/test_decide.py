@@ -346,5 +346,5 @@ def test_an_expired_lease_names_the_worker_and_the_attempt() -> None:
     decision = outcome.decide(job, Ending.LEASE_EXPIRED, now=NOW, retention=KEEP)
     assert decision.settlement.error is not None
     message = decision.settlement.error.message
-    assert "worker w1 stopped renewing its lease" in message and "attempt 2 of 3" in message
+    assert "runner w1 stopped renewing its lease" in message and "attempt 2 of 3" in message
     assert LeaseLost.__name__ == decision.settlement.error.type

@@ -29,7 +29,7 @@ Tasks register on the project's shared :class:`~mongosched.App`::
     @app.task(retry=5)
     def send_welcome(user_id): ...
 
-``python manage.py mongosched worker`` runs a worker (and the other ``mongosched``
+``python manage.py mongosched worker`` runs a runner (and the other ``mongosched``
 verbs work the same way). For Django's tasks framework, set
 ``TASKS = {"default": {"BACKEND": "mongosched.contrib.django.TasksBackend"}}``.
 

@@ -32,7 +32,7 @@ in-process runner. ``django.tasks`` (Django 6) is used when present, else the
   Django task's jobs alone (``resume`` releases them). ``errors`` holds one error per
   failed attempt (the last ten).
 * ``task_enqueued`` is sent when the job is stored (in eager mode, before it runs);
-  ``task_started`` and ``task_finished`` in the worker, around the function;
+  ``task_started`` and ``task_finished`` in the runner, around the function;
   ``task_finished`` reports the outcome that is stored.
 * An exception fails the task (no retries: Django's semantics); a run cut short by a
   dead runner runs again (at-least-once), up to three attempts.
@@ -207,7 +207,7 @@ class TasksBackend(BaseTaskBackend):  # type: ignore[misc]  # framework untyped
             object.__setattr__(result, "_return_value", loaded(job.result))
         return result
 
-    # Running (in the worker) -----------------------------------------------------------
+    # Running (in the runner) -----------------------------------------------------------
     def run_job(self, job_id: Any) -> Any:
         """Body of :data:`~.taskrun.RUN_TASK` (see :func:`.taskrun.run_task`): run the
         Django task of the running job ``job_id``, sending the framework's signals."""

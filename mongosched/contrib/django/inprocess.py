@@ -1,5 +1,5 @@
 """The in-process runner (``MONGOSCHED["RUN_IN_PROCESS"] = True``): one runner in
-daemon threads of each web server process, so that the site needs no worker process.
+daemon threads of each web server process, so that the site needs no other process.
 
 It starts in the process that serves, never in management commands:
 

@@ -1,7 +1,7 @@
 """The mongosched task that runs Django tasks-framework tasks (see :mod:`.backend`).
 
 Registered on the project's App (by :func:`.conf.get_app`) whether or not the backend
-is configured, so that every worker can run jobs enqueued through ``django.tasks``; it
+is configured, so that every runner can run jobs enqueued through ``django.tasks``; it
 imports the tasks framework only when such a job runs.
 
 Imports go one way: :mod:`.backend` imports this module (and :mod:`.conf`, which
