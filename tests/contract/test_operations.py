@@ -247,10 +247,10 @@ def test_hold_and_release_a_schedule(store: Store) -> None:
     assert again is not None and again.id == sched.id
 
 
-def test_labelled_jobs_are_found_listed_held_and_released_by_label(store: Store) -> None:
+def test_labelled_jobs_are_found_listed_paused_and_resumed_by_label(store: Store) -> None:
     """A label (a Django task's path) is a job's own field: found and counted by it,
-    listed by labels(); hold_label moves the label's pending jobs (of ``ids``, if given)
-    to paused, never claimed; release_label makes them pending again, due as they were."""
+    listed by labels(); pause_label moves the label's pending jobs (of ``ids``, if given)
+    to paused, never claimed; resume_label makes them pending again, due as they were."""
     assert store.admin.labels() == []
     mail, mail2, other = add(
         store,
@@ -266,9 +266,9 @@ def test_labelled_jobs_are_found_listed_held_and_released_by_label(store: Store)
     store.admin.add_pause(Pause("task", "app.mail", LATER))
     assert store.admin.pause_label("app.mail", LATER, ids=[mail2.id, other.id]) == 1
     assert store.admin.pause_label("app.mail", LATER) == 1  # the other one of the label
-    held = store.jobs.get(mail.id)
-    assert held is not None and held.status is PAUSED and held.run_at == T0
-    assert held.label == "app.mail" and held.dedupe_key == "m"
+    paused = store.jobs.get(mail.id)
+    assert paused is not None and paused.status is PAUSED and paused.run_at == T0
+    assert paused.label == "app.mail" and paused.dedupe_key == "m"
     assert ids([claim(store, tasks=("run",)), claim(store, tasks=("run",))]) == ids([other, plain])
     assert claim(store, tasks=("run",)) is None  # the label's jobs are never claimed
     assert store.jobs.insert([job("run", dedupe_key="m")])[0][1] is False  # still holds its key
@@ -278,10 +278,10 @@ def test_labelled_jobs_are_found_listed_held_and_released_by_label(store: Store)
     assert ids(back) == ids([mail, mail2])  # due as they were, in their order
 
 
-def test_a_hold_lands_only_while_its_pause_is_stored(store: Store) -> None:
-    """A runner holds what its pause set (read a moment ago) says is paused; when the
-    pause was removed since (resumed), the hold changes nothing: the job stays pending,
-    never held for good with no pause behind it."""
+def test_a_pause_s_write_lands_only_while_its_pause_is_stored(store: Store) -> None:
+    """A runner pauses what its pause set (read a moment ago) says is paused; when the
+    pause was removed since (resumed), the write changes nothing: the job stays pending,
+    never paused for good with no pause behind it."""
     sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
     mail = add(store, job("run", label="app.mail"))[0]
     assert store.admin.pause_label("app.mail", LATER, ids=[mail.id]) == 0
@@ -292,13 +292,13 @@ def test_a_hold_lands_only_while_its_pause_is_stored(store: Store) -> None:
     assert store.admin.pause_label("app.mail", LATER) == 1
     assert store.admin.pause_schedules([sched.id], LATER) == 1
     store.admin.remove_pause("task", "app.mail")
-    assert store.admin.pause_label("app.mail", LATER) == 0  # nothing pending to hold
+    assert store.admin.pause_label("app.mail", LATER) == 0  # nothing pending to pause
 
 
-def test_release_unpaused_frees_held_jobs_whose_pause_is_gone(store: Store) -> None:
-    """The reaper's sweep: a job held (``paused``) with neither its label's nor its
-    schedule's pause stored goes back to pending, due as it was; held jobs with a
-    pause behind them stay held."""
+def test_resume_unpaused_frees_paused_jobs_whose_pause_is_gone(store: Store) -> None:
+    """The reaper's sweep: a job ``paused`` with neither its label's nor its
+    schedule's pause stored goes back to pending, due as it was; paused jobs with a
+    pause behind them stay paused."""
     sched = add(store, job("a", id=schedule_id("a"), repeat=EVERY, scheduled_for=T0))[0]
     other = add(store, job("b", id=schedule_id("b"), repeat=EVERY, scheduled_for=T0))[0]
     mail, kept = add(store, job("run", label="app.mail"), job("run", label="app.kept"))
@@ -315,7 +315,7 @@ def test_release_unpaused_frees_held_jobs_whose_pause_is_gone(store: Store) -> N
     assert store.admin.pause_schedules([sched.id, other.id], LATER) == 2
     assert store.admin.pause_label("app.mail", LATER) == 1
     assert store.admin.pause_label("app.kept", LATER) == 2
-    assert store.admin.resume_unpaused(LATER) == 0  # every hold has its pause (labelled: its label)
+    assert store.admin.resume_unpaused(LATER) == 0  # each has its pause (labelled: its label)
     store.admin.remove_pause("schedule", str(sched.id))
     store.admin.remove_pause("task", "app.mail")
     assert store.admin.resume_unpaused(LATER + sec(1)) == 2
