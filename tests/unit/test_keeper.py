@@ -10,10 +10,11 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 
-from mongosched._core.records import JobRecord, JobStatus, LeaseInfo, Renewal
+from mongosched._core.records import JobRecord, Renewal
 from mongosched.runner.claim import Claim
 from mongosched.runner.keeper import LeaseKeeper, stop_margin
 from mongosched.testing import FakeClock
+from tests.support.claimed import claimed
 
 START = datetime(2031, 3, 3, 8, 0, tzinfo=timezone.utc)
 LEASE = 30.0
@@ -60,20 +61,7 @@ class FakeRenewals:
 
 
 def _claim(store: FakeRenewals, clock: FakeClock, events: list[tuple[str, JobRecord]]) -> Claim:
-    lease = LeaseInfo(
-        owner="r1", token="tok", until=START + timedelta(seconds=LEASE), heartbeat_at=START
-    )
-    record = JobRecord(
-        task="t",
-        run_at=START,
-        created_at=START,
-        updated_at=START,
-        id=7,
-        attempts=1,
-        status=JobStatus.RUNNING,
-        started_at=START,
-        lease=lease,
-    )
+    record = claimed("t", start=START, until=START + timedelta(seconds=LEASE))
     keeper = LeaseKeeper(store, clock, LEASE, lambda name, job: events.append((name, job)))
     task = SimpleNamespace(name="t", timeout=None, fn=lambda: None)
     return Claim(keeper, record, task)  # type: ignore[arg-type]
