@@ -292,7 +292,7 @@ def test_crashed_worker_job_runs_again_then_fails_when_attempts_are_spent(
     assert runner.reap() == 1
     job.refresh()
     assert job.status is JobStatus.PENDING and job.attempts == 1
-    assert job.error.path == "mongosched.errors.LeaseLost" and "worker dead" in job.error.message
+    assert job.error.path == "mongosched.errors.LeaseLost" and "runner dead" in job.error.message
     crash()  # attempt 2 dies too: attempts are spent
     clock.advance(seconds=6)
     assert runner.reap() == 1
