@@ -190,7 +190,8 @@ class Claimer:
         try:
             return self._admitted(claim, now, by_id)
         except BaseException:
-            self.give_back_or_leave(claim)
+            if not claim.finished:  # not given back already (before a pause's write)
+                self.give_back_or_leave(claim)
             raise
 
     def _admitted(self, claim: Claim, now: datetime, by_id: bool) -> Claim | None:

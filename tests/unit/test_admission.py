@@ -596,6 +596,37 @@ def test_an_error_in_admission_gives_the_job_back_then_leaves(
     assert admitting.claimer.claimed == 0
 
 
+@pytest.mark.parametrize(
+    ("pause", "failing", "calls"),
+    [
+        pytest.param(
+            SCHEDULE_PAUSED,
+            "pause_schedules",
+            [given_back(), ("pause_schedules", [7], START)],
+            id="pausing-a-schedule",
+        ),
+        pytest.param(
+            LABEL_PAUSED,
+            "pause_label",
+            [given_back(), ("pause_label", "lbl", START, [7])],
+            id="pausing-a-label",
+        ),
+    ],
+)
+def test_a_pause_write_that_fails_after_the_give_back_gives_nothing_back_twice(
+    pause: Pause, failing: str, calls: list[Call]
+) -> None:
+    """A job of a paused schedule or label is given back, then paused: when that
+    write fails its error leaves, and the job, already given back, is not given back
+    a second time (a wasted write, fenced off)."""
+    admitting = make(pause)
+    admitting.store.fail[failing] = failure = StoreError("down")
+    with pytest.raises(StoreError) as caught:
+        admitting.admit(job(label="lbl"))
+    assert caught.value is failure
+    assert admitting.store.calls == calls
+
+
 def test_a_job_that_cannot_be_given_back_either_is_left_to_its_lease_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
