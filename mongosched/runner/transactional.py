@@ -149,10 +149,12 @@ class TransactionalRun:
         except StoreError:
             return False
         lease = None if current is None else current.lease
-        if current is None or current.status is not JobStatus.RUNNING or lease is None:
-            claim.lose("its job was taken over during its transaction")
-            return False
-        if lease.token != claim.token:
+        if (
+            current is None
+            or current.status is not JobStatus.RUNNING
+            or lease is None
+            or (lease.token != claim.token)
+        ):
             claim.lose("its job was taken over during its transaction")
             return False
         if current.cancel_requested:
@@ -165,8 +167,13 @@ class TransactionalRun:
             error,
             extra=logs.fields(claim.record),
         )
-        # A conflict with a transaction still open comes back until that one ends:
-        # back off a little (full jitter), as the drivers' retries do.
-        wait = BACKOFF.after(self.runs)
-        time.sleep(min(random.uniform(0, wait), max(0.0, deadline - time.monotonic())))
+        pause_before_again(self.runs, deadline)
         return True
+
+
+def pause_before_again(tries: int, deadline: float = float("inf")) -> None:
+    """Wait before a transaction runs again after ``tries`` conflicts (not past the
+    monotonic ``deadline``). A conflict with a transaction still open comes back until
+    that one ends: back off a little (full jitter), as the drivers' retries do."""
+    wait = random.uniform(0, BACKOFF.after(tries))
+    time.sleep(min(wait, max(0.0, deadline - time.monotonic())))

@@ -17,6 +17,7 @@ from mongosched._core.outcome import error_info
 from mongosched._core.steps import StepKind, StepRecord
 from mongosched.errors import ConfigurationError, StepFailed, WorkflowError
 from mongosched.retry import RetryPolicy
+from mongosched.runner.transactional import pause_before_again
 from mongosched.transaction import Transaction, as_current
 from mongosched.workflow.replay import Replay, current_replay
 
@@ -114,7 +115,7 @@ class Step(Generic[P, R]):
         all. A transient conflict runs it again."""
         store = replay.store
         last: Exception | None = None
-        for _ in range(100):
+        for tries in range(1, 101):
             # The heartbeat's renewals stop: a renewal of the job's document would conflict
             # with the transaction's fenced write of it.
             if not replay.ctx.hold_lease(TRANSACTION_LEASE):
@@ -144,6 +145,7 @@ class Step(Generic[P, R]):
                 tx.abort()
                 if isinstance(exc, Exception) and tx.handle.retryable(exc):
                     last = exc
+                    pause_before_again(tries)
                     continue
                 raise
             finally:
