@@ -193,7 +193,7 @@ class Workflows:
         replay = current_replay()
         if replay is None:
             jobs = self.app.schedule_bulk(list(specs))
-            return [_result(job.wait(), "gather") for job in jobs]
+            return [_result(job.wait()) for job in jobs]
         position, scheduled = replay.next(StepKind.GATHER, "gather")
         if scheduled is None:
             key = f"{CHILD_PREFIX}{replay.id}:{position}"
@@ -208,19 +208,22 @@ class Workflows:
             scheduled = replay.record(step)
         position, gathered = replay.next(StepKind.GATHERED, "gather")
         if gathered is None:
-            jobs = [self._get(child) for child in scheduled.children]
-            if not all(job.status.is_final for job in jobs):
-                replay.wait_until(self.app.now() + GATHER_POLL)
-            results = [{"status": str(job.status), "result": job.result} for job in jobs]
+            ended = []
+            for child in scheduled.children:  # read up to the first that has not ended
+                record = self._get(child)
+                if not record.status.is_final:
+                    replay.wait_until(self.app.now() + GATHER_POLL)
+                ended.append(record)
+            results = [{"status": str(job.status), "result": job.result} for job in ended]
             step = StepRecord(replay.id, position, "gather", StepKind.GATHERED, value=results)
             gathered = replay.record(replay.sized(step, "the gathered results"))
         return [_outcome(item) for item in gathered.value]
 
-    def _get(self, job_id: Any) -> Job[Any]:
+    def _get(self, job_id: Any) -> JobRecord:
         record = self.app.store.jobs.get(job_id)
         if record is None:
             raise JobNotFound(f"gathered job {job_id} no longer exists")
-        return Job(record, self.app.store.jobs)
+        return record
 
     # Events ----------------------------------------------------------------------------------
     def send(self, workflow_id: Any, topic: str, value: Any = None) -> None:
@@ -229,12 +232,8 @@ class Workflows:
         store = self.app.store
         workflow_id = store.parse_id(workflow_id)
         store.workflows.send_event(workflow_id, topic, value, self.app.now())
-        waits = [
-            s
-            for s in store.workflows.steps(workflow_id)
-            if s.kind is StepKind.WAIT and s.name == topic
-        ]
-        if waits:
+        steps = store.workflows.steps(workflow_id)
+        if any(s.kind is StepKind.WAIT and s.name == topic for s in steps):
             self.wake(workflow_id)
 
     def set_event(self, key: str, value: Any) -> None:
@@ -371,5 +370,5 @@ def _outcome(item: dict[str, Any]) -> Any:
     return item["result"]
 
 
-def _result(job: Job[Any], what: str) -> Any:
+def _result(job: Job[Any]) -> Any:
     return _outcome({"status": str(job.status), "result": job.result})
