@@ -305,7 +305,7 @@ def build_parser(
     )
     worker.add_argument(
         "--metrics-port",
-        type=_non_negative_int,
+        type=_port,
         metavar="N",
         help="serve Prometheus metrics at http://HOST:N/metrics (with --processes, "
         "process i of N serves port N+i)",

@@ -212,8 +212,8 @@ def job_action(ops: Operations, ctx: Context, job: Job, action: str) -> Page | R
     if ctx.request.method == "POST":
         try:
             return deed()
-        except BadInput:
-            raise  # the page answers 400
+        except (BadInput, OutOfBounds):
+            raise  # the page answers 400, as for a malformed number
         except MongoschedError as exc:
             return _confirm(
                 ctx, title, text, button, back=path, fields=fields, danger=danger, error=str(exc)

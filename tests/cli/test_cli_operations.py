@@ -259,6 +259,7 @@ BEYOND = [
     (["--timeout", "١", "jobs", "list"], "--timeout: must be a number > 0, not"),
     (["workflows", "fork", "x", "--from", "²"], "--from: must be a whole number, not"),
     (["dashboard", "--token", "t", "--port", "١"], "--port: must be a whole number, not"),
+    (["worker", "m:app", "--metrics-port", "70000"], "--metrics-port: must be an int from 0 to"),
 ]
 
 

@@ -1219,10 +1219,15 @@ def test_input_beyond_its_bound_answers_400_saying_so(
         assert reply.status == 400 and said in reply.body, path
         assert len(reply.body) < 20_000  # the value itself is not repeated whole
     done = jobs["done"].id
-    for position in ("²", "١", "-1"):  # a workflow's fork, from a step's position
+    for position, said in [
+        ("²", "from must be a whole number"),
+        ("١", "from must be a whole number"),
+        ("-1", "from must be a whole number"),
+        ("9" * 30, "from"),  # past the bound: refused as a malformed number is
+    ]:  # a workflow's fork, from a step's position
         form = browser.get(f"/jobs/{done}/fork?from=1")
         reply = browser.post(f"/jobs/{done}/fork", {"csrf_token": form.csrf(), "from": position})
-        assert reply.status == 400 and "from must be a whole number" in reply.body, position
+        assert reply.status == 400 and said in reply.body, position
     form = browser.get("/schedules/edit?id=schedule:tick")
     edited = {"csrf_token": form.csrf(), "id": "schedule:tick", "priority": "²"}
     reply = browser.post("/schedules/edit", edited)
