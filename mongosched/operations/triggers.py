@@ -80,10 +80,10 @@ def backfill(
     what = f"backfill of {schedule.id}"
     start = validate.aware_datetime(start, task=schedule.task, what=f"{what}: start")
     end = validate.aware_datetime(end, task=schedule.task, what=f"{what}: end")
-    unfinished = store.jobs.find(
+    open_jobs = store.jobs.find(
         JobQuery(task=schedule.task, statuses=UNFINISHED), sort="run_at", limit=0
     )
-    running = [lane for lane in unfinished if spawn.is_lane_of(lane, schedule)]
+    running = [lane for lane in open_jobs if spawn.is_lane_of(lane, schedule)]
     made = spawn.backfill_lanes(schedule, start, end, at_once, now, running)
     lanes = _runs(store, schedule, made, "backfill") if made else []
     if not lanes:  # every slot of the range is on a lane already: those lanes
