@@ -53,13 +53,15 @@ def test_the_taker_waits_for_every_place_it_asks_and_is_woken_once() -> None:
     waiter = threading.Thread(target=lambda: taken.append(places.take(3, 5)))
     waiter.start()
     wait_for(lambda: places._want == 3, 5, message="the taker to wait")
+    wakes: list[int] = []
+    notify = places._changed.notify
+    places._changed.notify = lambda n=1: (wakes.append(n), notify(n))  # type: ignore[method-assign]
     places.release()
     places.release()
-    waiter.join(0.05)  # it waits on: two of the three are free
-    assert waiter.is_alive() and taken == [], "it took places before all three were free"
+    assert wakes == [] and taken == [], "the taker was woken before all three were free"
     places.release()
     waiter.join(5)
-    assert taken == [3]
+    assert wakes == [1] and taken == [3]
 
 
 def test_when_the_time_runs_out_the_taker_takes_what_is_free() -> None:
