@@ -25,6 +25,7 @@ from mongosched.runner.keeper import LeaseKeeper
 from mongosched.runner.parts import RunnerParts
 from mongosched.runner.pauses import PauseSet
 from mongosched.store import Patience
+from mongosched.store.parts import ReadAhead
 
 __all__ = ["Claimer"]
 
@@ -59,6 +60,10 @@ class Claimer:
         """What is paused, as this runner last read it (once per poll interval)."""
         self.claimed = 0
         """Jobs claimed and admitted (those given back are not counted)."""
+        self.ahead = ReadAhead()
+        """Candidates batched claims read ahead under a backlog (see
+        :class:`~mongosched.store.parts.ReadAhead`): the dispatcher wakes it when a
+        new job comes due and drops it when the backlog is over."""
         self._saturated: dict[str, float] = {}
         self._ranked_of: tuple[int, list[str]] = (-1, [])
 
@@ -151,6 +156,7 @@ class Claimer:
                 limit=limit - single,
                 patience=patience,
                 ranked=self._ranked,
+                ahead=self.ahead,
             )
             records.extend(got)  # held from here on, whatever fails next
             return settled

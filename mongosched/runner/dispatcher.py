@@ -113,6 +113,7 @@ class Dispatcher:
                 # waits a whole poll interval).
                 if due is None or at < due or due <= self.parts.app.now():
                     self._next_due = at
+        self.steps.claimer.ahead.wake()  # what batched claims read ahead may miss it
         self._wake.set()
 
     def _idle_wait(self) -> float:
@@ -304,6 +305,7 @@ class Dispatcher:
         """Claim one job at a time again: no claim is coming, so the deferred
         outcomes are written now."""
         self.flight.batching, self._full_rounds = False, 0
+        self.steps.claimer.ahead.drop()
         self.parts.settler.flush()
 
     def _release_held(self) -> None:

@@ -10,7 +10,7 @@ can hand it a small fake of those alone.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from mongosched._core.records import (
@@ -41,6 +41,7 @@ __all__ = [
     "Leases",
     "Limits",
     "Permits",
+    "ReadAhead",
     "Staged",
     "StagedDependents",
     "StagedJobs",
@@ -274,13 +275,69 @@ class Claims(Protocol):
         limit: int,
         patience: Patience | None = None,
         ranked: Sequence[str] = (),
+        ahead: ReadAhead | None = None,
     ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
         """:meth:`settle_many` of ``items`` and then :meth:`claim_batch`, in the round
         trips of the claim alone (the settlements ride in the claim's write): what each
         returns. A runner with a backlog writes the outcomes of the jobs that just
         finished this way. The jobs settled are running (its own), so none of them is
         among those claimed. ``patience`` (for the settlements' sake) as for
-        :meth:`settle`: the write that carries the claims with them is retried so."""
+        :meth:`settle`: the write that carries the claims with them is retried so.
+
+        ``ahead``: where the caller keeps candidates read beyond this claim's, for its
+        next claims (see :class:`ReadAhead`); a store whose reads cost no round trip
+        ignores it."""
+
+
+class ReadAhead:
+    """What one claimer (a runner's dispatcher) keeps of the candidates its batched
+    claims read beyond their own, so that under a backlog its next claims can skip
+    their read: a claim then costs one round trip (its write), not two.
+
+    The store fills and spends it (the caller only holds it, and says when to forget
+    it). Spending kept candidates can never claim a job it should not: each claim's
+    write re-checks the whole claim filter at the claim's own time, and that the job is
+    still the document read. What it can do is miss a job that came due, or ahead in
+    line, after the read; so kept candidates are spent only
+
+    * within :attr:`FOR` of their read (on the store's clock);
+    * until the caller is told of a new due job (:meth:`wake`: a job scheduled here,
+      or seen by the runner's wake-up watch);
+    * while nobody else claims from them: a claim from kept candidates that misses one
+      (another runner was first, or the job changed) stops reading ahead for
+      :attr:`PAUSE`, since runners sharing a backlog would read the same jobs ahead.
+    """
+
+    FOR = timedelta(seconds=0.1)
+    """How long candidates read ahead are spent: a job that comes due meanwhile waits at
+    most this much longer for a claim than it would without reading ahead."""
+    PAUSE = timedelta(seconds=1)
+    """How long a claim that found its kept candidates taken stops reading ahead."""
+    BATCHES = 4
+    """A read takes the candidates of this many batches: its own and three to keep."""
+
+    __slots__ = ("docs", "key", "until", "paused_until", "woken")
+
+    def __init__(self) -> None:
+        self.docs: list[Any] = []
+        """The candidates kept, in claim order (as the store read them)."""
+        self.key: Any = None
+        """What they were read for (the claim's tasks and queues)."""
+        self.until: datetime | None = None
+        """When they stop being spent."""
+        self.paused_until: datetime | None = None
+        """Until when claims do not read ahead (None: they do)."""
+        self.woken = False
+        """Whether a new due job was announced since the last read (any thread sets it;
+        the store clears it before it reads)."""
+
+    def wake(self) -> None:
+        """A job came due that the kept candidates may miss: the next claim reads."""
+        self.woken = True
+
+    def drop(self) -> None:
+        """Forget the kept candidates (the claimer's backlog is over)."""
+        self.docs = []
 
 
 class Workflows(Protocol):

@@ -547,3 +547,30 @@ def test_run_claims_gives_back_a_keyed_concurrency_slot(make_app: Callable[..., 
     assert runner.run_claims([claim])[0] is not None
     assert first.refresh().status is JobStatus.COMPLETED
     assert runner.claim_next(job_id=second.id) is not None  # the key's slot is free
+
+
+def test_a_job_scheduled_here_is_not_missed_by_candidates_read_ahead(
+    make_app: Callable[..., App],
+) -> None:
+    """Under a backlog, batched claims keep candidates read ahead (on MongoDB): a job
+    scheduled in this process wakes the dispatcher, which tells them to read again,
+    and once the backlog is over they are forgotten."""
+    app = make_app()
+    gate = threading.Event()
+
+    @app.task(name="work", retry=0)
+    def work(n: int) -> None:
+        gate.wait(10)
+
+    app.schedule_bulk(work.job(n) for n in range(40))
+    runner = app.runner(workers=4).start()
+    ahead = runner.dispatcher.steps.claimer.ahead
+    wait_for(lambda: runner.claimed >= 4, message="the first jobs claimed")
+    ahead.woken = False
+    work.schedule(100)
+    assert ahead.woken  # the next claim reads the candidates again
+    gate.set()
+    wait_for(lambda: app.count_jobs(status="completed") == 41, timeout=30, message="41 done")
+    wait_for(lambda: not runner.flight.batching, message="the backlog over")
+    assert ahead.docs == []
+    assert runner.stop(timeout=10)

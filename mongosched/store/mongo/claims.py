@@ -18,6 +18,12 @@ A batched claim takes up to ``limit`` due jobs in two round trips whatever the l
    job pending sets afresh), and setting a lease under a token of its own, made
    before the call.
 
+Under a backlog a runner's dispatcher claims batch after batch, and its read takes the
+candidates of several batches at once: the next claims spend what it kept, one round
+trip each (their write), for as long as :class:`~mongosched.store.parts.ReadAhead`
+allows (a tenth of a second, no new due job announced, nobody else claiming from them).
+The write's fence makes a kept candidate as safe as a fresh one.
+
 When every update landed at the first try, the claimed jobs are the jobs read, as
 the claim leaves them (:func:`~mongosched._core.transitions.claimed`). Otherwise
 (a racing claimer took some, one changed meanwhile, a reply was lost and the write
@@ -79,6 +85,7 @@ from mongosched.store.mongo.updates import (
     settle_update,
     unchanged_since_claim,
 )
+from mongosched.store.parts import ReadAhead
 from mongosched.store.patience import Patience
 
 __all__ = ["MongoClaims"]
@@ -278,21 +285,31 @@ class MongoClaims:
         limit: int,
         patience: Patience | None = None,
         ranked: Sequence[str] = (),
+        ahead: ReadAhead | None = None,
     ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
         """The settlements and the claims in one unordered bulk write, after the read
-        of the candidates: two round trips for both when nothing unusual happened. The
+        of the candidates: two round trips for both when nothing unusual happened, one
+        when the candidates were read ahead (``ahead``: see :meth:`_kept`). The
         write (with what it reads back and settles alone) has the settlements'
         ``patience``. With ranked tasks among ``tasks``, the candidates are read in
         two finds (see :meth:`_candidates`), even for one job."""
         settling = _Settling(items)
         claiming = None
         ranked = [task for task in tasks if task in ranked] if ranked else []
+        kept = False
         if tasks and (limit >= BATCH_FROM or ranked):
             query = claim_query(tasks, queues, now)
-            docs = self._candidates(query, tasks, queues, now, limit, ranked)
+            if ahead is None or ranked:
+                docs = self._candidates(query, tasks, queues, now, limit, ranked)
+            else:
+                docs, kept = self._kept(ahead, query, tasks, queues, now, limit)
             if docs:
                 claiming = _Claiming(query, docs, owner, now, lease_duration)
         results, claimed = patiently(patience, self._write, settling, claiming)
+        missed = claiming is not None and len(claimed) < len(claiming.docs)
+        if ahead is not None and kept and missed:
+            # Kept candidates were taken or changed: others claim from this backlog too.
+            ahead.docs, ahead.paused_until = [], now + ReadAhead.PAUSE
         if tasks and limit < BATCH_FROM and not ranked:  # fewer round trips one at a time
             while len(claimed) < limit:
                 record = self.claim(
@@ -350,6 +367,37 @@ class MongoClaims:
         except MalformedJob as exc:  # failed alone; the caller claims again
             self.leases.fail_malformed({"_id": doc["_id"], "lease.token": token}, str(exc), now)
             return None
+
+    def _kept(
+        self,
+        ahead: ReadAhead,
+        query: dict[str, Any],
+        tasks: Sequence[str],
+        queues: Sequence[str] | None,
+        now: datetime,
+        limit: int,
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """The first ``limit`` candidates, and whether they were kept from an earlier
+        read: kept ones when ``ahead`` holds enough, read for these tasks and queues
+        within :attr:`ReadAhead.FOR`, with no new due job announced since; else a read
+        of :attr:`ReadAhead.BATCHES` times ``limit``, whose rest ``ahead`` keeps (unless
+        reading ahead is paused)."""
+        key = (tuple(tasks), None if queues is None else tuple(queues))
+        woken, ahead.woken = ahead.woken, False  # cleared before a read it may predate
+        if (
+            not woken
+            and ahead.key == key
+            and len(ahead.docs) >= limit
+            and ahead.until is not None
+            and now < ahead.until
+        ):
+            docs, ahead.docs = ahead.docs[:limit], ahead.docs[limit:]
+            return docs, True
+        paused = ahead.paused_until is not None and now < ahead.paused_until
+        read = limit if paused else limit * ReadAhead.BATCHES
+        docs = self._candidates(query, tasks, queues, now, read, ())
+        ahead.key, ahead.docs, ahead.until = key, docs[limit:], now + ReadAhead.FOR
+        return docs[:limit], False
 
     def _candidates(
         self,
