@@ -306,6 +306,10 @@ class ReadAhead:
     * while nobody else claims from them: a claim from kept candidates that misses one
       (another runner was first, or the job changed) stops reading ahead for
       :attr:`PAUSE`, since runners sharing a backlog would read the same jobs ahead.
+
+    A claim reads ahead only when it comes within :attr:`FOR` of the previous one (the
+    jobs are short): claims further apart would find what they kept lapsed, and would
+    only have decoded it for nothing.
     """
 
     FOR = timedelta(seconds=0.1)
@@ -316,13 +320,15 @@ class ReadAhead:
     BATCHES = 4
     """A read takes the candidates of this many batches: its own and three to keep."""
 
-    __slots__ = ("docs", "key", "until", "paused_until", "woken")
+    __slots__ = ("docs", "key", "last", "until", "paused_until", "woken")
 
     def __init__(self) -> None:
         self.docs: list[Any] = []
         """The candidates kept, in claim order (as the store read them)."""
         self.key: Any = None
         """What they were read for (the claim's tasks and queues)."""
+        self.last: datetime | None = None
+        """When the previous claim was made (None: none since the backlog began)."""
         self.until: datetime | None = None
         """When they stop being spent."""
         self.paused_until: datetime | None = None
@@ -337,7 +343,7 @@ class ReadAhead:
 
     def drop(self) -> None:
         """Forget the kept candidates (the claimer's backlog is over)."""
-        self.docs = []
+        self.docs, self.last = [], None
 
 
 class Workflows(Protocol):

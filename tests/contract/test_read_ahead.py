@@ -43,32 +43,44 @@ def claimed(store: Store, ahead: ReadAhead | None, limit: int = 3, **options: An
 def test_one_read_serves_as_many_claims_as_it_read_batches(
     mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    add(mongo_store, *[job(args=(n,)) for n in range(14)])
+    add(mongo_store, *[job(args=(n,)) for n in range(17)])
     ahead = ReadAhead()
     watched = _watch(monkeypatch, mongo_store)
-    records = [claimed(mongo_store, ahead, now=LATER + sec(n / 100)) for n in range(5)]
+    records = [claimed(mongo_store, ahead, now=LATER + sec(n / 100)) for n in range(6)]
     monkeypatch.undo()
     for got in records:
         as_stored(mongo_store, got)
-    assert [[r.args[0] for r in got] for got in records] == [
-        [0, 1, 2],
-        [3, 4, 5],
-        [6, 7, 8],
-        [9, 10, 11],
-        [12, 13],
+    args = [[r.args[0] for r in got] for got in records]
+    assert args == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11], [12, 13, 14], [15, 16]]
+    # The first claim of a backlog reads its own batch; the next, coming soon after,
+    # reads four batches; three claims spend what it kept; then a read again.
+    assert watched.calls == [
+        *["find", "update"],
+        *["find", "update"],
+        *["update"] * 3,
+        *["find", "update"],
     ]
-    # A read of four batches, three claims from what it kept, then a read again.
-    assert watched.calls == ["find", "update", "update", "update", "update", "find", "update"]
+
+
+def test_claims_further_apart_than_the_kept_ones_last_do_not_read_ahead(
+    mongo_store: MongoStore,
+) -> None:
+    add(mongo_store, *[job(args=(n,)) for n in range(12)])
+    ahead = ReadAhead()
+    for n in range(3):
+        claim(mongo_store, ahead, now=LATER + n * ReadAhead.FOR)
+        assert ahead.docs == []
 
 
 def test_the_outcomes_ride_with_a_claim_from_kept_candidates(
     mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    add(mongo_store, *[job(args=(n,)) for n in range(8)])
+    add(mongo_store, *[job(args=(n,)) for n in range(12)])
     ahead = ReadAhead()
     finished = claimed(mongo_store, ahead)
+    assert claim(mongo_store, ahead, now=LATER + sec(0.01)) == [3, 4, 5]
     watched = _watch(monkeypatch, mongo_store)
-    at = LATER + sec(0.01)
+    at = LATER + sec(0.02)
     settled, got = mongo_store.claims.settle_and_claim(
         [(r, succeeded(r, at)) for r in finished],
         owner="me",
@@ -81,7 +93,7 @@ def test_the_outcomes_ride_with_a_claim_from_kept_candidates(
     )
     monkeypatch.undo()
     assert watched.calls == ["update"]
-    assert [r.args[0] for r in got] == [3, 4, 5]
+    assert [r.args[0] for r in got] == [6, 7, 8]
     for record in [*settled, *got]:
         assert record == mongo_store.jobs.get(record.id)  # type: ignore[union-attr]
 
@@ -89,12 +101,13 @@ def test_the_outcomes_ride_with_a_claim_from_kept_candidates(
 def test_kept_candidates_another_runner_took_are_not_claimed_and_reading_ahead_pauses(
     mongo_store: MongoStore,
 ) -> None:
-    add(mongo_store, *[job(args=(n,)) for n in range(12)])
+    add(mongo_store, *[job(args=(n,)) for n in range(24)])
     ahead = ReadAhead()
     assert claim(mongo_store, ahead) == [0, 1, 2]
+    assert claim(mongo_store, ahead, now=LATER + sec(0.01)) == [3, 4, 5]  # keeps 6 on
     others = batch(mongo_store, 3, owner="other", now=LATER + sec(0.01))
-    assert [r.args[0] for r in others] == [3, 4, 5]
-    # The kept 3, 4 and 5 are the other runner's now: none is claimed twice.
+    assert [r.args[0] for r in others] == [6, 7, 8]
+    # The kept 6, 7 and 8 are the other runner's now: none is claimed twice.
     assert claim(mongo_store, ahead, now=LATER + sec(0.02)) == []
     for record in others:
         stored = mongo_store.jobs.get(record.id)
@@ -102,10 +115,13 @@ def test_kept_candidates_another_runner_took_are_not_claimed_and_reading_ahead_p
         assert stored.lease.owner == "other"
     assert ahead.docs == [] and ahead.paused_until == LATER + sec(0.02) + ReadAhead.PAUSE
     # Paused: each claim reads its own batch, and keeps nothing.
-    assert claim(mongo_store, ahead, now=LATER + sec(0.03)) == [6, 7, 8]
+    assert claim(mongo_store, ahead, now=LATER + sec(0.03)) == [9, 10, 11]
     assert ahead.docs == []
-    # Once the pause is over, it reads ahead again.
-    assert claim(mongo_store, ahead, now=LATER + sec(0.03) + ReadAhead.PAUSE) == [9, 10, 11]
+    # Once the pause is over, claims read ahead again.
+    resumed = LATER + sec(0.03) + ReadAhead.PAUSE
+    assert claim(mongo_store, ahead, now=resumed) == [12, 13, 14]
+    assert claim(mongo_store, ahead, now=resumed + sec(0.01)) == [15, 16, 17]
+    assert [doc["args"][0] for doc in ahead.docs] == [18, 19, 20, 21, 22, 23]
 
 
 def test_a_kept_candidate_changed_since_the_read_is_claimed_as_it_is_now(
@@ -113,45 +129,41 @@ def test_a_kept_candidate_changed_since_the_read_is_claimed_as_it_is_now(
 ) -> None:
     from mongosched._core.records import PendingChanges
 
-    jobs = add(mongo_store, *[job(args=(n,)) for n in range(6)])
+    jobs = add(mongo_store, *[job(args=(n,)) for n in range(9)])
     ahead = ReadAhead()
     assert claim(mongo_store, ahead) == [0, 1, 2]
-    assert mongo_store.jobs.update_pending(jobs[4], PendingChanges(priority=9), LATER)
-    assert mongo_store.jobs.cancel_pending(jobs[5].id, cancelled(LATER)) is not None
+    assert claim(mongo_store, ahead, now=LATER + sec(0.01)) == [3, 4, 5]  # keeps 6, 7, 8
+    assert mongo_store.jobs.update_pending(jobs[7], PendingChanges(priority=9), LATER)
+    assert mongo_store.jobs.cancel_pending(jobs[8].id, cancelled(LATER)) is not None
     # The edited job is not claimed from what was read (it would run as it was): the
     # claim takes the rest, and the edited job waits for a read that sees it.
-    assert claim(mongo_store, ahead, now=LATER + sec(0.01)) == [3]
-    assert claim(mongo_store, ahead, now=LATER + sec(0.02), limit=3) == [4]
-    assert mongo_store.jobs.get(jobs[5].id).status == "cancelled"  # type: ignore[union-attr]
+    assert claim(mongo_store, ahead, now=LATER + sec(0.02)) == [6]
+    assert claim(mongo_store, ahead, now=LATER + sec(0.03)) == [7]
+    assert mongo_store.jobs.get(jobs[8].id).status == "cancelled"  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("why", ["woken", "expired", "other tasks"])
+@pytest.mark.parametrize("why", ["woken", "expired", "other tasks", "dropped"])
 def test_a_job_ahead_in_line_since_the_read_is_claimed_once_the_kept_ones_lapse(
     mongo_store: MongoStore, why: str
 ) -> None:
-    add(mongo_store, *[job(args=(n,)) for n in range(9)])
+    add(mongo_store, *[job(args=(n,)) for n in range(12)])
     ahead = ReadAhead()
     assert claim(mongo_store, ahead) == [0, 1, 2]
+    read = LATER + sec(0.01)
+    assert claim(mongo_store, ahead, now=read) == [3, 4, 5]  # keeps 6 to 11
     add(mongo_store, job(args=(100,), priority=1))  # ahead of every job kept
-    now = LATER + sec(0.01)
-    assert claim(mongo_store, ahead, now=now) == [3, 4, 5]  # within FOR: what was kept
+    now = read + sec(0.01)
+    assert claim(mongo_store, ahead, now=now) == [6, 7, 8]  # within FOR: what was kept
     tasks: tuple[str, ...] = ("t",)
     if why == "woken":
         ahead.wake()
     elif why == "expired":
-        now = LATER + ReadAhead.FOR
-    else:
+        now = read + ReadAhead.FOR
+    elif why == "other tasks":
         tasks = ("t", "u")
-    assert claim(mongo_store, ahead, now=now, tasks=tasks) == [100, 6, 7]
-
-
-def test_a_dropped_read_ahead_reads_again(mongo_store: MongoStore) -> None:
-    add(mongo_store, *[job(args=(n,)) for n in range(6)])
-    ahead = ReadAhead()
-    assert claim(mongo_store, ahead) == [0, 1, 2]
-    add(mongo_store, job(args=(100,), priority=1))
-    ahead.drop()
-    assert claim(mongo_store, ahead, now=LATER + sec(0.01)) == [100, 3, 4]
+    else:
+        ahead.drop()
+    assert claim(mongo_store, ahead, now=now, tasks=tasks) == [100, 9, 10]
 
 
 def test_every_store_claims_the_same_with_a_read_ahead_it_is_told_of(store: Store) -> None:

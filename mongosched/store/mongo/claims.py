@@ -381,9 +381,10 @@ class MongoClaims:
         read: kept ones when ``ahead`` holds enough, read for these tasks and queues
         within :attr:`ReadAhead.FOR`, with no new due job announced since; else a read
         of :attr:`ReadAhead.BATCHES` times ``limit``, whose rest ``ahead`` keeps (unless
-        reading ahead is paused)."""
+        reading ahead is paused, or the previous claim is not that recent)."""
         key = (tuple(tasks), None if queues is None else tuple(queues))
         woken, ahead.woken = ahead.woken, False  # cleared before a read it may predate
+        last, ahead.last = ahead.last, now
         if (
             not woken
             and ahead.key == key
@@ -394,7 +395,8 @@ class MongoClaims:
             docs, ahead.docs = ahead.docs[:limit], ahead.docs[limit:]
             return docs, True
         paused = ahead.paused_until is not None and now < ahead.paused_until
-        read = limit if paused else limit * ReadAhead.BATCHES
+        quick = last is not None and now - last < ReadAhead.FOR
+        read = limit * ReadAhead.BATCHES if quick and not paused else limit
         docs = self._candidates(query, tasks, queues, now, read, ())
         ahead.key, ahead.docs, ahead.until = key, docs[limit:], now + ReadAhead.FOR
         return docs[:limit], False
