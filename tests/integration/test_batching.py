@@ -574,3 +574,42 @@ def test_a_job_scheduled_here_is_not_missed_by_candidates_read_ahead(
     wait_for(lambda: not runner.flight.batching, message="the backlog over")
     assert ahead.docs == []
     assert runner.stop(timeout=10)
+
+
+def test_two_runners_reading_ahead_on_one_backlog_run_each_job_once(
+    database: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runners of two processes (two apps here) drain one backlog on a server, each
+    reading ahead: the jobs they keep overlap, and the claims' fences keep every job to
+    one run. (A server's claims are slower than ReadAhead.FOR apart, which would turn
+    reading ahead off: here it lasts longer.)"""
+    from mongosched.store.mongo.claims import MongoClaims
+    from mongosched.store.parts import ReadAhead
+
+    monkeypatch.setattr(ReadAhead, "FOR", timedelta(seconds=30))
+    kept = []
+    spent = MongoClaims._kept
+
+    def counting(self: MongoClaims, *args: Any) -> Any:
+        docs, was_kept = spent(self, *args)
+        kept.append(was_kept)
+        return docs, was_kept
+
+    monkeypatch.setattr(MongoClaims, "_kept", counting)
+    recorder = Recorder()
+    apps = [App(database=database, lease_duration=10, poll_interval=0.05) for _ in range(2)]
+    for app in apps:
+        app.task(name="work", retry=0)(lambda n: recorder.enter(n) or recorder.leave())
+    apps[0].schedule_bulk(apps[0].get_task("work").job(n) for n in range(80))
+    runners = [app.runner(workers=4).start() for app in apps]
+    try:
+        wait_for(
+            lambda: apps[0].count_jobs(status="completed") == 80, timeout=60, message="80 done"
+        )
+    finally:
+        for runner in runners:
+            assert runner.stop(timeout=10)
+        for app in apps:
+            app.close()
+    assert len(recorder.counts()) == 80 and set(recorder.counts().values()) == {1}
+    assert any(kept), "no claim spent candidates read ahead"
