@@ -143,7 +143,7 @@ class App:
         self._prepare_error: StoreError | None = None
         self._lock = threading.RLock()
         self._in_process = InProcess(self.runner, self._forked)
-        self._workflows = Workflows(self, self._wake)
+        self._workflows = Workflows(self, self._wake, lambda tx: self._transactions.bind(tx))
         self._compose([])
 
     def _compose(self, integrations: list[TransactionIntegration]) -> None:

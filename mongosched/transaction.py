@@ -161,7 +161,7 @@ class TransactionIntegration(Protocol):
 
     def bind(self, transaction: Transaction) -> AbstractContextManager[Any]:
         """Make the framework's own writes (its ORM's) join ``transaction`` for the
-        block: a transactional task's run."""
+        block: a transactional task's run, or a workflow's transactional step's."""
 
 
 class Transactions:
@@ -219,7 +219,7 @@ class Transactions:
     def add_transaction_integration(self, integration: TransactionIntegration) -> None:
         """Let jobs scheduled without ``session=`` join a framework's own transaction
         (``integration.current()``), and make the framework's writes in a transactional
-        task join the task's (``integration.bind``). The Django integration adds one
+        task or step join its transaction (``integration.bind``). The Django integration adds one
         for a project whose database is MongoDB."""
         self.integrations.append(integration)
 
@@ -269,8 +269,8 @@ class Transactions:
             raise TransactionError(f"{what}: {exc}") from None
 
     def bind(self, transaction: Transaction) -> contextlib.ExitStack:
-        """Within the block, the integrations' writes join ``transaction`` (the runner
-        does this around a transactional task's function)."""
+        """Within the block, the integrations' writes join ``transaction`` (around a
+        transactional task's function, and a workflow's transactional step)."""
         stack = contextlib.ExitStack()
         for integration in self.integrations:
             stack.enter_context(integration.bind(transaction))

@@ -14,15 +14,19 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from mongosched._core.outcome import Retention, cancelled, given_back
 from mongosched._core.steps import StepKind, StepRecord, check_bound, check_replay
 from mongosched.errors import SerializationError, WorkflowError
 from mongosched.job import JobContext, Suspended
 from mongosched.store import Staged, Store, codec
+
+if TYPE_CHECKING:
+    from mongosched.transaction import Transaction
 
 __all__ = ["Replay", "ReplayHost", "current_replay", "patched"]
 
@@ -60,15 +64,25 @@ class Replay:
     :param name: the workflow's task.
     :param wake: makes the workflow due now (an event sent while it was writing
         itself back).
+    :param bind_transaction: makes the frameworks' own writes join a transaction for a
+        block (the app's integrations: a transactional step's run).
     """
 
     def __init__(
-        self, host: ReplayHost, ctx: JobContext, name: str, wake: Callable[[Any], object]
+        self,
+        host: ReplayHost,
+        ctx: JobContext,
+        name: str,
+        wake: Callable[[Any], object],
+        bind_transaction: Callable[[Transaction], AbstractContextManager[Any]] = (
+            lambda tx: nullcontext()
+        ),
     ) -> None:
         self.host = host
         self.ctx = ctx
         self.name = name
         self.wake = wake
+        self.bind_transaction = bind_transaction
         self.id = ctx.id
         record = ctx.lease_record
         assert record is not None and record.lease is not None, "a workflow runs leased"

@@ -126,7 +126,7 @@ class Step(Generic[P, R]):
             tx = Transaction(store, store.transactions.begin(), owned=True)
             replay.ctx.transaction = tx
             try:
-                with as_current(tx):
+                with as_current(tx), replay.bind_transaction(tx):
                     result = self.fn(*args, **kwargs)
                 step = self._done(replay, position, result, attempts, started)
                 if tx.session is None:  # memory://: no writes of its own to commit

@@ -11,6 +11,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ParamSpec, Protocol, TypeVar
@@ -24,6 +25,7 @@ from mongosched.operations.audit import AuditTrail, checked_actor
 from mongosched.operations.jobs import Cancellation
 from mongosched.retry import RetryPolicy
 from mongosched.task import JobSpec, Task
+from mongosched.transaction import Transaction
 from mongosched.workflow.replay import Replay, ReplayHost, current_replay
 from mongosched.workflow.step import Step
 
@@ -77,10 +79,17 @@ class Workflows:
     <mongosched.App.send>`, :meth:`App.gather <mongosched.App.gather>` and the event
     methods are."""
 
-    def __init__(self, app: WorkflowHost, wake_runners: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        app: WorkflowHost,
+        wake_runners: Callable[[], None],
+        bind_transaction: Callable[[Transaction], AbstractContextManager[Any]],
+    ) -> None:
         self.app = app
         self.wake_runners = wake_runners
         """Wakes this process's runners (a workflow made due claims at once)."""
+        self.bind_transaction = bind_transaction
+        """Makes the frameworks' own writes join a transactional step's transaction."""
         self.names: set[str] = set()
         self._listening = False
 
@@ -134,7 +143,8 @@ class Workflows:
         ctx, nested = current_job(), current_replay() is not None
         if ctx is None or ctx.task != name or ctx.lease_record is None or nested:
             return fn(*args, **kwargs)  # inline: outside a runner, or nested
-        return Replay(self.app, ctx, name, self.wake).run(fn, args, kwargs)
+        replay = Replay(self.app, ctx, name, self.wake, self.bind_transaction)
+        return replay.run(fn, args, kwargs)
 
     def is_workflow(self, task: str) -> bool:
         """Whether ``task`` (a registered task's name, as a job's ``task``) is a

@@ -5,8 +5,10 @@ Each test runs on ``memory://`` and on the server."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -279,6 +281,48 @@ def test_transactional_step_writes_and_record_commit_together(wf_app: App) -> No
     if effects is not None:
         assert effects.count_documents({"order": "A-1"}) == 1
     assert [s.name for s in app.steps(job.id)] == ["ship", "sleep"]
+
+
+def test_a_transactional_step_s_framework_writes_join_its_transaction(wf_app: App) -> None:
+    """The app's transaction integrations (Django's, on MongoDB) bind a transactional
+    step's transaction around its function, as they bind a transactional task's: the
+    framework's own writes join it."""
+    app = wf_app
+    bound: list[tuple[Any, Any]] = []
+
+    class Integration:
+        def current(self) -> None:
+            return None
+
+        @contextlib.contextmanager
+        def bind(self, transaction: Any) -> Iterator[None]:
+            bound.append(("enter", transaction))
+            yield
+            bound.append(("exit", transaction))
+
+    app.add_transaction_integration(Integration())
+    seen: list[Any] = []
+
+    @app.step(name="ship", transactional=True)
+    def ship() -> str:
+        job = current_job()
+        assert job is not None
+        seen.append(job.transaction)
+        return "ok"
+
+    @app.step(name="plain")
+    def plain() -> str:
+        return "ok"
+
+    @app.workflow(name="tx")
+    def tx() -> str:
+        return ship() + plain()
+
+    job = tx.schedule()
+    drain(app)
+    assert job.refresh().result == "okok"
+    assert len(seen) == 1 and seen[0] is not None
+    assert bound == [("enter", seen[0]), ("exit", seen[0])]  # the step's alone
 
 
 def test_sleeping_workflows_hold_no_thread(wf_app: App, request: pytest.FixtureRequest) -> None:
