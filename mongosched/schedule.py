@@ -48,9 +48,6 @@ __all__ = [
     "Misfire",
     "Rule",
     "SKIP_GRACE",
-    "aware",
-    "checked_seconds",
-    "one_of",
     "rule_from_document",
 ]
 
@@ -84,13 +81,6 @@ class Rule(Protocol):
 
     def to_document(self) -> dict[str, Any]:
         """The rule as stored in a job's ``repeat`` field."""
-
-
-def aware(value: datetime, what: str) -> datetime:
-    """``value`` in UTC; :class:`~mongosched.errors.InvalidSchedule` when it is naive."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidSchedule(f"{what} must be timezone-aware, not {value!r}")
-    return value.astimezone(UTC)
 
 
 class Cron:
@@ -228,7 +218,7 @@ class Cron:
     # Rule -------------------------------------------------------------------------------------
     def slots_after(self, after: datetime) -> Iterator[datetime]:
         """Every slot strictly later than ``after``, in order."""
-        after = aware(after, "after")
+        after = validate.schedule_time(after, "after")
         # A repeated hour ahead may hold second occurrences of earlier wall-clock times.
         back = max(timedelta(0), self._offset(after) - self._offset(after + _SEARCH_MARGIN))
         start = (self._wall(after) - back).replace(microsecond=0) - _ONE_SECOND
@@ -236,7 +226,7 @@ class Cron:
 
     def slots_at_or_before(self, at: datetime) -> Iterator[datetime]:
         """Every slot at or before ``at``, latest first."""
-        at = aware(at, "at")
+        at = validate.schedule_time(at, "at")
         ahead = max(timedelta(0), self._offset(at - _SEARCH_MARGIN) - self._offset(at))
         start = (self._wall(at) + ahead).replace(microsecond=0) + _ONE_SECOND
         return (t for t in self._instants_from(start, backwards=True) if t <= at)
@@ -305,7 +295,7 @@ class Every:
             raise InvalidSchedule(f"{where}every is too large: {seconds} seconds") from None
 
     def next_after(self, after: datetime) -> datetime:
-        return aware(after, "after") + self.interval
+        return validate.schedule_time(after, "after") + self.interval
 
     def slots_back(self, anchor: datetime, now: datetime) -> Iterator[datetime]:
         due = int((now - anchor) // self.interval) if now > anchor else 0
@@ -355,8 +345,8 @@ class Misfire:
     max_catchup: int = 100
 
     def __post_init__(self) -> None:
-        one_of(self.policy, MISFIRE_POLICIES, "misfire policy")
-        grace = checked_seconds(self.grace, "misfire_grace")
+        validate.schedule_choice(self.policy, MISFIRE_POLICIES, "misfire policy")
+        grace = validate.schedule_seconds(self.grace, "misfire_grace")
         if (
             not isinstance(self.max_catchup, int)
             or isinstance(self.max_catchup, bool)
@@ -382,17 +372,3 @@ class Misfire:
             grace=doc.get("grace"),
             max_catchup=int(doc.get("max_catchup", 100)),
         )
-
-
-def one_of(value: Any, choices: tuple[str, ...], what: str) -> None:
-    """Check that ``value`` is one of ``choices`` (:class:`InvalidSchedule`)."""
-    if value not in choices:
-        raise InvalidSchedule(f"{what} must be one of {', '.join(choices)}, not {value!r}")
-
-
-def checked_seconds(value: Any, what: str) -> float | None:
-    """Seconds from a number or a timedelta (None stays None), or InvalidSchedule."""
-    try:
-        return validate.seconds(value, what=what, allow_none=True)
-    except ValueError as exc:
-        raise InvalidSchedule(str(exc)) from None

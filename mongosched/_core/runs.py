@@ -16,8 +16,9 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any, Literal
 
+from mongosched._core import validate
 from mongosched.errors import InvalidSchedule
-from mongosched.schedule import Cron, Every, Misfire, Rule, aware, checked_seconds, one_of
+from mongosched.schedule import Cron, Every, Misfire, Rule
 
 __all__ = [
     "COUNT_LIMIT",
@@ -60,8 +61,8 @@ def plan_misfire(
     ``start_of`` gives when a slot is due to start (a jittered slot starts after its
     time): only slots whose start came are due (the anchor always is), and lateness
     counts from then (default: from the slot itself)."""
-    anchor = aware(scheduled_for, "scheduled_for")
-    now = aware(now, "now")
+    anchor = validate.schedule_time(scheduled_for, "scheduled_for")
+    now = validate.schedule_time(now, "now")
     tolerance = misfire.tolerance
 
     def start(slot: datetime) -> datetime:
@@ -106,7 +107,7 @@ def jitter_offset(key: str, slot: datetime, jitter: timedelta) -> timedelta:
     the slot, so that every runner computes the same offset for the same slot."""
     if jitter <= timedelta(0):
         return timedelta(0)
-    text = f"{key}\0{aware(slot, 'slot').isoformat()}"
+    text = f"{key}\0{validate.schedule_time(slot, 'slot').isoformat()}"
     digest = hashlib.sha256(text.encode("utf-8")).digest()
     fraction = int.from_bytes(digest[:8], "big") / 2**64
     return timedelta(milliseconds=int(fraction * (jitter / timedelta(milliseconds=1))))
@@ -134,8 +135,8 @@ class Runs:
     pause_after: int | None = None
 
     def __post_init__(self) -> None:
-        one_of(self.overlap, OVERLAP_POLICIES, "overlap")
-        jitter = checked_seconds(self.jitter, "jitter")
+        validate.schedule_choice(self.overlap, OVERLAP_POLICIES, "overlap")
+        jitter = validate.schedule_seconds(self.jitter, "jitter")
         pause_after = self.pause_after
         if pause_after is not None and (
             not isinstance(pause_after, int) or isinstance(pause_after, bool) or pause_after < 1
@@ -186,7 +187,7 @@ def overlapped(
     """The slots after ``slot`` that came due (at ``due(slot)``: a jittered run's
     start) up to ``ended`` (included), as while the run of ``slot`` ran: how many (up
     to :data:`COUNT_LIMIT`) and the latest."""
-    anchor, ended = aware(slot, "slot"), aware(ended, "ended")
+    anchor, ended = validate.schedule_time(slot, "slot"), validate.schedule_time(ended, "ended")
     count, latest, nxt = 0, None, rule.next_after(anchor)
     while due(nxt) <= ended and count < COUNT_LIMIT:
         count, latest = count + 1, nxt
@@ -204,9 +205,9 @@ def slots_between(
 ) -> Iterator[datetime]:
     """The slots from ``start`` to ``end`` (both included), in order. An interval's
     slots are ``reference`` (a slot of the job) plus whole multiples of it."""
-    start, end = aware(start, "start"), aware(end, "end")
+    start, end = validate.schedule_time(start, "start"), validate.schedule_time(end, "end")
     if isinstance(rule, Every):
-        reference = aware(reference, "reference")
+        reference = validate.schedule_time(reference, "reference")
         slot = reference + rule.interval * math.ceil((start - reference) / rule.interval)
         while slot <= end:
             yield slot

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from typing import Any, overload
 
-from mongosched.errors import ConfigurationError, OutOfBounds
+from mongosched.errors import ConfigurationError, InvalidSchedule, OutOfBounds
 
 __all__ = [
     "EARLIEST",
@@ -34,6 +34,9 @@ __all__ = [
     "parse_whole",
     "priority",
     "queue",
+    "schedule_choice",
+    "schedule_seconds",
+    "schedule_time",
     "seconds",
     "text",
     "whole",
@@ -250,3 +253,27 @@ def known_names(given: Iterable[str], known: Iterable[str], *, what: str) -> Non
         raise ConfigurationError(
             f"{what}(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
+
+
+# A schedule's rules and policies: their refusals are InvalidSchedule -----------------------
+def schedule_time(value: datetime, what: str) -> datetime:
+    """``value`` in UTC, for a rule or a policy to compute with;
+    :class:`~mongosched.errors.InvalidSchedule` when it is naive."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidSchedule(f"{what} must be timezone-aware, not {value!r}")
+    return value.astimezone(timezone.utc)
+
+
+def schedule_choice(value: Any, choices: tuple[str, ...], what: str) -> None:
+    """Check that ``value`` is one of ``choices`` (:class:`InvalidSchedule`)."""
+    if value not in choices:
+        raise InvalidSchedule(f"{what} must be one of {', '.join(choices)}, not {value!r}")
+
+
+def schedule_seconds(value: Any, what: str) -> float | None:
+    """Seconds from a number or a timedelta (None stays None), or
+    :class:`InvalidSchedule`."""
+    try:
+        return seconds(value, what=what, allow_none=True)
+    except ValueError as exc:
+        raise InvalidSchedule(str(exc)) from None
