@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pymongo.errors import NetworkTimeout
 
+from mongosched._core.records import JobQuery, JobStatus
 from mongosched.store import Store
 from mongosched.store.mongo import MongoStore
 from mongosched.store.parts import ReadAhead
@@ -177,3 +179,54 @@ def test_every_store_claims_the_same_with_a_read_ahead_it_is_told_of(store: Stor
     ahead.wake()
     got += [claim(store, ahead, now=LATER + sec(n / 100)) for n in range(2, 5)]
     assert got == [[0, 3, 6], [9, 1, 4], [100, 7, 2], [5, 8], []]
+
+
+class _LosesAnUpdateReply:
+    """The job collection, but the next ``update`` command's reply is lost after the
+    server applied it (a network error, as a dropped connection gives)."""
+
+    def __init__(self, collection: Any) -> None:
+        self.collection = collection
+        self.lost = 0
+
+    @property
+    def database(self) -> Any:
+        outer, database = self, self.collection.database
+
+        class Commands:
+            def command(self, command: Any, *args: Any, **kwargs: Any) -> Any:
+                reply = database.command(command, *args, **kwargs)
+                if isinstance(command, dict) and "update" in command and not outer.lost:
+                    outer.lost += 1
+                    raise NetworkTimeout("the reply was lost after the update applied")
+                return reply
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(database, name)
+
+        return Commands()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.collection, name)
+
+
+def test_a_claim_from_kept_candidates_whose_reply_is_lost_claims_each_job_once(
+    mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add(mongo_store, *[job(args=(n,)) for n in range(12)])
+    ahead = ReadAhead()
+    assert claim(mongo_store, ahead) == [0, 1, 2]
+    assert claim(mongo_store, ahead, now=LATER + sec(0.01)) == [3, 4, 5]  # keeps 6 on
+    losing = _LosesAnUpdateReply(mongo_store.connection.jobs)
+    monkeypatch.setattr(type(mongo_store.connection), "jobs", property(lambda self: losing))
+    got = claimed(mongo_store, ahead, now=LATER + sec(0.02))
+    monkeypatch.undo()
+    assert losing.lost == 1
+    # The repeated write found them claimed already: read back by their tokens, each
+    # is this claim's, once, and reading ahead goes on (nobody else took one).
+    as_stored(mongo_store, got)
+    assert [r.args[0] for r in got] == [6, 7, 8]
+    assert ahead.paused_until is None
+    assert claim(mongo_store, ahead, now=LATER + sec(0.03)) == [9, 10, 11]
+    pending = mongo_store.jobs.find(JobQuery(statuses=(JobStatus.PENDING,)))
+    assert pending == []
