@@ -112,8 +112,10 @@ def effective_priority(
     store read each task's ranked jobs in rank order and merge them by this)."""
     if aging is None:
         return priority
-    waited = (millis(now) - since_of(job_rank, priority, aging)) / 1000.0
-    return priority - waited / aging
+    # priority - (now - since) / aging, with since = since_of(job_rank, priority,
+    # aging): the same number, computed from the rank alone, so that jobs of one rank
+    # tie exactly rather than by the rounding of their priorities.
+    return 1.0 + (job_rank - millis(now)) / (aging * 1000.0)
 
 
 def unplaced(due: float) -> float:

@@ -6,6 +6,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
+
 from mongosched._core.records import JobStatus, PendingChanges
 from mongosched.store import Store
 
@@ -184,6 +186,39 @@ def test_an_aging_job_not_yet_due_is_not_claimed(store: Store) -> None:
     add(store, job("aged", priority=1, at=LATER + sec(1), aging=60.0))
     plain = add(store, job(priority=9))[0]
     assert ids([claim_ranked(store, LATER), claim_ranked(store, LATER)]) == [plain.id, None]
+
+
+@pytest.mark.parametrize("how", ["one by one", "in a batch"])
+def test_aging_jobs_of_one_rank_are_claimed_by_due_time_on_every_store(
+    store: Store, how: str
+) -> None:
+    """Two jobs of an aging task made together at priority 5 share a rank, which an
+    edit of one's priority does not move (it keeps its place in line): equal ranks are
+    taken by due time, on every store. MongoDB took them in the order of its read (no
+    due time in the ranked sort), and its merge reordered them by the rounding of
+    their effective priorities, computed from each one's priority (found by the
+    model's batched claims)."""
+    early, late = add(
+        store,
+        job("aged", priority=5, at=T0, aging=60.0),
+        job("aged", priority=5, at=T0, aging=60.0),
+    )
+    edited = store.jobs.update_pending(early, PendingChanges(priority=1, run_at=T0 + sec(60)), T0)
+    assert edited is not None and edited.rank == late.rank
+    now = T0 + sec(1190)  # where the two priorities round their effective ones apart
+    if how == "one by one":
+        got = [claim_ranked(store, now, ("aged",)), claim_ranked(store, now, ("aged",))]
+    else:
+        got = store.claims.claim_batch(
+            owner="me",
+            tasks=("t", "aged"),
+            queues=None,
+            now=now,
+            lease_duration=30,
+            limit=3,
+            ranked=("aged",),
+        )
+    assert ids(got) == [late.id, early.id]
 
 
 def test_fair_keys_take_turns_whatever_the_backlog(store: Store) -> None:

@@ -116,6 +116,28 @@ def _claim_key(doc: dict[str, Any], now: datetime) -> tuple[float, float]:
         return (0.0, 0.0)
 
 
+def _merged(found: list[list[dict[str, Any]]], now: datetime, limit: int) -> list[dict[str, Any]]:
+    """The first ``limit`` of several finds' candidates, each find's in its own order
+    (a task's ranked jobs in rank order), the next taken from the find whose next one
+    has the least :func:`_claim_key`; on equal keys, from the earlier find (the
+    ordinary jobs', then the ranked tasks' in the order given), as memory:// merges
+    them."""
+    heads = [0] * len(found)
+    merged: list[dict[str, Any]] = []
+    while len(merged) < limit:
+        best, key = None, None
+        for n, docs in enumerate(found):
+            if heads[n] < len(docs):
+                candidate = _claim_key(docs[heads[n]], now)
+                if key is None or candidate < key:
+                    best, key = n, candidate
+        if best is None:
+            break
+        merged.append(found[best][heads[best]])
+        heads[best] += 1
+    return merged
+
+
 class _Settling:
     """The settlements of one bulk write: an update each, fenced on its job's token and
     on the job being as claimed (:func:`unchanged_since_claim`), tagged with a fresh
@@ -412,8 +434,9 @@ class MongoClaims:
     ) -> list[dict[str, Any]]:
         """The first ``limit`` due jobs of ``tasks`` in claim order: one find on the
         claim index; with ``ranked`` tasks, one more per ranked task on the ranked
-        index (sorted by rank, which is its claim order: one task, one interval), all
-        merged by :func:`~mongosched._core.ranks.claim_key`. Ranks of different
+        index (sorted by rank, then due time, which is its claim order: one task, one
+        interval), merged by :func:`~mongosched._core.ranks.claim_key` with each find's
+        order kept (:func:`_merged`). Ranks of different
         intervals do not sort alike, so one find over several tasks would cut at the
         wrong jobs."""
 
@@ -427,15 +450,10 @@ class MongoClaims:
             return find(query, CLAIM_SORT)
         plain = [task for task in tasks if task not in ranked]
         self.fair.place(ranked, queues, now, limit)  # unplaced fair jobs come due
-        docs = []
-        if plain:
-            docs += find(claim_query(plain, queues, now), CLAIM_SORT)
+        found = [find(claim_query(plain, queues, now), CLAIM_SORT)] if plain else []
         for task in ranked:
-            docs += find({**claim_query([task], queues, now), **RANKED}, RANK_SORT)
-        # A stable sort: on equal keys an ordinary job comes first, then the ranked
-        # tasks' in the order given, as memory:// merges them.
-        docs.sort(key=lambda doc: _claim_key(doc, now))
-        return docs[:limit]
+            found.append(find({**claim_query([task], queues, now), **RANKED}, RANK_SORT))
+        return _merged(found, now, limit)
 
     def _write(
         self, settling: _Settling, claiming: _Claiming | None

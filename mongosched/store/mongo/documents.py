@@ -79,8 +79,9 @@ its status: unset only by the next job of that key once the window ended."""
 
 # Claim order: priority first (1 before 10), then oldest due first.
 CLAIM_SORT = [("priority", ASCENDING), ("run_at", ASCENDING)]
-# Ranked jobs' claim order (mongosched._core.ranks): by rank, on an index of their own.
-RANK_SORT = [("rank", ASCENDING)]
+# Ranked jobs' claim order (mongosched._core.ranks): by rank, then due time, on an index
+# of their own (memory:// takes equal ranks so too).
+RANK_SORT = [("rank", ASCENDING), ("run_at", ASCENDING)]
 RANKED = {"rank": {"$exists": True}}
 CLAIMED = [RUNNING, JobStatus.COMPLETED.value, JobStatus.FAILED.value]
 """The statuses of jobs that were claimed, as a fair task's clock counts them."""
