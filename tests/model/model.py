@@ -541,8 +541,11 @@ class Model:
         order = list(self.tasks).index(job.task) if ranked else 0
         return (effective, due, ranked, order, job.handle)
 
-    def next_claim(self, runner: str, now: datetime) -> MJob | None:
-        """The job a runner's claim takes now, given the pauses it last read."""
+    def next_claim(
+        self, runner: str, now: datetime, taken: frozenset[int] = frozenset()
+    ) -> MJob | None:
+        """The job a runner's claim takes now, given the pauses it last read (``taken``:
+        jobs a batched claim took already)."""
         self._place(now)
         view = self.views.get(runner)
         if view is None:
@@ -553,6 +556,7 @@ class Model:
             j
             for j in self.jobs.values()
             if j.status == "pending"
+            and j.handle not in taken
             and j.run_at <= now
             and ("task", j.task) not in view
             and ("queue", j.queue) not in view
@@ -608,19 +612,46 @@ class Model:
             if job.status != "running":
                 continue
             claims += 1
-            if job.every is not None and job.attempts == 1:
-                slot = self._misfire(job, now)
-                if slot is None:
-                    continue  # moved on to a later slot without running
-                job.scheduled_for = slot
-                assert job.slots is not None
-                if job.slots.spawns:
-                    self._spawn(job, slot, now)
-                    continue
-            ran.append(job.handle)
-            now += timedelta(seconds=takes)
-            self.settle(job, ending, now)
+            now = self._run_one(job, ending, now, takes, ran)
         return ran
+
+    def run_batch(self, runner: str, limit: int, ending: str, now: datetime) -> list[int]:
+        """A runner's dispatcher with a backlog (runner.rst): the sweep, then one
+        batched claim of up to ``limit`` due jobs, all taken at once in claim order
+        with the pauses as the runner last read them; then each is admitted in turn
+        (past its expiry it ends; its label's pause holds it) and the jobs admitted run
+        one after another. Returns the handles run, in order."""
+        self.sweep(now)
+        taken: list[MJob] = []
+        while len(taken) < limit:
+            job = self.next_claim(runner, now, frozenset(j.handle for j in taken))
+            if job is None:
+                break
+            taken.append(job)
+        admitted = [job for job in taken if self._admit(job, runner, now) == "running"]
+        ran: list[int] = []
+        for job in admitted:
+            now = self._run_one(job, ending, now, 0.0, ran)
+        return ran
+
+    def _run_one(
+        self, job: MJob, ending: str, now: datetime, takes: float, ran: list[int]
+    ) -> datetime:
+        """A claimed job runs (a repeating job's slot first), ending as ``ending`` says
+        ``takes`` seconds later (when it runs at all); returns the time after."""
+        if job.every is not None and job.attempts == 1:
+            slot = self._misfire(job, now)
+            if slot is None:
+                return now  # moved on to a later slot without running
+            job.scheduled_for = slot
+            assert job.slots is not None
+            if job.slots.spawns:
+                self._spawn(job, slot, now)
+                return now
+        ran.append(job.handle)
+        now += timedelta(seconds=takes)
+        self.settle(job, ending, now)
+        return now
 
     def _misfire(self, job: MJob, now: datetime) -> datetime | None:
         """cron.rst "Missed slots": a repeating job's first attempt at a slot runs for
@@ -698,8 +729,12 @@ class Model:
         """One claim: the job it took, running, or ended or held at once; None when
         nothing is due."""
         job = self.next_claim(runner, now)
-        if job is None:
-            return None
+        if job is not None:
+            self._admit(job, runner, now)
+        return job
+
+    def _admit(self, job: MJob, runner: str, now: datetime) -> str:
+        """A job claimed: running, or ended or held at once (its status after)."""
         label = None if job.label is None else ("task", job.label)
         if _expired(job, now):  # found at claim (flow-control.rst, "Expiry")
             self._finish(job, "expired", now)
@@ -715,7 +750,7 @@ class Model:
                 self._read_pauses(runner)
         else:
             self._claimed(job, runner, now)
-        return job
+        return job.status
 
     def _claimed(self, job: MJob, runner: str, now: datetime) -> None:
         job.status, job.holder, job.started_at = "running", runner, now

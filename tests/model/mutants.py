@@ -188,6 +188,23 @@ MUTANTS = [
         "    running = [lane for lane in unfinished if spawn.is_lane_of(lane, schedule)]",
         "    running: list[JobRecord] = []",
     ),
+    Mutant(
+        "batch-short",
+        "batch",
+        "a batched claim takes one job fewer than the free places it was asked for",
+        "mongosched/runner/claimer.py",
+        "                limit=limit - single,",
+        "                limit=max(limit - single - 1, 1),",
+    ),
+    Mutant(
+        "batch-unmerged",
+        "batch",
+        "a batched claim over ranked and plain tasks takes their candidates unmerged",
+        "mongosched/store/mongo/claims.py",
+        "                if key is None or candidate < key:",
+        "                if key is None:  # mutant: the finds' candidates one find after another",
+        server=True,
+    ),
 ]
 
 GROUPS = {
