@@ -529,22 +529,9 @@ class Machine(RuleBasedStateMachine):
         """``wait`` seconds pass; then a runner claims and runs up to ``limit`` due
         jobs, each ending ``ok``, or else as ``ending`` says (model.ENDINGS)."""
         self.clock.advance(seconds=wait)
-        now = self.clock()
         ending = "ok" if ok else ending
-        expected = self.model.run(runner, limit, ending, now)
-        OUTCOME["ending"] = ending
-        timed = {h for h, j in self.model.jobs.items() if self.model.timeout_of(j) is not None}
-        for side in self.sides:
-            RAN.clear()
-            OUTCOME["timed"] = {
-                side.ids[h] if h in side.ids else (j.task, j.scheduled_for)
-                for h, j in self.model.jobs.items()
-                if h in timed
-            }
-            side.runner(runner).run_until_idle(limit=limit)
-            self._spawned(side)
-            got = [side.handle_of(i) for i in RAN]
-            assert got == expected, f"{side.name}: ran jobs {got}, the model runs {expected}"
+        expected = self.model.run(runner, limit, ending, self.clock())
+        self._ran_on_each_side(runner, ending, expected, lambda r: r.run_until_idle(limit=limit))
         self.stats["runs"] += len(expected)
 
     @rule(
@@ -563,9 +550,23 @@ class Machine(RuleBasedStateMachine):
         says. The batch reads its candidates afresh (a wake-up came since the last
         one): what reading ahead keeps between claims is tests/contract/test_read_ahead.py's."""
         self.clock.advance(seconds=wait)
-        now = self.clock()
         ending = "ok" if ok else ending
-        expected = self.model.run_batch(runner, limit, ending, now)
+        expected = self.model.run_batch(runner, limit, ending, self.clock())
+
+        def batch(r: Runner) -> None:
+            r.sweep()
+            r.claimer.ahead.wake()
+            for claim in r.claim_batch(limit):
+                r.run_claim(claim)
+
+        self._ran_on_each_side(runner, ending, expected, batch)
+        self.stats["batch runs"] += len(expected)
+
+    def _ran_on_each_side(
+        self, runner: str, ending: str, expected: list[int], runs: Callable[[Runner], object]
+    ) -> None:
+        """``runs`` the runner ``runner`` of each side, its jobs ending as ``ending``
+        says: they are the jobs the model ran (``expected``), in its order."""
         OUTCOME["ending"] = ending
         timed = {h for h, j in self.model.jobs.items() if self.model.timeout_of(j) is not None}
         for side in self.sides:
@@ -575,15 +576,10 @@ class Machine(RuleBasedStateMachine):
                 for h, j in self.model.jobs.items()
                 if h in timed
             }
-            r = side.runner(runner)
-            r.sweep()
-            r.claimer.ahead.wake()
-            for claim in r.claim_batch(limit):
-                r.run_claim(claim)
+            runs(side.runner(runner))
             self._spawned(side)
             got = [side.handle_of(i) for i in RAN]
             assert got == expected, f"{side.name}: ran jobs {got}, the model runs {expected}"
-        self.stats["batch runs"] += len(expected)
 
     def _spawned(self, side: Side) -> None:
         """The jobs a run made (a slot's run of its own) are the model's new ones, by
