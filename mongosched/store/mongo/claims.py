@@ -436,9 +436,8 @@ class MongoClaims:
         claim index; with ``ranked`` tasks, one more per ranked task on the ranked
         index (sorted by rank, then due time, which is its claim order: one task, one
         interval), merged by :func:`~mongosched._core.ranks.claim_key` with each find's
-        order kept (:func:`_merged`). Ranks of different
-        intervals do not sort alike, so one find over several tasks would cut at the
-        wrong jobs."""
+        order kept (:func:`_merged`). Ranks of different intervals do not sort alike,
+        so one find over several tasks would cut at the wrong jobs."""
 
         def find(where: dict[str, Any], sort: list[tuple[str, int]]) -> list[dict[str, Any]]:
             return self.connection.retrying(
