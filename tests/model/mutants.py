@@ -201,8 +201,8 @@ MUTANTS = [
         "batch",
         "a batched claim over ranked and plain tasks takes their candidates unmerged",
         "mongosched/store/mongo/claims.py",
-        "                if key is None or candidate < key:",
-        "                if key is None:  # mutant: the finds' candidates one find after another",
+        "            if heads[n] < len(docs) and (key is None or keys[n][heads[n]] < key):",
+        "            if heads[n] < len(docs) and key is None:  # mutant: one find after another",
         server=True,
     ),
 ]

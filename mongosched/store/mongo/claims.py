@@ -122,15 +122,14 @@ def _merged(found: list[list[dict[str, Any]]], now: datetime, limit: int) -> lis
     has the least :func:`_claim_key`; on equal keys, from the earlier find (the
     ordinary jobs', then the ranked tasks' in the order given), as memory:// merges
     them."""
+    keys = [[_claim_key(doc, now) for doc in docs] for docs in found]
     heads = [0] * len(found)
     merged: list[dict[str, Any]] = []
     while len(merged) < limit:
         best, key = None, None
         for n, docs in enumerate(found):
-            if heads[n] < len(docs):
-                candidate = _claim_key(docs[heads[n]], now)
-                if key is None or candidate < key:
-                    best, key = n, candidate
+            if heads[n] < len(docs) and (key is None or keys[n][heads[n]] < key):
+                best, key = n, keys[n][heads[n]]
         if best is None:
             break
         merged.append(found[best][heads[best]])
