@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
@@ -74,9 +74,7 @@ class Replay:
         ctx: JobContext,
         name: str,
         wake: Callable[[Any], object],
-        bind_transaction: Callable[[Transaction], AbstractContextManager[Any]] = (
-            lambda tx: nullcontext()
-        ),
+        bind_transaction: Callable[[Transaction], AbstractContextManager[Any]],
     ) -> None:
         self.host = host
         self.ctx = ctx
