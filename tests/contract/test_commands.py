@@ -13,10 +13,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from bson.codec_options import TypeDecoder, TypeEncoder
 from pymongo.errors import DocumentTooLarge
 
 from mongosched._core.records import JobStatus
-from mongosched.store.mongo import MongoStore
+from mongosched.store.mongo import MongoStore, commands
 from mongosched.store.mongo.documents import CLAIM_SORT
 
 from .helpers import LATER, add, as_stored, batch, job, sec, settle_and_claim, succeeded
@@ -114,6 +115,31 @@ def test_a_batch_reads_uuids_and_decimals_as_themselves(mongo_store: MongoStore)
         assert record.args == (ident,) and isinstance(record.args[0], uuid.UUID)
         assert isinstance(record.kwargs["amount"], Decimal) and record.kwargs["amount"] == amount
         assert record == mongo_store.jobs.get(record.id)
+
+
+def test_commands_keep_the_type_encoders_and_read_replies_without_decoders(
+    mongo_store: MongoStore,
+) -> None:
+    """A statement holding a Decimal is encoded with the store's codec (stored as
+    Decimal128, read back as a Decimal); the replies are read without the type decoders
+    (pymongo would make new codec options for every reply read with them), with
+    options made once."""
+    jobs = mongo_store.connection.jobs
+    (stored,) = add(mongo_store, job())
+    amount = Decimal("1.50")
+    updated = commands.update(jobs, [{"q": {"_id": stored.id}, "u": {"$set": {"x": amount}}}])
+    assert updated.matched == 1 and not updated.errors
+    assert jobs.find_one({"_id": stored.id})["x"] == amount
+    wire = commands._wire(jobs.codec_options)
+    assert wire is commands._wire(jobs.codec_options)
+    for options in (wire.plain, wire.raw):
+        codecs = options.type_registry.codecs
+        assert codecs and all(isinstance(c, TypeEncoder) for c in codecs)
+        assert not any(isinstance(c, TypeDecoder) for c in codecs)
+        assert (
+            options.tz_aware
+            and options.uuid_representation == jobs.codec_options.uuid_representation
+        )
 
 
 def _unmet(command: dict[str, Any], send: Send) -> Any:
