@@ -1,4 +1,5 @@
-"""Job documents read into records (:func:`mongosched.store.mongo.documents.to_record`)."""
+"""Job documents read into records (:func:`mongosched.store.mongo.documents.to_record`), and
+the claim updates a batched claim sends."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import datetime, timezone
 import bson
 import pytest
 from bson import ObjectId, tz_util
+from bson.raw_bson import RawBSONDocument
 
 from mongosched._core import outcome
 from mongosched._core.records import (
@@ -30,6 +32,7 @@ from mongosched.store.codec import (
     MAX_DOCUMENT_BYTES,
     MAX_PAYLOAD_BYTES,
     MAX_VALUE_BYTES,
+    new_token,
 )
 from mongosched.store.mongo.documents import (
     attempt_document,
@@ -39,6 +42,7 @@ from mongosched.store.mongo.documents import (
     to_document,
     to_record,
 )
+from mongosched.store.mongo.updates import claim_update, claim_updates
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -178,3 +182,26 @@ def test_a_job_at_every_bound_fits_a_document_with_its_outcome() -> None:
         progress={"value": 0.5, "message": wide * 65536, "at": T0},
     )
     assert len(bson.encode(doc, codec_options=CODEC_OPTIONS)) <= MAX_DOCUMENT_BYTES
+
+
+def test_a_batched_claims_updates_are_one_update_each_under_its_own_token() -> None:
+    """claim_updates encodes the claim update once and gives each job a copy under its
+    own token: each reads back as claim_update with that token. When the first token's
+    bytes are found elsewhere in the update too (a runner named after it), each update
+    is built on its own, still with its own token."""
+    now = datetime(2026, 5, 1, 12, 0, 0, 123000, tzinfo=timezone.utc)
+    tokens = [new_token() for _ in range(4)]
+    for owner in ("host:1:abc", f"runner-{tokens[0]}"):
+        updates = claim_updates(owner, tokens, now, 30.0)
+        assert len(updates) == len(tokens)
+        for token, update in zip(tokens, updates, strict=True):
+            expected = claim_update(owner, token, now, 30.0)
+            as_sent = bson.decode(
+                bson.encode({"u": update}, codec_options=CODEC_OPTIONS), CODEC_OPTIONS
+            )
+            assert as_sent["u"] == bson.decode(
+                bson.encode(expected, codec_options=CODEC_OPTIONS), CODEC_OPTIONS
+            )
+            assert as_sent["u"]["$set"]["lease"]["token"] == token
+        raw = owner == "host:1:abc"
+        assert all(isinstance(update, RawBSONDocument) == raw for update in updates)

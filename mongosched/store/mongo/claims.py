@@ -80,6 +80,7 @@ from mongosched.store.mongo.updates import (
     claim_fence,
     claim_query,
     claim_update,
+    claim_updates,
     dedupe_hold,
     set_also,
     settle_update,
@@ -207,12 +208,11 @@ class _Claiming:
         self.lease_duration = lease_duration
         self.ids = [doc["_id"] for doc in docs]
         self.tokens = {job_id: codec.new_token() for job_id in self.ids}
+        tokens = [self.tokens[job_id] for job_id in self.ids]
+        updates = claim_updates(owner, tokens, now, lease_duration)
         self.statements = [
-            {
-                "q": {**query, **claim_fence(doc)},
-                "u": claim_update(owner, self.tokens[doc["_id"]], now, lease_duration),
-            }
-            for doc in docs
+            {"q": {**query, **claim_fence(doc)}, "u": update}
+            for doc, update in zip(docs, updates, strict=True)
         ]
 
     def finish(self, leases: MongoLeases, read: dict[Any, Any] | None) -> list[JobRecord]:

@@ -48,6 +48,7 @@ __all__ = [
     "claim_fence",
     "claim_query",
     "claim_update",
+    "claim_updates",
     "dedupe_hold",
     "edit_fields",
     "malformed_update",
@@ -99,6 +100,25 @@ def claim_update(owner: str, token: str, now: datetime, lease_duration: float) -
         "$inc": {"attempts": 1},
         "$unset": {DEDUPE_FIELDS["pending"]: ""},
     }
+
+
+def claim_updates(
+    owner: str, tokens: Sequence[str], now: datetime, lease_duration: float
+) -> list[Mapping[str, Any]]:
+    """The :func:`claim_update` of each lease token of a batched claim: encoded once
+    and copied with each token in place of the first, as bytes (what encoding the same
+    update for every job cost the dispatcher). Tokens have one length
+    (:func:`~mongosched.store.codec.new_token`), so a copy stays well formed; when
+    the first token's bytes are not found exactly once (never, for a random token),
+    each update is built on its own."""
+    first = tokens[0]
+    encoded = bson.encode(
+        claim_update(owner, first, now, lease_duration), codec_options=CODEC_OPTIONS
+    )
+    mark = first.encode()
+    if encoded.count(mark) != 1 or any(len(token) != len(first) for token in tokens):
+        return [claim_update(owner, token, now, lease_duration) for token in tokens]
+    return [RawBSONDocument(encoded.replace(mark, token.encode())) for token in tokens]
 
 
 def edit_fields(changes: PendingChanges | ScheduleChanges, now: datetime) -> dict[str, Any]:
