@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -840,6 +841,30 @@ def test_a_store_that_does_not_answer_the_check_exits_4_before_the_verb(
     assert run.code == 4
     assert_one_line_error(run.err, "error: cannot reach MongoDB at db1 within 3 s (no server)")
     assert job.refresh().status is JobStatus.PENDING
+
+
+# The worker's process ----------------------------------------------------------------------------
+def test_the_worker_command_freezes_what_is_loaded_before_its_runner_starts(
+    cli: Callable[..., Run], sched: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In its process's main thread the command leaves what is loaded out of the
+    collector's passes (gc.freeze) before its runner starts; run in another thread (as
+    an app or a test may), it leaves the collector alone."""
+    frozen: list[str] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(threading.current_thread().name))
+    ran: list[list[str]] = []
+
+    class Runner:
+        def run_forever(self) -> None:
+            ran.append(list(frozen))
+
+    monkeypatch.setattr(sched, "runner", lambda **options: Runner())
+    assert cli("worker", app=sched).code == 0
+    assert ran == [[threading.main_thread().name]]
+    thread = threading.Thread(target=lambda: main(["worker"], app=sched))
+    thread.start()
+    thread.join(timeout=10)
+    assert len(ran) == 2 and frozen == [threading.main_thread().name]
 
 
 # The real command, in a subprocess ------------------------------------------------------------------
