@@ -103,7 +103,7 @@ def settle_heap() -> None:
     framework, every module imported) out of the garbage collector's passes from now
     on (:func:`gc.freeze`): it lives as long as the process, and each full collection
     would otherwise walk all of it again, a cost that grows with the app and that a
-    runner with a backlog pays every few thousand jobs. The process is the command's
+    runner with a backlog pays again and again. The process is the command's
     own when the command runs in its main thread, so the choice is the command's to
     make then; a runner started in an app's own process (``app.runner().start()``), or
     a command run in another thread, leaves the collector alone."""

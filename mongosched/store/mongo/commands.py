@@ -18,9 +18,9 @@ methods would:
 
 Both send their command with the collection's type encoders but read the reply
 without its type decoders (:func:`_wire`): pymongo builds a new set of codec options
-for every reply it reads with decoders (about a seventh of the CPU of an ``update``
-of a batch here), and neither reply needs them (a find's is kept raw and decoded
-afterwards with the collection's own).
+for every reply it reads with decoders, a large share of what a command costs the
+client, and neither reply needs them (a find's is kept raw and decoded afterwards
+with the collection's own).
 
 Driver errors are left to the caller (``MongoConnection.retrying``). Neither command
 is retried by the driver: a network error reaches the caller, who repeats it; an
@@ -102,7 +102,7 @@ def _wire(options: CodecOptions[Any]) -> _Wire:
     """:class:`_Wire` options for a collection's ``options`` (made once: making codec
     options validates every option anew)."""
     global _last
-    if _last[0] is not options:
+    if _last is None or _last[0] is not options:
         registry = options.type_registry
         encoders = [
             _EncodeOnly(codec) for codec in registry.codecs if isinstance(codec, TypeEncoder)
@@ -114,8 +114,8 @@ def _wire(options: CodecOptions[Any]) -> _Wire:
     return _last[1]
 
 
-_last: tuple[Any, _Wire] = (None, None)  # type: ignore[assignment]
-"""The collection options last given to :func:`_wire`, and its options."""
+_last: tuple[CodecOptions[Any], _Wire] | None = None
+"""The collection options last given to :func:`_wire`, and what it made of them."""
 
 
 @dataclass
