@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import pstats
 import statistics
@@ -56,6 +57,25 @@ KINDS = ("dispatcher", "worker", "heartbeat", "other")
 def thread_cpu() -> Counter[str]:
     """CPU seconds of this process's threads so far, by the kinds this script reports."""
     return all_thread_cpu(KINDS)
+
+
+class Collections:
+    """The CPU seconds the garbage collector's collections took so far, whichever thread
+    ran them (one collection runs at a time)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.thread_time()
+        else:
+            self.seconds += time.thread_time() - self._started
+
+
+COLLECTIONS = Collections()
+gc.callbacks.append(COLLECTIONS)
 
 
 class Profiles:
@@ -123,16 +143,19 @@ def drain(app: App, noop: Any, jobs: int, backlog: int, workers: int) -> dict[st
         app.schedule_bulk(noop.job() for _ in range(min(10_000, backlog - start)))
     done = Successes(app, jobs)
     runner = app.runner(workers=workers)
+    collected = COLLECTIONS.seconds
     before = thread_cpu()
     started = time.perf_counter()
     runner.start()
     done.wait(600)
     seconds = time.perf_counter() - started
     used = thread_cpu() - before  # before the stop: what draining cost, not stopping
+    collected = COLLECTIONS.seconds - collected
     runner.stop(graceful=False, timeout=30)
     done.close()
     figures = {kind: used[kind] / jobs * 1e6 for kind in KINDS}
     figures["total"] = sum(used.values()) / jobs * 1e6
+    figures["gc"] = collected / jobs * 1e6
     figures["jobs/s"] = jobs / seconds
     return figures
 
@@ -152,7 +175,11 @@ def median_line(label: str, rows: list[dict[str, float]]) -> str:
         return f"{key} {statistics.median(values):,.0f}{unit} ({values[0]:,.0f}–{values[-1]:,.0f})"
 
     return f"{label}: " + ", ".join(
-        [*(cell(kind) for kind in ("dispatcher", "worker", "heartbeat", "total")), cell("jobs/s")]
+        [
+            *(cell(kind) for kind in ("dispatcher", "worker", "heartbeat", "total")),
+            cell("gc"),
+            cell("jobs/s"),
+        ]
     )
 
 
