@@ -93,12 +93,12 @@ def worker(app: App, args: argparse.Namespace) -> int:
     if args.wake is not None:
         options["wake"] = args.wake
     runner = app.runner(**options)
-    settle_heap()
+    freeze_heap()
     runner.run_forever()
     return EXIT_OK
 
 
-def settle_heap() -> None:
+def freeze_heap() -> None:
     """Leave what a worker process has loaded before its runner starts (the app, its
     framework, every module imported) out of the garbage collector's passes from now
     on (:func:`gc.freeze`): it lives as long as the process, and each full collection
