@@ -46,7 +46,9 @@ from mongosched._core.records import (
 
 __all__ = [
     "cancel_requested",
+    "claim_lease",
     "claimed",
+    "claimed_under",
     "crossed_off",
     "dependents_released",
     "edited",
@@ -119,20 +121,38 @@ def claimed(
     """A pending job claimed: running under ``token``'s lease until ``now +
     lease_duration``, its attempt counted (a pending-scope dedupe key is let go);
     ``where``: the claiming runner's host and process id, kept in the lease."""
+    return claimed_under(job, claim_lease(owner, token, now, lease_duration, where))
+
+
+def claim_lease(
+    owner: str,
+    token: str,
+    now: datetime,
+    lease_duration: float,
+    where: tuple[str, int] | None = None,
+) -> LeaseInfo:
+    """The lease a claim at ``now`` gives (see :func:`claimed`). The leases of one
+    batched claim differ only in their tokens: its store makes the first and copies
+    it with each job's token."""
     now = ms(now)
-    until = ms(now + timedelta(seconds=lease_duration))
     host, pid = where if where is not None else (None, None)
-    lease = assembled(  # (once per job claimed)
+    return assembled(
         LeaseInfo,
         {
             "owner": owner,
             "token": token,
-            "until": until,
+            "until": ms(now + timedelta(seconds=lease_duration)),
             "heartbeat_at": now,
             "host": host,
             "pid": pid,
         },
     )
+
+
+def claimed_under(job: JobRecord, lease: LeaseInfo) -> JobRecord:
+    """A pending job claimed under ``lease``, as :func:`claim_lease` makes it (see
+    :func:`claimed`)."""
+    now = lease.heartbeat_at
     return evolved(
         job,
         status=JobStatus.RUNNING,

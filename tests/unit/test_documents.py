@@ -21,9 +21,10 @@ from mongosched._core.records import (
     JobRecord,
     JobStatus,
     LeaseInfo,
+    evolved,
     schedule_id,
 )
-from mongosched._core.transitions import ms
+from mongosched._core.transitions import claim_lease, claimed, claimed_under, ms
 from mongosched._core.validate import MAX_TEXT
 from mongosched.errors import MalformedJob
 from mongosched.observe import logs
@@ -205,3 +206,18 @@ def test_a_batched_claims_updates_are_one_update_each_under_its_own_token() -> N
             assert as_sent["u"]["$set"]["lease"]["token"] == token
         raw = owner == "host:1:abc"
         assert all(isinstance(update, RawBSONDocument) == raw for update in updates)
+
+
+def test_a_batched_claims_records_are_each_claimed_under_a_copy_of_one_lease() -> None:
+    """A batched claim makes one lease (claim_lease) and gives each job a copy under
+    its own token: each record is what claimed() makes of the job alone, its times in
+    whole milliseconds."""
+    now = datetime(2026, 5, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
+    pending = JobRecord(task="t", run_at=T0, created_at=T0, updated_at=T0, id=1, attempts=1)  # type: ignore[arg-type]
+    lease = claim_lease("host:1:abc", "", now, 30.0, ("host", 1))
+    for token in (new_token(), new_token()):
+        record = claimed_under(pending, evolved(lease, token=token))
+        assert record == claimed(pending, "host:1:abc", token, now, 30.0, ("host", 1))
+        assert record.lease is not None and record.lease.token == token
+        assert record.started_at == record.updated_at == ms(now) != now
+        assert record.attempts == 2 and record.status is JobStatus.RUNNING

@@ -53,14 +53,14 @@ round trips, not three. One read back by id resolves whichever updates missed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from pymongo import ReturnDocument
 
 from mongosched._core import ranks, transitions
-from mongosched._core.records import JobRecord, Settlement
+from mongosched._core.records import JobRecord, Settlement, evolved
 from mongosched.errors import MalformedJob, SerializationError
 from mongosched.store import codec
 from mongosched.store.claimant import here
@@ -140,13 +140,15 @@ def _merged(found: list[list[dict[str, Any]]], now: datetime, limit: int) -> lis
 
 class _Settling:
     """The settlements of one bulk write: an update each, fenced on its job's token and
-    on the job being as claimed (:func:`unchanged_since_claim`), tagged with a fresh
-    write id (``last_write``) by which a read back tells which landed."""
+    on the job being as claimed (:func:`unchanged_since_claim`), tagged with the bulk
+    write's id (``last_write``, fresh for each: a job is in it once) by which a read
+    back tells which landed."""
 
     def __init__(self, items: Sequence[tuple[JobRecord, Settlement]]) -> None:
         self.items = items
         self.results: list[Any] = [None] * len(items)
-        self.writes: dict[int, tuple[str, dict[str, Any], Any]] = {}
+        self.writes: dict[int, tuple[dict[str, Any], Any]] = {}
+        self.write = write = codec.new_token()
         for n, (job, settlement) in enumerate(items):
             try:
                 result, encoded = settled_result(job.task, settlement)
@@ -158,7 +160,6 @@ class _Settling:
                 # millisecond (updated_at unchanged): settled alone, afterwards.
                 continue
             token = job.lease.token if job.lease is not None else ""
-            write = codec.new_token()
             update = settle_update(job.id, settlement, dedupe_hold(job), encoded, job)
             if type(update["$set"]) is dict:  # a fresh one: ours to add to
                 update["$set"]["last_write"] = write
@@ -166,8 +167,8 @@ class _Settling:
                 update = set_also(update, {"last_write": write})
             fence = {"_id": job.id, "lease.token": token, "status": RUNNING}
             fence.update(unchanged_since_claim(job))
-            self.writes[n] = (write, {"q": fence, "u": update}, result)
-        self.statements = [statement for _, statement, _ in self.writes.values()]
+            self.writes[n] = ({"q": fence, "u": update}, result)
+        self.statements = [statement for statement, _ in self.writes.values()]
         self.ids = [items[n][0].id for n in self.writes]
 
     def finish(self, leases: MongoLeases, read: dict[Any, Any] | None) -> list[Any]:
@@ -175,9 +176,9 @@ class _Settling:
         by id (None: every write landed, as written). Those that did not land, and those
         settled alone, are settled one by one as :meth:`MongoLeases.settle` does (which says which
         lost their lease, and sees a cancel requested or a dedupe key taken)."""
-        for n, (write, _, result) in self.writes.items():
+        for n, (_, result) in self.writes.items():
             job, settlement = self.items[n]
-            landed = read is None or (read.get(job.id) or {}).get("last_write") == write
+            landed = read is None or (read.get(job.id) or {}).get("last_write") == self.write
             self.results[n] = (
                 transitions.settled(job, settlement, result)
                 if landed
@@ -207,9 +208,8 @@ class _Claiming:
         self.now = now
         self.lease_duration = lease_duration
         self.ids = [doc["_id"] for doc in docs]
-        self.tokens = {job_id: codec.new_token() for job_id in self.ids}
-        tokens = [self.tokens[job_id] for job_id in self.ids]
-        updates = claim_updates(owner, tokens, now, lease_duration)
+        self.tokens = [codec.new_token() for _ in docs]
+        updates = claim_updates(owner, self.tokens, now, lease_duration)
         self.statements = [
             {"q": {**query, **claim_fence(doc)}, "u": update}
             for doc, update in zip(docs, updates, strict=True)
@@ -220,33 +220,25 @@ class _Claiming:
         the jobs read, claimed as :func:`~mongosched._core.transitions.claimed` says
         (what the update wrote); else those ``read`` back under their token. A
         malformed one fails alone, unrun."""
-        if read is None:
-            mine = {doc["_id"]: doc for doc in self.docs}
-        else:
-            mine = {
-                job_id: doc
-                for job_id, doc in read.items()
-                if job_id in self.tokens
-                and doc.get("status") == RUNNING
-                and (doc.get("lease") or {}).get("token") == self.tokens[job_id]
-            }
+        claims: Iterable[tuple[Any, str, Any]] = zip(self.ids, self.tokens, self.docs, strict=True)
+        if read is not None:  # those read back under their token (others were first)
+            claims = (
+                (job_id, token, read[job_id])
+                for job_id, token, _ in claims
+                if job_id in read
+                and read[job_id].get("status") == RUNNING
+                and (read[job_id].get("lease") or {}).get("token") == token
+            )
+        lease = transitions.claim_lease(self.owner, "", self.now, self.lease_duration, here())
         records = []
-        where = here()
-        for job_id in self.ids:
-            doc = mine.get(job_id)
-            if doc is None:
-                continue  # another claimer was first
+        for job_id, token, doc in claims:
             try:
                 record = to_record(doc, check=True)
             except MalformedJob as exc:  # failed alone
-                fence = {"_id": job_id, "lease.token": self.tokens[job_id]}
-                leases.fail_malformed(fence, str(exc), self.now)
+                leases.fail_malformed({"_id": job_id, "lease.token": token}, str(exc), self.now)
                 continue
-            if read is None:
-                token = self.tokens[job_id]
-                record = transitions.claimed(
-                    record, self.owner, token, self.now, self.lease_duration, where
-                )
+            if read is None:  # as the update wrote it: one lease, copied under each token
+                record = transitions.claimed_under(record, evolved(lease, token=token))
             records.append(record)
         return records
 
