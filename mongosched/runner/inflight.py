@@ -85,7 +85,7 @@ class InFlight:
         self.heartbeats: Heartbeats | None = None
         """The heartbeat threads, while the runner runs."""
         self.idle = threading.Condition()
-        """Guards :attr:`claims` and :attr:`finished`; notified when a claim leaves."""
+        """Guards :attr:`claims` and :attr:`finished`; notified when the last claim leaves."""
         self.claims: dict[Any, Claim] = {}
         """The claims in flight, by job id."""
         self.finished = 0
@@ -120,7 +120,8 @@ class InFlight:
             self.claims.pop(claim.job_id, None)
             if finished:
                 self.finished += 1
-            self.idle.notify_all()
+            if not self.claims:  # what wait_idle waits for
+                self.idle.notify_all()
 
     def done(self, claim: Claim) -> None:
         """``claim``'s outcome is written (or could not be): it is no longer in flight,
