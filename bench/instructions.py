@@ -6,8 +6,9 @@ machine's load does not move.
 The CPU time a job costs moves by a tenth or more from one run to the next on a shared
 machine, so that a change of a few percent cannot be seen in it (see
 docs/performance.rst). The instructions a job costs move by about 1 %. This script runs
-one drain of ``--jobs`` no-op jobs (bench/jobcpu.py's, against bench/stub_server.py)
-under ``valgrind --tool=callgrind --separate-threads=yes``, then reads each thread's
+one drain of ``--jobs`` no-op jobs against bench/stub_server.py (as bench/jobcpu.py
+drains them, but with no listener, as in ``mongosched worker``) under
+``valgrind --tool=callgrind --separate-threads=yes``, then reads each thread's
 count and prints, per job, the dispatcher thread's instructions (the busiest thread
 but the main one, which only schedules), the other threads' (the workers, and the few
 the runner and pymongo keep) and their sum. Compare two versions by running it in
@@ -31,6 +32,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -43,9 +45,10 @@ started and waited: a signal or monitor thread)."""
 
 
 def drain(jobs: int, workers: int) -> None:
-    """The measured run, inside valgrind."""
+    """The measured run, inside valgrind: no listener (a listener makes each job's
+    record as stored, which a runner otherwise skips), the jobs counted as the runner
+    counts them."""
     from bench.harness import start_stub
-    from bench.jobcpu import drain as timed_drain
     from bench.jobcpu import make_app
     from mongosched.store.parts import ReadAhead
 
@@ -53,9 +56,15 @@ def drain(jobs: int, workers: int) -> None:
     process, uri = start_stub()
     try:
         app, noop = make_app("stub", uri)
+        for start in range(0, jobs, 10_000):
+            app.schedule_bulk(noop.job() for _ in range(min(10_000, jobs - start)))
         gc.collect()
         gc.freeze()  # as the worker command does
-        timed_drain(app, noop, jobs, 0, workers)
+        runner = app.runner(workers=workers).start()
+        deadline = time.monotonic() + 3600
+        while runner.finished < jobs and time.monotonic() < deadline:
+            time.sleep(0.2)
+        runner.stop(graceful=False, timeout=30)
         app.close()
     finally:
         process.terminate()

@@ -22,7 +22,6 @@ from typing import Any
 
 from mongosched._core import outcome
 from mongosched._core.outcome import Decision, Ending
-from mongosched._core.records import JobRecord
 from mongosched.errors import MongoschedError, SerializationError
 from mongosched.job import Suspended
 from mongosched.observe import logs, tracing
@@ -30,8 +29,10 @@ from mongosched.retry import RetryPolicy
 from mongosched.runner.claim import Claim
 from mongosched.runner.claimer import Claimer
 from mongosched.runner.parts import RunnerParts
+from mongosched.runner.settler import Stored
 from mongosched.runner.slots import Slots
 from mongosched.runner.transactional import TransactionalRun, Written
+from mongosched.store.parts import stored_record
 
 __all__ = ["Attempt", "finishing"]
 
@@ -217,7 +218,7 @@ class Attempt:
         claim: Claim,
         decision: Decision,
         seconds: float,
-        stored: JobRecord | None,
+        stored: Stored | None,
         failure: BaseException | None,
     ) -> None:
         """A deferred outcome was written (found ``stored``, or raised ``failure``):
@@ -233,7 +234,7 @@ class Attempt:
         claim: Claim,
         decision: Decision,
         seconds: float,
-        stored: JobRecord | None,
+        stored: Stored | None,
         failure: BaseException | None,
     ) -> Decision | None:
         """After the outcome write found ``stored`` (or raised ``failure``): a result
@@ -250,10 +251,12 @@ class Attempt:
 
     # 4. Announce ------------------------------------------------------------------------------
     def announce(
-        self, claim: Claim, decision: Decision, stored: JobRecord | None, seconds: float
+        self, claim: Claim, decision: Decision, stored: Stored | None, seconds: float
     ) -> Decision | None:
         """After the outcome write: the decision that took effect, logged and sent
-        with the job as stored; None when the write found the lease lost."""
+        with the job as stored (a :class:`~mongosched.store.parts.Landed` makes that
+        record only if a listener, a repeating slot or a dependent needs it); None
+        when the write found the lease lost."""
         if stored is None:
             claim.lose("outcome write was fenced off")
             log.warning(
@@ -267,6 +270,6 @@ class Attempt:
         logs.log_decision(claim.record, claim.task.name, decision, seconds)
         self.parts.emit(decision.event, stored, error=decision.error)
         if stored.repeat is not None:
-            self.slots.repeated(decision, stored)
+            self.slots.repeated(decision, stored_record(stored))
         self.parts.release_dependents(stored)
         return decision

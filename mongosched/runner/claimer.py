@@ -157,6 +157,7 @@ class Claimer:
                 patience=patience,
                 ranked=self._ranked,
                 ahead=self.ahead,
+                records=False,  # each record made only if what follows needs it
             )
             records.extend(got)  # held from here on, whatever fails next
             return settled

@@ -17,6 +17,7 @@ from mongosched.runner.inflight import InFlight
 from mongosched.runner.settings import RunnerSettings
 from mongosched.runner.settler import Leased, Settler
 from mongosched.store import Patience, Store
+from mongosched.store.parts import Landed, stored_record
 
 __all__ = ["RunnerParts"]
 
@@ -44,19 +45,22 @@ class RunnerParts:
         """See :meth:`InFlight.patience <mongosched.runner.inflight.InFlight.patience>`."""
         return self.flight.patience(held)
 
-    def emit(self, event: str, record: JobRecord, **fields: Any) -> None:
+    def emit(self, event: str, record: JobRecord | Landed, **fields: Any) -> None:
         """Send ``event`` about the job ``record`` is, naming the runner (made a
-        :class:`~mongosched.job.Job` only for listeners)."""
+        :class:`~mongosched.job.Job`, and a :class:`~mongosched.store.parts.Landed`
+        its record, only for listeners)."""
         app = self.app
         if app.listening(event):
-            app.emit(event, job=Job(record, app.store.jobs), runner=self.runner, **fields)
+            job = Job(stored_record(record), app.store.jobs)
+            app.emit(event, job=job, runner=self.runner, **fields)
 
-    def release_dependents(self, stored: JobRecord) -> None:
+    def release_dependents(self, stored: JobRecord | Landed) -> None:
         """A job this runner settled is final: release the jobs waiting for it."""
         if stored.status.is_final and stored.has_dependents:
             app = self.app
             now, retention = app.now(), app.retention
-            dependencies.release(app.store, stored, now=now, retention=retention, emit=self.emit)
+            record = stored_record(stored)
+            dependencies.release(app.store, record, now=now, retention=retention, emit=self.emit)
 
     def settle_held(self, claim: Claim, settlement: Settlement) -> JobRecord | None:
         """Write ``settlement`` for a claim that does not run to an outcome (given back,

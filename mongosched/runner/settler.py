@@ -37,16 +37,20 @@ from typing import Protocol
 from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import SerializationError
 from mongosched.store import Patience
+from mongosched.store.parts import Landed
 
-__all__ = ["AfterWrite", "Alone", "Crew", "LeaseEnd", "Leased", "Settler", "Settlements"]
+__all__ = ["AfterWrite", "Alone", "Crew", "LeaseEnd", "Leased", "Settler", "Settlements", "Stored"]
 
 log = logging.getLogger("mongosched")
 
 Item = tuple[JobRecord, Settlement]
 """A job to settle, and its settlement."""
-Result = JobRecord | SerializationError | None
+Stored = JobRecord | Landed
+"""What an outcome's write gives back of the job: the job as stored, or a
+:class:`~mongosched.store.parts.Landed` that makes it when asked."""
+Result = Stored | SerializationError | None
 """What writing one outcome found (see :meth:`~mongosched.store.parts.Claims.settle_many`)."""
-AfterWrite = Callable[[JobRecord | None, BaseException | None], None]
+AfterWrite = Callable[[Stored | None, BaseException | None], None]
 """What follows a deferred outcome's write, called with the job as stored (None: its
 lease no longer held it) or the error the write raised."""
 
@@ -69,7 +73,7 @@ class ClaimSettlements(Protocol):
 
     def settle_many(
         self, items: Sequence[Item], patience: Patience | None = None
-    ) -> list[Result]: ...
+    ) -> Sequence[Result]: ...
 
 
 class Settlements(Protocol):
@@ -177,10 +181,10 @@ class _Outcome:
         self.signal = threading.Lock()
         self.signal.acquire()  # released when written, or when it is this one's turn
         self.done = False
-        self.stored: JobRecord | None = None
+        self.stored: Stored | None = None
         self.error: BaseException | None = None
 
-    def result(self) -> JobRecord | None:
+    def result(self) -> Stored | None:
         if self.error is not None:
             raise self.error
         return self.stored
@@ -243,9 +247,10 @@ class Settler:
         with self._lock:
             return len(self._queue)
 
-    def settle(self, job: JobRecord, settlement: Settlement, until: datetime) -> JobRecord | None:
+    def settle(self, job: JobRecord, settlement: Settlement, until: datetime) -> Stored | None:
         """As :meth:`~mongosched.store.parts.Leases.settle`: the job as stored
-        after the write, or None when its lease token no longer held it; raises what
+        after the write (:data:`Stored`: a batched claim's write may have carried it),
+        or None when its lease token no longer held it; raises what
         that raises (:class:`~mongosched.errors.SerializationError` with nothing
         written, a store error). ``until``: when the job's lease ends."""
         with self._lock:

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from mongosched._core import transitions
 from mongosched._core.records import (
     JobQuery,
     JobRecord,
@@ -38,6 +39,7 @@ __all__ = [
     "Claims",
     "Dependents",
     "Jobs",
+    "Landed",
     "Leases",
     "Limits",
     "Permits",
@@ -49,6 +51,7 @@ __all__ = [
     "StagedWorkflows",
     "StoreTransaction",
     "Transactions",
+    "stored_record",
     "Workflows",
 ]
 
@@ -276,7 +279,8 @@ class Claims(Protocol):
         patience: Patience | None = None,
         ranked: Sequence[str] = (),
         ahead: ReadAhead | None = None,
-    ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
+        records: bool = True,
+    ) -> tuple[list[JobRecord | Landed | SerializationError | None], list[JobRecord]]:
         """:meth:`settle_many` of ``items`` and then :meth:`claim_batch`, in the round
         trips of the claim alone (the settlements ride in the claim's write): what each
         returns. A runner with a backlog writes the outcomes of the jobs that just
@@ -286,7 +290,51 @@ class Claims(Protocol):
 
         ``ahead``: where the caller keeps candidates read beyond this claim's, for its
         next claims (see :class:`ReadAhead`); a store whose reads cost no round trip
-        ignores it."""
+        ignores it. ``records`` False: a settlement that landed as it was written may
+        be given back as :class:`Landed` rather than as the job stored (a store that
+        has that record at hand gives it)."""
+
+
+class Landed:
+    """A settlement that landed as it was written, given back by
+    :meth:`Claims.settle_and_claim` (with ``records`` False) in place of the job as
+    stored: that record is made only when asked (:meth:`record`), by the rule both
+    stores follow (:func:`~mongosched._core.transitions.settled`). A runner needs it
+    only for a listener, a dependent or a repeating job; what it needs of every job
+    is here without it."""
+
+    __slots__ = ("job", "settlement", "result", "_record")
+
+    def __init__(self, job: JobRecord, settlement: Settlement, result: Any) -> None:
+        self.job = job
+        """The job as its holder claimed it."""
+        self.settlement = settlement
+        self.result = result
+        """The settlement's result as the store gives it back."""
+        self._record: JobRecord | None = None
+
+    @property
+    def status(self) -> JobStatus:
+        return self.settlement.status
+
+    @property
+    def repeat(self) -> Any:
+        return self.job.repeat
+
+    @property
+    def has_dependents(self) -> bool:
+        return self.job.has_dependents
+
+    def record(self) -> JobRecord:
+        """The job as stored."""
+        if self._record is None:
+            self._record = transitions.settled(self.job, self.settlement, self.result)
+        return self._record
+
+
+def stored_record(stored: JobRecord | Landed) -> JobRecord:
+    """The job as stored, from what a settlement's write gave back."""
+    return stored if isinstance(stored, JobRecord) else stored.record()
 
 
 class ReadAhead:

@@ -63,12 +63,23 @@ def as_stored(store: Store, records: Sequence[Any], *args: tuple[Any, ...]) -> N
 
 
 def settle_and_claim(
-    store: Store, items: Sequence[tuple[JobRecord, Any]], limit: int, now: datetime = LATER
+    store: Store,
+    items: Sequence[tuple[JobRecord, Any]],
+    limit: int,
+    now: datetime = LATER,
+    records: bool = True,
 ) -> tuple[list[Any], list[JobRecord]]:
     """Write ``items``' outcomes and claim up to ``limit`` jobs of task ``t`` at once
     (``settle_and_claim``, as owner ``me``)."""
     return store.claims.settle_and_claim(
-        items, owner="me", tasks=("t",), queues=None, now=now, lease_duration=LEASE, limit=limit
+        items,
+        owner="me",
+        tasks=("t",),
+        queues=None,
+        now=now,
+        lease_duration=LEASE,
+        limit=limit,
+        records=records,
     )
 
 

@@ -13,6 +13,7 @@ from mongosched._core.outcome import Ending
 from mongosched._core.records import JobRecord, JobStatus, LogEntry, Settlement
 from mongosched.errors import SerializationError
 from mongosched.store import Store
+from mongosched.store.parts import Landed
 from tests.support.tasks import Unreadable
 
 from .helpers import (
@@ -284,15 +285,18 @@ def test_settle_many_of_nothing_is_nothing(store: Store) -> None:
 
 
 # settle_and_claim ---------------------------------------------------------------------------
+@pytest.mark.parametrize("records", [True, False], ids=["records", "landed"])
 @pytest.mark.parametrize("limit", [2, 10], ids=["one at a time", "batched"])
 def test_settle_and_claim_settles_as_settle_many_and_claims_as_claim_batch(
-    store: Store, limit: int
+    store: Store, limit: int, records: bool
 ) -> None:
     """The outcomes of finished jobs and the next claims together: each settlement
     reported as settle_many reports it (a cancel requested meanwhile, a lease lost and
     taken by another runner concern their own job only), the claims those of
     claim_batch, in claim order; a settlement that misses never keeps a claim from
-    landing, nor the other way round."""
+    landing, nor the other way round. Without ``records``, one that landed as written
+    may come back as Landed: what it says of the job, and the record it makes (once),
+    are the job as stored."""
     add(store, *[job(max_attempts=3, args=(n,)) for n in range(3)])
     done, cancelled, lost = batch(store, 3)
     queued = add(store, *[job(args=(n,), at=T0 + sec(n)) for n in range(3, 7)])
@@ -307,11 +311,17 @@ def test_settle_and_claim_settles_as_settle_many_and_claims_as_claim_batch(
         (lost, succeeded(lost, later)),
         (queued[0], succeeded(queued[0], later)),  # never claimed: no lease to settle
     ]
-    settled, got = settle_and_claim(store, items, limit, now=later)
+    settled, got = settle_and_claim(store, items, limit, now=later, records=records)
     assert ids(got) == ids(queued[: min(limit, 4)])
     for record in got:
         assert record == store.jobs.get(record.id) and record.status is JobStatus.RUNNING
         assert record.lease is not None and record.lease.owner == "me"
+    if isinstance(settled[0], Landed):
+        assert not records
+        assert settled[0].status is JobStatus.COMPLETED and settled[0].repeat is None
+        assert not settled[0].has_dependents
+        assert settled[0].record() is settled[0].record()  # made once
+        settled[0] = settled[0].record()
     assert isinstance(settled[0], JobRecord) and settled[0].status is JobStatus.COMPLETED
     assert settled[0] == store.jobs.get(done.id) and settled[0].result == {"n": 1}
     assert isinstance(settled[1], JobRecord) and settled[1].status is JobStatus.CANCELLED

@@ -310,11 +310,14 @@ def test_run_claims_reports_a_lost_lease_alone_and_sends_each_job_as_stored(
     assert app.get_job(lost.job_id).status is JobStatus.RUNNING  # the other runner's
 
 
-def _deferring(count: int, *, running: int | None = None) -> tuple[App, Any, list[Any], Any]:
+def _deferring(
+    count: int, *, running: int | None = None, database: Any = None
+) -> tuple[App, Any, list[Any], Any]:
     """An app with ``2 * count`` jobs due, a runner whose settler defers outcomes to the
     next batched claim, and ``running`` (default ``count``) of ``count`` jobs claimed
-    and run, each in a thread of its own: (app, runner, the claims, the events sent)."""
-    app = App("memory://")
+    and run, each in a thread of its own: (app, runner, the claims, the events sent).
+    ``database``: on the server (else memory://)."""
+    app = App("memory://") if database is None else App(database=database)
     app.task(name="work")(lambda n: n * 10)
     events: list[tuple[str, Any, str]] = []
     for name in ("job:success", "job:lease_lost"):
@@ -347,11 +350,16 @@ def _assert_completed(app: App, claims: list[Any]) -> None:
         assert job.result == job.args[0] * 10
 
 
-def test_deferred_outcomes_ride_in_the_next_batched_claims_write() -> None:
+@pytest.mark.parametrize("on", ["memory", "server"])
+def test_deferred_outcomes_ride_in_the_next_batched_claims_write(
+    on: str, request: pytest.FixtureRequest
+) -> None:
     """With a backlog, a finished job's outcome waits for the dispatcher's next claim,
     which writes it with the jobs it claims and has it announced (its event sent, in a
-    worker); its worker goes on at once."""
-    app, runner, claims, events = _deferring(3)
+    worker); its worker goes on at once. On the server the write gives back what
+    landed without the jobs' records: a listener still gets each job as stored."""
+    database = request.getfixturevalue("database") if on == "server" else None
+    app, runner, claims, events = _deferring(3, database=database)
     assert runner.settler.queued == 3 and all(c.deferred for c in claims)
     assert all(app.get_job(c.job_id).status is JobStatus.RUNNING for c in claims)
     assert events == [] and runner.finished == 0  # not announced yet
@@ -365,6 +373,10 @@ def test_deferred_outcomes_ride_in_the_next_batched_claims_write() -> None:
     after_writes[0]()
     assert sorted(job.id for _, job, _ in events) == sorted(c.job_id for c in claims)
     assert all(name == "job:success" and job.result == job.args[0] * 10 for name, job, _ in events)
+    for _, job, _ in events:
+        stored = app.get_job(job.id)
+        assert job.status is stored.status and job.finished_at == stored.finished_at
+        assert job.history == stored.history
     assert runner.finished == 3 and runner.settler.queued == 0
 
 

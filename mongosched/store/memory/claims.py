@@ -12,7 +12,7 @@ from mongosched._core.records import JobRecord, Settlement
 from mongosched.errors import SerializationError
 from mongosched.store.memory.stored import PENDING, encode_result, ms
 from mongosched.store.memory.table import MemoryTable
-from mongosched.store.parts import ReadAhead
+from mongosched.store.parts import Landed, ReadAhead
 from mongosched.store.patience import Patience
 
 __all__ = ["MemoryClaims"]
@@ -105,9 +105,12 @@ class MemoryClaims:
         patience: Patience | None = None,
         ranked: Sequence[str] = (),
         ahead: ReadAhead | None = None,
-    ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
-        """(``ahead`` is not used: a read here costs no round trip.)"""
-        settled = self.settle_many(items)
+        records: bool = True,
+    ) -> tuple[list[JobRecord | Landed | SerializationError | None], list[JobRecord]]:
+        """(``ahead`` is not used: a read here costs no round trip; the records are at
+        hand whatever ``records`` says.)"""
+        settled: list[JobRecord | Landed | SerializationError | None] = []
+        settled.extend(self.settle_many(items))
         claimed = self.claim_batch(
             owner=owner,
             tasks=tasks,

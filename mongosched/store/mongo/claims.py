@@ -86,7 +86,7 @@ from mongosched.store.mongo.updates import (
     settle_update,
     unchanged_since_claim,
 )
-from mongosched.store.parts import ReadAhead
+from mongosched.store.parts import Landed, ReadAhead
 from mongosched.store.patience import Patience
 
 __all__ = ["MongoClaims"]
@@ -144,8 +144,10 @@ class _Settling:
     write's id (``last_write``, fresh for each: a job is in it once) by which a read
     back tells which landed."""
 
-    def __init__(self, items: Sequence[tuple[JobRecord, Settlement]]) -> None:
+    def __init__(self, items: Sequence[tuple[JobRecord, Settlement]], records: bool = True) -> None:
         self.items = items
+        self.records = records
+        """False: those that landed as written are given back as :class:`Landed`."""
         self.results: list[Any] = [None] * len(items)
         self.writes: dict[int, tuple[dict[str, Any], Any]] = {}
         self.write = write = codec.new_token()
@@ -179,11 +181,12 @@ class _Settling:
         for n, (_, result) in self.writes.items():
             job, settlement = self.items[n]
             landed = read is None or (read.get(job.id) or {}).get("last_write") == self.write
-            self.results[n] = (
-                transitions.settled(job, settlement, result)
-                if landed
-                else leases.settle(job, settlement)
-            )
+            if not landed:
+                self.results[n] = leases.settle(job, settlement)
+            elif self.records:
+                self.results[n] = transitions.settled(job, settlement, result)
+            else:
+                self.results[n] = Landed(job, settlement, result)
         for n, item in enumerate(self.items):
             if n not in self.writes and self.results[n] is None:
                 self.results[n] = leases.settle(*item)
@@ -299,14 +302,15 @@ class MongoClaims:
         patience: Patience | None = None,
         ranked: Sequence[str] = (),
         ahead: ReadAhead | None = None,
-    ) -> tuple[list[JobRecord | SerializationError | None], list[JobRecord]]:
+        records: bool = True,
+    ) -> tuple[list[JobRecord | Landed | SerializationError | None], list[JobRecord]]:
         """The settlements and the claims in one unordered bulk write, after the read
         of the candidates: two round trips for both when nothing unusual happened, one
         when the candidates were read ahead (``ahead``: see :meth:`_kept`). The
         write (with what it reads back and settles alone) has the settlements'
         ``patience``. With ranked tasks among ``tasks``, the candidates are read in
         two finds (see :meth:`_candidates`), even for one job."""
-        settling = _Settling(items)
+        settling = _Settling(items, records)
         claiming = None
         ranked = [task for task in tasks if task in ranked] if ranked else []
         kept = False
