@@ -9,7 +9,7 @@ can hand it a small fake of those alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -318,7 +318,7 @@ class Landed:
         return self.settlement.status
 
     @property
-    def repeat(self) -> Any:
+    def repeat(self) -> Mapping[str, Any] | None:
         return self.job.repeat
 
     @property
