@@ -595,7 +595,9 @@ def test_two_runners_reading_ahead_on_one_backlog_run_each_job_once(
     """Runners of two processes (two apps here) drain one backlog on a server, each
     reading ahead: the jobs they keep overlap, and the claims' fences keep every job to
     one run. (A server's claims are slower than ReadAhead.FOR apart, which would turn
-    reading ahead off: here it lasts longer.)"""
+    reading ahead off: here it lasts longer. The second runner starts once the first
+    has spent candidates it kept: two runners that start together may both find their
+    claims short from the first, and a short claim ends reading ahead.)"""
     from mongosched.store.mongo.claims import MongoClaims
     from mongosched.store.parts import ReadAhead
 
@@ -614,8 +616,10 @@ def test_two_runners_reading_ahead_on_one_backlog_run_each_job_once(
     for app in apps:
         app.task(name="work", retry=0)(lambda n: recorder.enter(n) or recorder.leave())
     apps[0].schedule_bulk(apps[0].get_task("work").job(n) for n in range(80))
-    runners = [app.runner(workers=4).start() for app in apps]
+    runners = [apps[0].runner(workers=4).start()]
     try:
+        wait_for(lambda: any(kept), timeout=30, message="a claim spent candidates read ahead")
+        runners.append(apps[1].runner(workers=4).start())
         wait_for(
             lambda: apps[0].count_jobs(status="completed") == 80, timeout=60, message="80 done"
         )
@@ -625,4 +629,4 @@ def test_two_runners_reading_ahead_on_one_backlog_run_each_job_once(
         for app in apps:
             app.close()
     assert len(recorder.counts()) == 80 and set(recorder.counts().values()) == {1}
-    assert any(kept), "no claim spent candidates read ahead"
+    assert len(runners) == 2 and all(runner.finished > 0 for runner in runners)
