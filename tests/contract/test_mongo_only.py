@@ -505,3 +505,30 @@ def test_an_edit_between_a_placement_s_read_and_its_write_is_not_undone(
     fair.place(("fair",), None, T0 + sec(10), 100)
     fair_at, stored_rank = placed()
     assert fair_at is not None and stored_rank == ranks.rank(fair_at, 1, None)
+
+
+def test_a_runners_batched_claim_gives_back_landed_settlements_without_their_records(
+    mongo_store: MongoStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``records=False`` (a runner's batched claim): a settlement that landed as written
+    comes back as a Landed, and no settled record is made until one is asked for; the
+    record it then makes is the job as stored."""
+    from mongosched._core import transitions
+    from mongosched.store.parts import Landed
+
+    add(mongo_store, *[job(args=(n,)) for n in range(4)])
+    first, second = batch(mongo_store, 2)
+    made: list[object] = []
+    settled = transitions.settled
+
+    def counting(*args: Any) -> Any:
+        made.append(args[0].id)
+        return settled(*args)
+
+    monkeypatch.setattr(transitions, "settled", counting)
+    items = [(first, succeeded(first, LATER, result=1)), (second, succeeded(second, LATER))]
+    results, got = settle_and_claim(mongo_store, items, 2, records=False)
+    assert len(got) == 2 and all(isinstance(r, Landed) for r in results)
+    assert made == []  # nothing built for the write
+    assert [r.record() for r in results] == [mongo_store.jobs.get(j.id) for j in (first, second)]
+    assert made == [first.id, second.id]
