@@ -51,8 +51,8 @@ __all__ = [
     "StagedWorkflows",
     "StoreTransaction",
     "Transactions",
-    "stored_record",
     "Workflows",
+    "stored_record",
 ]
 
 

@@ -232,7 +232,9 @@ class _Claiming:
                 and read[job_id].get("status") == RUNNING
                 and (read[job_id].get("lease") or {}).get("token") == token
             )
-        lease = transitions.claim_lease(self.owner, "", self.now, self.lease_duration, here())
+        lease = None  # as the update wrote it: one lease, copied under each token
+        if read is None:
+            lease = transitions.claim_lease(self.owner, "", self.now, self.lease_duration, here())
         records = []
         for job_id, token, doc in claims:
             try:
@@ -240,7 +242,7 @@ class _Claiming:
             except MalformedJob as exc:  # failed alone
                 leases.fail_malformed({"_id": job_id, "lease.token": token}, str(exc), self.now)
                 continue
-            if read is None:  # as the update wrote it: one lease, copied under each token
+            if lease is not None:
                 record = transitions.claimed_under(record, evolved(lease, token=token))
             records.append(record)
         return records
